@@ -1,0 +1,1 @@
+//! Fake COSI provisioner sidecar (in progress).

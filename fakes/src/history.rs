@@ -1,0 +1,234 @@
+//! The append-only record of a run: every call between components, its reply,
+//! every step and note, stamped with virtual time. Checks, snapshots and
+//! reports read it; nothing re-runs to explain itself.
+
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::{SimClock, VTime};
+
+/// A participant in the lab, as named in histories, faults and partitions.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Component {
+    /// The lab itself (scenario steps, probes the checks make).
+    Lab,
+    /// The fake COSI provisioner sidecar.
+    Sidecar,
+    /// The driver under test.
+    Driver,
+    /// The fake S3 data plane.
+    S3,
+    /// The fake S3 admin API (MinIO/RustFS style).
+    S3Admin,
+    /// The fake Kubernetes API.
+    Kube,
+    /// A workload using credentials handed out by a driver.
+    Workload,
+}
+
+impl Component {
+    /// The name used in scenario files and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::Lab => "lab",
+            Component::Sidecar => "sidecar",
+            Component::Driver => "driver",
+            Component::S3 => "s3",
+            Component::S3Admin => "s3admin",
+            Component::Kube => "kube",
+            Component::Workload => "workload",
+        }
+    }
+}
+
+impl std::fmt::Display for Component {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identifies one call so its reply can be paired with it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CallId(pub u64);
+
+/// How a call ended, in the terms of its protocol.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "protocol", rename_all = "snake_case")]
+pub enum Outcome {
+    /// An HTTP reply; `code` is the S3/admin error code when there is one.
+    Http { status: u16, code: Option<String> },
+    /// A gRPC reply; `code` is the status code name (`OK`, `ALREADY_EXISTS`, ...).
+    Grpc { code: String, message: String },
+    /// The caller never got a reply (connection failed or was cut).
+    NoReply { reason: String },
+}
+
+impl Outcome {
+    /// True for HTTP 2xx/3xx and gRPC OK.
+    pub fn is_success(&self) -> bool {
+        match self {
+            Outcome::Http { status, .. } => *status < 400,
+            Outcome::Grpc { code, .. } => code == "OK",
+            Outcome::NoReply { .. } => false,
+        }
+    }
+
+    /// A short label for reports: `200`, `404 NoSuchBucket`, `ALREADY_EXISTS`.
+    pub fn label(&self) -> String {
+        match self {
+            Outcome::Http { status, code: Some(c) } => format!("{status} {c}"),
+            Outcome::Http { status, code: None } => status.to_string(),
+            Outcome::Grpc { code, .. } => code.clone(),
+            Outcome::NoReply { reason } => format!("no reply ({reason})"),
+        }
+    }
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A scenario step began.
+    Step { index: usize, name: String },
+    /// A request left `from` for `to`. `subject` names the resource it is about
+    /// (bucket, access key, object name); never a secret.
+    Call { id: CallId, from: Component, to: Component, op: String, subject: String },
+    /// The reply to call `id`.
+    Reply { id: CallId, outcome: Outcome },
+    /// Free-form observation by a component (never carries secrets).
+    Note { component: Component, text: String },
+}
+
+/// One entry in the history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the history, from 0.
+    pub seq: u64,
+    /// Virtual time it was recorded at.
+    pub at: VTime,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[derive(Default, Debug)]
+struct Inner {
+    events: Vec<Event>,
+    next_call: u64,
+}
+
+/// Shared, append-only history of one run.
+#[derive(Clone, Debug)]
+pub struct History {
+    inner: Arc<Mutex<Inner>>,
+    clock: SimClock,
+}
+
+impl History {
+    /// An empty history stamped by `clock`.
+    pub fn new(clock: SimClock) -> Self {
+        Self { inner: Arc::default(), clock }
+    }
+
+    /// The clock this history stamps events with.
+    pub fn clock(&self) -> &SimClock {
+        &self.clock
+    }
+
+    /// Append an event; returns its sequence number.
+    pub fn record(&self, kind: EventKind) -> u64 {
+        let mut inner = self.lock();
+        let seq = inner.events.len() as u64;
+        inner.events.push(Event { seq, at: self.clock.now(), kind });
+        seq
+    }
+
+    /// Record the start of a call and return its id.
+    pub fn call(&self, from: Component, to: Component, op: &str, subject: &str) -> CallId {
+        let id = {
+            let mut inner = self.lock();
+            inner.next_call += 1;
+            CallId(inner.next_call)
+        };
+        self.record(EventKind::Call { id, from, to, op: op.to_string(), subject: subject.to_string() });
+        id
+    }
+
+    /// Record the reply to a call.
+    pub fn reply(&self, id: CallId, outcome: Outcome) {
+        self.record(EventKind::Reply { id, outcome });
+    }
+
+    /// A copy of every event so far, in order.
+    pub fn events(&self) -> Vec<Event> {
+        self.lock().events.clone()
+    }
+
+    /// Number of events so far.
+    pub fn len(&self) -> usize {
+        self.lock().events.len()
+    }
+
+    /// True before anything was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere must not cost us the record of what led to it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A call paired with its reply, as read back from a history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallRecord {
+    /// The call's id.
+    pub id: CallId,
+    /// Sequence number of the call event.
+    pub seq: u64,
+    /// When it was made.
+    pub at: VTime,
+    /// Caller.
+    pub from: Component,
+    /// Callee.
+    pub to: Component,
+    /// Operation name (`add_user`, `DriverGrantBucketAccess`, `put_object`, ...).
+    pub op: String,
+    /// The resource it concerns.
+    pub subject: String,
+    /// The reply, if one was recorded.
+    pub outcome: Option<Outcome>,
+}
+
+/// Pair every call in `events` with its reply.
+pub fn calls(events: &[Event]) -> Vec<CallRecord> {
+    let mut out: Vec<CallRecord> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for e in events {
+        match &e.kind {
+            EventKind::Call { id, from, to, op, subject } => {
+                index.insert(*id, out.len());
+                out.push(CallRecord {
+                    id: *id,
+                    seq: e.seq,
+                    at: e.at,
+                    from: *from,
+                    to: *to,
+                    op: op.clone(),
+                    subject: subject.clone(),
+                    outcome: None,
+                });
+            }
+            EventKind::Reply { id, outcome } => {
+                if let Some(&i) = index.get(id) {
+                    out[i].outcome = Some(outcome.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}

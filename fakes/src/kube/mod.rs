@@ -1,0 +1,1 @@
+//! Fake Kubernetes API subset (in progress).

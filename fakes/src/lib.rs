@@ -1,0 +1,11 @@
+//! The lab's fakes. Each is a library with an in-process API (for the engine,
+//! checks and snapshots) and a real listener on 127.0.0.1 or a Unix socket,
+//! so unmodified clients talk to it over the wire protocol.
+
+pub mod clock;
+pub mod cosi_sidecar;
+pub mod gate;
+pub mod history;
+pub mod kube;
+pub mod s3;
+pub mod store;

@@ -1,0 +1,178 @@
+//! Durable state behind every fake: a small key/value trait with a sled
+//! implementation (so a fake restart keeps its state) and an in-memory one
+//! (for explorers that run thousands of cases).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Errors from a store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backing database failed.
+    #[error("store backend: {0}")]
+    Backend(String),
+    /// A stored value did not decode.
+    #[error("stored value under {key:?} is corrupt: {source}")]
+    Corrupt { key: String, source: serde_json::Error },
+}
+
+/// Ordered key/value storage; keys are UTF-8, values opaque bytes.
+pub trait Store: Send + Sync {
+    /// The value under `key`.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Set `key` to `value`.
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), StoreError>;
+    /// Remove `key`; true if it existed.
+    fn remove(&self, key: &str) -> Result<bool, StoreError>;
+    /// Every entry whose key starts with `prefix`, in key order.
+    fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+    /// Make everything written so far durable.
+    fn flush(&self) -> Result<(), StoreError>;
+}
+
+/// JSON helpers over any [`Store`].
+pub trait StoreExt: Store {
+    /// Decode the JSON value under `key`.
+    fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StoreError> {
+        match self.get(key)? {
+            None => Ok(None),
+            Some(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|source| StoreError::Corrupt { key: key.to_string(), source }),
+        }
+    }
+    /// Store `value` as JSON under `key`.
+    fn put_json<T: Serialize>(&self, key: &str, value: &T) -> Result<(), StoreError> {
+        let b = serde_json::to_vec(value).map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.put(key, &b)
+    }
+    /// Decode every JSON value under `prefix`.
+    fn scan_json<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<(String, T)>, StoreError> {
+        self.scan(prefix)?
+            .into_iter()
+            .map(|(k, v)| match serde_json::from_slice(&v) {
+                Ok(t) => Ok((k, t)),
+                Err(source) => Err(StoreError::Corrupt { key: k, source }),
+            })
+            .collect()
+    }
+}
+
+impl<S: Store + ?Sized> StoreExt for S {}
+
+/// A sled tree as a store.
+pub struct SledStore {
+    tree: sled::Tree,
+}
+
+impl SledStore {
+    /// The tree `name` of `db`.
+    pub fn open(db: &sled::Db, name: &str) -> Result<Self, StoreError> {
+        let tree = db.open_tree(name).map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(Self { tree })
+    }
+}
+
+fn backend(e: sled::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl Store for SledStore {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.tree.get(key).map_err(backend)?.map(|v| v.to_vec()))
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.tree.insert(key, value).map_err(backend)?;
+        Ok(())
+    }
+    fn remove(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.tree.remove(key).map_err(backend)?.is_some())
+    }
+    fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.tree.scan_prefix(prefix) {
+            let (k, v) = kv.map_err(backend)?;
+            out.push((String::from_utf8_lossy(&k).into_owned(), v.to_vec()));
+        }
+        Ok(out)
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        self.tree.flush().map_err(backend)?;
+        Ok(())
+    }
+}
+
+/// An in-memory store (not durable across a restart of the process).
+#[derive(Default)]
+pub struct MemStore {
+    map: Mutex<BTreeMap<String, Vec<u8>>>,
+}
+
+impl MemStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Store for MemStore {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.lock().get(key).cloned())
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.lock().insert(key.to_string(), value.to_vec());
+        Ok(())
+    }
+    fn remove(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().remove(key).is_some())
+    }
+    fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        Ok(self
+            .lock()
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exercise(s: &dyn Store) {
+        s.put("a/1", b"x").unwrap();
+        s.put("a/2", b"y").unwrap();
+        s.put("b/1", b"z").unwrap();
+        assert_eq!(s.get("a/1").unwrap().as_deref(), Some(&b"x"[..]));
+        let keys: Vec<_> = s.scan("a/").unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec!["a/1", "a/2"]);
+        assert!(s.remove("a/1").unwrap());
+        assert!(!s.remove("a/1").unwrap());
+        assert_eq!(s.get("a/1").unwrap(), None);
+    }
+
+    #[test]
+    fn mem_store_behaves() {
+        exercise(&MemStore::default());
+    }
+
+    #[test]
+    fn sled_store_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            let s = SledStore::open(&db, "t").unwrap();
+            exercise(&s);
+            s.flush().unwrap();
+        }
+        let db = sled::open(dir.path()).unwrap();
+        let s = SledStore::open(&db, "t").unwrap();
+        assert_eq!(s.get("a/2").unwrap().as_deref(), Some(&b"y"[..]));
+    }
+}
