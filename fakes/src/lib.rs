@@ -8,4 +8,5 @@ pub mod gate;
 pub mod history;
 pub mod kube;
 pub mod s3;
+pub mod serve;
 pub mod store;
