@@ -8,5 +8,6 @@ pub mod gate;
 pub mod history;
 pub mod kube;
 pub mod s3;
+pub mod secret;
 pub mod serve;
 pub mod store;
