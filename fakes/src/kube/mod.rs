@@ -1,1 +1,209 @@
-//! Fake Kubernetes API subset (in progress).
+//! Fake Kubernetes API subset: Secrets, ConfigMaps, Leases and the COSI
+//! v1alpha1 kinds, served over plain HTTP faithfully enough for kube-rs, plus
+//! an in-process API over the same state for the engine and the fake sidecar.
+
+mod api;
+mod patch;
+mod selector;
+mod state;
+mod status;
+mod validate;
+
+use std::sync::Arc;
+
+use crate::gate::Gate;
+use crate::store::{Store, StoreError};
+
+pub use patch::{json_patch, merge_patch, PatchError};
+pub use selector::{FieldSelector, LabelSelector, SelectorError};
+pub use state::KubeFake;
+pub use status::render_rejection;
+
+/// The kinds this fake serves.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum Kind {
+    /// core/v1 Secret.
+    Secret,
+    /// core/v1 ConfigMap.
+    ConfigMap,
+    /// coordination.k8s.io/v1 Lease.
+    Lease,
+    /// COSI BucketClass (cluster-scoped).
+    BucketClass,
+    /// COSI BucketAccessClass (cluster-scoped).
+    BucketAccessClass,
+    /// COSI BucketClaim (namespaced).
+    BucketClaim,
+    /// COSI BucketAccess (namespaced).
+    BucketAccess,
+    /// COSI Bucket (cluster-scoped).
+    Bucket,
+}
+
+impl Kind {
+    /// Every kind, in a stable order (discovery lists them this way).
+    pub const ALL: [Kind; 8] = [
+        Kind::Secret,
+        Kind::ConfigMap,
+        Kind::Lease,
+        Kind::BucketClass,
+        Kind::BucketAccessClass,
+        Kind::BucketClaim,
+        Kind::BucketAccess,
+        Kind::Bucket,
+    ];
+
+    /// True for kinds that live in a namespace.
+    pub fn namespaced(self) -> bool {
+        !matches!(self, Kind::BucketClass | Kind::BucketAccessClass | Kind::Bucket)
+    }
+
+    /// The resource name in URLs (`secrets`, `bucketclaims`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Secret => "secrets",
+            Kind::ConfigMap => "configmaps",
+            Kind::Lease => "leases",
+            Kind::BucketClass => "bucketclasses",
+            Kind::BucketAccessClass => "bucketaccessclasses",
+            Kind::BucketClaim => "bucketclaims",
+            Kind::BucketAccess => "bucketaccesses",
+            Kind::Bucket => "buckets",
+        }
+    }
+
+    /// Lower-case singular name (`secret`, `bucketclaim`), as used in op names.
+    pub fn singular(self) -> &'static str {
+        match self {
+            Kind::Secret => "secret",
+            Kind::ConfigMap => "configmap",
+            Kind::Lease => "lease",
+            Kind::BucketClass => "bucketclass",
+            Kind::BucketAccessClass => "bucketaccessclass",
+            Kind::BucketClaim => "bucketclaim",
+            Kind::BucketAccess => "bucketaccess",
+            Kind::Bucket => "bucket",
+        }
+    }
+
+    /// API group; empty for the core group.
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::Secret | Kind::ConfigMap => "",
+            Kind::Lease => "coordination.k8s.io",
+            _ => "objectstorage.k8s.io",
+        }
+    }
+
+    /// Version within the group.
+    pub fn version(self) -> &'static str {
+        match self {
+            Kind::Secret | Kind::ConfigMap | Kind::Lease => "v1",
+            _ => "v1alpha1",
+        }
+    }
+
+    /// `apiVersion` as written in objects (`v1`, `objectstorage.k8s.io/v1alpha1`).
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::Secret | Kind::ConfigMap => "v1",
+            Kind::Lease => "coordination.k8s.io/v1",
+            _ => "objectstorage.k8s.io/v1alpha1",
+        }
+    }
+
+    /// `kind` as written in objects (`Secret`, `BucketClaim`).
+    pub fn kind_name(self) -> &'static str {
+        match self {
+            Kind::Secret => "Secret",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Lease => "Lease",
+            Kind::BucketClass => "BucketClass",
+            Kind::BucketAccessClass => "BucketAccessClass",
+            Kind::BucketClaim => "BucketClaim",
+            Kind::BucketAccess => "BucketAccess",
+            Kind::Bucket => "Bucket",
+        }
+    }
+
+    /// True for kinds defined by a CRD (COSI); they follow custom-resource rules
+    /// (generation on every non-metadata change, deleted object returned on delete).
+    pub fn is_custom(self) -> bool {
+        self.group() == "objectstorage.k8s.io"
+    }
+
+    /// True when the COSI CRD declares a `status` subresource, so writes to the
+    /// main resource over HTTP cannot change `status` (and `/status` only can).
+    pub fn has_status_subresource(self) -> bool {
+        matches!(self, Kind::Bucket | Kind::BucketClaim | Kind::BucketAccess)
+    }
+
+    /// The kind served at `group/version/plural`, if any.
+    pub fn from_path(group: &str, version: &str, plural: &str) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.group() == group && k.version() == version && k.plural() == plural)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind_name())
+    }
+}
+
+/// Why a request to the fake failed; each maps to a real API `Status`.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// 404 NotFound.
+    #[error("{} \"{name}\" not found", kind.plural())]
+    NotFound { kind: Kind, name: String },
+    /// 409 AlreadyExists.
+    #[error("{} \"{name}\" already exists", kind.plural())]
+    AlreadyExists { kind: Kind, name: String },
+    /// 409 Conflict (stale resourceVersion, failed precondition).
+    #[error("Operation cannot be fulfilled on {} \"{name}\": {message}", kind.plural())]
+    Conflict { kind: Kind, name: String, message: String },
+    /// 422 Invalid (field validation); `field` names the offending field path.
+    #[error("{kind} \"{name}\" is invalid: {field}: {message}")]
+    Invalid { kind: Kind, name: String, field: String, message: String },
+    /// 400 BadRequest (malformed object, namespace/name mismatch with the request).
+    #[error("{message}")]
+    BadRequest { message: String },
+    /// The backing store failed (500 InternalError).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl KubeError {
+    /// The `Status.reason` this error is reported with.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            KubeError::NotFound { .. } => "NotFound",
+            KubeError::AlreadyExists { .. } => "AlreadyExists",
+            KubeError::Conflict { .. } => "Conflict",
+            KubeError::Invalid { .. } => "Invalid",
+            KubeError::BadRequest { .. } => "BadRequest",
+            KubeError::Store(_) => "InternalError",
+        }
+    }
+
+    /// The HTTP status this error is reported with.
+    pub fn http_code(&self) -> u16 {
+        match self {
+            KubeError::NotFound { .. } => 404,
+            KubeError::AlreadyExists { .. } | KubeError::Conflict { .. } => 409,
+            KubeError::Invalid { .. } => 422,
+            KubeError::BadRequest { .. } => 400,
+            KubeError::Store(_) => 500,
+        }
+    }
+}
+
+/// Shorthand used across the module.
+pub(crate) type Result<T, E = KubeError> = std::result::Result<T, E>;
+
+/// Convenience: a fake over an in-memory store with a fresh gate (tests, explorers).
+pub fn in_memory(gate: Gate, seed: u64) -> Result<KubeFake> {
+    KubeFake::new(Arc::new(crate::store::MemStore::default()) as Arc<dyn Store>, gate, seed)
+}

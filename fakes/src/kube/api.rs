@@ -1,0 +1,562 @@
+//! The HTTP front end: paths, verbs, content types, query parameters and
+//! response shapes of the real API server, mapped onto the state layer. One
+//! fallback handler parses the path itself so every unknown URL still gets a
+//! real-shaped Status, and the gate classifier shares that parser.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use base64::Engine as _;
+use http::{header, Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::selector::{FieldSelector, LabelSelector};
+use super::state::{Deleted, KubeFake, PatchBody, Preconditions, WriteOpts};
+use super::status::{render_rejection, ApiError};
+use super::Kind;
+use crate::gate::{http_gate, CallSpec, HttpTap};
+use crate::history::Component;
+
+/// The real server's request body limit (3 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Discovery documents the fake serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Discovery {
+    Api,
+    CoreV1,
+    Apis,
+    Group(&'static str),
+    GroupVersion(&'static str, &'static str),
+    Version,
+    Health,
+}
+
+/// What a URL path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    Discovery(Discovery),
+    /// `.../{plural}`: list or create. `ns` is `None` for cluster-scoped kinds
+    /// and for the all-namespaces list of namespaced ones.
+    Collection { kind: Kind, ns: Option<String> },
+    /// `.../{plural}/{name}[/status]`.
+    Item { kind: Kind, ns: Option<String>, name: String, status: bool },
+    Unknown,
+}
+
+const GROUPS: [(&str, &str); 2] = [("coordination.k8s.io", "v1"), ("objectstorage.k8s.io", "v1alpha1")];
+
+fn known_group(g: &str) -> Option<&'static str> {
+    GROUPS.iter().find(|(name, _)| *name == g).map(|(name, _)| *name)
+}
+
+fn known_group_version(g: &str, v: &str) -> Option<(&'static str, &'static str)> {
+    GROUPS.iter().find(|(name, ver)| *name == g && *ver == v).copied()
+}
+
+fn parse_route(path: &str) -> Route {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segs.as_slice() {
+        ["api"] => Route::Discovery(Discovery::Api),
+        ["api", "v1"] => Route::Discovery(Discovery::CoreV1),
+        ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
+        ["apis"] => Route::Discovery(Discovery::Apis),
+        ["apis", g] => known_group(g).map_or(Route::Unknown, |g| Route::Discovery(Discovery::Group(g))),
+        ["apis", g, v] => {
+            known_group_version(g, v).map_or(Route::Unknown, |(g, v)| Route::Discovery(Discovery::GroupVersion(g, v)))
+        }
+        ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
+        ["version"] => Route::Discovery(Discovery::Version),
+        ["healthz"] | ["livez"] | ["readyz"] => Route::Discovery(Discovery::Health),
+        _ => Route::Unknown,
+    }
+}
+
+fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
+    let kind = |plural: &str| Kind::from_path(group, version, plural);
+    let item = |kind: Kind, ns: Option<&str>, name: &str, status: bool| {
+        if name.is_empty() || (status && !kind.has_status_subresource()) {
+            Route::Unknown
+        } else {
+            Route::Item { kind, ns: ns.map(str::to_string), name: name.to_string(), status }
+        }
+    };
+    match rest {
+        ["namespaces", ns, plural, tail @ ..] if !ns.is_empty() => match (kind(plural), tail) {
+            (Some(k), []) if k.namespaced() => Route::Collection { kind: k, ns: Some(ns.to_string()) },
+            (Some(k), [name]) if k.namespaced() => item(k, Some(ns), name, false),
+            (Some(k), [name, "status"]) if k.namespaced() => item(k, Some(ns), name, true),
+            _ => Route::Unknown,
+        },
+        [plural, tail @ ..] => match (kind(plural), tail) {
+            (Some(k), []) => Route::Collection { kind: k, ns: None },
+            (Some(k), [name]) if !k.namespaced() => item(k, None, name, false),
+            (Some(k), [name, "status"]) if !k.namespaced() => item(k, None, name, true),
+            _ => Route::Unknown,
+        },
+        [] => Route::Unknown,
+    }
+}
+
+fn is_watch(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1" || p == "watch"))
+}
+
+/// Names an HTTP request for the history: `<verb>_<kind>` and `<namespace>/<name>`.
+pub(crate) fn classify(parts: &http::request::Parts) -> CallSpec {
+    let path = parts.uri.path();
+    let (op, subject) = match parse_route(path) {
+        Route::Collection { kind, ns } => {
+            let op = match parts.method {
+                Method::GET if is_watch(parts.uri.query()) => format!("watch_{}", kind.plural()),
+                Method::GET => format!("list_{}", kind.plural()),
+                Method::POST => format!("create_{}", kind.singular()),
+                Method::DELETE => format!("deletecollection_{}", kind.plural()),
+                ref m => format!("{}_{}", m.as_str().to_ascii_lowercase(), kind.plural()),
+            };
+            // The name of a created object is in the body, which the gate does not see.
+            (op, ns.unwrap_or_default())
+        }
+        Route::Item { kind, ns, name, status } => {
+            let verb = match parts.method {
+                Method::GET => "get",
+                Method::PUT => "replace",
+                Method::PATCH => "patch",
+                Method::DELETE => "delete",
+                ref m => return CallSpec::new(Component::Driver, Component::Kube, format!("{}_{}", m.as_str().to_ascii_lowercase(), kind.singular()), subject_of(ns.as_deref(), &name)),
+            };
+            let suffix = if status { "_status" } else { "" };
+            (format!("{verb}_{}{suffix}", kind.singular()), subject_of(ns.as_deref(), &name))
+        }
+        Route::Discovery(_) => ("discovery".to_string(), path.to_string()),
+        Route::Unknown => ("unknown".to_string(), path.to_string()),
+    };
+    CallSpec::new(Component::Driver, Component::Kube, op, subject)
+}
+
+fn subject_of(ns: Option<&str>, name: &str) -> String {
+    match ns {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+impl KubeFake {
+    /// The HTTP API, with the gate layer applied.
+    pub fn router(&self) -> Router {
+        let tap = HttpTap { gate: self.inner.gate.clone(), classify, render: render_rejection };
+        Router::new()
+            .fallback(handle)
+            .with_state(self.clone())
+            .layer(axum::middleware::from_fn_with_state(tap, http_gate))
+    }
+
+    /// Serve the HTTP API on `addr` (e.g. [`crate::serve::loopback`]).
+    pub async fn serve(&self, addr: std::net::SocketAddr) -> std::io::Result<crate::serve::Listener> {
+        crate::serve::serve_http(self.router(), addr).await
+    }
+}
+
+async fn handle(State(fake): State<KubeFake>, req: Request) -> Response {
+    match dispatch(&fake, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn reply(code: StatusCode, body: Value) -> Response {
+    (code, axum::Json(body)).into_response()
+}
+
+struct Params(HashMap<String, String>);
+
+impl Params {
+    fn parse(uri: &http::Uri) -> Result<Self, ApiError> {
+        let q = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+            .map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))?;
+        Ok(Self(q.0.into_iter().collect()))
+    }
+
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str)
+    }
+
+    fn dry_run(&self) -> Result<bool, ApiError> {
+        match self.get("dryRun") {
+            None | Some("") => Ok(false),
+            Some("All") => Ok(true),
+            Some(v) => Err(ApiError::bad_request(format!("Invalid dryRun value: {v:?}; supported values: \"All\""))),
+        }
+    }
+}
+
+async fn read_body(req: Request) -> Result<Vec<u8>, ApiError> {
+    let too_large = || ApiError::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {MAX_BODY}"));
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
+        Ok(b) => Ok(b.to_vec()),
+        Err(e) => {
+            let limited = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                || e.to_string().contains("length limit");
+            if limited {
+                Err(too_large())
+            } else {
+                Err(ApiError::bad_request(format!("could not read the request body: {e}")))
+            }
+        }
+    }
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid UTF-8: {e}")))?;
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    serde_json::from_str(text).map_err(|e| ApiError::bad_request(format!("the body of the request is not valid JSON: {e}")))
+}
+
+fn media_type(req: &Request) -> String {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+fn unsupported_media(got: &str, accepted: &str) -> ApiError {
+    ApiError::new(
+        415,
+        "UnsupportedMediaType",
+        format!("the body of the request was in an unknown format ({got:?}) - accepted media types include: {accepted}"),
+    )
+}
+
+fn require_json_body(req: &Request) -> Result<(), ApiError> {
+    match media_type(req).as_str() {
+        "" | "application/json" => Ok(()),
+        other => Err(unsupported_media(other, "application/json")),
+    }
+}
+
+async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
+    let path = req.uri().path().to_string();
+    let params = Params::parse(req.uri())?;
+    let method = req.method().clone();
+    match parse_route(&path) {
+        Route::Unknown => Err(ApiError::not_found_path(&path)),
+        Route::Discovery(d) => {
+            if method != Method::GET {
+                return Err(ApiError::method_not_allowed(format!("{method} is not supported on {path}")));
+            }
+            let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1").to_string();
+            Ok(discovery(&d, &host))
+        }
+        Route::Collection { kind, ns } => {
+            match method {
+                Method::GET => {
+                    if is_watch(req.uri().query()) {
+                        return Err(ApiError::method_not_allowed(format!(
+                            "watch is not supported by the drivelab kube fake; list {} instead",
+                            kind.plural()
+                        )));
+                    }
+                    list(fake, kind, ns.as_deref(), &params)
+                }
+                Method::POST if ns.is_some() || !kind.namespaced() => {
+                    require_json_body(&req)?;
+                    let opts = WriteOpts { http: true, status_only: false, dry_run: params.dry_run()? };
+                    let body = parse_json(&read_body(req).await?)?;
+                    let created = fake.create_in(kind, ns.as_deref(), body, opts)?;
+                    Ok(reply(StatusCode::CREATED, created))
+                }
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource ({method} {path})"
+                ))),
+            }
+        }
+        Route::Item { kind, ns, name, status } => {
+            let ns = ns.as_deref();
+            let opts = WriteOpts { http: true, status_only: status, dry_run: params.dry_run()? };
+            match method {
+                Method::GET => match fake.get_in(kind, ns, &name)? {
+                    Some(o) => Ok(reply(StatusCode::OK, o)),
+                    None => Err(super::KubeError::NotFound { kind, name }.into()),
+                },
+                Method::PUT => {
+                    require_json_body(&req)?;
+                    let body = parse_json(&read_body(req).await?)?;
+                    Ok(reply(StatusCode::OK, fake.replace_in(kind, ns, Some(&name), body, opts)?))
+                }
+                Method::PATCH => patch(fake, kind, ns, &name, &params, opts, req).await,
+                Method::DELETE => delete(fake, kind, ns, &name, opts, req).await,
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource ({method} {path})"
+                ))),
+            }
+        }
+    }
+}
+
+fn list(fake: &KubeFake, kind: Kind, ns: Option<&str>, params: &Params) -> Result<Response, ApiError> {
+    let labels = LabelSelector::parse(params.get("labelSelector").unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let fields = FieldSelector::parse(params.get("fieldSelector").unwrap_or(""), kind)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let limit = match params.get("limit") {
+        None | Some("") => None,
+        Some(l) => match l.parse::<usize>() {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            Err(_) => return Err(ApiError::bad_request(format!("invalid limit {l:?}"))),
+        },
+    };
+    let (items, rv) = fake.list_in(kind, ns, &labels, &fields)?;
+    let key = |o: &Value| {
+        let m = |f: &str| o.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).unwrap_or("").to_string();
+        format!("{}/{}", m("namespace"), m("name"))
+    };
+    // Continue tokens are opaque to clients; ours is the last (namespace/name) served.
+    let after = match params.get("continue").filter(|c| !c.is_empty()) {
+        None => None,
+        Some(c) => Some(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(c)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| ApiError::bad_request("invalid continue token"))?,
+        ),
+    };
+    let mut items: Vec<Value> = match &after {
+        Some(a) => items.into_iter().filter(|o| key(o).as_str() > a.as_str()).collect(),
+        None => items,
+    };
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(n) = limit {
+        if items.len() > n {
+            let remaining = items.len() - n;
+            items.truncate(n);
+            let last = items.last().map(&key).unwrap_or_default();
+            metadata["continue"] = json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last));
+            metadata["remainingItemCount"] = json!(remaining);
+        }
+    }
+    Ok(reply(
+        StatusCode::OK,
+        json!({
+            "kind": format!("{}List", kind.kind_name()),
+            "apiVersion": kind.api_version(),
+            "metadata": metadata,
+            "items": items,
+        }),
+    ))
+}
+
+async fn patch(fake: &KubeFake, kind: Kind, ns: Option<&str>, name: &str, params: &Params, opts: WriteOpts, req: Request) -> Result<Response, ApiError> {
+    const ACCEPTED: &str = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
+    let mt = media_type(&req);
+    let body = parse_json(&read_body(req).await?)?;
+    let existed = matches!(mt.as_str(), "application/apply-patch+yaml") && fake.get_in(kind, ns, name)?.is_some();
+    let patch = match mt.as_str() {
+        "application/merge-patch+json" => PatchBody::Merge(body),
+        // Only built-in kinds have strategic-merge metadata; custom resources refuse it.
+        "application/strategic-merge-patch+json" if !kind.is_custom() => PatchBody::Merge(body),
+        "application/json-patch+json" => PatchBody::Json(body),
+        "application/apply-patch+yaml" => {
+            if params.get("fieldManager").is_none_or(str::is_empty) {
+                return Err(ApiError::bad_request(
+                    "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+                ));
+            }
+            if body.get("apiVersion").is_none() || body.get("kind").is_none() {
+                return Err(ApiError::bad_request("apply patches must set apiVersion and kind"));
+            }
+            PatchBody::Apply(body)
+        }
+        other => return Err(unsupported_media(other, ACCEPTED)),
+    };
+    let is_apply = matches!(patch, PatchBody::Apply(_));
+    let out = fake.patch_in(kind, ns, name, patch, opts)?;
+    let code = if is_apply && !existed { StatusCode::CREATED } else { StatusCode::OK };
+    Ok(reply(code, out))
+}
+
+async fn delete(fake: &KubeFake, kind: Kind, ns: Option<&str>, name: &str, mut opts: WriteOpts, req: Request) -> Result<Response, ApiError> {
+    let body = read_body(req).await?;
+    let mut pre = Preconditions::default();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let v = parse_json(&body)?;
+        if !v.is_object() {
+            return Err(ApiError::bad_request("DeleteOptions must be a JSON object"));
+        }
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+        pre.uid = s("/preconditions/uid");
+        pre.resource_version = s("/preconditions/resourceVersion");
+        match v.get("dryRun") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) if a.iter().all(|x| x == "All") => opts.dry_run |= !a.is_empty(),
+            Some(_) => return Err(ApiError::bad_request("DeleteOptions.dryRun: supported values: \"All\"")),
+        }
+    }
+    match fake.delete_in(kind, ns, name, &pre, opts)? {
+        None => Err(super::KubeError::NotFound { kind, name: name.to_string() }.into()),
+        Some(Deleted { object, gone }) => {
+            // Built-in kinds answer an immediate delete with a Success Status;
+            // custom resources (and anything kept by finalizers) with the object.
+            if gone && !kind.is_custom() {
+                let mut details = json!({"name": name, "kind": kind.plural(), "uid": object.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)});
+                if !kind.group().is_empty() {
+                    details["group"] = json!(kind.group());
+                }
+                Ok(reply(
+                    StatusCode::OK,
+                    json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","details":details}),
+                ))
+            } else {
+                Ok(reply(StatusCode::OK, object))
+            }
+        }
+    }
+}
+
+const RESOURCE_VERBS: [&str; 6] = ["create", "delete", "get", "list", "patch", "update"];
+
+fn resource_entries(group: &str, version: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for k in Kind::ALL.into_iter().filter(|k| k.group() == group && k.version() == version) {
+        let short: &[&str] = match k {
+            Kind::ConfigMap => &["cm"],
+            _ => &[],
+        };
+        out.push(json!({
+            "name": k.plural(),
+            "singularName": k.singular(),
+            "namespaced": k.namespaced(),
+            "kind": k.kind_name(),
+            "verbs": RESOURCE_VERBS,
+            "shortNames": short,
+        }));
+        if k.has_status_subresource() {
+            out.push(json!({
+                "name": format!("{}/status", k.plural()),
+                "singularName": "",
+                "namespaced": k.namespaced(),
+                "kind": k.kind_name(),
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    out
+}
+
+fn group_doc(name: &str, version: &str) -> Value {
+    let gv = json!({"groupVersion": format!("{name}/{version}"), "version": version});
+    json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+}
+
+fn discovery(d: &Discovery, host: &str) -> Response {
+    let body = match d {
+        Discovery::Api => json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
+        }),
+        Discovery::CoreV1 => json!({
+            "kind": "APIResourceList",
+            "groupVersion": "v1",
+            "resources": resource_entries("", "v1"),
+        }),
+        Discovery::Apis => json!({
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": GROUPS.iter().map(|(g, v)| group_doc(g, v)).collect::<Vec<_>>(),
+        }),
+        Discovery::Group(g) => {
+            let v = GROUPS.iter().find(|(name, _)| name == g).map_or("v1", |(_, v)| *v);
+            let mut doc = group_doc(g, v);
+            doc["kind"] = json!("APIGroup");
+            doc["apiVersion"] = json!("v1");
+            doc
+        }
+        Discovery::GroupVersion(g, v) => json!({
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": format!("{g}/{v}"),
+            "resources": resource_entries(g, v),
+        }),
+        Discovery::Version => json!({
+            "major": "1",
+            "minor": "33",
+            "gitVersion": "v1.33.0-drivelab",
+            "gitCommit": "0000000000000000000000000000000000000000",
+            "gitTreeState": "clean",
+            "buildDate": "2025-01-01T00:00:00Z",
+            "goVersion": "go1.24.0",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }),
+        Discovery::Health => {
+            let mut r = Response::new(Body::from("ok"));
+            r.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+            return r;
+        }
+    };
+    reply(StatusCode::OK, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(
+            parse_route("/api/v1/namespaces/ns/secrets/s"),
+            Route::Item { kind: Kind::Secret, ns: Some("ns".into()), name: "s".into(), status: false }
+        );
+        assert_eq!(parse_route("/api/v1/secrets"), Route::Collection { kind: Kind::Secret, ns: None });
+        assert_eq!(parse_route("/api/v1/secrets/s"), Route::Unknown);
+        assert_eq!(
+            parse_route("/apis/objectstorage.k8s.io/v1alpha1/buckets/b/status"),
+            Route::Item { kind: Kind::Bucket, ns: None, name: "b".into(), status: true }
+        );
+        assert_eq!(parse_route("/apis/objectstorage.k8s.io/v1alpha1/bucketclasses/c/status"), Route::Unknown);
+        assert_eq!(
+            parse_route("/apis/objectstorage.k8s.io/v1alpha1/namespaces/n/bucketclaims"),
+            Route::Collection { kind: Kind::BucketClaim, ns: Some("n".into()) }
+        );
+        assert_eq!(parse_route("/apis/objectstorage.k8s.io/v1alpha1/namespaces/n/buckets"), Route::Unknown);
+        assert_eq!(parse_route("/apis/coordination.k8s.io/v1"), Route::Discovery(Discovery::GroupVersion("coordination.k8s.io", "v1")));
+        assert_eq!(parse_route("/apis/apps/v1"), Route::Unknown);
+        assert_eq!(parse_route("/api/v1/namespaces/n/pods"), Route::Unknown);
+    }
+
+    #[test]
+    fn classifies_ops() {
+        let parts = |m: &str, uri: &str| {
+            let (p, _) = http::Request::builder().method(m).uri(uri).body(()).unwrap().into_parts();
+            classify(&p)
+        };
+        let c = parts("POST", "/api/v1/namespaces/drv/secrets");
+        assert_eq!((c.op.as_str(), c.subject.as_str()), ("create_secret", "drv"));
+        let c = parts("PUT", "/api/v1/namespaces/drv/configmaps/ckpt");
+        assert_eq!((c.op.as_str(), c.subject.as_str()), ("replace_configmap", "drv/ckpt"));
+        assert_eq!(parts("GET", "/api/v1/secrets?labelSelector=a%3Db").op, "list_secrets");
+        assert_eq!(parts("PATCH", "/apis/objectstorage.k8s.io/v1alpha1/namespaces/n/bucketclaims/c/status").op, "patch_bucketclaim_status");
+        assert_eq!(parts("GET", "/apis/objectstorage.k8s.io/v1alpha1/buckets/b").subject, "b");
+        assert_eq!(parts("GET", "/api/v1/namespaces/n/configmaps?watch=true").op, "watch_configmaps");
+        assert_eq!(parts("GET", "/apis").op, "discovery");
+    }
+}

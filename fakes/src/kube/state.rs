@@ -1,0 +1,949 @@
+//! The fake's object store and write rules: one lock serialises every
+//! read-modify-write, so compare-and-swap on resourceVersion, uid assignment and
+//! the global resourceVersion counter behave like etcd behind the API server.
+//! Both the HTTP handlers and the in-process API go through here.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{json, Map, Value};
+
+use super::patch::{json_patch, merge_patch, PatchError};
+use super::selector::{FieldSelector, LabelSelector};
+use super::validate::{self, Violation};
+use super::{Kind, KubeError, Result};
+use crate::gate::Gate;
+use crate::store::{Store, StoreExt};
+
+const RV_KEY: &str = "kube/meta/rv";
+const OBJ_PREFIX: &str = "kube/o/";
+/// Virtual time 0 maps to this wall-clock instant (2025-01-01T00:00:00Z), so
+/// timestamps are reproducible from the seed and the schedule.
+const EPOCH_UNIX: i64 = 1_735_689_600;
+/// How many generateName suffixes are tried before giving up, as the real
+/// server retries on collision.
+const GENERATE_NAME_ATTEMPTS: u64 = 8;
+
+/// The fake Kubernetes API: state, counters and the HTTP front end. Cheap to clone.
+#[derive(Clone)]
+pub struct KubeFake {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    store: Arc<dyn Store>,
+    pub(crate) gate: Gate,
+    seed: u64,
+    /// The last resourceVersion handed out. Holding this lock is what makes a
+    /// read-check-write atomic.
+    rv: Mutex<u64>,
+}
+
+/// How a write reaches the state (which rules apply).
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct WriteOpts {
+    /// Came over HTTP to the main resource: the status subresource rule applies
+    /// (status changes are dropped for kinds that have one).
+    pub http: bool,
+    /// A write to the `/status` subresource: only `status` changes.
+    pub status_only: bool,
+    /// `dryRun=All`: validate and answer, commit nothing.
+    pub dry_run: bool,
+}
+
+impl WriteOpts {
+    const IN_PROCESS: WriteOpts = WriteOpts { http: false, status_only: false, dry_run: false };
+}
+
+/// The patch formats the state understands.
+#[derive(Debug, Clone)]
+pub(crate) enum PatchBody {
+    /// RFC 7386 (also used for strategic merge on the core kinds).
+    Merge(Value),
+    /// RFC 6902.
+    Json(Value),
+    /// Server-side apply, approximated as merge-or-create.
+    Apply(Value),
+}
+
+/// `DeleteOptions.preconditions`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone)]
+pub(crate) struct Deleted {
+    /// The object as deleted, or as marked for deletion.
+    pub object: Value,
+    /// False when finalizers keep the object (deletionTimestamp was set).
+    pub gone: bool,
+}
+
+fn obj_key(kind: Kind, ns: &str, name: &str) -> String {
+    format!("{OBJ_PREFIX}{}/{ns}/{name}", kind.plural())
+}
+
+fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `v` as a JSON object, replacing a non-object with `{}`.
+fn ensure_object(v: &mut Value) -> &mut Map<String, Value> {
+    if !v.is_object() {
+        *v = Value::Object(Map::new());
+    }
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("replaced by an object just above"),
+    }
+}
+
+/// `obj.metadata`, created if absent; callers have normalised `obj` already.
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    ensure_object(ensure_object(obj).entry("metadata").or_insert_with(|| json!({})))
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+fn invalid(kind: Kind, name: &str, (field, message): Violation) -> KubeError {
+    KubeError::Invalid { kind, name: name.to_string(), field, message }
+}
+
+fn bad(message: impl Into<String>) -> KubeError {
+    KubeError::BadRequest { message: message.into() }
+}
+
+fn conflict_modified(kind: Kind, name: &str) -> KubeError {
+    KubeError::Conflict {
+        kind,
+        name: name.to_string(),
+        message: "the object has been modified; please apply your changes to the latest version and try again".into(),
+    }
+}
+
+/// The part of an object whose change bumps `metadata.generation`.
+fn generation_scope(kind: Kind, obj: &Value) -> Value {
+    match kind {
+        Kind::Lease => obj.get("spec").cloned().unwrap_or(Value::Null),
+        _ => {
+            let mut v = obj.clone();
+            if let Some(m) = v.as_object_mut() {
+                m.remove("metadata");
+                if kind.has_status_subresource() {
+                    m.remove("status");
+                }
+            }
+            v
+        }
+    }
+}
+
+fn tracks_generation(kind: Kind) -> bool {
+    kind == Kind::Lease || kind.is_custom()
+}
+
+/// A v4-shaped UUID drawn from the seeded stream at position `n` (the
+/// resourceVersion the object was created at), so uids are unique, stable
+/// across restarts and reproducible from the seed.
+pub(crate) fn uid_for(seed: u64, n: u64) -> String {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(1);
+    rng.set_word_pos(u128::from(n) * 4);
+    let mut b = [0u8; 16];
+    rng.fill_bytes(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+/// The 5-character suffix the real server appends for `generateName`, from the
+/// same alphabet (no vowels, no look-alikes).
+fn name_suffix(seed: u64, n: u64, attempt: u64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(2);
+    rng.set_word_pos((u128::from(n) * u128::from(GENERATE_NAME_ATTEMPTS) + u128::from(attempt)) * 2);
+    let mut b = [0u8; 5];
+    rng.fill_bytes(&mut b);
+    b.iter().map(|x| ALPHABET[usize::from(*x) % ALPHABET.len()] as char).collect()
+}
+
+impl KubeFake {
+    /// A fake over `store` (state survives a restart over the same sled tree),
+    /// recording HTTP calls through `gate`; `seed` drives uids and generated names.
+    pub fn new(store: Arc<dyn Store>, gate: Gate, seed: u64) -> Result<Self> {
+        let rv: u64 = store.get_json(RV_KEY)?.unwrap_or(0);
+        Ok(Self { inner: Arc::new(Inner { store, gate, seed, rv: Mutex::new(rv) }) })
+    }
+
+    /// The gate HTTP requests pass through.
+    pub fn gate(&self) -> &Gate {
+        &self.inner.gate
+    }
+
+    /// The last resourceVersion handed out (the one a list would report).
+    pub fn resource_version(&self) -> u64 {
+        *self.lock()
+    }
+
+    /// Make every write so far durable.
+    pub fn flush(&self) -> Result<()> {
+        Ok(self.inner.store.flush()?)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, u64> {
+        // A panicking writer never leaves a half-written object (the store write
+        // is last), so the state behind a poisoned lock is still consistent.
+        self.inner.rv.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> String {
+        let ms = self.inner.gate.history().clock().now().0;
+        let secs = EPOCH_UNIX.saturating_add(i64::try_from(ms / 1000).unwrap_or(i64::MAX / 2));
+        let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+        time::OffsetDateTime::from_unix_timestamp(secs)
+            .ok()
+            .and_then(|t| t.format(&fmt).ok())
+            .unwrap_or_else(|| "2025-01-01T00:00:00Z".to_string())
+    }
+
+    fn load(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Value>> {
+        Ok(self.inner.store.get_json(&obj_key(kind, ns, name))?)
+    }
+
+    /// Persist `obj` at `rv` (counter first, so a crash in between never reuses a version).
+    fn commit(&self, guard: &mut MutexGuard<'_, u64>, rv: u64, kind: Kind, obj: Option<&Value>, ns: &str, name: &str) -> Result<()> {
+        self.inner.store.put_json(RV_KEY, &rv)?;
+        **guard = rv;
+        let key = obj_key(kind, ns, name);
+        match obj {
+            Some(o) => self.inner.store.put_json(&key, o)?,
+            None => {
+                self.inner.store.remove(&key)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Namespace of a request: required for namespaced kinds, ignored otherwise.
+    fn scope<'a>(kind: Kind, ns: Option<&'a str>) -> Result<&'a str> {
+        if kind.namespaced() {
+            match ns {
+                Some(n) if !n.is_empty() => Ok(n),
+                _ => Err(bad(format!("a namespace is required for {}", kind.plural()))),
+            }
+        } else {
+            Ok("")
+        }
+    }
+
+    /// Type/shape checks every incoming object gets, and reconciling its
+    /// namespace and name with the request's (400 on a mismatch, as the server).
+    fn normalize(&self, kind: Kind, path_ns: Option<&str>, path_name: Option<&str>, mut obj: Value) -> Result<Value> {
+        let Some(m) = obj.as_object_mut() else {
+            return Err(bad(format!("the body of the request must be a {} object", kind.kind_name())));
+        };
+        match m.get("apiVersion") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(v)) if v.is_empty() || v == kind.api_version() => {}
+            Some(v) => {
+                return Err(bad(format!(
+                    "the API version in the data ({}) does not match the expected API version ({})",
+                    v.as_str().unwrap_or("?"),
+                    kind.api_version()
+                )))
+            }
+        }
+        match m.get("kind") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(v)) if v.is_empty() || v == kind.kind_name() => {}
+            Some(v) => {
+                return Err(bad(format!(
+                    "the kind in the data ({}) does not match the expected kind ({})",
+                    v.as_str().unwrap_or("?"),
+                    kind.kind_name()
+                )))
+            }
+        }
+        m.insert("apiVersion".into(), json!(kind.api_version()));
+        m.insert("kind".into(), json!(kind.kind_name()));
+        match m.get("metadata") {
+            None | Some(Value::Null) => {
+                m.insert("metadata".into(), json!({}));
+            }
+            Some(Value::Object(_)) => {}
+            Some(_) => return Err(bad("metadata must be an object")),
+        }
+        let md = meta_mut(&mut obj);
+        for f in ["name", "generateName", "namespace", "resourceVersion", "uid"] {
+            match md.get(f) {
+                None | Some(Value::String(_)) => {}
+                Some(Value::Null) => {
+                    md.remove(f);
+                }
+                Some(_) => return Err(bad(format!("metadata.{f} must be a string"))),
+            }
+        }
+        let body_ns = md.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
+        if kind.namespaced() {
+            let ns = match path_ns {
+                Some(p) => {
+                    if !body_ns.is_empty() && body_ns != p {
+                        return Err(bad("the namespace of the provided object does not match the namespace sent on the request"));
+                    }
+                    p.to_string()
+                }
+                None => body_ns,
+            };
+            if ns.is_empty() {
+                let name = md.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+                return Err(invalid(kind, &name, ("metadata.namespace".into(), "Required value".into())));
+            }
+            if let Err(msg) = validate::dns1123_label(&ns) {
+                return Err(invalid(kind, "", ("metadata.namespace".into(), msg)));
+            }
+            md.insert("namespace".into(), json!(ns));
+        } else {
+            md.remove("namespace");
+        }
+        if let Some(p) = path_name {
+            let body_name = md.get("name").and_then(Value::as_str).unwrap_or("");
+            if body_name.is_empty() {
+                md.insert("name".into(), json!(p));
+            } else if body_name != p {
+                return Err(bad(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({p})"
+                )));
+            }
+        }
+        Ok(obj)
+    }
+
+    /// Field validation plus the server's own rewrites (Secret `stringData`).
+    fn validate_and_default(&self, kind: Kind, obj: &mut Value) -> Result<()> {
+        let name = meta_str(obj, "name").to_string();
+        if let Err(msg) = validate::dns1123_subdomain(&name) {
+            return Err(invalid(kind, &name, ("metadata.name".into(), msg)));
+        }
+        let md = meta_mut(obj);
+        if let Some(l) = md.get("labels").filter(|v| !v.is_null()) {
+            validate::labels(l).map_err(|v| invalid(kind, &name, v))?;
+        }
+        if let Some(a) = md.get("annotations").filter(|v| !v.is_null()) {
+            validate::annotations(a).map_err(|v| invalid(kind, &name, v))?;
+        }
+        if let Some(f) = md.get("finalizers").filter(|v| !v.is_null()) {
+            let ok = f.as_array().is_some_and(|a| a.iter().all(|x| x.as_str().is_some_and(|s| !s.is_empty())));
+            if !ok {
+                return Err(invalid(kind, &name, ("metadata.finalizers".into(), "must be a list of non-empty strings".into())));
+            }
+        }
+        if md.get("ownerReferences").is_some_and(|v| !v.is_null() && !v.is_array()) {
+            return Err(bad("metadata.ownerReferences must be a list"));
+        }
+        match kind {
+            Kind::Secret => self.secret_rules(obj, &name),
+            Kind::ConfigMap => Self::configmap_rules(obj, &name),
+            Kind::Lease => Self::lease_rules(obj, &name),
+            _ => Ok(()),
+        }
+    }
+
+    fn secret_rules(&self, obj: &mut Value, name: &str) -> Result<()> {
+        let kind = Kind::Secret;
+        let Some(m) = obj.as_object_mut() else { return Ok(()) };
+        let mut data = match m.remove("data") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(d)) => d,
+            Some(_) => return Err(bad("Secret.data must be a map of base64 strings")),
+        };
+        let mut total = 0usize;
+        for (k, v) in &data {
+            validate::config_key(k, &format!("data[{k}]")).map_err(|v| invalid(kind, name, v))?;
+            let bytes = v
+                .as_str()
+                .and_then(validate::base64_value)
+                .ok_or_else(|| bad(format!("Secret.data[{k}]: illegal base64 data")))?;
+            total += bytes.len();
+        }
+        match m.remove("stringData") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(sd)) => {
+                for (k, v) in sd {
+                    validate::config_key(&k, &format!("stringData[{k}]")).map_err(|v| invalid(kind, name, v))?;
+                    let s = v.as_str().ok_or_else(|| bad(format!("Secret.stringData[{k}] must be a string")))?;
+                    // stringData wins over data, as documented for the real server.
+                    if let Some(old) = data.get(&k).and_then(Value::as_str).and_then(validate::base64_value) {
+                        total -= old.len().min(total);
+                    }
+                    total += s.len();
+                    data.insert(k, json!(validate::base64_encode(s.as_bytes())));
+                }
+            }
+            Some(_) => return Err(bad("Secret.stringData must be a map of strings")),
+        }
+        if total > validate::MAX_DATA_BYTES {
+            return Err(invalid(kind, name, ("data".into(), format!("Too long: must have at most {} bytes", validate::MAX_DATA_BYTES))));
+        }
+        if !data.is_empty() {
+            m.insert("data".into(), Value::Object(data));
+        }
+        match m.get("type") {
+            None | Some(Value::Null) => {
+                m.insert("type".into(), json!("Opaque"));
+            }
+            Some(Value::String(t)) if t.is_empty() => {
+                m.insert("type".into(), json!("Opaque"));
+            }
+            Some(Value::String(_)) => {}
+            Some(_) => return Err(bad("Secret.type must be a string")),
+        }
+        Ok(())
+    }
+
+    fn configmap_rules(obj: &mut Value, name: &str) -> Result<()> {
+        let kind = Kind::ConfigMap;
+        let mut total = 0usize;
+        if let Some(d) = obj.get("data").filter(|v| !v.is_null()) {
+            let d = validate::string_map(d, "data").map_err(|_| bad("ConfigMap.data must be a map of strings"))?;
+            for (k, v) in d {
+                validate::config_key(k, &format!("data[{k}]")).map_err(|v| invalid(kind, name, v))?;
+                total += k.len() + v.as_str().map_or(0, str::len);
+            }
+        }
+        if let Some(b) = obj.get("binaryData").filter(|v| !v.is_null()) {
+            let b = b.as_object().ok_or_else(|| bad("ConfigMap.binaryData must be a map of base64 strings"))?;
+            for (k, v) in b {
+                validate::config_key(k, &format!("binaryData[{k}]")).map_err(|v| invalid(kind, name, v))?;
+                let bytes = v
+                    .as_str()
+                    .and_then(validate::base64_value)
+                    .ok_or_else(|| bad(format!("ConfigMap.binaryData[{k}]: illegal base64 data")))?;
+                if obj.get("data").and_then(|d| d.get(k)).is_some() {
+                    return Err(invalid(kind, name, (format!("data[{k}]"), "Invalid value: duplicate of key present in binaryData".into())));
+                }
+                total += k.len() + bytes.len();
+            }
+        }
+        if total > validate::MAX_DATA_BYTES {
+            return Err(invalid(kind, name, ("data".into(), format!("Too long: must have at most {} bytes", validate::MAX_DATA_BYTES))));
+        }
+        Ok(())
+    }
+
+    fn lease_rules(obj: &mut Value, name: &str) -> Result<()> {
+        let kind = Kind::Lease;
+        let Some(spec) = obj.get("spec").filter(|v| !v.is_null()) else { return Ok(()) };
+        let spec = spec.as_object().ok_or_else(|| bad("Lease.spec must be an object"))?;
+        for f in ["holderIdentity", "acquireTime", "renewTime", "strategy", "preferredHolder"] {
+            if spec.get(f).is_some_and(|v| !v.is_null() && !v.is_string()) {
+                return Err(bad(format!("Lease.spec.{f} must be a string")));
+            }
+        }
+        for f in ["leaseDurationSeconds", "leaseTransitions"] {
+            match spec.get(f) {
+                None | Some(Value::Null) => {}
+                Some(v) => {
+                    let n = v.as_i64().ok_or_else(|| bad(format!("Lease.spec.{f} must be an integer")))?;
+                    if f == "leaseDurationSeconds" && n <= 0 {
+                        return Err(invalid(kind, name, (format!("spec.{f}"), format!("Invalid value: {n}: must be greater than 0"))));
+                    }
+                    if n < 0 {
+                        return Err(invalid(kind, name, (format!("spec.{f}"), format!("Invalid value: {n}: must be greater than or equal to 0"))));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rules that compare the new object to the stored one.
+    fn update_rules(kind: Kind, old: &Value, new: &Value, name: &str) -> Result<()> {
+        let immutable = |v: &Value| v.get("immutable").and_then(Value::as_bool).unwrap_or(false);
+        if matches!(kind, Kind::Secret | Kind::ConfigMap) && immutable(old) {
+            let fields: &[&str] = if kind == Kind::Secret { &["data"] } else { &["data", "binaryData"] };
+            for f in fields {
+                if old.get(*f) != new.get(*f) {
+                    return Err(invalid(kind, name, ((*f).into(), "Forbidden: field is immutable when `immutable` is set".into())));
+                }
+            }
+            if !immutable(new) {
+                return Err(invalid(kind, name, ("immutable".into(), "Forbidden: field is immutable when `immutable` is set".into())));
+            }
+        }
+        if kind == Kind::Secret && old.get("type") != new.get("type") {
+            return Err(invalid(kind, name, ("type".into(), "Invalid value: field is immutable".into())));
+        }
+        if !meta_str(old, "deletionTimestamp").is_empty() {
+            let before = finalizers(old);
+            if finalizers(new).iter().any(|f| !before.contains(f)) {
+                return Err(invalid(kind, name, ("metadata.finalizers".into(), "Forbidden: no new finalizers can be added if the object is being deleted".into())));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- create ---------------------------------------------------------
+
+    pub(crate) fn create_in(&self, kind: Kind, path_ns: Option<&str>, obj: Value, opts: WriteOpts) -> Result<Value> {
+        let obj = self.normalize(kind, path_ns, None, obj)?;
+        let mut guard = self.lock();
+        self.create_locked(&mut guard, kind, obj, opts)
+    }
+
+    fn create_locked(&self, guard: &mut MutexGuard<'_, u64>, kind: Kind, mut obj: Value, opts: WriteOpts) -> Result<Value> {
+        let ns = meta_str(&obj, "namespace").to_string();
+        if !meta_str(&obj, "resourceVersion").is_empty() {
+            return Err(bad("resourceVersion should not be set on objects to be created"));
+        }
+        let rv = **guard + 1;
+        let mut name = meta_str(&obj, "name").to_string();
+        if name.is_empty() {
+            let prefix = meta_str(&obj, "generateName").to_string();
+            if prefix.is_empty() {
+                return Err(invalid(kind, "", ("metadata.name".into(), "Required value: name or generateName is required".into())));
+            }
+            // Validate the prefix as if it were a name first, so a bad prefix
+            // is reported as such rather than as a bad generated name.
+            let probe = format!("{prefix}x");
+            if let Err(msg) = validate::dns1123_subdomain(&probe) {
+                return Err(invalid(kind, "", ("metadata.generateName".into(), msg)));
+            }
+            let mut chosen = None;
+            for attempt in 0..GENERATE_NAME_ATTEMPTS {
+                let candidate = format!("{prefix}{}", name_suffix(self.inner.seed, rv, attempt));
+                if self.load(kind, &ns, &candidate)?.is_none() {
+                    chosen = Some(candidate);
+                    break;
+                }
+            }
+            name = chosen.ok_or_else(|| KubeError::AlreadyExists { kind, name: format!("{prefix}*") })?;
+            meta_mut(&mut obj).insert("name".into(), json!(name));
+        }
+        if opts.http && kind.has_status_subresource() {
+            if let Some(m) = obj.as_object_mut() {
+                m.remove("status");
+            }
+        }
+        self.validate_and_default(kind, &mut obj)?;
+        if self.load(kind, &ns, &name)?.is_some() {
+            return Err(KubeError::AlreadyExists { kind, name });
+        }
+        let now = self.now();
+        let md = meta_mut(&mut obj);
+        for f in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+            md.remove(f);
+        }
+        md.insert("uid".into(), json!(uid_for(self.inner.seed, rv)));
+        md.insert("resourceVersion".into(), json!(rv.to_string()));
+        md.insert("creationTimestamp".into(), json!(now));
+        if tracks_generation(kind) {
+            md.insert("generation".into(), json!(1));
+        } else {
+            md.remove("generation");
+        }
+        if !opts.dry_run {
+            self.commit(guard, rv, kind, Some(&obj), &ns, &name)?;
+        }
+        Ok(obj)
+    }
+
+    // ---- update ---------------------------------------------------------
+
+    pub(crate) fn replace_in(&self, kind: Kind, path_ns: Option<&str>, path_name: Option<&str>, obj: Value, opts: WriteOpts) -> Result<Value> {
+        let new = self.normalize(kind, path_ns, path_name, obj)?;
+        let ns = meta_str(&new, "namespace").to_string();
+        let name = meta_str(&new, "name").to_string();
+        if name.is_empty() {
+            return Err(invalid(kind, "", ("metadata.name".into(), "Required value: name is required".into())));
+        }
+        let mut guard = self.lock();
+        let old = self.load(kind, &ns, &name)?.ok_or_else(|| KubeError::NotFound { kind, name: name.clone() })?;
+        self.update_locked(&mut guard, kind, &old, new, opts)
+    }
+
+    pub(crate) fn patch_in(&self, kind: Kind, ns: Option<&str>, name: &str, patch: PatchBody, opts: WriteOpts) -> Result<Value> {
+        let scope = Self::scope(kind, ns)?;
+        let mut guard = self.lock();
+        let Some(old) = self.load(kind, scope, name)? else {
+            if let PatchBody::Apply(body) = patch {
+                // Server-side apply creates what does not exist yet.
+                let obj = self.normalize(kind, ns, Some(name), body)?;
+                return self.create_locked(&mut guard, kind, obj, opts);
+            }
+            return Err(KubeError::NotFound { kind, name: name.to_string() });
+        };
+        let patched = match &patch {
+            PatchBody::Merge(p) | PatchBody::Apply(p) => {
+                if !p.is_object() {
+                    return Err(bad("a merge patch must be a JSON object"));
+                }
+                merge_patch(&old, p)
+            }
+            PatchBody::Json(p) => json_patch(&old, p).map_err(|e| match e {
+                PatchError::Malformed(m) => bad(m),
+                PatchError::NotApplicable(m) => KubeError::Invalid { kind, name: name.to_string(), field: "".into(), message: m },
+            })?,
+        };
+        let new = self.normalize(kind, ns.filter(|_| kind.namespaced()), Some(name), patched)?;
+        self.update_locked(&mut guard, kind, &old, new, opts)
+    }
+
+    fn update_locked(&self, guard: &mut MutexGuard<'_, u64>, kind: Kind, old: &Value, mut new: Value, opts: WriteOpts) -> Result<Value> {
+        let name = meta_str(old, "name").to_string();
+        let ns = meta_str(old, "namespace").to_string();
+        let old_rv = meta_str(old, "resourceVersion");
+        let body_rv = meta_str(&new, "resourceVersion");
+        if !body_rv.is_empty() && body_rv != old_rv {
+            return Err(conflict_modified(kind, &name));
+        }
+        let old_uid = meta_str(old, "uid");
+        let body_uid = meta_str(&new, "uid");
+        if !body_uid.is_empty() && body_uid != old_uid {
+            return Err(KubeError::Conflict {
+                kind,
+                name,
+                message: format!("Precondition failed: UID in precondition: {body_uid}, UID in object meta: {old_uid}"),
+            });
+        }
+        if opts.status_only {
+            let status = new.get("status").cloned();
+            new = old.clone();
+            if let Some(m) = new.as_object_mut() {
+                match status {
+                    Some(s) if !s.is_null() => m.insert("status".into(), s),
+                    _ => m.remove("status"),
+                };
+            }
+        } else if opts.http && kind.has_status_subresource() {
+            if let Some(m) = new.as_object_mut() {
+                match old.get("status") {
+                    Some(s) => m.insert("status".into(), s.clone()),
+                    None => m.remove("status"),
+                };
+            }
+        }
+        // Server-owned metadata always comes from the stored object.
+        {
+            let old_md = meta(old).cloned().unwrap_or_default();
+            let md = meta_mut(&mut new);
+            for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "resourceVersion", "generateName"] {
+                match old_md.get(f) {
+                    Some(v) => md.insert(f.to_string(), v.clone()),
+                    None => md.remove(f),
+                };
+            }
+            md.remove("selfLink");
+        }
+        self.validate_and_default(kind, &mut new)?;
+        Self::update_rules(kind, old, &new, &name)?;
+        if tracks_generation(kind) && generation_scope(kind, old) != generation_scope(kind, &new) {
+            let g = meta(old).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0);
+            meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+        }
+        // A no-op write keeps its resourceVersion, as the real server does.
+        if &new == old {
+            return Ok(new);
+        }
+        let rv = **guard + 1;
+        meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
+        let deleting = !meta_str(&new, "deletionTimestamp").is_empty();
+        if !opts.dry_run {
+            let keep = !(deleting && finalizers(&new).is_empty());
+            self.commit(guard, rv, kind, keep.then_some(&new), &ns, &name)?;
+        }
+        Ok(new)
+    }
+
+    // ---- delete ---------------------------------------------------------
+
+    pub(crate) fn delete_in(&self, kind: Kind, ns: Option<&str>, name: &str, pre: &Preconditions, opts: WriteOpts) -> Result<Option<Deleted>> {
+        let scope = Self::scope(kind, ns)?;
+        let mut guard = self.lock();
+        let Some(old) = self.load(kind, scope, name)? else { return Ok(None) };
+        let uid = meta_str(&old, "uid");
+        if let Some(want) = pre.uid.as_deref().filter(|u| *u != uid) {
+            return Err(KubeError::Conflict {
+                kind,
+                name: name.to_string(),
+                message: format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+            });
+        }
+        let rv = meta_str(&old, "resourceVersion");
+        if let Some(want) = pre.resource_version.as_deref().filter(|r| *r != rv) {
+            return Err(KubeError::Conflict {
+                kind,
+                name: name.to_string(),
+                message: format!("Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"),
+            });
+        }
+        let next = *guard + 1;
+        if !finalizers(&old).is_empty() {
+            if !meta_str(&old, "deletionTimestamp").is_empty() {
+                return Ok(Some(Deleted { object: old, gone: false }));
+            }
+            let mut marked = old.clone();
+            let now = self.now();
+            let md = meta_mut(&mut marked);
+            md.insert("deletionTimestamp".into(), json!(now));
+            md.insert("deletionGracePeriodSeconds".into(), json!(0));
+            md.insert("resourceVersion".into(), json!(next.to_string()));
+            if !opts.dry_run {
+                self.commit(&mut guard, next, kind, Some(&marked), scope, name)?;
+            }
+            return Ok(Some(Deleted { object: marked, gone: false }));
+        }
+        if !opts.dry_run {
+            self.commit(&mut guard, next, kind, None, scope, name)?;
+        }
+        Ok(Some(Deleted { object: old, gone: true }))
+    }
+
+    // ---- read -----------------------------------------------------------
+
+    pub(crate) fn get_in(&self, kind: Kind, ns: Option<&str>, name: &str) -> Result<Option<Value>> {
+        let scope = Self::scope(kind, ns)?;
+        let _guard = self.lock();
+        self.load(kind, scope, name)
+    }
+
+    /// Objects of `kind` (in `ns`, or everywhere), sorted by (namespace, name),
+    /// with the resourceVersion the list is consistent at.
+    pub(crate) fn list_in(&self, kind: Kind, ns: Option<&str>, labels: &LabelSelector, fields: &FieldSelector) -> Result<(Vec<Value>, u64)> {
+        let prefix = match ns.filter(|_| kind.namespaced()) {
+            Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
+            None => format!("{OBJ_PREFIX}{}/", kind.plural()),
+        };
+        let guard = self.lock();
+        let rv = *guard;
+        let mut items: Vec<Value> = self
+            .inner
+            .store
+            .scan_json::<Value>(&prefix)?
+            .into_iter()
+            .map(|(_, v)| v)
+            .filter(|o| labels.matches_object(o) && fields.matches_object(o))
+            .collect();
+        drop(guard);
+        items.sort_by(|a, b| {
+            (meta_str(a, "namespace"), meta_str(a, "name")).cmp(&(meta_str(b, "namespace"), meta_str(b, "name")))
+        });
+        Ok((items, rv))
+    }
+
+    // ---- in-process API -------------------------------------------------
+
+    /// Create `obj` (namespace from its metadata for namespaced kinds); 409 AlreadyExists if taken.
+    pub fn create(&self, kind: Kind, obj: Value) -> Result<Value> {
+        self.create_in(kind, None, obj, WriteOpts::IN_PROCESS)
+    }
+
+    /// The object, or `None`.
+    pub fn get(&self, kind: Kind, namespace: Option<&str>, name: &str) -> Result<Option<Value>> {
+        self.get_in(kind, namespace, name)
+    }
+
+    /// Every object of `kind` in `namespace` (or all namespaces), sorted by (namespace, name).
+    pub fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<Value>> {
+        Ok(self.list_in(kind, namespace, &LabelSelector::default(), &FieldSelector::default())?.0)
+    }
+
+    /// Replace the stored object named by `obj`'s metadata; a compare-and-swap
+    /// when `metadata.resourceVersion` is set. May write `status` directly.
+    pub fn replace(&self, kind: Kind, obj: Value) -> Result<Value> {
+        self.replace_in(kind, None, None, obj, WriteOpts::IN_PROCESS)
+    }
+
+    /// RFC 7386 merge patch; a compare-and-swap when the patch carries
+    /// `metadata.resourceVersion`.
+    pub fn merge_patch(&self, kind: Kind, namespace: Option<&str>, name: &str, patch: Value) -> Result<Value> {
+        self.patch_in(kind, namespace, name, PatchBody::Merge(patch), WriteOpts::IN_PROCESS)
+    }
+
+    /// Delete; `None` if it did not exist. With finalizers the object stays,
+    /// marked with `deletionTimestamp`, and is returned as marked.
+    pub fn delete(&self, kind: Kind, namespace: Option<&str>, name: &str) -> Result<Option<Value>> {
+        Ok(self.delete_in(kind, namespace, name, &Preconditions::default(), WriteOpts::IN_PROCESS)?.map(|d| d.object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::history::History;
+    use crate::store::{MemStore, SledStore};
+
+    fn gate() -> Gate {
+        Gate::new(History::new(SimClock::new()))
+    }
+
+    fn fake(seed: u64) -> KubeFake {
+        KubeFake::new(Arc::new(MemStore::default()), gate(), seed).unwrap()
+    }
+
+    fn cm(name: &str) -> Value {
+        json!({"metadata":{"name":name,"namespace":"default","labels":{"app":"x"}},"data":{"k":"v"}})
+    }
+
+    #[test]
+    fn create_fills_server_fields() {
+        let f = fake(1);
+        let o = f.create(Kind::ConfigMap, cm("a")).unwrap();
+        assert_eq!(o["apiVersion"], "v1");
+        assert_eq!(o["kind"], "ConfigMap");
+        assert_eq!(o["metadata"]["resourceVersion"], "1");
+        assert_eq!(o["metadata"]["creationTimestamp"], "2025-01-01T00:00:00Z");
+        assert_eq!(o["metadata"]["uid"].as_str().unwrap().len(), 36);
+        assert!(o["metadata"].get("generation").is_none());
+        assert!(matches!(f.create(Kind::ConfigMap, cm("a")), Err(KubeError::AlreadyExists { .. })));
+    }
+
+    #[test]
+    fn uid_is_deterministic_by_seed() {
+        let uids = |seed| {
+            let f = fake(seed);
+            (0..3).map(|i| f.create(Kind::ConfigMap, cm(&format!("c{i}"))).unwrap()["metadata"]["uid"].clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(uids(7), uids(7));
+        assert_ne!(uids(7), uids(8));
+        let u = uid_for(7, 1);
+        assert_eq!(&u[14..15], "4", "version nibble: {u}");
+        assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"), "variant: {u}");
+    }
+
+    #[test]
+    fn generate_name() {
+        let f = fake(3);
+        let mut obj = json!({"metadata":{"generateName":"ckpt-","namespace":"ns"}});
+        let a = f.create(Kind::ConfigMap, obj.clone()).unwrap();
+        let b = f.create(Kind::ConfigMap, obj.clone()).unwrap();
+        let (an, bn) = (a["metadata"]["name"].as_str().unwrap(), b["metadata"]["name"].as_str().unwrap());
+        assert!(an.starts_with("ckpt-") && an.len() == 10, "{an}");
+        assert_ne!(an, bn);
+        assert_eq!(fake(3).create(Kind::ConfigMap, obj.clone()).unwrap()["metadata"]["name"], an);
+        obj["metadata"]["generateName"] = json!("Bad_");
+        assert!(matches!(f.create(Kind::ConfigMap, obj), Err(KubeError::Invalid { .. })));
+    }
+
+    #[test]
+    fn replace_is_cas() {
+        let f = fake(1);
+        let v1 = f.create(Kind::ConfigMap, cm("a")).unwrap();
+        let mut v2 = v1.clone();
+        v2["data"]["k"] = json!("w");
+        let v2 = f.replace(Kind::ConfigMap, v2).unwrap();
+        assert_eq!(v2["metadata"]["resourceVersion"], "2");
+        let mut stale = v1.clone();
+        stale["data"]["k"] = json!("z");
+        assert!(matches!(f.replace(Kind::ConfigMap, stale.clone()), Err(KubeError::Conflict { .. })));
+        // Without a resourceVersion the write is unconditional.
+        meta_mut(&mut stale).remove("resourceVersion");
+        let v3 = f.replace(Kind::ConfigMap, stale).unwrap();
+        assert_eq!(v3["data"]["k"], "z");
+        assert_eq!(v3["metadata"]["uid"], v1["metadata"]["uid"]);
+        // A no-op keeps the version.
+        assert_eq!(f.replace(Kind::ConfigMap, v3.clone()).unwrap()["metadata"]["resourceVersion"], v3["metadata"]["resourceVersion"]);
+    }
+
+    #[test]
+    fn patch_cas_and_generation() {
+        let f = fake(1);
+        let b = f
+            .create(Kind::BucketClaim, json!({"apiVersion":"objectstorage.k8s.io/v1alpha1","kind":"BucketClaim","metadata":{"name":"c","namespace":"n"},"spec":{"bucketClassName":"x"}}))
+            .unwrap();
+        assert_eq!(b["metadata"]["generation"], 1);
+        let p = f.merge_patch(Kind::BucketClaim, Some("n"), "c", json!({"spec":{"protocols":["S3"]}})).unwrap();
+        assert_eq!(p["metadata"]["generation"], 2);
+        let p = f.merge_patch(Kind::BucketClaim, Some("n"), "c", json!({"metadata":{"labels":{"a":"b"}}})).unwrap();
+        assert_eq!(p["metadata"]["generation"], 2);
+        let stale = json!({"metadata":{"resourceVersion":"1"},"spec":{"bucketClassName":"y"}});
+        assert!(matches!(f.merge_patch(Kind::BucketClaim, Some("n"), "c", stale), Err(KubeError::Conflict { .. })));
+        assert!(matches!(f.merge_patch(Kind::BucketClaim, Some("n"), "missing", json!({})), Err(KubeError::NotFound { .. })));
+    }
+
+    #[test]
+    fn secret_string_data_and_base64() {
+        let f = fake(1);
+        let s = f
+            .create(Kind::Secret, json!({"metadata":{"name":"s","namespace":"n"},"data":{"a":"eA=="},"stringData":{"b":"hello","a":"y"}}))
+            .unwrap();
+        assert_eq!(s["data"], json!({"a":"eQ==","b":"aGVsbG8="}));
+        assert!(s.get("stringData").is_none());
+        assert_eq!(s["type"], "Opaque");
+        let bad = f.create(Kind::Secret, json!({"metadata":{"name":"t","namespace":"n"},"data":{"a":"not base64!"}}));
+        assert!(matches!(bad, Err(KubeError::BadRequest { .. })));
+    }
+
+    #[test]
+    fn finalizers_defer_deletion() {
+        let f = fake(1);
+        f.create(Kind::Bucket, json!({"metadata":{"name":"b","finalizers":["cosi.objectstorage.k8s.io/bucket-protection"]},"spec":{}})).unwrap();
+        let marked = f.delete(Kind::Bucket, None, "b").unwrap().unwrap();
+        assert!(marked["metadata"]["deletionTimestamp"].is_string());
+        assert!(f.get(Kind::Bucket, None, "b").unwrap().is_some());
+        let add = f.merge_patch(Kind::Bucket, None, "b", json!({"metadata":{"finalizers":["a","cosi.objectstorage.k8s.io/bucket-protection"]}}));
+        assert!(matches!(add, Err(KubeError::Invalid { .. })));
+        f.merge_patch(Kind::Bucket, None, "b", json!({"metadata":{"finalizers":null}})).unwrap();
+        assert!(f.get(Kind::Bucket, None, "b").unwrap().is_none());
+        assert!(f.delete(Kind::Bucket, None, "b").unwrap().is_none());
+    }
+
+    #[test]
+    fn list_is_sorted_and_scoped() {
+        let f = fake(1);
+        for (ns, name) in [("b", "x"), ("a-b", "y"), ("a", "z"), ("a", "c")] {
+            f.create(Kind::ConfigMap, json!({"metadata":{"name":name,"namespace":ns}})).unwrap();
+        }
+        let all: Vec<_> = f.list(Kind::ConfigMap, None).unwrap().iter().map(|o| format!("{}/{}", meta_str(o, "namespace"), meta_str(o, "name"))).collect();
+        assert_eq!(all, ["a/c", "a/z", "a-b/y", "b/x"]);
+        assert_eq!(f.list(Kind::ConfigMap, Some("a")).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn invalid_inputs_are_errors() {
+        let f = fake(1);
+        assert!(matches!(f.create(Kind::ConfigMap, json!({"metadata":{"name":"Bad_Name","namespace":"n"}})), Err(KubeError::Invalid { .. })));
+        assert!(matches!(f.create(Kind::ConfigMap, json!({"metadata":{"name":"a"}})), Err(KubeError::Invalid { .. })));
+        assert!(matches!(f.create(Kind::ConfigMap, json!([1])), Err(KubeError::BadRequest { .. })));
+        assert!(matches!(f.create(Kind::ConfigMap, json!({"kind":"Secret","metadata":{"name":"a","namespace":"n"}})), Err(KubeError::BadRequest { .. })));
+        assert!(matches!(f.create(Kind::ConfigMap, json!({"metadata":{"name":"a","namespace":"n"},"data":{"k":1}})), Err(KubeError::BadRequest { .. })));
+        assert!(matches!(f.get(Kind::ConfigMap, None, "a"), Err(KubeError::BadRequest { .. })));
+    }
+
+    #[test]
+    fn restart_keeps_objects_and_counter() {
+        let dir = tempfile::tempdir().unwrap();
+        let (uid, rv) = {
+            let db = sled::open(dir.path()).unwrap();
+            let f = KubeFake::new(Arc::new(SledStore::open(&db, "kube").unwrap()), gate(), 5).unwrap();
+            let o = f.create(Kind::Secret, json!({"metadata":{"name":"ckpt","namespace":"drv"},"stringData":{"k":"v"}})).unwrap();
+            f.create(Kind::Bucket, json!({"metadata":{"name":"b"}})).unwrap();
+            f.flush().unwrap();
+            (o["metadata"]["uid"].clone(), f.resource_version())
+        };
+        let db = sled::open(dir.path()).unwrap();
+        let f = KubeFake::new(Arc::new(SledStore::open(&db, "kube").unwrap()), gate(), 5).unwrap();
+        assert_eq!(f.resource_version(), rv);
+        let o = f.get(Kind::Secret, Some("drv"), "ckpt").unwrap().unwrap();
+        assert_eq!(o["metadata"]["uid"], uid);
+        let next = f.create(Kind::ConfigMap, cm("after")).unwrap();
+        assert_eq!(next["metadata"]["resourceVersion"], (rv + 1).to_string());
+        assert_ne!(next["metadata"]["uid"], uid);
+    }
+}
