@@ -1,0 +1,156 @@
+//! `cosi-s3` as a separate process, so crash tests can SIGKILL a real driver:
+//! `cosi-s3 --endpoint unix:///path.sock [--kube-url URL] [--state-namespace NS] [--mutant NAME]...`.
+//! Arguments are parsed by hand: five flags do not justify a parser crate.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _};
+use cosi_s3::{DriverConfig, Mutant};
+
+const USAGE: &str = "usage: cosi-s3 [--endpoint unix:///path.sock] [--kube-url http://host:port] [--state-namespace NS] [--mutant NAME]...
+  --endpoint         Unix socket to serve COSI on (env COSI_ENDPOINT; default unix:///var/lib/cosi/cosi.sock)
+  --kube-url         Kubernetes API base URL (env KUBE_URL; required)
+  --state-namespace  namespace for checkpoints (default cosi-s3-system)
+  --mutant NAME      switch on a seeded bug; repeatable; --list-mutants shows them";
+
+struct Args {
+    socket: PathBuf,
+    config: DriverConfig,
+}
+
+fn socket_path(endpoint: &str) -> anyhow::Result<PathBuf> {
+    let path = endpoint
+        .strip_prefix("unix://")
+        .with_context(|| format!("--endpoint {endpoint:?} must be unix:///absolute/path.sock"))?;
+    if path.is_empty() {
+        bail!("--endpoint {endpoint:?} has no path; use unix:///absolute/path.sock");
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<Args>> {
+    let mut endpoint = None;
+    let mut config = DriverConfig::default();
+    let mut kube_url = None;
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| -> anyhow::Result<String> {
+            match inline.clone().or_else(|| it.next()) {
+                Some(v) => Ok(v),
+                None => bail!("{name} needs a value\n{USAGE}"),
+            }
+        };
+        match flag.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            "--list-mutants" => {
+                for m in Mutant::all() {
+                    println!("{:28} {}", m.name(), m.describe());
+                }
+                return Ok(None);
+            }
+            "--endpoint" => endpoint = Some(value("--endpoint")?),
+            "--kube-url" => kube_url = Some(value("--kube-url")?),
+            "--state-namespace" => config.state_namespace = value("--state-namespace")?,
+            "--mutant" => {
+                let v = value("--mutant")?;
+                let m = Mutant::parse(&v).with_context(|| {
+                    let names: Vec<_> = Mutant::all().iter().map(|m| m.name()).collect();
+                    format!("unknown mutant {v:?}; known: {}", names.join(", "))
+                })?;
+                if !config.mutants.contains(&m) {
+                    config.mutants.push(m);
+                }
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    let endpoint = endpoint
+        .or_else(|| std::env::var("COSI_ENDPOINT").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "unix:///var/lib/cosi/cosi.sock".to_string());
+    config.kube_url = match kube_url.or_else(|| std::env::var("KUBE_URL").ok().filter(|s| !s.is_empty())) {
+        Some(u) => u,
+        None => bail!("--kube-url (or KUBE_URL) is required: the Kubernetes API where checkpoints live\n{USAGE}"),
+    };
+    Ok(Some(Args {
+        socket: socket_path(&endpoint)?,
+        config,
+    }))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    match term {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let Some(args) = parse_args(std::env::args().skip(1))? else {
+        return Ok(());
+    };
+    if !args.config.mutants.is_empty() {
+        let names: Vec<_> = args.config.mutants.iter().map(|m| m.name()).collect();
+        tracing::warn!(mutants = %names.join(","), "seeded bugs switched on: this is NOT the correct driver");
+    }
+    cosi_s3::serve_unix(args.config, &args.socket, shutdown_signal()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(a: &[&str]) -> anyhow::Result<Option<Args>> {
+        parse_args(a.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn parses_flags() {
+        let a = parse(&[
+            "--endpoint",
+            "unix:///tmp/x.sock",
+            "--kube-url=http://127.0.0.1:1",
+            "--mutant",
+            "shared-policy",
+            "--mutant=rotate-on-retry",
+            "--state-namespace",
+            "ns",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(a.socket, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(a.config.kube_url, "http://127.0.0.1:1");
+        assert_eq!(a.config.state_namespace, "ns");
+        assert_eq!(a.config.mutants, vec![Mutant::SharedPolicy, Mutant::RotateOnRetry]);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(parse(&["--mutant", "nope", "--kube-url", "http://x:1"]).is_err());
+        assert!(parse(&["--endpoint", "/tmp/x.sock", "--kube-url", "http://x:1"]).is_err());
+        assert!(parse(&["--bogus"]).is_err());
+        assert!(parse(&["--endpoint"]).is_err());
+    }
+}
