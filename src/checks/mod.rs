@@ -1,0 +1,434 @@
+//! Invariants over what a run observed. Pure functions of `Observations`
+//! (no I/O), so each one can be shown failing on a hand-made broken input.
+//! A failed check names the calls that broke it.
+
+use std::collections::BTreeMap;
+
+use drivelab_fakes::cosi_sidecar::{DriverOp, DriverReply, DriverRequest, Exchange};
+use drivelab_fakes::history::CallId;
+use drivelab_fakes::secret::Secret;
+use serde::Serialize;
+
+use crate::scenario::Invariant;
+
+#[cfg(test)]
+mod tests;
+
+/// The backend as the driver left it (secrets held in memory only).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackendState {
+    /// access key → user.
+    pub users: BTreeMap<String, UserState>,
+    /// policy name → document.
+    pub policies: BTreeMap<String, serde_json::Value>,
+    /// bucket name → object keys.
+    pub buckets: BTreeMap<String, Vec<String>>,
+}
+
+/// One backend user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserState {
+    /// Its secret key.
+    pub secret: Secret,
+    /// `enabled` / `disabled`.
+    pub status: String,
+    /// Attached canned policies.
+    pub policies: Vec<String>,
+}
+
+/// A `retry` step: the same request again, and the backend around it.
+#[derive(Clone, Debug)]
+pub struct RetryObservation {
+    /// Scenario step index.
+    pub step: usize,
+    /// The first (original) exchange.
+    pub original: Exchange,
+    /// The retried one.
+    pub retried: Exchange,
+    /// Backend just before the retry.
+    pub before: BackendState,
+    /// Backend just after it.
+    pub after: BackendState,
+    /// True if the retry changed the request's parameters (then AlreadyExists is the right answer).
+    pub changed_request: bool,
+}
+
+/// A BucketAccess that is granted and not deleted at the end of the run.
+#[derive(Clone, Debug)]
+pub struct LiveAccess {
+    /// `namespace/name`.
+    pub name: String,
+    /// The COSI account name (`ba-<uid>`), the grant's idempotency key.
+    pub account_name: String,
+    /// `status.accountID`.
+    pub account_id: String,
+    /// The bucket it was granted on.
+    pub bucket_id: String,
+    /// The credentials in its Secret (what workloads use).
+    pub credentials: Option<(String, Secret)>,
+    /// Documents of the policies attached to its user right after its grant converged.
+    pub policies_at_grant: BTreeMap<String, serde_json::Value>,
+}
+
+/// A signed request the lab made with handed-out credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Whose credentials (`namespace/name`).
+    pub access: String,
+    /// Access key used.
+    pub access_key: String,
+    /// Bucket written to.
+    pub bucket: String,
+    /// Whether the access was granted this bucket.
+    pub granted_bucket: bool,
+    /// What it probes: `current` (the Secret's credentials) or `handed-out` (an earlier reply's).
+    pub purpose: ProbePurpose,
+    /// HTTP status.
+    pub status: u16,
+    /// S3 error code, if any.
+    pub code: Option<String>,
+    /// History call id of the probe.
+    pub call: Option<CallId>,
+}
+
+/// Why a probe was made.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbePurpose {
+    /// Least-privilege: the credentials in the Secret.
+    Current,
+    /// No-rotation: credentials from an earlier grant reply.
+    HandedOut,
+}
+
+/// Everything the checks read.
+#[derive(Clone, Debug, Default)]
+pub struct Observations {
+    /// Every sidecar→driver exchange.
+    pub exchanges: Vec<Exchange>,
+    /// Every `retry` step.
+    pub retries: Vec<RetryObservation>,
+    /// Accesses live at the end.
+    pub live: Vec<LiveAccess>,
+    /// Backend at the end.
+    pub backend: BackendState,
+    /// Probes made at the end.
+    pub probes: Vec<Probe>,
+    /// Every secret value the run created or handed out.
+    pub secrets: Vec<Secret>,
+    /// Texts written or logged by the run: (name, content).
+    pub artifacts: Vec<(String, String)>,
+}
+
+/// A check's result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// Which invariant.
+    pub invariant: &'static str,
+    /// Passed?
+    pub passed: bool,
+    /// What was checked (on pass) or what broke (on fail), one line each.
+    pub details: Vec<String>,
+    /// History call ids that show the violation.
+    pub evidence: Vec<u64>,
+}
+
+impl Verdict {
+    fn new(invariant: Invariant) -> Self {
+        Self { invariant: invariant.id(), passed: true, details: Vec::new(), evidence: Vec::new() }
+    }
+    fn fail(&mut self, detail: String, calls: impl IntoIterator<Item = CallId>) {
+        self.passed = false;
+        self.details.push(detail);
+        self.evidence.extend(calls.into_iter().map(|c| c.0));
+    }
+    fn finish(mut self, checked: String) -> Self {
+        if self.passed {
+            self.details.push(checked);
+        }
+        self.evidence.sort_unstable();
+        self.evidence.dedup();
+        self
+    }
+}
+
+/// Evaluate one invariant.
+pub fn check(inv: Invariant, obs: &Observations) -> Verdict {
+    match inv {
+        Invariant::IdempotentReplay => idempotent_replay(obs),
+        Invariant::UniqueCredentials => unique_credentials(obs),
+        Invariant::LeastPrivilege => least_privilege(obs),
+        Invariant::NoRotation => no_rotation(obs),
+        Invariant::NoSecretLeak => no_secret_leak(obs),
+    }
+}
+
+fn granted(ex: &Exchange) -> Option<(&str, Option<(&str, &Secret)>)> {
+    match &ex.reply {
+        DriverReply::Granted { account_id, credentials, .. } => {
+            Some((account_id.as_str(), credentials.as_ref().map(|c| (c.access_key_id.as_str(), &c.secret))))
+        }
+        _ => None,
+    }
+}
+
+/// Same request again → same answer; a retry changes no backend state.
+pub fn idempotent_replay(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::IdempotentReplay);
+    // Every successful answer for one idempotency key must agree with the first,
+    // whether the repeat came from a sidecar requeue or a scripted retry.
+    let mut first: BTreeMap<(DriverOp, String), &Exchange> = BTreeMap::new();
+    let mut compared = 0usize;
+    for ex in &obs.exchanges {
+        let key = (ex.request.op(), ex.request.key().to_string());
+        let ok = matches!(ex.reply, DriverReply::Created { .. } | DriverReply::Granted { .. });
+        if !ok || !same_request_shape(ex, first.get(&key).copied()) {
+            if ok {
+                first.entry(key).or_insert(ex);
+            }
+            continue;
+        }
+        let Some(prev) = first.get(&key).copied() else {
+            first.insert(key, ex);
+            continue;
+        };
+        compared += 1;
+        match (&prev.reply, &ex.reply) {
+            (DriverReply::Created { bucket_id: a }, DriverReply::Created { bucket_id: b }) if a != b => v.fail(
+                format!("DriverCreateBucket {} answered bucket_id {a:?} then {b:?}", ex.request.key()),
+                [prev.call, ex.call],
+            ),
+            _ => {}
+        }
+        if let (Some((a_id, a_cred)), Some((b_id, b_cred))) = (granted(prev), granted(ex)) {
+            if a_id != b_id {
+                v.fail(
+                    format!("DriverGrantBucketAccess {} answered account {a_id:?} then {b_id:?}", ex.request.key()),
+                    [prev.call, ex.call],
+                );
+            }
+            match (a_cred, b_cred) {
+                (Some((ak, asec)), Some((bk, bsec))) => {
+                    if ak != bk {
+                        v.fail(
+                            format!("DriverGrantBucketAccess {} answered access key {ak:?} then {bk:?}", ex.request.key()),
+                            [prev.call, ex.call],
+                        );
+                    }
+                    if asec != bsec {
+                        v.fail(
+                            format!("DriverGrantBucketAccess {} answered a different secret on a repeat (rotation)", ex.request.key()),
+                            [prev.call, ex.call],
+                        );
+                    }
+                }
+                _ => v.fail(format!("DriverGrantBucketAccess {} answered without s3 credentials", ex.request.key()), [ex.call]),
+            }
+        }
+    }
+    for r in &obs.retries {
+        if r.changed_request {
+            continue;
+        }
+        let ok = !matches!(r.retried.reply, DriverReply::Failed { .. });
+        if !ok {
+            if !matches!(r.original.reply, DriverReply::Failed { .. }) {
+                v.fail(
+                    format!(
+                        "step {}: {} {} succeeded, the same request again answered {}",
+                        r.step + 1,
+                        r.retried.request.op().rpc(),
+                        r.retried.request.key(),
+                        r.retried.reply.code_name()
+                    ),
+                    [r.original.call, r.retried.call],
+                );
+            }
+            continue;
+        }
+        compared += 1;
+        for change in diff_backend(&r.before, &r.after) {
+            v.fail(
+                format!("step {}: retried {} {} changed the backend: {change}", r.step + 1, r.retried.request.op().rpc(), r.retried.request.key()),
+                [r.retried.call],
+            );
+        }
+    }
+    v.finish(format!("{compared} repeated requests answered identically; retries left the backend unchanged"))
+}
+
+/// Two exchanges are comparable only if the request was the same (a retry with
+/// changed parameters is a different request: AlreadyExists is right there).
+fn same_request_shape(ex: &Exchange, prev: Option<&Exchange>) -> bool {
+    match prev {
+        None => true,
+        Some(p) => match (&p.request, &ex.request) {
+            (DriverRequest::Create { parameters: a, .. }, DriverRequest::Create { parameters: b, .. }) => a == b,
+            (DriverRequest::Grant { parameters: a, auth: x, bucket_id: ba, .. }, DriverRequest::Grant { parameters: b, auth: y, bucket_id: bb, .. }) => {
+                a == b && x == y && ba == bb
+            }
+            _ => true,
+        },
+    }
+}
+
+/// Human-readable differences between two backend states (no secret values).
+pub fn diff_backend(a: &BackendState, b: &BackendState) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, ua) in &a.users {
+        match b.users.get(k) {
+            None => out.push(format!("user {k} removed")),
+            Some(ub) => {
+                if ua.secret != ub.secret {
+                    out.push(format!("user {k} secret changed"));
+                }
+                if ua.status != ub.status {
+                    out.push(format!("user {k} status {} -> {}", ua.status, ub.status));
+                }
+                if ua.policies != ub.policies {
+                    out.push(format!("user {k} policies {:?} -> {:?}", ua.policies, ub.policies));
+                }
+            }
+        }
+    }
+    for k in b.users.keys().filter(|k| !a.users.contains_key(*k)) {
+        out.push(format!("user {k} added"));
+    }
+    for (k, pa) in &a.policies {
+        match b.policies.get(k) {
+            None => out.push(format!("policy {k} removed")),
+            Some(pb) if pa != pb => out.push(format!("policy {k} document replaced")),
+            _ => {}
+        }
+    }
+    for k in b.policies.keys().filter(|k| !a.policies.contains_key(*k)) {
+        out.push(format!("policy {k} added"));
+    }
+    for k in a.buckets.keys().filter(|k| !b.buckets.contains_key(*k)) {
+        out.push(format!("bucket {k} removed"));
+    }
+    for k in b.buckets.keys().filter(|k| !a.buckets.contains_key(*k)) {
+        out.push(format!("bucket {k} added"));
+    }
+    out
+}
+
+/// No two live accesses share an account id or access key.
+pub fn unique_credentials(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::UniqueCredentials);
+    let mut by_account: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut by_key: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for a in &obs.live {
+        by_account.entry(a.account_id.as_str()).or_default().push(&a.name);
+        if let Some((k, _)) = &a.credentials {
+            by_key.entry(k.as_str()).or_default().push(&a.name);
+        }
+    }
+    let grant_calls = |names: &[&str]| -> Vec<CallId> {
+        obs.live
+            .iter()
+            .filter(|a| names.contains(&a.name.as_str()))
+            .flat_map(|a| grant_calls_for(obs, &a.account_name))
+            .collect()
+    };
+    for (acct, names) in by_account.iter().filter(|(_, n)| n.len() > 1) {
+        v.fail(format!("accesses {} share account {acct:?}", names.join(", ")), grant_calls(names));
+    }
+    for (key, names) in by_key.iter().filter(|(_, n)| n.len() > 1) {
+        v.fail(format!("accesses {} share access key {key:?}", names.join(", ")), grant_calls(names));
+    }
+    v.finish(format!("{} live accesses, all with distinct accounts and keys", obs.live.len()))
+}
+
+fn grant_calls_for(obs: &Observations, account_name: &str) -> Vec<CallId> {
+    obs.exchanges
+        .iter()
+        .filter(|e| e.request.op() == DriverOp::GrantBucketAccess && e.request.key() == account_name)
+        .map(|e| e.call)
+        .collect()
+}
+
+/// Own bucket reachable, every other bucket denied, no grant's policy rewritten by another.
+pub fn least_privilege(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::LeastPrivilege);
+    let mut n = 0;
+    for p in obs.probes.iter().filter(|p| p.purpose == ProbePurpose::Current) {
+        n += 1;
+        let ok = (200..300).contains(&p.status);
+        let call = p.call.into_iter();
+        if p.granted_bucket && !ok {
+            v.fail(
+                format!("{} could not write its own bucket {}: {} {}", p.access, p.bucket, p.status, p.code.as_deref().unwrap_or("")),
+                call,
+            );
+        } else if !p.granted_bucket && ok {
+            v.fail(format!("{} wrote bucket {}, which it was never granted", p.access, p.bucket), call);
+        } else if !p.granted_bucket && p.code.as_deref() != Some("AccessDenied") {
+            v.fail(
+                format!("{} on foreign bucket {} got {} {} instead of AccessDenied", p.access, p.bucket, p.status, p.code.as_deref().unwrap_or("")),
+                call,
+            );
+        }
+    }
+    for a in &obs.live {
+        let Some((key, _)) = &a.credentials else { continue };
+        let now: BTreeMap<String, serde_json::Value> = obs
+            .backend
+            .users
+            .get(key)
+            .map(|u| u.policies.iter().filter_map(|p| obs.backend.policies.get(p).map(|d| (p.clone(), d.clone()))).collect())
+            .unwrap_or_default();
+        for (name, doc) in &a.policies_at_grant {
+            match now.get(name) {
+                None => v.fail(format!("{}: policy {name} it was granted is no longer attached", a.name), grant_calls_for(obs, &a.account_name)),
+                Some(d) if d != doc => v.fail(
+                    format!("{}: policy {name} was replaced after its grant (a later grant overwrote a shared policy)", a.name),
+                    grant_calls_for(obs, &a.account_name),
+                ),
+                _ => {}
+            }
+        }
+    }
+    v.finish(format!("{n} probes: each access writes its own bucket and is denied elsewhere; granted policies unchanged"))
+}
+
+/// Every credential ever handed out for a live access still authenticates.
+pub fn no_rotation(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::NoRotation);
+    let mut n = 0;
+    for p in &obs.probes {
+        n += 1;
+        if matches!(p.code.as_deref(), Some("SignatureDoesNotMatch" | "InvalidAccessKeyId")) {
+            let what = match p.purpose {
+                ProbePurpose::Current => "the credentials in its Secret",
+                ProbePurpose::HandedOut => "credentials an earlier grant reply handed out",
+            };
+            v.fail(
+                format!("{}: {what} (key {}) no longer authenticate: {} {}", p.access, p.access_key, p.status, p.code.as_deref().unwrap_or("")),
+                p.call.into_iter(),
+            );
+        }
+    }
+    for a in &obs.live {
+        if a.credentials.is_none() {
+            v.fail(format!("{}: granted but its credentials Secret is missing or unreadable", a.name), grant_calls_for(obs, &a.account_name));
+        }
+    }
+    v.finish(format!("{n} signed requests with handed-out credentials all authenticated"))
+}
+
+/// No secret value in any artifact.
+pub fn no_secret_leak(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::NoSecretLeak);
+    // Very short values would match by accident; real secrets here are ≥ 16 chars.
+    let secrets: Vec<&Secret> = obs.secrets.iter().filter(|s| s.expose().len() >= 8).collect();
+    for (name, text) in &obs.artifacts {
+        for (i, s) in secrets.iter().enumerate() {
+            if let Some(pos) = text.find(s.expose()) {
+                let line = text[..pos].matches('\n').count() + 1;
+                v.fail(format!("{name}:{line}: contains secret #{} of this run", i + 1), []);
+            }
+        }
+    }
+    v.finish(format!("{} secrets searched for in {} artifacts; none found", secrets.len(), obs.artifacts.len()))
+}

@@ -1,0 +1,702 @@
+//! Scenario files: the YAML a developer writes, parsed into typed steps and
+//! validated before anything runs. Every error carries `file:line:col`, what
+//! was expected and a hint; unknown keys are errors.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cosi_s3::Mutant;
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+pub mod invariant;
+pub use invariant::Invariant;
+
+/// A validated scenario, ready for the engine.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Its `name:`.
+    pub name: String,
+    /// Free text describing what it provokes.
+    pub description: String,
+    /// The driver under test.
+    pub driver: DriverSpec,
+    /// Seed from the file (the command line may override it).
+    pub seed: Option<u64>,
+    /// BucketClasses the lab creates before the first step.
+    pub bucket_classes: Vec<BucketClassSpec>,
+    /// BucketAccessClasses the lab creates before the first step.
+    pub access_classes: Vec<AccessClassSpec>,
+    /// What happens, in order.
+    pub steps: Vec<Located<Step>>,
+    /// The invariants to check at the end.
+    pub invariants: Vec<Invariant>,
+    /// How much virtual time each step may take to converge.
+    pub converge_within: Duration,
+}
+
+/// A value with the place in the file it came from.
+#[derive(Clone, Debug)]
+pub struct Located<T> {
+    /// The value.
+    pub value: T,
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column.
+    pub col: u64,
+}
+
+/// Which driver the scenario drives.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DriverSpec {
+    /// A reference driver linked into drivelab.
+    pub builtin: BuiltinDriver,
+    /// Seeded bugs to switch on (the lab must catch them).
+    #[serde(default)]
+    pub mutants: Vec<Mutant>,
+}
+
+/// Reference drivers built into the binary.
+#[derive(Copy, Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum BuiltinDriver {
+    /// The reference COSI driver for S3 admin APIs.
+    CosiS3,
+}
+
+/// A BucketClass.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BucketClassSpec {
+    /// Object name.
+    pub name: String,
+    /// What happens to the backend bucket when its claim goes.
+    pub deletion_policy: DeletionPolicy,
+    /// Driver parameters. The lab adds `endpoint`, `objectStoreUserSecretName`
+    /// and `objectStoreUserSecretNamespace` unless given; values may use the
+    /// placeholders `{s3_endpoint}`, `{admin_secret_name}`, `{admin_secret_namespace}`.
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// COSI deletion policy.
+#[derive(Copy, Clone, Debug, Deserialize, PartialEq, Eq, serde::Serialize)]
+pub enum DeletionPolicy {
+    /// DriverDeleteBucket is called.
+    Delete,
+    /// No driver call; the bucket stays.
+    Retain,
+}
+
+/// A BucketAccessClass.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AccessClassSpec {
+    /// Object name.
+    pub name: String,
+    /// `Key`, `IAM`, or anything else (sent as UnknownAuthenticationType).
+    pub authentication_type: String,
+    /// Driver parameters (same connection defaults as BucketClass).
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// One scenario step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Create a BucketClaim and let the sidecar converge.
+    CreateBucketClaim(ClaimStep),
+    /// Create a BucketAccess and let the sidecar converge.
+    GrantAccess(AccessStep),
+    /// Delete a BucketAccess (revoke).
+    RevokeAccess(ObjectRef),
+    /// Delete a BucketClaim (honouring deletion policy).
+    DeleteBucketClaim(ObjectRef),
+    /// Send the driver request an earlier step made again.
+    Retry(RetryStep),
+    /// Assert on the state so far.
+    Expect(Expectation),
+}
+
+impl Step {
+    /// The step's keyword, as in the file.
+    pub fn keyword(&self) -> &'static str {
+        match self {
+            Step::CreateBucketClaim(_) => "create_bucket_claim",
+            Step::GrantAccess(_) => "grant_access",
+            Step::RevokeAccess(_) => "revoke_access",
+            Step::DeleteBucketClaim(_) => "delete_bucket_claim",
+            Step::Retry(_) => "retry",
+            Step::Expect(_) => "expect",
+        }
+    }
+
+    /// A one-line description for histories and reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Step::CreateBucketClaim(c) => format!("create_bucket_claim {}/{} (class {})", c.namespace, c.name, c.class),
+            Step::GrantAccess(a) => format!("grant_access {}/{} to claim {} (class {})", a.namespace, a.name, a.claim, a.class),
+            Step::RevokeAccess(o) => format!("revoke_access {}/{}", o.namespace, o.name),
+            Step::DeleteBucketClaim(o) => format!("delete_bucket_claim {}/{}", o.namespace, o.name),
+            Step::Retry(r) => format!("retry {} {}", r.op.keyword(), r.name),
+            Step::Expect(_) => "expect".to_string(),
+        }
+    }
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+/// `create_bucket_claim:`
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimStep {
+    /// BucketClaim name.
+    pub name: String,
+    /// BucketClass name.
+    pub class: String,
+    /// Namespace (default `default`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+}
+
+/// `grant_access:`
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AccessStep {
+    /// BucketAccess name.
+    pub name: String,
+    /// The BucketClaim it is for (same namespace).
+    pub claim: String,
+    /// BucketAccessClass name.
+    pub class: String,
+    /// Namespace (default `default`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Name of the credentials Secret (default `<name>-creds`).
+    #[serde(default)]
+    pub credentials_secret: Option<String>,
+}
+
+/// A namespaced object named by a step.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectRef {
+    /// Object name.
+    pub name: String,
+    /// Namespace (default `default`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+}
+
+/// Which earlier operation a `retry` re-sends.
+#[derive(Copy, Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOp {
+    /// DriverCreateBucket of a claim's bucket.
+    CreateBucketClaim,
+    /// DriverGrantBucketAccess of an access.
+    GrantAccess,
+    /// DriverRevokeBucketAccess of an access.
+    RevokeAccess,
+    /// DriverDeleteBucket of a claim's bucket.
+    DeleteBucketClaim,
+}
+
+impl RetryOp {
+    /// As written in the file.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            RetryOp::CreateBucketClaim => "create_bucket_claim",
+            RetryOp::GrantAccess => "grant_access",
+            RetryOp::RevokeAccess => "revoke_access",
+            RetryOp::DeleteBucketClaim => "delete_bucket_claim",
+        }
+    }
+}
+
+/// `retry:` — the same request again, as a sidecar retry after a lost reply would send it.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RetryStep {
+    /// Which operation.
+    pub op: RetryOp,
+    /// The claim or access it was for.
+    pub name: String,
+    /// Namespace (default `default`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Parameters that differ from the original request (to provoke AlreadyExists).
+    #[serde(default)]
+    pub parameters: Option<BTreeMap<String, String>>,
+    /// Authentication type to send instead of the original (grant only).
+    #[serde(default)]
+    pub authentication_type: Option<String>,
+}
+
+/// `expect:` — assertions; every field given must hold.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Expectation {
+    /// gRPC code of the last driver reply in the previous step (`OK`, `ALREADY_EXISTS`, ...).
+    #[serde(default)]
+    pub code: Option<GrpcCode>,
+    /// A claim whose readiness to check (with `ready`).
+    #[serde(default)]
+    pub claim: Option<String>,
+    /// Expected `status.bucketReady` of `claim`.
+    #[serde(default)]
+    pub ready: Option<bool>,
+    /// An access whose grant to check (with `granted`).
+    #[serde(default)]
+    pub access: Option<String>,
+    /// Expected `status.accessGranted` of `access`.
+    #[serde(default)]
+    pub granted: Option<bool>,
+    /// Namespace of `claim`/`access` (default `default`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Expected counts of driver-made backend objects.
+    #[serde(default)]
+    pub backend: Option<BackendCounts>,
+    /// How many calls of each driver RPC the sidecar made so far (e.g. `DriverDeleteBucket: 0`).
+    #[serde(default)]
+    pub driver_calls: Option<BTreeMap<String, usize>>,
+}
+
+/// Counts of what the driver made in the backend (the lab's own canary excluded).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BackendCounts {
+    /// Buckets.
+    #[serde(default)]
+    pub buckets: Option<usize>,
+    /// Users.
+    #[serde(default)]
+    pub users: Option<usize>,
+    /// Canned policies.
+    #[serde(default)]
+    pub policies: Option<usize>,
+}
+
+/// gRPC status codes by their spec names.
+#[derive(Copy, Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[allow(missing_docs)]
+pub enum GrpcCode {
+    Ok,
+    Cancelled,
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+}
+
+impl GrpcCode {
+    /// The spec name, e.g. `ALREADY_EXISTS`.
+    pub fn name(self) -> String {
+        let code: tonic::Code = self.into();
+        drivelab_fakes::cosi_sidecar::code_name(code)
+    }
+}
+
+impl From<GrpcCode> for tonic::Code {
+    fn from(c: GrpcCode) -> Self {
+        use GrpcCode::*;
+        match c {
+            Ok => tonic::Code::Ok,
+            Cancelled => tonic::Code::Cancelled,
+            Unknown => tonic::Code::Unknown,
+            InvalidArgument => tonic::Code::InvalidArgument,
+            DeadlineExceeded => tonic::Code::DeadlineExceeded,
+            NotFound => tonic::Code::NotFound,
+            AlreadyExists => tonic::Code::AlreadyExists,
+            PermissionDenied => tonic::Code::PermissionDenied,
+            ResourceExhausted => tonic::Code::ResourceExhausted,
+            FailedPrecondition => tonic::Code::FailedPrecondition,
+            Aborted => tonic::Code::Aborted,
+            OutOfRange => tonic::Code::OutOfRange,
+            Unimplemented => tonic::Code::Unimplemented,
+            Internal => tonic::Code::Internal,
+            Unavailable => tonic::Code::Unavailable,
+            DataLoss => tonic::Code::DataLoss,
+            Unauthenticated => tonic::Code::Unauthenticated,
+        }
+    }
+}
+
+// ---- raw file shape (what serde sees) ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    driver: Spanned<DriverSpec>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    bucket_classes: Vec<Spanned<BucketClassSpec>>,
+    #[serde(default)]
+    bucket_access_classes: Vec<Spanned<AccessClassSpec>>,
+    steps: Spanned<Vec<Spanned<RawStep>>>,
+    #[serde(default)]
+    invariants: Vec<Spanned<Invariant>>,
+    #[serde(default)]
+    converge_within: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum RawStep {
+    CreateBucketClaim(ClaimStep),
+    GrantAccess(AccessStep),
+    RevokeAccess(ObjectRef),
+    DeleteBucketClaim(ObjectRef),
+    Retry(RetryStep),
+    Expect(Expectation),
+}
+
+impl From<RawStep> for Step {
+    fn from(r: RawStep) -> Self {
+        match r {
+            RawStep::CreateBucketClaim(s) => Step::CreateBucketClaim(s),
+            RawStep::GrantAccess(s) => Step::GrantAccess(s),
+            RawStep::RevokeAccess(s) => Step::RevokeAccess(s),
+            RawStep::DeleteBucketClaim(s) => Step::DeleteBucketClaim(s),
+            RawStep::Retry(s) => Step::Retry(s),
+            RawStep::Expect(s) => Step::Expect(s),
+        }
+    }
+}
+
+/// A scenario that cannot run, with where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioError {
+    /// The file.
+    pub path: PathBuf,
+    /// 1-based line (0 when unknown).
+    pub line: u64,
+    /// 1-based column (0 when unknown).
+    pub col: u64,
+    /// What is wrong, and what was expected.
+    pub message: String,
+    /// What to do about it.
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: error: {}", self.path.display(), self.line, self.col, self.message)?;
+        if let Some(h) = &self.hint {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// Largest scenario file we read (a scenario is hand-written; bigger is a mistake).
+pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
+
+/// Read and validate one scenario file.
+pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+    let err0 = |message: String, hint: Option<&str>| ScenarioError {
+        path: path.to_path_buf(),
+        line: 0,
+        col: 0,
+        message,
+        hint: hint.map(str::to_string),
+    };
+    let meta = std::fs::metadata(path).map_err(|e| err0(format!("cannot read the file: {e}"), None))?;
+    if meta.len() > MAX_SCENARIO_BYTES {
+        return Err(err0(
+            format!("file is {} bytes; scenarios are limited to {MAX_SCENARIO_BYTES}", meta.len()),
+            Some("split it into several scenarios"),
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| err0(format!("cannot read the file: {e}"), None))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let (line, col) = line_col_of_offset(&e.as_bytes()[..e.utf8_error().valid_up_to()]);
+        ScenarioError {
+            path: path.to_path_buf(),
+            line,
+            col,
+            message: "the file is not valid UTF-8".into(),
+            hint: Some("save it as UTF-8".into()),
+        }
+    })?;
+    parse(path, &text)
+}
+
+fn line_col_of_offset(prefix: &[u8]) -> (u64, u64) {
+    let line = prefix.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+    let col = prefix.iter().rev().take_while(|&&b| b != b'\n').count() as u64 + 1;
+    (line, col)
+}
+
+/// Parse and validate scenario text; `path` is used in messages.
+pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
+    let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| {
+        let (line, col) = e.location().map(|l| (l.line(), l.column())).unwrap_or((0, 0));
+        let message = first_line(&e.without_snippet().to_string());
+        ScenarioError { path: path.to_path_buf(), line, col, hint: hint_for(&message), message }
+    })?;
+    Validator { path }.validate(raw)
+}
+
+fn first_line(s: &str) -> String {
+    // serde-saphyr appends its own location; we print ours in front instead.
+    let line = s.lines().next().unwrap_or("").trim();
+    match line.rfind(" at line ") {
+        Some(i) => line[..i].to_string(),
+        None => line.to_string(),
+    }
+}
+
+fn hint_for(message: &str) -> Option<String> {
+    if message.contains("unknown field") || message.contains("unknown variant") {
+        Some("check the spelling; the accepted names are listed above (see scenarios/README.md)".into())
+    } else if message.contains("missing field") {
+        Some("add the field; see scenarios/README.md for each step's fields".into())
+    } else {
+        None
+    }
+}
+
+struct Validator<'a> {
+    path: &'a Path,
+}
+
+impl Validator<'_> {
+    fn err<T>(&self, at: &Spanned<T>, message: impl Into<String>, hint: Option<&str>) -> ScenarioError {
+        ScenarioError {
+            path: self.path.to_path_buf(),
+            line: at.referenced.line(),
+            col: at.referenced.column(),
+            message: message.into(),
+            hint: hint.map(str::to_string),
+        }
+    }
+
+    fn validate(&self, raw: RawScenario) -> Result<Scenario, ScenarioError> {
+        if raw.name.value.trim().is_empty() {
+            return Err(self.err(&raw.name, "`name` is empty", Some("give the scenario a short kebab-case name")));
+        }
+        let mut bucket_classes = Vec::new();
+        let mut seen = BTreeSet::new();
+        for c in raw.bucket_classes {
+            if !seen.insert(c.value.name.clone()) {
+                return Err(self.err(&c, format!("bucket class `{}` is defined twice", c.value.name), None));
+            }
+            bucket_classes.push(c.value);
+        }
+        let mut access_classes = Vec::new();
+        let mut seen = BTreeSet::new();
+        for c in raw.bucket_access_classes {
+            if !seen.insert(c.value.name.clone()) {
+                return Err(self.err(&c, format!("bucket access class `{}` is defined twice", c.value.name), None));
+            }
+            access_classes.push(c.value);
+        }
+        if raw.steps.value.is_empty() {
+            return Err(self.err(&raw.steps, "`steps` is empty", Some("a scenario needs at least one step")));
+        }
+        let mut claims = BTreeSet::new();
+        let mut accesses = BTreeSet::new();
+        let mut steps = Vec::new();
+        for s in raw.steps.value {
+            let line = s.referenced.line();
+            let col = s.referenced.column();
+            let step: Step = s.value.into();
+            let here = Spanned::new((), s.referenced, s.defined);
+            match &step {
+                Step::CreateBucketClaim(c) => {
+                    if !bucket_classes.iter().any(|b| b.name == c.class) {
+                        return Err(self.err(
+                            &here,
+                            format!("claim `{}` uses bucket class `{}`, which is not defined", c.name, c.class),
+                            Some("add it under `bucket_classes:`"),
+                        ));
+                    }
+                    if !claims.insert((c.namespace.clone(), c.name.clone())) {
+                        return Err(self.err(&here, format!("claim `{}/{}` is created twice", c.namespace, c.name), None));
+                    }
+                    check_dns(self, &here, &c.name)?;
+                }
+                Step::GrantAccess(a) => {
+                    if !access_classes.iter().any(|b| b.name == a.class) {
+                        return Err(self.err(
+                            &here,
+                            format!("access `{}` uses bucket access class `{}`, which is not defined", a.name, a.class),
+                            Some("add it under `bucket_access_classes:`"),
+                        ));
+                    }
+                    if !claims.contains(&(a.namespace.clone(), a.claim.clone())) {
+                        return Err(self.err(
+                            &here,
+                            format!("access `{}` is for claim `{}/{}`, which no earlier step creates", a.name, a.namespace, a.claim),
+                            Some("create the claim first with `create_bucket_claim`"),
+                        ));
+                    }
+                    if !accesses.insert((a.namespace.clone(), a.name.clone())) {
+                        return Err(self.err(&here, format!("access `{}/{}` is granted twice", a.namespace, a.name), None));
+                    }
+                    check_dns(self, &here, &a.name)?;
+                }
+                Step::RevokeAccess(o) => {
+                    if !accesses.contains(&(o.namespace.clone(), o.name.clone())) {
+                        return Err(self.err(&here, format!("access `{}/{}` is not granted by an earlier step", o.namespace, o.name), None));
+                    }
+                }
+                Step::DeleteBucketClaim(o) => {
+                    if !claims.contains(&(o.namespace.clone(), o.name.clone())) {
+                        return Err(self.err(&here, format!("claim `{}/{}` is not created by an earlier step", o.namespace, o.name), None));
+                    }
+                }
+                Step::Retry(r) => {
+                    let known = match r.op {
+                        RetryOp::CreateBucketClaim | RetryOp::DeleteBucketClaim => claims.contains(&(r.namespace.clone(), r.name.clone())),
+                        RetryOp::GrantAccess | RetryOp::RevokeAccess => accesses.contains(&(r.namespace.clone(), r.name.clone())),
+                    };
+                    if !known {
+                        return Err(self.err(
+                            &here,
+                            format!("retry of {} `{}/{}`: no earlier step made that request", r.op.keyword(), r.namespace, r.name),
+                            Some("a retry re-sends a request an earlier step made; put it after that step"),
+                        ));
+                    }
+                    if r.parameters.is_some() && !matches!(r.op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess) {
+                        return Err(self.err(&here, "`parameters` only applies to create_bucket_claim and grant_access retries", None));
+                    }
+                    if r.authentication_type.is_some() && r.op != RetryOp::GrantAccess {
+                        return Err(self.err(&here, "`authentication_type` only applies to grant_access retries", None));
+                    }
+                }
+                Step::Expect(e) => {
+                    if e.ready.is_some() != e.claim.is_some() {
+                        return Err(self.err(&here, "`ready` and `claim` go together", Some("write `claim: NAME` and `ready: true|false`")));
+                    }
+                    if e.granted.is_some() != e.access.is_some() {
+                        return Err(self.err(&here, "`granted` and `access` go together", Some("write `access: NAME` and `granted: true|false`")));
+                    }
+                    if *e == Expectation::default() || (e.code.is_none() && e.claim.is_none() && e.access.is_none() && e.backend.is_none() && e.driver_calls.is_none()) {
+                        return Err(self.err(&here, "`expect` asserts nothing", Some("give at least one of code, claim/ready, access/granted, backend, driver_calls")));
+                    }
+                    if let Some(calls) = &e.driver_calls {
+                        for k in calls.keys() {
+                            if !["DriverCreateBucket", "DriverDeleteBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess"].contains(&k.as_str()) {
+                                return Err(self.err(&here, format!("unknown driver RPC `{k}` in driver_calls"), Some("use DriverCreateBucket, DriverDeleteBucket, DriverGrantBucketAccess or DriverRevokeBucketAccess")));
+                            }
+                        }
+                    }
+                }
+            }
+            steps.push(Located { value: step, line, col });
+        }
+        let mut invariants = Vec::new();
+        for i in raw.invariants {
+            if invariants.contains(&i.value) {
+                return Err(self.err(&i, format!("invariant `{}` is listed twice", i.value.id()), None));
+            }
+            invariants.push(i.value);
+        }
+        if invariants.is_empty() {
+            invariants = Invariant::cosi_defaults().to_vec();
+        }
+        let converge_within = match &raw.converge_within {
+            None => Duration::from_secs(120),
+            Some(s) => parse_duration(&s.value).ok_or_else(|| {
+                self.err(s, format!("`{}` is not a duration", s.value), Some("write e.g. 500ms, 30s, 2m, 1h"))
+            })?,
+        };
+        Ok(Scenario {
+            path: self.path.to_path_buf(),
+            name: raw.name.value,
+            description: raw.description,
+            driver: raw.driver.value,
+            seed: raw.seed,
+            bucket_classes,
+            access_classes,
+            steps,
+            invariants,
+            converge_within,
+        })
+    }
+}
+
+fn check_dns(v: &Validator<'_>, at: &Spanned<()>, name: &str) -> Result<(), ScenarioError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(v.err(at, format!("`{name}` is not a valid Kubernetes object name"), Some("use at most 63 lowercase letters, digits and '-'")))
+    }
+}
+
+/// `500ms`, `30s`, `2m`, `1h`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
+    let n: u64 = num.parse().ok()?;
+    Some(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60)?),
+        "h" => Duration::from_secs(n.checked_mul(3600)?),
+        _ => return None,
+    })
+}
+
+/// Every `*.yaml`/`*.yml` under `paths` (files as given, directories recursively), sorted.
+pub fn discover(paths: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, &mut out)?;
+        } else {
+            out.push(p.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let p = entry?.path();
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else if matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

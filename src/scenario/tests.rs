@@ -1,0 +1,103 @@
+use super::*;
+
+fn p(text: &str) -> Result<Scenario, ScenarioError> {
+    parse(Path::new("t.yaml"), text)
+}
+
+const GOOD: &str = r#"name: ok
+driver: { builtin: cosi-s3 }
+bucket_classes:
+  - { name: std, deletion_policy: Delete }
+bucket_access_classes:
+  - { name: rw, authentication_type: Key }
+steps:
+  - create_bucket_claim: { name: photos, class: std }
+  - grant_access: { name: app, claim: photos, class: rw }
+  - retry: { op: grant_access, name: app }
+  - expect: { code: OK }
+  - revoke_access: { name: app }
+  - delete_bucket_claim: { name: photos }
+"#;
+
+#[test]
+fn a_good_file_parses_with_defaults() {
+    let s = p(GOOD).unwrap();
+    assert_eq!(s.name, "ok");
+    assert_eq!(s.steps.len(), 6);
+    assert_eq!(s.steps[0].line, 8);
+    assert_eq!(s.invariants, Invariant::cosi_defaults());
+    assert_eq!(s.converge_within, Duration::from_secs(120));
+    match &s.steps[1].value {
+        Step::GrantAccess(a) => assert_eq!(a.namespace, "default"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_key_is_an_error_with_its_position() {
+    let text = GOOD.replace("  - { name: rw, authentication_type: Key }", "  - { name: rw, authentication_type: Key, colour: red }");
+    let e = p(&text).unwrap_err();
+    assert_eq!(e.line, 6, "{e}");
+    assert!(e.col > 0, "{e}");
+    assert!(e.message.contains("colour"), "{e}");
+    assert!(e.to_string().starts_with("t.yaml:6:"), "{e}");
+    assert!(e.hint.is_some());
+}
+
+#[test]
+fn unknown_step_is_an_error_naming_the_step() {
+    let text = GOOD.replace("  - expect: { code: OK }", "  - teleport: { name: x }");
+    let e = p(&text).unwrap_err();
+    assert_eq!(e.line, 11, "{e}");
+    assert!(e.message.contains("teleport"), "{e}");
+}
+
+#[test]
+fn bad_values_are_errors() {
+    let e = p(&GOOD.replace("deletion_policy: Delete", "deletion_policy: Sometimes")).unwrap_err();
+    assert_eq!(e.line, 4, "{e}");
+    assert!(e.message.contains("Sometimes"), "{e}");
+    let e = p(&GOOD.replace("code: OK", "code: MAYBE")).unwrap_err();
+    assert_eq!(e.line, 11, "{e}");
+    let e = p(&GOOD.replace("builtin: cosi-s3", "builtin: cosi-s3, mutants: [no-such-bug]")).unwrap_err();
+    assert!(e.message.contains("no-such-bug"), "{e}");
+}
+
+#[test]
+fn references_are_checked_at_the_step() {
+    let e = p(&GOOD.replace("class: std }", "class: gold }")).unwrap_err();
+    assert_eq!((e.line, e.message.contains("gold")), (8, true), "{e}");
+    let e = p(&GOOD.replace("claim: photos, class: rw", "claim: videos, class: rw")).unwrap_err();
+    assert_eq!(e.line, 9, "{e}");
+    let e = p(&GOOD.replace("  - retry: { op: grant_access, name: app }", "  - retry: { op: grant_access, name: other }")).unwrap_err();
+    assert_eq!(e.line, 10, "{e}");
+}
+
+#[test]
+fn empty_expectations_and_durations_are_rejected() {
+    let e = p(&GOOD.replace("expect: { code: OK }", "expect: { namespace: x }")).unwrap_err();
+    assert!(e.message.contains("asserts nothing"), "{e}");
+    let e = p(&format!("{GOOD}converge_within: soon\n")).unwrap_err();
+    assert!(e.message.contains("soon"), "{e}");
+    assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_duration("5 parsecs"), None);
+}
+
+#[test]
+fn garbage_never_panics() {
+    for text in ["", ":", "- - -", "name: [", "\u{0}\u{1}", "steps: 5", "name: x\ndriver: 7\nsteps: []"] {
+        let e = p(text).unwrap_err();
+        assert!(!e.message.is_empty());
+    }
+}
+
+#[test]
+fn every_committed_scenario_is_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let files = discover(&[root]).unwrap();
+    assert!(files.len() >= 8, "expected at least 8 scenarios, found {}", files.len());
+    for f in files {
+        load(&f).unwrap_or_else(|e| panic!("{e}"));
+    }
+}

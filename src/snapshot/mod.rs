@@ -1,0 +1,368 @@
+//! The ownership snapshot: who owns which claim, bucket, access, account, key,
+//! policy, checkpoint and Secret, as canonical sorted text. Ids are labelled
+//! in first-seen order (`<uid-1>`), secrets only as labels that change when the
+//! secret changes (`<secret-A>`), so a diff shows a rotation and no secret is
+//! ever written out.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+use drivelab_fakes::secret::Secret;
+use serde_json::Value;
+
+use crate::checks::BackendState;
+
+/// Assigns stable labels to ids and secrets and rewrites text with them.
+#[derive(Default, Debug)]
+pub struct Normalizer {
+    labels: BTreeMap<String, String>,
+    counters: BTreeMap<&'static str, usize>,
+    secrets: Vec<(String, String)>,
+}
+
+impl Normalizer {
+    /// Label `raw` as `<category-N>` (first time seen) and return the label.
+    pub fn id(&mut self, category: &'static str, raw: &str) -> String {
+        if raw.is_empty() {
+            return String::new();
+        }
+        if let Some(l) = self.labels.get(raw) {
+            return l.clone();
+        }
+        let n = self.counters.entry(category).or_insert(0);
+        *n += 1;
+        let label = format!("<{category}-{n}>");
+        self.labels.insert(raw.to_string(), label.clone());
+        label
+    }
+
+    /// Label a fixed value with a fixed name (e.g. the endpoint URL).
+    pub fn fixed(&mut self, raw: &str, label: &str) {
+        if !raw.is_empty() {
+            self.labels.insert(raw.to_string(), format!("<{label}>"));
+        }
+    }
+
+    /// Label a secret `<secret-A>`, `<secret-B>`, ... in first-seen order.
+    pub fn secret(&mut self, s: &Secret) -> String {
+        let raw = s.expose();
+        if raw.is_empty() {
+            return "<empty-secret>".to_string();
+        }
+        if let Some((_, l)) = self.secrets.iter().find(|(r, _)| r == raw) {
+            return l.clone();
+        }
+        let label = format!("<secret-{}>", letters(self.secrets.len()));
+        self.secrets.push((raw.to_string(), label.clone()));
+        label
+    }
+
+    /// `text` with every known secret and id replaced by its label.
+    pub fn text(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        // Secrets first and longest first, so no fragment of one survives.
+        let mut secrets: Vec<&(String, String)> = self.secrets.iter().collect();
+        secrets.sort_by_key(|(r, _)| std::cmp::Reverse(r.len()));
+        for (raw, label) in secrets {
+            out = out.replace(raw.as_str(), label);
+        }
+        let mut ids: Vec<(&String, &String)> = self.labels.iter().collect();
+        ids.sort_by_key(|(r, _)| std::cmp::Reverse(r.len()));
+        for (raw, label) in ids {
+            out = out.replace(raw.as_str(), label);
+        }
+        out
+    }
+}
+
+fn letters(mut n: usize) -> String {
+    let mut s = Vec::new();
+    loop {
+        s.push(b'A' + (n % 26) as u8);
+        n /= 26;
+        if n == 0 {
+            break;
+        }
+        n -= 1;
+    }
+    s.reverse();
+    String::from_utf8(s).unwrap_or_default()
+}
+
+/// What the snapshot is built from.
+pub struct SnapshotInput<'a> {
+    /// BucketClaims, in scenario order of creation (deleted ones are simply absent).
+    pub claims: Vec<Value>,
+    /// Bucket objects.
+    pub buckets: Vec<Value>,
+    /// BucketAccesses.
+    pub accesses: Vec<Value>,
+    /// Credentials Secrets named by accesses (namespace/name → object).
+    pub credential_secrets: Vec<Value>,
+    /// Objects in the driver's state namespace (its checkpoints): (kind, object).
+    pub checkpoints: Vec<(&'static str, Value)>,
+    /// The backend as the driver left it.
+    pub backend: &'a BackendState,
+    /// Backend buckets the lab itself owns (canaries), shown apart.
+    pub lab_buckets: &'a [String],
+}
+
+/// Render the canonical snapshot. `norm` should already know the run's uids in
+/// creation order; the rest is labelled here in a fixed walk order.
+pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
+    // Label ids in a fixed walk order so labels do not depend on random values.
+    for c in &input.claims {
+        norm.id("uid", &s(c, &["metadata", "uid"]));
+    }
+    for a in &input.accesses {
+        norm.id("uid", &s(a, &["metadata", "uid"]));
+    }
+    for a in &input.accesses {
+        norm.id("account", &s(a, &["status", "accountID"]));
+    }
+    for sec in &input.credential_secrets {
+        if let Some(info) = bucket_info(sec) {
+            norm.id("key", &s(&info, &["spec", "secretS3", "accessKeyID"]));
+            norm.secret(&Secret::new(s(&info, &["spec", "secretS3", "accessSecretKey"])));
+        }
+    }
+    for (k, u) in &input.backend.users {
+        norm.id("key", k);
+        norm.secret(&u.secret);
+        for p in &u.policies {
+            norm.id("policy", p);
+        }
+    }
+    for p in input.backend.policies.keys() {
+        norm.id("policy", p);
+    }
+    for (_, o) in &input.checkpoints {
+        norm.id("checkpoint", &s(o, &["metadata", "name"]));
+    }
+
+    let mut out = String::new();
+    let _ = writeln!(out, "claims:");
+    for c in sorted(&input.claims, norm) {
+        let _ = writeln!(
+            out,
+            "  {}/{}: class {}, bucket {}, ready {}",
+            s(&c, &["metadata", "namespace"]),
+            s(&c, &["metadata", "name"]),
+            s(&c, &["spec", "bucketClassName"]),
+            or_dash(&s(&c, &["status", "bucketName"])),
+            b(&c, &["status", "bucketReady"]),
+        );
+    }
+    let _ = writeln!(out, "buckets (objects):");
+    for bk in sorted(&input.buckets, norm) {
+        let claim = match c(&bk, &["spec", "bucketClaim"]) {
+            Some(cl) if !cl.is_null() => format!("{}/{}", s(cl, &["namespace"]), s(cl, &["name"])),
+            _ => "released".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  {}: claim {}, policy {}, bucketID {}, ready {}",
+            s(&bk, &["metadata", "name"]),
+            claim,
+            s(&bk, &["spec", "deletionPolicy"]),
+            or_dash(&s(&bk, &["status", "bucketID"])),
+            b(&bk, &["status", "bucketReady"]),
+        );
+    }
+    let _ = writeln!(out, "accesses:");
+    for a in sorted(&input.accesses, norm) {
+        let _ = writeln!(
+            out,
+            "  {}/{}: claim {}, class {}, account {}, granted {}, secret {}",
+            s(&a, &["metadata", "namespace"]),
+            s(&a, &["metadata", "name"]),
+            s(&a, &["spec", "bucketClaimName"]),
+            s(&a, &["spec", "bucketAccessClassName"]),
+            or_dash(&s(&a, &["status", "accountID"])),
+            b(&a, &["status", "accessGranted"]),
+            s(&a, &["spec", "credentialsSecretName"]),
+        );
+    }
+    let _ = writeln!(out, "credential secrets:");
+    for sec in sorted(&input.credential_secrets, norm) {
+        let name = format!("{}/{}", s(&sec, &["metadata", "namespace"]), s(&sec, &["metadata", "name"]));
+        match bucket_info(&sec) {
+            Some(info) => {
+                let key = s(&info, &["spec", "secretS3", "accessKeyID"]);
+                let secret = norm.secret(&Secret::new(s(&info, &["spec", "secretS3", "accessSecretKey"])));
+                let _ = writeln!(
+                    out,
+                    "  {name}: BucketInfo {} bucket {}, auth {}, key {}, secret {}, endpoint {}, region {}",
+                    s(&info, &["metadata", "name"]),
+                    s(&info, &["spec", "bucketName"]),
+                    s(&info, &["spec", "authenticationType"]),
+                    key,
+                    secret,
+                    s(&info, &["spec", "secretS3", "endpoint"]),
+                    s(&info, &["spec", "secretS3", "region"]),
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  {name}: no readable BucketInfo");
+            }
+        }
+    }
+    let _ = writeln!(out, "backend users:");
+    let mut users: Vec<String> = input
+        .backend
+        .users
+        .iter()
+        .map(|(k, u)| {
+            let mut pols: Vec<String> = u.policies.iter().map(|p| norm.text(p)).collect();
+            pols.sort();
+            format!("  {}: secret {}, {}, policies [{}]", norm.text(k), norm.secret(&u.secret), u.status, pols.join(", "))
+        })
+        .collect();
+    users.sort();
+    out.extend(users.into_iter().map(|l| l + "\n"));
+    let _ = writeln!(out, "backend policies:");
+    let mut pols: Vec<String> = input
+        .backend
+        .policies
+        .iter()
+        .map(|(name, doc)| format!("  {}: {}", norm.text(name), norm.text(&policy_summary(doc))))
+        .collect();
+    pols.sort();
+    out.extend(pols.into_iter().map(|l| l + "\n"));
+    let _ = writeln!(out, "backend buckets:");
+    let mut bks: Vec<String> = input
+        .backend
+        .buckets
+        .iter()
+        .filter(|(n, _)| !input.lab_buckets.contains(n))
+        .map(|(n, objs)| format!("  {}: {} objects", norm.text(n), objs.len()))
+        .collect();
+    bks.sort();
+    out.extend(bks.into_iter().map(|l| l + "\n"));
+    let _ = writeln!(out, "driver checkpoints:");
+    let mut cps: Vec<String> = input.checkpoints.iter().map(|(kind, o)| format!("  {kind} {}", checkpoint_line(o, norm))).collect();
+    cps.sort();
+    out.extend(cps.into_iter().map(|l| l + "\n"));
+    norm.text(&out)
+}
+
+fn sorted(objs: &[Value], norm: &Normalizer) -> Vec<Value> {
+    let mut v: Vec<Value> = objs.to_vec();
+    v.sort_by_key(|o| norm.text(&format!("{}/{}", s(o, &["metadata", "namespace"]), s(o, &["metadata", "name"]))));
+    v
+}
+
+fn c<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+fn s(v: &Value, path: &[&str]) -> String {
+    c(v, path).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+fn b(v: &Value, path: &[&str]) -> bool {
+    c(v, path).and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
+/// Decode the `BucketInfo` key of a credentials Secret.
+pub fn bucket_info(secret: &Value) -> Option<Value> {
+    let enc = c(secret, &["data", "BucketInfo"])?.as_str()?;
+    let raw = base64::engine::general_purpose::STANDARD.decode(enc).ok()?;
+    serde_json::from_slice(&raw).ok()
+}
+
+fn policy_summary(doc: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(stmts) = doc.get("Statement").and_then(Value::as_array) {
+        for st in stmts {
+            let list = |k: &str| -> String {
+                match st.get(k) {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(a)) => {
+                        let mut v: Vec<String> = a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect();
+                        v.sort();
+                        v.join(",")
+                    }
+                    _ => String::new(),
+                }
+            };
+            parts.push(format!("{} [{}] on [{}]", list("Effect"), list("Action"), list("Resource")));
+        }
+    }
+    if parts.is_empty() {
+        "(no statements)".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn checkpoint_line(o: &Value, norm: &mut Normalizer) -> String {
+    let name = s(o, &["metadata", "name"]);
+    let mut fields: Vec<String> = Vec::new();
+    let decode_secret = c(o, &["data"]).is_some() && s(o, &["kind"]) != "ConfigMap";
+    let data = c(o, &["data"]).and_then(Value::as_object).cloned().unwrap_or_default();
+    for (k, v) in data {
+        let raw = v.as_str().unwrap_or("").to_string();
+        let value = if decode_secret {
+            base64::engine::general_purpose::STANDARD
+                .decode(&raw)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .unwrap_or_else(|| format!("<{} bytes>", raw.len()))
+        } else {
+            raw
+        };
+        // Anything named like a secret is labelled as one even if no other part
+        // of the run saw it (a checkpoint can hold a secret never sent anywhere).
+        let shown = if k.to_ascii_lowercase().contains("secret") {
+            norm.secret(&Secret::new(value))
+        } else {
+            value
+        };
+        fields.push(format!("{k}={shown}"));
+    }
+    fields.sort();
+    format!("{name}: {}", fields.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_get_letters_in_first_seen_order_and_never_appear() {
+        let mut n = Normalizer::default();
+        let a = Secret::new("supersecretvalue-aaaaaaaa");
+        let bb = Secret::new("anothersecretvalue-bbbbbb");
+        assert_eq!(n.secret(&a), "<secret-A>");
+        assert_eq!(n.secret(&bb), "<secret-B>");
+        assert_eq!(n.secret(&a), "<secret-A>");
+        let t = n.text("x supersecretvalue-aaaaaaaa y anothersecretvalue-bbbbbb");
+        assert_eq!(t, "x <secret-A> y <secret-B>");
+    }
+
+    #[test]
+    fn ids_are_labelled_by_category_and_rewritten_inside_other_ids() {
+        let mut n = Normalizer::default();
+        assert_eq!(n.id("uid", "1234-abcd"), "<uid-1>");
+        assert_eq!(n.id("uid", "9999-ffff"), "<uid-2>");
+        assert_eq!(n.id("key", "AKIA1"), "<key-1>");
+        assert_eq!(n.text("bucket-1234-abcd and ba-9999-ffff"), "bucket-<uid-1> and ba-<uid-2>");
+    }
+
+    #[test]
+    fn letters_go_past_z() {
+        assert_eq!(letters(0), "A");
+        assert_eq!(letters(25), "Z");
+        assert_eq!(letters(26), "AA");
+    }
+}
