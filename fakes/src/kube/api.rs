@@ -366,26 +366,38 @@ fn list(fake: &KubeFake, kind: Kind, ns: Option<&str>, params: &Params) -> Resul
 
 async fn patch(fake: &KubeFake, kind: Kind, ns: Option<&str>, name: &str, params: &Params, opts: WriteOpts, req: Request) -> Result<Response, ApiError> {
     const ACCEPTED: &str = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
+    #[derive(PartialEq)]
+    enum Format {
+        Merge,
+        Json,
+        Apply,
+    }
     let mt = media_type(&req);
-    let body = parse_json(&read_body(req).await?)?;
-    let existed = matches!(mt.as_str(), "application/apply-patch+yaml") && fake.get_in(kind, ns, name)?.is_some();
-    let patch = match mt.as_str() {
-        "application/merge-patch+json" => PatchBody::Merge(body),
+    // The media type is judged before the body, as the real server does (415 before 400).
+    let format = match mt.as_str() {
+        "application/merge-patch+json" => Format::Merge,
         // Only built-in kinds have strategic-merge metadata; custom resources refuse it.
-        "application/strategic-merge-patch+json" if !kind.is_custom() => PatchBody::Merge(body),
-        "application/json-patch+json" => PatchBody::Json(body),
-        "application/apply-patch+yaml" => {
-            if params.get("fieldManager").is_none_or(str::is_empty) {
-                return Err(ApiError::bad_request(
-                    "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
-                ));
-            }
+        "application/strategic-merge-patch+json" if !kind.is_custom() => Format::Merge,
+        "application/json-patch+json" => Format::Json,
+        "application/apply-patch+yaml" => Format::Apply,
+        other => return Err(unsupported_media(other, ACCEPTED)),
+    };
+    if format == Format::Apply && params.get("fieldManager").is_none_or(str::is_empty) {
+        return Err(ApiError::bad_request(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    }
+    let body = parse_json(&read_body(req).await?)?;
+    let existed = format == Format::Apply && fake.get_in(kind, ns, name)?.is_some();
+    let patch = match format {
+        Format::Merge => PatchBody::Merge(body),
+        Format::Json => PatchBody::Json(body),
+        Format::Apply => {
             if body.get("apiVersion").is_none() || body.get("kind").is_none() {
                 return Err(ApiError::bad_request("apply patches must set apiVersion and kind"));
             }
             PatchBody::Apply(body)
         }
-        other => return Err(unsupported_media(other, ACCEPTED)),
     };
     let is_apply = matches!(patch, PatchBody::Apply(_));
     let out = fake.patch_in(kind, ns, name, patch, opts)?;

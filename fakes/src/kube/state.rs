@@ -241,7 +241,7 @@ impl KubeFake {
     }
 
     /// Namespace of a request: required for namespaced kinds, ignored otherwise.
-    fn scope<'a>(kind: Kind, ns: Option<&'a str>) -> Result<&'a str> {
+    fn scope(kind: Kind, ns: Option<&str>) -> Result<&str> {
         if kind.namespaced() {
             match ns {
                 Some(n) if !n.is_empty() => Ok(n),
@@ -581,7 +581,7 @@ impl KubeFake {
         let scope = Self::scope(kind, ns)?;
         let mut guard = self.lock();
         let Some(old) = self.load(kind, scope, name)? else {
-            if let PatchBody::Apply(body) = patch {
+            if let (PatchBody::Apply(body), false) = (patch, opts.status_only) {
                 // Server-side apply creates what does not exist yet.
                 let obj = self.normalize(kind, ns, Some(name), body)?;
                 return self.create_locked(&mut guard, kind, obj, opts);
