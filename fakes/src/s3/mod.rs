@@ -1,1 +1,300 @@
-//! Fake S3 data plane and MinIO/RustFS admin API (in progress).
+//! Fake S3 data plane (path-style, SigV4-verified, policy-checked) and the
+//! MinIO/RustFS admin API (`/minio/admin/v3/...`, `/rustfs/admin/v3/...`),
+//! over durable state, with every request passing the fake's gate.
+
+mod admin;
+mod errors;
+pub mod madmin;
+mod policy;
+mod probe;
+mod s3api;
+mod sigv4;
+mod state;
+
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::middleware::{from_fn_with_state, Next};
+use axum::response::Response;
+use axum::routing::any;
+use axum::Router;
+use http::request::Parts;
+
+use crate::gate::{http_gate, CallSpec, Gate, HttpTap};
+use crate::history::Component;
+use crate::store::{Store, StoreError};
+
+pub use probe::{ProbeError, ProbeReply, S3Probe};
+
+use errors::ApiError;
+use state::State;
+
+/// Errors constructing or inspecting the fake.
+#[derive(Debug, thiserror::Error)]
+pub enum S3Error {
+    /// The backing store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The configuration cannot work (what to fix is in the message).
+    #[error("invalid S3 fake configuration: {0}")]
+    Config(String),
+}
+
+/// The fake's root credentials and region.
+#[derive(Clone, serde::Serialize)]
+pub struct S3Config {
+    /// Root (admin) access key; allowed everything, including the admin API.
+    pub admin_access_key: String,
+    /// Root secret key.
+    pub admin_secret_key: String,
+    /// The region requests must be signed for (MinIO's default is `us-east-1`).
+    pub region: String,
+}
+
+impl std::fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Config")
+            .field("admin_access_key", &self.admin_access_key)
+            .field("admin_secret_key", &"<redacted>")
+            .field("region", &self.region)
+            .finish()
+    }
+}
+
+/// A user as the backend holds it. Carries the secret: never log it.
+#[derive(Clone, serde::Serialize)]
+pub struct UserView {
+    /// Access key.
+    pub access_key: String,
+    /// Secret key (for snapshot labelling and probes only).
+    pub secret_key: String,
+    /// `enabled` or `disabled`.
+    pub status: String,
+    /// Attached canned policies, sorted.
+    pub policies: Vec<String>,
+}
+
+impl std::fmt::Debug for UserView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserView")
+            .field("access_key", &self.access_key)
+            .field("secret_key", &"<redacted>")
+            .field("status", &self.status)
+            .field("policies", &self.policies)
+            .finish()
+    }
+}
+
+/// A canned policy.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PolicyView {
+    /// Policy name.
+    pub name: String,
+    /// The document as stored (the last add-canned-policy replaced it whole).
+    pub document: serde_json::Value,
+    /// One of MinIO's built-in policies present on a fresh server (readwrite, readonly, writeonly).
+    pub builtin: bool,
+}
+
+/// A bucket and its object keys.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BucketView {
+    /// Bucket name.
+    pub name: String,
+    /// Object keys, sorted.
+    pub objects: Vec<String>,
+}
+
+pub(crate) struct Inner {
+    pub state: State,
+    pub gate: Gate,
+    pub config: S3Config,
+}
+
+/// The fake S3 + admin API. Cheap to clone.
+#[derive(Clone)]
+pub struct S3Fake {
+    inner: Arc<Inner>,
+}
+
+/// Stashed in request extensions before the gate so the (plain-fn) classifier
+/// can tell the driver's root key from a workload's key.
+#[derive(Clone)]
+struct RootKey(Arc<str>);
+
+impl S3Fake {
+    /// A fake over `store` (reopening a sled tree keeps its users, policies, buckets).
+    pub fn new(store: Arc<dyn Store>, gate: Gate, config: S3Config) -> Result<Self, S3Error> {
+        if config.admin_access_key.len() < 3 || config.admin_access_key.contains(['/', ' ', ',']) {
+            return Err(S3Error::Config(
+                "admin_access_key must be at least 3 characters, without '/', ',' or spaces".into(),
+            ));
+        }
+        if config.admin_secret_key.len() < 8 {
+            return Err(S3Error::Config("admin_secret_key must be at least 8 characters".into()));
+        }
+        if config.region.is_empty() {
+            return Err(S3Error::Config("region must not be empty (MinIO's default is us-east-1)".into()));
+        }
+        let state = State::open(store)?;
+        Ok(Self { inner: Arc::new(Inner { state, gate, config }) })
+    }
+
+    /// The HTTP router, with the gate applied to every route.
+    pub fn router(&self) -> Router {
+        let gate = self.inner.gate.clone();
+        let s3_tap = HttpTap { gate: gate.clone(), classify, render: errors::render_s3_rejection };
+        let admin_tap = HttpTap { gate, classify, render: errors::render_admin_rejection };
+        let root = RootKey(Arc::from(self.inner.config.admin_access_key.as_str()));
+        Router::new()
+            .route("/minio/admin/{*rest}", any(admin::handle).layer(from_fn_with_state(admin_tap.clone(), http_gate)))
+            .route("/rustfs/admin/{*rest}", any(admin::handle).layer(from_fn_with_state(admin_tap, http_gate)))
+            .fallback(any(s3api::handle).layer(from_fn_with_state(s3_tap, http_gate)))
+            .layer(from_fn_with_state(root, mark_root))
+            .with_state(self.inner.clone())
+    }
+
+    /// Serve on `addr` (use [`crate::serve::loopback`] for 127.0.0.1 and a free port).
+    pub async fn serve(&self, addr: std::net::SocketAddr) -> std::io::Result<crate::serve::Listener> {
+        crate::serve::serve_http(self.router(), addr).await
+    }
+
+    /// Every user, sorted by access key.
+    pub fn users(&self) -> Vec<UserView> {
+        let users = self.inner.state.users().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "s3 fake: reading users failed");
+            vec![]
+        });
+        users
+            .into_iter()
+            .map(|(access_key, u)| {
+                let mut policies = u.policies;
+                policies.sort();
+                UserView { access_key, secret_key: u.secret_key, status: u.status, policies }
+            })
+            .collect()
+    }
+
+    /// Every canned policy, sorted by name.
+    pub fn policies(&self) -> Vec<PolicyView> {
+        let ps = self.inner.state.policies().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "s3 fake: reading policies failed");
+            vec![]
+        });
+        ps.into_iter().map(|(name, p)| PolicyView { name, document: p.document, builtin: p.builtin }).collect()
+    }
+
+    /// Every bucket with its object keys, sorted.
+    pub fn buckets(&self) -> Vec<BucketView> {
+        let st = &self.inner.state;
+        let bs = st.buckets().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "s3 fake: reading buckets failed");
+            vec![]
+        });
+        bs.into_iter()
+            .map(|(name, _)| {
+                let objects = st.objects(&name).map(|o| o.into_iter().map(|(k, _)| k).collect()).unwrap_or_default();
+                BucketView { name, objects }
+            })
+            .collect()
+    }
+
+    /// The configuration it was built with.
+    pub fn config(&self) -> &S3Config {
+        &self.inner.config
+    }
+}
+
+async fn mark_root(axum::extract::State(root): axum::extract::State<RootKey>, mut req: Request, next: Next) -> Response {
+    req.extensions_mut().insert(root);
+    next.run(req).await
+}
+
+/// Which surface a path belongs to, and the admin route below `/v3/`.
+pub(crate) enum Surface<'a> {
+    Admin { flavour: admin::Flavour, route: Option<&'a str> },
+    S3,
+}
+
+pub(crate) fn surface(path: &str) -> Surface<'_> {
+    for (prefix, flavour) in [("/minio/admin/", admin::Flavour::Minio), ("/rustfs/admin/", admin::Flavour::Rustfs)] {
+        if let Some(rest) = path.strip_prefix(prefix) {
+            return Surface::Admin { flavour, route: rest.strip_prefix("v3/") };
+        }
+    }
+    Surface::S3
+}
+
+/// The gate's name for a request (never looks at secrets, verifies nothing).
+fn classify(parts: &Parts) -> CallSpec {
+    let root = parts.extensions.get::<RootKey>();
+    let from = match (sigv4::access_key_hint(parts), root) {
+        (Some(k), Some(RootKey(r))) if k == **r => Component::Driver,
+        _ => Component::Workload,
+    };
+    let query = sigv4::parse_query(parts.uri.query()).unwrap_or_default();
+    match surface(parts.uri.path()) {
+        Surface::Admin { route, .. } => {
+            let (op, subject) = admin::classify(&parts.method, route, &query);
+            CallSpec::new(from, Component::S3Admin, op, subject)
+        }
+        Surface::S3 => {
+            let (op, bucket, key) = s3api::classify(&parts.method, parts.uri.path(), &query);
+            let subject = match (bucket.as_str(), key.as_str()) {
+                ("", _) => String::new(),
+                (b, "") => b.to_string(),
+                (b, k) => format!("{b}/{k}"),
+            };
+            CallSpec::new(from, Component::S3, op, subject)
+        }
+    }
+}
+
+/// Who a verified request is.
+pub(crate) enum Principal {
+    Root,
+    User { policies: Vec<String> },
+}
+
+/// Verify the request's signature and payload; returns the caller and the
+/// (decoded) body.
+pub(crate) fn authenticate(
+    inner: &Inner,
+    parts: &Parts,
+    query: &[(Vec<u8>, Vec<u8>)],
+    body: bytes::Bytes,
+) -> Result<(Principal, bytes::Bytes), ApiError> {
+    let auth = sigv4::parse_auth(parts, query)?.ok_or_else(ApiError::access_denied)?;
+    let cfg = &inner.config;
+    let (principal, secret) = if auth.access_key == cfg.admin_access_key {
+        (Principal::Root, cfg.admin_secret_key.clone())
+    } else {
+        let user = inner.state.user(&auth.access_key)?.ok_or_else(ApiError::invalid_access_key)?;
+        if user.status != "enabled" {
+            return Err(ApiError::new(403, "InvalidAccessKeyId", "Your account is disabled; please contact your administrator."));
+        }
+        (Principal::User { policies: user.policies }, user.secret_key)
+    };
+    let key = sigv4::verify(parts, query, &auth, &secret, &cfg.region, time::OffsetDateTime::now_utc())?;
+    let body = sigv4::resolve_payload(parts, &auth, &key, body)?;
+    Ok((principal, body))
+}
+
+/// Read a request body up to the fake's limit.
+pub(crate) async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, ApiError> {
+    const LIMIT: usize = 64 * 1024 * 1024;
+    axum::body::to_bytes(body, LIMIT).await.map_err(|e| {
+        ApiError::new(400, "EntityTooLarge", format!("The request body could not be read or exceeds 64 MiB: {e}"))
+    })
+}
+
+/// The secret of the caller of an admin request (madmin keys its bodies with it).
+pub(crate) fn caller_secret(inner: &Inner, principal: &Principal) -> Option<String> {
+    match principal {
+        Principal::Root => Some(inner.config.admin_secret_key.clone()),
+        Principal::User { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

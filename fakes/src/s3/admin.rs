@@ -1,0 +1,415 @@
+//! The MinIO/RustFS admin API: users, canned policies and their attachment,
+//! server info. Root credentials only. On `/minio/admin` the bodies madmin
+//! encrypts are encrypted here too; `/rustfs/admin` speaks plain JSON.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use http::{HeaderValue, Method, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::errors::{admin_error_response, ApiError};
+use super::madmin;
+use super::policy::Policy;
+use super::sigv4::{parse_query, query_value};
+use super::state::{now_rfc3339, PolicyRec, UserRec};
+use super::{authenticate, caller_secret, read_body, surface, Inner, Principal, Surface};
+
+type Query = [(Vec<u8>, Vec<u8>)];
+
+/// Which server's admin API a request addressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flavour {
+    /// `/minio/admin/v3`: madmin-encrypted bodies.
+    Minio,
+    /// `/rustfs/admin/v3`: plain JSON bodies.
+    Rustfs,
+}
+
+/// Operation name and subject for the gate.
+pub(crate) fn classify(method: &Method, route: Option<&str>, q: &Query) -> (&'static str, String) {
+    let arg = |name: &str| query_value(q, name).unwrap_or_default();
+    match (method.as_str(), route.unwrap_or("")) {
+        ("PUT", "add-user") => ("add_user", arg("accessKey")),
+        ("DELETE", "remove-user") => ("remove_user", arg("accessKey")),
+        ("GET", "user-info") => ("user_info", arg("accessKey")),
+        ("GET", "list-users") => ("list_users", String::new()),
+        ("PUT", "set-user-status") => ("set_user_status", arg("accessKey")),
+        ("GET", "list-canned-policies") => ("list_canned_policies", String::new()),
+        ("GET", "info-canned-policy") => ("info_canned_policy", arg("name")),
+        ("PUT", "add-canned-policy") => ("add_canned_policy", arg("name")),
+        ("DELETE", "remove-canned-policy") => ("remove_canned_policy", arg("name")),
+        ("PUT", "set-user-or-group-policy") | ("PUT", "set-policy") => ("set_policy", arg("userOrGroup")),
+        // The user is inside the (possibly encrypted) body, which the gate does not read.
+        ("POST", "idp/builtin/policy/attach") => ("attach_policy", String::new()),
+        ("POST", "idp/builtin/policy/detach") => ("detach_policy", String::new()),
+        ("GET", "info") => ("server_info", String::new()),
+        _ => ("unknown_admin_api", String::new()),
+    }
+}
+
+fn json_response(status: u16, body: Vec<u8>) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn ok_empty() -> Response {
+    json_response(200, Vec::new())
+}
+
+/// axum handler for `/minio/admin/...` and `/rustfs/admin/...`.
+pub(crate) async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    match serve(&inner, parts, body).await {
+        Ok(r) => r,
+        Err(e) => admin_error_response(&e, &path),
+    }
+}
+
+fn version_mismatch(found: &str) -> ApiError {
+    let msg = if found == "v3" {
+        "This 'admin' API is not supported by server in 'mode-server-xl-single'".to_string()
+    } else {
+        format!("Server expects client requests with 'admin' API version 'v3', found '{found}', please upgrade the client to latest releases")
+    };
+    ApiError::new(426, "XMinioAdminVersionMismatch", msg)
+}
+
+async fn serve(inner: &Arc<Inner>, parts: http::request::Parts, body: Body) -> Result<Response, ApiError> {
+    let path = parts.uri.path().to_string();
+    let Surface::Admin { flavour, route } = surface(&path) else {
+        return Err(version_mismatch(""));
+    };
+    let Some(route) = route else {
+        let found = path.split('/').nth(3).unwrap_or("");
+        return Err(version_mismatch(found));
+    };
+    let query = parse_query(parts.uri.query())?;
+    let body = read_body(body).await?;
+    let (who, body) = authenticate(inner, &parts, &query, body)?;
+    if !matches!(who, Principal::Root) {
+        return Err(ApiError::access_denied());
+    }
+    let secret = caller_secret(inner, &who).unwrap_or_default();
+    let (op, _) = classify(&parts.method, Some(route), &query);
+    let ctx = Ctx { inner: inner.clone(), flavour, secret, query };
+    match op {
+        "add_user" => ctx.add_user(body).await,
+        "remove_user" => ctx.remove_user(),
+        "user_info" => ctx.user_info(),
+        "list_users" => ctx.list_users().await,
+        "set_user_status" => ctx.set_user_status(),
+        "list_canned_policies" => ctx.list_policies(),
+        "info_canned_policy" => ctx.info_policy(),
+        "add_canned_policy" => ctx.add_policy(&body),
+        "remove_canned_policy" => ctx.remove_policy(),
+        "set_policy" => ctx.set_policy(),
+        "attach_policy" => ctx.attach_detach(body, true).await,
+        "detach_policy" => ctx.attach_detach(body, false).await,
+        "server_info" => ctx.info(),
+        _ => Err(version_mismatch("v3")),
+    }
+}
+
+struct Ctx {
+    inner: Arc<Inner>,
+    flavour: Flavour,
+    secret: String,
+    query: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+#[derive(Deserialize)]
+struct AddUserReq {
+    #[serde(rename = "secretKey")]
+    secret_key: String,
+    #[serde(default)]
+    status: String,
+}
+
+#[derive(Deserialize)]
+struct AssocReq {
+    #[serde(default)]
+    policies: Vec<String>,
+    #[serde(default)]
+    user: String,
+    #[serde(default)]
+    group: String,
+}
+
+fn user_info_json(u: &UserRec) -> Value {
+    let mut m = serde_json::Map::new();
+    if !u.policies.is_empty() {
+        m.insert("policyName".into(), Value::String(u.policies.join(",")));
+    }
+    m.insert("status".into(), Value::String(u.status.clone()));
+    m.insert("updatedAt".into(), Value::String(u.updated_at.clone()));
+    Value::Object(m)
+}
+
+fn groups_not_supported() -> ApiError {
+    ApiError::new(501, "NotImplemented", "Groups are not implemented by the drivelab admin API fake.")
+}
+
+impl Ctx {
+    fn arg(&self, name: &str) -> String {
+        query_value(&self.query, name).unwrap_or_default()
+    }
+
+    fn required(&self, name: &str) -> Result<String, ApiError> {
+        let v = self.arg(name);
+        if v.is_empty() {
+            return Err(ApiError::admin_invalid_argument(format!("Invalid arguments specified: '{name}' is required.")));
+        }
+        Ok(v)
+    }
+
+    /// The request body as JSON: madmin-decrypted on `/minio/admin`.
+    async fn body_json<T: serde::de::DeserializeOwned>(&self, body: bytes::Bytes) -> Result<T, ApiError> {
+        let plain = match self.flavour {
+            Flavour::Rustfs => body.to_vec(),
+            Flavour::Minio => {
+                let secret = self.secret.clone();
+                // Argon2id with 64 MiB is too heavy for the async workers.
+                tokio::task::spawn_blocking(move || madmin::decrypt(&secret, &body))
+                    .await
+                    .map_err(ApiError::internal)?
+                    .map_err(|_| ApiError::admin_bad_json())?
+            }
+        };
+        serde_json::from_slice(&plain).map_err(|_| ApiError::admin_bad_json())
+    }
+
+    /// A JSON answer, madmin-encrypted on `/minio/admin` for the calls whose
+    /// answers madmin decrypts.
+    async fn encrypted_json(&self, v: &Value) -> Result<Response, ApiError> {
+        let plain = serde_json::to_vec(v).map_err(ApiError::internal)?;
+        match self.flavour {
+            Flavour::Rustfs => Ok(json_response(200, plain)),
+            Flavour::Minio => {
+                let secret = self.secret.clone();
+                let ct = tokio::task::spawn_blocking(move || madmin::encrypt(&secret, &plain))
+                    .await
+                    .map_err(ApiError::internal)?
+                    .map_err(ApiError::internal)?;
+                let mut r = json_response(200, ct);
+                r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+                Ok(r)
+            }
+        }
+    }
+
+    async fn add_user(&self, body: bytes::Bytes) -> Result<Response, ApiError> {
+        let ak = self.required("accessKey")?;
+        if ak.len() < 3 || ak.contains(['/', ',', '=', ' ']) {
+            return Err(ApiError::new(400, "XMinioAdminInvalidAccessKey", "The access key is invalid."));
+        }
+        if ak == self.inner.config.admin_access_key {
+            return Err(ApiError::admin_invalid_argument(
+                "Adding a user with the same access key as the root credential is not allowed",
+            ));
+        }
+        let req: AddUserReq = self.body_json(body).await?;
+        if req.secret_key.len() < 8 || req.secret_key.len() > 40 {
+            return Err(ApiError::new(400, "XMinioAdminInvalidSecretKey", "The secret key is invalid."));
+        }
+        let status = match req.status.as_str() {
+            "" | "enabled" => "enabled",
+            "disabled" => "disabled",
+            other => return Err(ApiError::admin_invalid_argument(format!("Invalid status '{other}'"))),
+        };
+        let st = &self.inner.state;
+        let _g = st.lock();
+        // MinIO's add-user on an existing user replaces its secret and status
+        // and keeps its policies: the rotation a retried grant causes.
+        let policies = st.user(&ak)?.map(|u| u.policies).unwrap_or_default();
+        st.put_user(&ak, &UserRec { secret_key: req.secret_key, status: status.into(), policies, updated_at: now_rfc3339() })?;
+        st.flush()?;
+        Ok(ok_empty())
+    }
+
+    fn remove_user(&self) -> Result<Response, ApiError> {
+        let ak = self.required("accessKey")?;
+        let st = &self.inner.state;
+        let _g = st.lock();
+        if !st.remove_user(&ak)? {
+            return Err(ApiError::admin_no_such_user());
+        }
+        st.flush()?;
+        Ok(ok_empty())
+    }
+
+    fn user_info(&self) -> Result<Response, ApiError> {
+        let ak = self.required("accessKey")?;
+        let u = self.inner.state.user(&ak)?.ok_or_else(ApiError::admin_no_such_user)?;
+        Ok(json_response(200, user_info_json(&u).to_string().into_bytes()))
+    }
+
+    async fn list_users(&self) -> Result<Response, ApiError> {
+        let users: BTreeMap<String, Value> =
+            self.inner.state.users()?.iter().map(|(k, u)| (k.clone(), user_info_json(u))).collect();
+        self.encrypted_json(&json!(users)).await
+    }
+
+    fn set_user_status(&self) -> Result<Response, ApiError> {
+        let ak = self.required("accessKey")?;
+        let status = self.arg("status");
+        if status != "enabled" && status != "disabled" {
+            return Err(ApiError::admin_invalid_argument(format!("Invalid status '{status}'")));
+        }
+        let st = &self.inner.state;
+        let _g = st.lock();
+        let mut u = st.user(&ak)?.ok_or_else(ApiError::admin_no_such_user)?;
+        u.status = status;
+        u.updated_at = now_rfc3339();
+        st.put_user(&ak, &u)?;
+        st.flush()?;
+        Ok(ok_empty())
+    }
+
+    fn list_policies(&self) -> Result<Response, ApiError> {
+        let ps: BTreeMap<String, Value> = self.inner.state.policies()?.into_iter().map(|(n, p)| (n, p.document)).collect();
+        Ok(json_response(200, json!(ps).to_string().into_bytes()))
+    }
+
+    fn info_policy(&self) -> Result<Response, ApiError> {
+        let name = self.required("name")?;
+        let p = self.inner.state.policy(&name)?.ok_or_else(ApiError::admin_no_such_policy)?;
+        let body = if self.arg("v") == "2" {
+            json!({"PolicyName": name, "Policy": p.document, "CreateDate": p.created_at, "UpdateDate": p.updated_at})
+        } else {
+            p.document
+        };
+        Ok(json_response(200, body.to_string().into_bytes()))
+    }
+
+    fn add_policy(&self, body: &[u8]) -> Result<Response, ApiError> {
+        let name = self.required("name")?;
+        if name.contains(',') {
+            return Err(ApiError::admin_invalid_argument("Policy name may not contain comma"));
+        }
+        if body.len() > 20 * 1024 {
+            return Err(ApiError::new(400, "EntityTooLarge", "Your proposed upload exceeds the maximum allowed object size."));
+        }
+        let (_, document) = Policy::parse(body).map_err(|m| ApiError::new(400, "XMinioMalformedIAMPolicy", m))?;
+        let st = &self.inner.state;
+        let _g = st.lock();
+        let now = now_rfc3339();
+        let created_at = st.policy(&name)?.map(|p| p.created_at).unwrap_or_else(|| now.clone());
+        // Replaces the whole document, exactly as MinIO does.
+        st.put_policy(&name, &PolicyRec { document, builtin: false, created_at, updated_at: now })?;
+        st.flush()?;
+        Ok(ok_empty())
+    }
+
+    fn remove_policy(&self) -> Result<Response, ApiError> {
+        let name = self.required("name")?;
+        let st = &self.inner.state;
+        let _g = st.lock();
+        if !st.remove_policy(&name)? {
+            return Err(ApiError::admin_no_such_policy());
+        }
+        for (ak, mut u) in st.users()? {
+            if u.policies.iter().any(|p| p == &name) {
+                u.policies.retain(|p| p != &name);
+                st.put_user(&ak, &u)?;
+            }
+        }
+        st.flush()?;
+        Ok(ok_empty())
+    }
+
+    fn check_policies_exist(&self, names: &[String]) -> Result<(), ApiError> {
+        for n in names {
+            if self.inner.state.policy(n)?.is_none() {
+                return Err(ApiError::admin_no_such_policy());
+            }
+        }
+        Ok(())
+    }
+
+    fn set_policy(&self) -> Result<Response, ApiError> {
+        let target = self.required("userOrGroup")?;
+        if self.arg("isGroup") == "true" {
+            return Err(groups_not_supported());
+        }
+        let mut names: Vec<String> =
+            self.arg("policyName").split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect();
+        names.dedup();
+        let st = &self.inner.state;
+        let _g = st.lock();
+        self.check_policies_exist(&names)?;
+        let mut u = st.user(&target)?.ok_or_else(ApiError::admin_no_such_user)?;
+        u.policies = names;
+        u.updated_at = now_rfc3339();
+        st.put_user(&target, &u)?;
+        st.flush()?;
+        Ok(ok_empty())
+    }
+
+    async fn attach_detach(&self, body: bytes::Bytes, attach: bool) -> Result<Response, ApiError> {
+        let req: AssocReq = self.body_json(body).await?;
+        if !req.group.is_empty() {
+            return Err(groups_not_supported());
+        }
+        if req.user.is_empty() || req.policies.is_empty() || req.policies.iter().any(String::is_empty) {
+            return Err(ApiError::admin_invalid_argument("Invalid arguments specified: 'policies' and 'user' are required."));
+        }
+        let changed = {
+            let st = &self.inner.state;
+            let _g = st.lock();
+            if attach {
+                self.check_policies_exist(&req.policies)?;
+            }
+            let mut u = st.user(&req.user)?.ok_or_else(ApiError::admin_no_such_user)?;
+            let mut changed = Vec::new();
+            for p in &req.policies {
+                let present = u.policies.contains(p);
+                if attach && !present {
+                    u.policies.push(p.clone());
+                    changed.push(p.clone());
+                } else if !attach && present {
+                    u.policies.retain(|x| x != p);
+                    changed.push(p.clone());
+                }
+            }
+            if changed.is_empty() {
+                return Err(ApiError::new(
+                    400,
+                    "XMinioAdminPolicyChangeAlreadyApplied",
+                    "The specified policy change is already in effect.",
+                ));
+            }
+            u.updated_at = now_rfc3339();
+            st.put_user(&req.user, &u)?;
+            st.flush()?;
+            changed
+        };
+        let field = if attach { "policiesAttached" } else { "policiesDetached" };
+        self.encrypted_json(&json!({ field: changed, "updatedAt": now_rfc3339() })).await
+    }
+
+    fn info(&self) -> Result<Response, ApiError> {
+        let st = &self.inner.state;
+        let buckets = st.buckets()?;
+        let mut objects = 0usize;
+        for (b, _) in &buckets {
+            objects += st.objects(b)?.len();
+        }
+        let body = json!({
+            "mode": "online",
+            "region": self.inner.config.region,
+            "deploymentID": "drivelab",
+            "buckets": {"count": buckets.len()},
+            "objects": {"count": objects},
+            "servers": [{"state": "online", "endpoint": "drivelab", "version": "drivelab"}],
+        });
+        Ok(json_response(200, body.to_string().into_bytes()))
+    }
+}

@@ -1,0 +1,152 @@
+//! The fake's durable state (users, canned policies, buckets, objects) as
+//! JSON records in a `Store`, so a restart over the same sled tree keeps it.
+//! One mutex serialises read-modify-write mutations.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::store::{Store, StoreError, StoreExt};
+
+const USER: &str = "s3/user/";
+const POLICY: &str = "s3/policy/";
+const BUCKET: &str = "s3/bucket/";
+const OBJECT: &str = "s3/object/";
+const DATA: &str = "s3/data/";
+const SEEDED: &str = "s3/meta/seeded";
+
+#[derive(Clone, Serialize, Deserialize)]
+pub(crate) struct UserRec {
+    pub secret_key: String,
+    pub status: String,
+    pub policies: Vec<String>,
+    pub updated_at: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct PolicyRec {
+    pub document: Value,
+    pub builtin: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct BucketRec {
+    pub created_at: String,
+    /// Access key of the creator; empty for the root key.
+    #[serde(default)]
+    pub owner: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ObjectMeta {
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: String,
+    pub content_type: Option<String>,
+}
+
+pub(crate) fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_string())
+}
+
+pub(crate) struct State {
+    store: Arc<dyn Store>,
+    lock: Mutex<()>,
+}
+
+fn strip<T>(prefix: &str, v: Vec<(String, T)>) -> Vec<(String, T)> {
+    v.into_iter().map(|(k, t)| (k[prefix.len()..].to_string(), t)).collect()
+}
+
+impl State {
+    /// Open the state, adding MinIO's built-in policies on first use.
+    pub fn open(store: Arc<dyn Store>) -> Result<Self, StoreError> {
+        let s = Self { store, lock: Mutex::new(()) };
+        if s.store.get(SEEDED)?.is_none() {
+            let now = now_rfc3339();
+            for (name, document) in super::policy::builtin() {
+                let rec = PolicyRec { document, builtin: true, created_at: now.clone(), updated_at: now.clone() };
+                s.store.put_json(&format!("{POLICY}{name}"), &rec)?;
+            }
+            s.store.put(SEEDED, b"1")?;
+            s.store.flush()?;
+        }
+        Ok(s)
+    }
+
+    /// Held across every read-modify-write so concurrent requests serialise.
+    pub fn lock(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.store.flush()
+    }
+
+    pub fn user(&self, ak: &str) -> Result<Option<UserRec>, StoreError> {
+        self.store.get_json(&format!("{USER}{ak}"))
+    }
+    pub fn put_user(&self, ak: &str, u: &UserRec) -> Result<(), StoreError> {
+        self.store.put_json(&format!("{USER}{ak}"), u)
+    }
+    pub fn remove_user(&self, ak: &str) -> Result<bool, StoreError> {
+        self.store.remove(&format!("{USER}{ak}"))
+    }
+    pub fn users(&self) -> Result<Vec<(String, UserRec)>, StoreError> {
+        Ok(strip(USER, self.store.scan_json(USER)?))
+    }
+
+    pub fn policy(&self, name: &str) -> Result<Option<PolicyRec>, StoreError> {
+        self.store.get_json(&format!("{POLICY}{name}"))
+    }
+    pub fn put_policy(&self, name: &str, p: &PolicyRec) -> Result<(), StoreError> {
+        self.store.put_json(&format!("{POLICY}{name}"), p)
+    }
+    pub fn remove_policy(&self, name: &str) -> Result<bool, StoreError> {
+        self.store.remove(&format!("{POLICY}{name}"))
+    }
+    pub fn policies(&self) -> Result<Vec<(String, PolicyRec)>, StoreError> {
+        Ok(strip(POLICY, self.store.scan_json(POLICY)?))
+    }
+
+    pub fn bucket(&self, name: &str) -> Result<Option<BucketRec>, StoreError> {
+        self.store.get_json(&format!("{BUCKET}{name}"))
+    }
+    pub fn put_bucket(&self, name: &str, b: &BucketRec) -> Result<(), StoreError> {
+        self.store.put_json(&format!("{BUCKET}{name}"), b)
+    }
+    pub fn remove_bucket(&self, name: &str) -> Result<bool, StoreError> {
+        self.store.remove(&format!("{BUCKET}{name}"))
+    }
+    pub fn buckets(&self) -> Result<Vec<(String, BucketRec)>, StoreError> {
+        Ok(strip(BUCKET, self.store.scan_json(BUCKET)?))
+    }
+
+    pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>, StoreError> {
+        self.store.get_json(&format!("{OBJECT}{bucket}/{key}"))
+    }
+    pub fn object_data(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get(&format!("{DATA}{bucket}/{key}"))
+    }
+    pub fn put_object(&self, bucket: &str, key: &str, meta: &ObjectMeta, data: &[u8]) -> Result<(), StoreError> {
+        self.store.put(&format!("{DATA}{bucket}/{key}"), data)?;
+        self.store.put_json(&format!("{OBJECT}{bucket}/{key}"), meta)
+    }
+    pub fn remove_object(&self, bucket: &str, key: &str) -> Result<bool, StoreError> {
+        self.store.remove(&format!("{DATA}{bucket}/{key}"))?;
+        self.store.remove(&format!("{OBJECT}{bucket}/{key}"))
+    }
+    /// Objects of `bucket` in key order.
+    pub fn objects(&self, bucket: &str) -> Result<Vec<(String, ObjectMeta)>, StoreError> {
+        let prefix = format!("{OBJECT}{bucket}/");
+        Ok(strip(&prefix, self.store.scan_json(&prefix)?))
+    }
+    pub fn has_objects(&self, bucket: &str) -> Result<bool, StoreError> {
+        Ok(!self.store.scan(&format!("{OBJECT}{bucket}/"))?.is_empty())
+    }
+}
