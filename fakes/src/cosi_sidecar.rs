@@ -1,1 +1,755 @@
-//! Fake COSI provisioner sidecar (in progress).
+//! Fake COSI provisioner sidecar (plus the central controller's BucketClaim →
+//! Bucket step): reconciles COSI objects held in the fake Kubernetes API and
+//! calls the driver over its Unix socket with a real tonic client.
+//!
+//! Matched from the v0.2.x line (kubernetes-sigs/container-object-storage-interface,
+//! release-0.2), as summarised in shared/DOMAIN.md:
+//! - Bucket object name `bucket-<BucketClaim uid>`, passed to DriverCreateBucket as
+//!   `name` with the BucketClass parameters; static claims (`existingBucketID`) get
+//!   no create call.
+//! - Account name `ba-<BucketAccess uid>` for DriverGrantBucketAccess, with the
+//!   BucketAccessClass parameters and authentication type (anything but Key/IAM is
+//!   sent as UnknownAuthenticationType).
+//! - The grant reply must carry a non-empty `account_id` and exactly one
+//!   credentials entry (`s3`), else the grant is treated as failed and retried.
+//! - The credentials Secret has one key, `BucketInfo`, a JSON document
+//!   `{metadata:{name:"bc-<BucketAccess uid>"}, spec:{bucketName,
+//!   authenticationType, protocols, secretS3:{endpoint, region, accessKeyID,
+//!   accessSecretKey}}}`; it is created once and never updated.
+//! - Finalizers on BucketClaim/BucketAccess while the sidecar owns them; deletion
+//!   (a `deletionTimestamp` set by the API server) runs the driver cleanup, then
+//!   drops the finalizer.
+//! - AlreadyExists is an error like any other (requeue), never success.
+//! - DriverDeleteBucket only for deletionPolicy Delete (NotFound counts as done);
+//!   Retain makes no call and keeps the Bucket object. Revoke is retried on any error.
+//! - Requeue with per-object exponential back-off, 100 ms doubling to 30 s, reset
+//!   on success — on the lab's virtual clock (the engine owns the queue).
+//!
+//! Not matched: watches/informers and resync periods (the engine decides what to
+//! reconcile and when), the Bucket object's own finalizer, events on objects, leader election, multi-protocol
+//! buckets (S3 only), and the v0.2 controller's validation webhooks.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use drivelab_proto::cosi::identity_client::IdentityClient;
+use drivelab_proto::cosi::provisioner_client::ProvisionerClient;
+use drivelab_proto::cosi::{
+    AuthenticationType, DriverCreateBucketRequest, DriverDeleteBucketRequest, DriverGetInfoRequest,
+    DriverGrantBucketAccessRequest, DriverRevokeBucketAccessRequest,
+};
+use serde_json::{json, Value};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::gate::{CallSpec, Gate, Verdict};
+use crate::history::{CallId, Component, EventKind, Outcome};
+use crate::kube::{Kind, KubeError, KubeFake};
+use crate::secret::Secret;
+
+/// First back-off after a failure.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(100);
+/// Back-off ceiling.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Finalizer the sidecar puts on BucketClaims it works on.
+pub const CLAIM_FINALIZER: &str = "cosi.objectstorage.k8s.io/bucketclaim-protection";
+/// Finalizer the sidecar puts on BucketAccesses it works on.
+pub const ACCESS_FINALIZER: &str = "cosi.objectstorage.k8s.io/bucketaccess-protection";
+/// Per-call deadline, in real time (a hung driver must not hang the lab).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Errors that stop the sidecar itself (not driver errors, which are requeued).
+#[derive(Debug, thiserror::Error)]
+pub enum SidecarError {
+    /// The driver socket could not be reached.
+    #[error("cannot connect to the driver at {path}: {source}")]
+    Connect { path: PathBuf, source: tonic::transport::Error },
+    /// DriverGetInfo failed.
+    #[error("DriverGetInfo failed: {0}")]
+    Info(tonic::Status),
+    /// The Kubernetes fake refused something the sidecar needs.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] KubeError),
+    /// A COSI object is malformed (missing a required field).
+    #[error("{kind} {name}: {what}")]
+    Malformed { kind: &'static str, name: String, what: String },
+}
+
+/// What the engine should do with an object after one reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reconcile {
+    /// Nothing more to do.
+    Done,
+    /// Try again after this (virtual) delay; `reason` says why.
+    Requeue { after: Duration, reason: String },
+}
+
+/// A COSI object the sidecar reconciles.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// A BucketClaim (namespace, name).
+    Claim { namespace: String, name: String },
+    /// A BucketAccess (namespace, name).
+    Access { namespace: String, name: String },
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Claim { namespace, name } => write!(f, "bucketclaim {namespace}/{name}"),
+            Target::Access { namespace, name } => write!(f, "bucketaccess {namespace}/{name}"),
+        }
+    }
+}
+
+/// The driver RPCs the sidecar makes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub enum DriverOp {
+    /// Provisioner.DriverCreateBucket
+    CreateBucket,
+    /// Provisioner.DriverDeleteBucket
+    DeleteBucket,
+    /// Provisioner.DriverGrantBucketAccess
+    GrantBucketAccess,
+    /// Provisioner.DriverRevokeBucketAccess
+    RevokeBucketAccess,
+}
+
+impl DriverOp {
+    /// The RPC name as on the wire.
+    pub fn rpc(self) -> &'static str {
+        match self {
+            DriverOp::CreateBucket => "DriverCreateBucket",
+            DriverOp::DeleteBucket => "DriverDeleteBucket",
+            DriverOp::GrantBucketAccess => "DriverGrantBucketAccess",
+            DriverOp::RevokeBucketAccess => "DriverRevokeBucketAccess",
+        }
+    }
+}
+
+/// A request as the sidecar sent it, kept so the lab can send it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverRequest {
+    /// DriverCreateBucket
+    Create { name: String, parameters: BTreeMap<String, String> },
+    /// DriverDeleteBucket
+    Delete { bucket_id: String },
+    /// DriverGrantBucketAccess
+    Grant { bucket_id: String, name: String, auth: i32, parameters: BTreeMap<String, String> },
+    /// DriverRevokeBucketAccess
+    Revoke { bucket_id: String, account_id: String },
+}
+
+impl DriverRequest {
+    /// Which RPC this is.
+    pub fn op(&self) -> DriverOp {
+        match self {
+            DriverRequest::Create { .. } => DriverOp::CreateBucket,
+            DriverRequest::Delete { .. } => DriverOp::DeleteBucket,
+            DriverRequest::Grant { .. } => DriverOp::GrantBucketAccess,
+            DriverRequest::Revoke { .. } => DriverOp::RevokeBucketAccess,
+        }
+    }
+
+    /// The idempotency key: bucket name, bucket id or account name/id.
+    pub fn key(&self) -> &str {
+        match self {
+            DriverRequest::Create { name, .. } => name,
+            DriverRequest::Delete { bucket_id } => bucket_id,
+            DriverRequest::Grant { name, .. } => name,
+            DriverRequest::Revoke { account_id, .. } => account_id,
+        }
+    }
+}
+
+/// S3 credentials as a driver handed them out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Credentials {
+    /// `accessKeyID`
+    pub access_key_id: String,
+    /// `accessSecretKey`
+    pub secret: Secret,
+    /// `endpoint`
+    pub endpoint: String,
+    /// `region`
+    pub region: String,
+}
+
+/// What the driver answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverReply {
+    /// Create answered OK.
+    Created { bucket_id: String },
+    /// Grant answered OK. `credentials` is None when the reply was malformed.
+    Granted { account_id: String, credentials: Option<S3Credentials>, credential_entries: usize },
+    /// Delete/Revoke answered OK.
+    Empty,
+    /// A gRPC error.
+    Failed { code: tonic::Code, message: String },
+}
+
+impl DriverReply {
+    /// The gRPC code name (`OK`, `ALREADY_EXISTS`, ...).
+    pub fn code_name(&self) -> String {
+        match self {
+            DriverReply::Failed { code, .. } => code_name(*code),
+            _ => "OK".to_string(),
+        }
+    }
+}
+
+/// One sidecar→driver exchange, kept in memory for checks (it holds secrets, so
+/// it is never serialized; the history has the call without them).
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    /// The history call id.
+    pub call: CallId,
+    /// The request as sent.
+    pub request: DriverRequest,
+    /// The reply.
+    pub reply: DriverReply,
+    /// True if the lab re-sent a recorded request (a `retry` step), not a reconcile.
+    pub replay: bool,
+}
+
+/// `OK`, `ALREADY_EXISTS`, ... as in the gRPC spec.
+pub fn code_name(code: tonic::Code) -> String {
+    let s = match code {
+        tonic::Code::Ok => "OK",
+        tonic::Code::Cancelled => "CANCELLED",
+        tonic::Code::Unknown => "UNKNOWN",
+        tonic::Code::InvalidArgument => "INVALID_ARGUMENT",
+        tonic::Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        tonic::Code::NotFound => "NOT_FOUND",
+        tonic::Code::AlreadyExists => "ALREADY_EXISTS",
+        tonic::Code::PermissionDenied => "PERMISSION_DENIED",
+        tonic::Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        tonic::Code::FailedPrecondition => "FAILED_PRECONDITION",
+        tonic::Code::Aborted => "ABORTED",
+        tonic::Code::OutOfRange => "OUT_OF_RANGE",
+        tonic::Code::Unimplemented => "UNIMPLEMENTED",
+        tonic::Code::Internal => "INTERNAL",
+        tonic::Code::Unavailable => "UNAVAILABLE",
+        tonic::Code::DataLoss => "DATA_LOSS",
+        tonic::Code::Unauthenticated => "UNAUTHENTICATED",
+    };
+    s.to_string()
+}
+
+/// Open a tonic channel to a Unix socket.
+pub async fn connect_unix(path: &Path) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    // The URI is required by tonic but unused: the connector always dials the socket.
+    Endpoint::from_static("http://[::1]:50051")
+        .connect_timeout(Duration::from_secs(10))
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let s = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+            }
+        }))
+        .await
+}
+
+/// The fake sidecar for one driver.
+pub struct CosiSidecar {
+    kube: KubeFake,
+    gate: Gate,
+    socket: PathBuf,
+    provisioner: ProvisionerClient<Channel>,
+    driver_name: String,
+    failures: BTreeMap<Target, u32>,
+    exchanges: Vec<Exchange>,
+}
+
+impl CosiSidecar {
+    /// Connect to the driver at `socket` and learn its name (DriverGetInfo).
+    pub async fn connect(socket: &Path, kube: KubeFake, gate: Gate) -> Result<Self, SidecarError> {
+        let channel = connect_unix(socket)
+            .await
+            .map_err(|source| SidecarError::Connect { path: socket.to_path_buf(), source })?;
+        let call = CallSpec::new(Component::Sidecar, Component::Driver, "DriverGetInfo", "");
+        let (id, _) = gate.enter(&call).await;
+        let mut identity = IdentityClient::new(channel.clone());
+        let res = tokio::time::timeout(CALL_TIMEOUT, identity.driver_get_info(DriverGetInfoRequest {})).await;
+        let res = match res {
+            Ok(r) => r,
+            Err(_) => Err(tonic::Status::deadline_exceeded("DriverGetInfo timed out")),
+        };
+        gate.leave(id, &call, grpc_outcome(&res)).await;
+        let info = res.map_err(SidecarError::Info)?.into_inner();
+        Ok(Self {
+            kube,
+            gate,
+            socket: socket.to_path_buf(),
+            provisioner: ProvisionerClient::new(channel),
+            driver_name: info.name,
+            failures: BTreeMap::new(),
+            exchanges: Vec::new(),
+        })
+    }
+
+    /// Re-dial the driver (after it was restarted on the same socket).
+    pub async fn reconnect(&mut self) -> Result<(), SidecarError> {
+        let channel = connect_unix(&self.socket)
+            .await
+            .map_err(|source| SidecarError::Connect { path: self.socket.clone(), source })?;
+        self.provisioner = ProvisionerClient::new(channel);
+        Ok(())
+    }
+
+    /// The name the driver reported.
+    pub fn driver_name(&self) -> &str {
+        &self.driver_name
+    }
+
+    /// Every exchange so far, in order.
+    pub fn exchanges(&self) -> &[Exchange] {
+        &self.exchanges
+    }
+
+    /// Reconcile one object once.
+    pub async fn reconcile(&mut self, target: &Target) -> Result<Reconcile, SidecarError> {
+        let r = match target {
+            Target::Claim { namespace, name } => self.reconcile_claim(namespace, name).await?,
+            Target::Access { namespace, name } => self.reconcile_access(namespace, name).await?,
+        };
+        Ok(match r {
+            Step::Done => {
+                self.failures.remove(target);
+                Reconcile::Done
+            }
+            Step::Retry(reason) => {
+                let n = self.failures.entry(target.clone()).or_insert(0);
+                let after = backoff(*n);
+                *n = n.saturating_add(1);
+                Reconcile::Requeue { after, reason }
+            }
+        })
+    }
+
+    /// Send a recorded request again, unchanged or with `parameters` overriding
+    /// the original ones (create and grant only). Nothing in Kubernetes is updated.
+    pub async fn replay(
+        &mut self,
+        request: DriverRequest,
+        parameters: Option<&BTreeMap<String, String>>,
+        auth: Option<i32>,
+    ) -> Exchange {
+        let request = match (request, parameters, auth) {
+            (DriverRequest::Create { name, parameters: p }, over, _) => {
+                DriverRequest::Create { name, parameters: merged(p, over) }
+            }
+            (DriverRequest::Grant { bucket_id, name, auth: a, parameters: p }, over, new_auth) => {
+                DriverRequest::Grant { bucket_id, name, auth: new_auth.unwrap_or(a), parameters: merged(p, over) }
+            }
+            (other, _, _) => other,
+        };
+        self.send(request, true).await
+    }
+
+    async fn reconcile_claim(&mut self, ns: &str, name: &str) -> Result<Step, SidecarError> {
+        let Some(claim) = self.kube.get(Kind::BucketClaim, Some(ns), name)? else {
+            return Ok(Step::Done);
+        };
+        let bucket_name = str_at(&claim, &["status", "bucketName"]);
+        if deleting(&claim) {
+            return self.delete_claim(ns, name, bucket_name.as_deref()).await;
+        }
+        self.ensure_finalizer(Kind::BucketClaim, ns, name, &claim, CLAIM_FINALIZER)?;
+        let bucket_name = match bucket_name {
+            Some(b) => b,
+            None => self.bind_claim(ns, name, &claim)?,
+        };
+        let Some(bucket) = self.kube.get(Kind::Bucket, None, &bucket_name)? else {
+            return Ok(Step::Retry(format!("bucket {bucket_name} not found")));
+        };
+        if bool_at(&bucket, &["status", "bucketReady"]) {
+            self.mark_claim_ready(ns, name, &bucket_name)?;
+            return Ok(Step::Done);
+        }
+        if let Some(existing) = str_at(&bucket, &["spec", "existingBucketID"]) {
+            // Static bucket: no driver call, as the real sidecar.
+            self.kube.merge_patch(
+                Kind::Bucket,
+                None,
+                &bucket_name,
+                json!({"status": {"bucketReady": true, "bucketID": existing}}),
+            )?;
+            self.mark_claim_ready(ns, name, &bucket_name)?;
+            return Ok(Step::Done);
+        }
+        let parameters = string_map(&bucket, &["spec", "parameters"]);
+        let ex = self.send(DriverRequest::Create { name: bucket_name.clone(), parameters }, false).await;
+        match ex.reply {
+            DriverReply::Created { bucket_id } if !bucket_id.is_empty() => {
+                self.kube.merge_patch(
+                    Kind::Bucket,
+                    None,
+                    &bucket_name,
+                    json!({"status": {"bucketReady": true, "bucketID": bucket_id}}),
+                )?;
+                self.mark_claim_ready(ns, name, &bucket_name)?;
+                Ok(Step::Done)
+            }
+            DriverReply::Created { .. } => Ok(Step::Retry("driver returned an empty bucket_id".into())),
+            other => Ok(Step::Retry(format!("DriverCreateBucket: {}", other.code_name()))),
+        }
+    }
+
+    /// The controller's half: make the Bucket object for a new claim.
+    fn bind_claim(&mut self, ns: &str, name: &str, claim: &Value) -> Result<String, SidecarError> {
+        let malformed = |what: &str| SidecarError::Malformed {
+            kind: "BucketClaim",
+            name: format!("{ns}/{name}"),
+            what: what.to_string(),
+        };
+        let uid = str_at(claim, &["metadata", "uid"]).ok_or_else(|| malformed("no metadata.uid"))?;
+        let existing = str_at(claim, &["spec", "existingBucketName"]);
+        let bucket_name = match &existing {
+            Some(b) => b.clone(),
+            None => format!("bucket-{uid}"),
+        };
+        if existing.is_none() {
+            let class_name = str_at(claim, &["spec", "bucketClassName"]).ok_or_else(|| malformed("no spec.bucketClassName"))?;
+            let class = self
+                .kube
+                .get(Kind::BucketClass, None, &class_name)?
+                .ok_or_else(|| malformed(&format!("BucketClass {class_name} not found")))?;
+            let bucket = json!({
+                "apiVersion": "objectstorage.k8s.io/v1alpha1",
+                "kind": "Bucket",
+                "metadata": {"name": bucket_name},
+                "spec": {
+                    "driverName": class.get("driverName").cloned().unwrap_or(Value::Null),
+                    "bucketClassName": class_name,
+                    "bucketClaim": {"namespace": ns, "name": name, "uid": uid},
+                    "protocols": ["S3"],
+                    "parameters": class.get("parameters").cloned().unwrap_or_else(|| json!({})),
+                    "deletionPolicy": class.get("deletionPolicy").cloned().unwrap_or_else(|| json!("Retain")),
+                },
+            });
+            match self.kube.create(Kind::Bucket, bucket) {
+                Ok(_) | Err(KubeError::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.kube.merge_patch(Kind::BucketClaim, Some(ns), name, json!({"status": {"bucketName": bucket_name}}))?;
+        Ok(bucket_name)
+    }
+
+    fn mark_claim_ready(&mut self, ns: &str, name: &str, bucket: &str) -> Result<(), SidecarError> {
+        self.kube.merge_patch(
+            Kind::BucketClaim,
+            Some(ns),
+            name,
+            json!({"status": {"bucketReady": true, "bucketName": bucket}}),
+        )?;
+        Ok(())
+    }
+
+    async fn delete_claim(&mut self, ns: &str, name: &str, bucket_name: Option<&str>) -> Result<Step, SidecarError> {
+        if let Some(bucket_name) = bucket_name {
+            if let Some(bucket) = self.kube.get(Kind::Bucket, None, bucket_name)? {
+                let policy = str_at(&bucket, &["spec", "deletionPolicy"]).unwrap_or_else(|| "Retain".into());
+                let bucket_id = str_at(&bucket, &["status", "bucketID"]);
+                if policy == "Delete" {
+                    if let Some(bucket_id) = bucket_id {
+                        let ex = self.send(DriverRequest::Delete { bucket_id }, false).await;
+                        match ex.reply {
+                            DriverReply::Empty => {}
+                            DriverReply::Failed { code: tonic::Code::NotFound, .. } => {}
+                            other => return Ok(Step::Retry(format!("DriverDeleteBucket: {}", other.code_name()))),
+                        }
+                    }
+                    self.kube.delete(Kind::Bucket, None, bucket_name)?;
+                } else {
+                    // Retain: no driver call; the Bucket object stays, released from its claim.
+                    self.kube.merge_patch(Kind::Bucket, None, bucket_name, json!({"spec": {"bucketClaim": null}}))?;
+                }
+            }
+        }
+        self.release(Kind::BucketClaim, ns, name)?;
+        Ok(Step::Done)
+    }
+
+    async fn reconcile_access(&mut self, ns: &str, name: &str) -> Result<Step, SidecarError> {
+        let Some(access) = self.kube.get(Kind::BucketAccess, Some(ns), name)? else {
+            return Ok(Step::Done);
+        };
+        let malformed = |what: &str| SidecarError::Malformed {
+            kind: "BucketAccess",
+            name: format!("{ns}/{name}"),
+            what: what.to_string(),
+        };
+        let account_id = str_at(&access, &["status", "accountID"]);
+        let secret_name = str_at(&access, &["spec", "credentialsSecretName"]);
+        if deleting(&access) {
+            if let Some(account_id) = account_id {
+                let bucket_id = str_at(&access, &["status", "bucketID"]).unwrap_or_default();
+                let ex = self.send(DriverRequest::Revoke { bucket_id, account_id }, false).await;
+                if let DriverReply::Failed { .. } = ex.reply {
+                    return Ok(Step::Retry(format!("DriverRevokeBucketAccess: {}", ex.reply.code_name())));
+                }
+            }
+            if let Some(s) = secret_name {
+                match self.kube.delete(Kind::Secret, Some(ns), &s) {
+                    Ok(_) | Err(KubeError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            self.release(Kind::BucketAccess, ns, name)?;
+            return Ok(Step::Done);
+        }
+        if bool_at(&access, &["status", "accessGranted"]) {
+            return Ok(Step::Done);
+        }
+        self.ensure_finalizer(Kind::BucketAccess, ns, name, &access, ACCESS_FINALIZER)?;
+        let uid = str_at(&access, &["metadata", "uid"]).ok_or_else(|| malformed("no metadata.uid"))?;
+        let claim_name = str_at(&access, &["spec", "bucketClaimName"]).ok_or_else(|| malformed("no spec.bucketClaimName"))?;
+        let class_name =
+            str_at(&access, &["spec", "bucketAccessClassName"]).ok_or_else(|| malformed("no spec.bucketAccessClassName"))?;
+        let secret_name = secret_name.ok_or_else(|| malformed("no spec.credentialsSecretName"))?;
+        let Some(claim) = self.kube.get(Kind::BucketClaim, Some(ns), &claim_name)? else {
+            return Ok(Step::Retry(format!("bucketclaim {ns}/{claim_name} not found")));
+        };
+        if !bool_at(&claim, &["status", "bucketReady"]) {
+            return Ok(Step::Retry(format!("bucketclaim {ns}/{claim_name} not ready")));
+        }
+        let bucket_name = str_at(&claim, &["status", "bucketName"]).unwrap_or_default();
+        let Some(bucket) = self.kube.get(Kind::Bucket, None, &bucket_name)? else {
+            return Ok(Step::Retry(format!("bucket {bucket_name} not found")));
+        };
+        let bucket_id = str_at(&bucket, &["status", "bucketID"]).unwrap_or_default();
+        let Some(class) = self.kube.get(Kind::BucketAccessClass, None, &class_name)? else {
+            return Ok(Step::Retry(format!("bucketaccessclass {class_name} not found")));
+        };
+        let auth_name = str_at(&class, &["authenticationType"]).unwrap_or_default();
+        let auth = match auth_name.as_str() {
+            "Key" => AuthenticationType::Key,
+            "IAM" => AuthenticationType::Iam,
+            _ => AuthenticationType::UnknownAuthenticationType,
+        } as i32;
+        let request = DriverRequest::Grant {
+            bucket_id: bucket_id.clone(),
+            name: format!("ba-{uid}"),
+            auth,
+            parameters: string_map(&class, &["parameters"]),
+        };
+        let ex = self.send(request, false).await;
+        let (account_id, creds, entries) = match ex.reply {
+            DriverReply::Granted { account_id, credentials, credential_entries } => (account_id, credentials, credential_entries),
+            other => return Ok(Step::Retry(format!("DriverGrantBucketAccess: {}", other.code_name()))),
+        };
+        if account_id.is_empty() {
+            return Ok(Step::Retry("driver returned an empty account_id".into()));
+        }
+        let Some(creds) = creds.filter(|_| entries == 1) else {
+            return Ok(Step::Retry(format!("driver returned {entries} credential entries, want exactly one (s3)")));
+        };
+        // Created once, never updated: an existing Secret is left as it is.
+        if self.kube.get(Kind::Secret, Some(ns), &secret_name)?.is_none() {
+            let info = json!({
+                "metadata": {"name": format!("bc-{uid}")},
+                "spec": {
+                    "bucketName": bucket_id,
+                    "authenticationType": auth_name,
+                    "protocols": ["s3"],
+                    "secretS3": {
+                        "endpoint": creds.endpoint,
+                        "region": creds.region,
+                        "accessKeyID": creds.access_key_id,
+                        "accessSecretKey": creds.secret.expose(),
+                    },
+                    "secretAzure": null,
+                },
+            });
+            let encoded = base64::engine::general_purpose::STANDARD.encode(info.to_string());
+            let secret = json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret_name, "namespace": ns},
+                "type": "Opaque",
+                "data": {"BucketInfo": encoded},
+            });
+            match self.kube.create(Kind::Secret, secret) {
+                Ok(_) | Err(KubeError::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.kube.merge_patch(
+            Kind::BucketAccess,
+            Some(ns),
+            name,
+            json!({"status": {"accessGranted": true, "accountID": account_id, "bucketID": bucket_id}}),
+        )?;
+        Ok(Step::Done)
+    }
+
+    /// Protect an object the sidecar has started working on, as the real one does,
+    /// so that deleting it waits for the driver cleanup.
+    fn ensure_finalizer(&self, kind: Kind, ns: &str, name: &str, obj: &Value, finalizer: &str) -> Result<(), SidecarError> {
+        let mut list: Vec<Value> = at(obj, &["metadata", "finalizers"]).and_then(Value::as_array).cloned().unwrap_or_default();
+        if list.iter().any(|f| f.as_str() == Some(finalizer)) {
+            return Ok(());
+        }
+        list.push(json!(finalizer));
+        self.kube.merge_patch(kind, Some(ns), name, json!({"metadata": {"finalizers": list}}))?;
+        Ok(())
+    }
+
+    /// Cleanup done: drop our finalizer so the API server completes the deletion.
+    fn release(&self, kind: Kind, ns: &str, name: &str) -> Result<(), SidecarError> {
+        let Some(obj) = self.kube.get(kind, Some(ns), name)? else { return Ok(()) };
+        let list: Vec<Value> = at(&obj, &["metadata", "finalizers"])
+            .and_then(Value::as_array)
+            .map(|l| l.iter().filter(|f| f.as_str() != Some(CLAIM_FINALIZER) && f.as_str() != Some(ACCESS_FINALIZER)).cloned().collect())
+            .unwrap_or_default();
+        match self.kube.merge_patch(kind, Some(ns), name, json!({"metadata": {"finalizers": list}})) {
+            Ok(_) | Err(KubeError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// One driver RPC through the gate, recorded as an exchange.
+    async fn send(&mut self, request: DriverRequest, replay: bool) -> Exchange {
+        let call = CallSpec::new(Component::Sidecar, Component::Driver, request.op().rpc(), request.key());
+        let (id, verdict) = self.gate.enter(&call).await;
+        let reply = match verdict {
+            Verdict::Reject(r) => DriverReply::Failed { code: tonic::Code::Unavailable, message: r.message },
+            Verdict::Proceed => self.rpc(&request).await,
+        };
+        let outcome = match &reply {
+            DriverReply::Failed { code, message } => Outcome::Grpc { code: code_name(*code), message: message.clone() },
+            _ => Outcome::Grpc { code: "OK".into(), message: String::new() },
+        };
+        self.gate.leave(id, &call, outcome).await;
+        if replay {
+            self.gate.history().record(EventKind::Note {
+                component: Component::Lab,
+                text: format!("replayed {} for {}", request.op().rpc(), request.key()),
+            });
+        }
+        let ex = Exchange { call: id, request, reply, replay };
+        self.exchanges.push(ex.clone());
+        ex
+    }
+
+    async fn rpc(&mut self, request: &DriverRequest) -> DriverReply {
+        let mut client = self.provisioner.clone();
+        let fut = async move {
+            match request.clone() {
+                DriverRequest::Create { name, parameters } => client
+                    .driver_create_bucket(DriverCreateBucketRequest { name, parameters: parameters.into_iter().collect() })
+                    .await
+                    .map(|r| DriverReply::Created { bucket_id: r.into_inner().bucket_id }),
+                DriverRequest::Delete { bucket_id } => client
+                    .driver_delete_bucket(DriverDeleteBucketRequest { bucket_id, delete_context: Default::default() })
+                    .await
+                    .map(|_| DriverReply::Empty),
+                DriverRequest::Grant { bucket_id, name, auth, parameters } => client
+                    .driver_grant_bucket_access(DriverGrantBucketAccessRequest {
+                        bucket_id,
+                        name,
+                        authentication_type: auth,
+                        parameters: parameters.into_iter().collect(),
+                    })
+                    .await
+                    .map(|r| {
+                        let r = r.into_inner();
+                        let entries = r.credentials.len();
+                        let credentials = r.credentials.get("s3").map(|c| S3Credentials {
+                            access_key_id: c.secrets.get("accessKeyID").cloned().unwrap_or_default(),
+                            secret: Secret::new(c.secrets.get("accessSecretKey").cloned().unwrap_or_default()),
+                            endpoint: c.secrets.get("endpoint").cloned().unwrap_or_default(),
+                            region: c.secrets.get("region").cloned().unwrap_or_default(),
+                        });
+                        DriverReply::Granted { account_id: r.account_id, credentials, credential_entries: entries }
+                    }),
+                DriverRequest::Revoke { bucket_id, account_id } => client
+                    .driver_revoke_bucket_access(DriverRevokeBucketAccessRequest {
+                        bucket_id,
+                        account_id,
+                        revoke_access_context: Default::default(),
+                    })
+                    .await
+                    .map(|_| DriverReply::Empty),
+            }
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(status)) => DriverReply::Failed { code: status.code(), message: status.message().to_string() },
+            Err(_) => DriverReply::Failed {
+                code: tonic::Code::DeadlineExceeded,
+                message: format!("no reply within {}s", CALL_TIMEOUT.as_secs()),
+            },
+        }
+    }
+}
+
+enum Step {
+    Done,
+    Retry(String),
+}
+
+/// The real sidecar's requeue delay after `failures` consecutive failures.
+pub fn backoff(failures: u32) -> Duration {
+    let ms = BACKOFF_BASE.as_millis() as u64;
+    let d = ms.saturating_mul(1u64 << failures.min(20));
+    Duration::from_millis(d).min(BACKOFF_MAX)
+}
+
+fn grpc_outcome<T>(r: &Result<T, tonic::Status>) -> Outcome {
+    match r {
+        Ok(_) => Outcome::Grpc { code: "OK".into(), message: String::new() },
+        Err(s) => Outcome::Grpc { code: code_name(s.code()), message: s.message().to_string() },
+    }
+}
+
+fn merged(mut base: BTreeMap<String, String>, over: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    if let Some(o) = over {
+        for (k, v) in o {
+            base.insert(k.clone(), v.clone());
+        }
+    }
+    base
+}
+
+fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+fn str_at(v: &Value, path: &[&str]) -> Option<String> {
+    at(v, path).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+fn bool_at(v: &Value, path: &[&str]) -> bool {
+    at(v, path).and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn string_map(v: &Value, path: &[&str]) -> BTreeMap<String, String> {
+    at(v, path)
+        .and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .unwrap_or_default()
+}
+
+fn deleting(v: &Value) -> bool {
+    str_at(v, &["metadata", "deletionTimestamp"]).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_100ms_to_30s() {
+        assert_eq!(backoff(0), Duration::from_millis(100));
+        assert_eq!(backoff(1), Duration::from_millis(200));
+        assert_eq!(backoff(4), Duration::from_millis(1600));
+        assert_eq!(backoff(9), Duration::from_secs(30));
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(30));
+    }
+}

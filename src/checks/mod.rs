@@ -23,6 +23,15 @@ pub struct BackendState {
     pub policies: BTreeMap<String, serde_json::Value>,
     /// bucket name → object keys.
     pub buckets: BTreeMap<String, Vec<String>>,
+    /// Policies the server ships with and nobody has rewritten (not the driver's doing).
+    pub builtin_policies: std::collections::BTreeSet<String>,
+}
+
+impl BackendState {
+    /// Policies someone (the driver) created or rewrote.
+    pub fn driver_policies(&self) -> impl Iterator<Item = (&String, &serde_json::Value)> {
+        self.policies.iter().filter(|(k, _)| !self.builtin_policies.contains(*k))
+    }
 }
 
 /// One backend user.

@@ -141,6 +141,8 @@ struct Lab {
     sidecar: CosiSidecar,
     queue: WorkQueue,
     probe: S3Probe,
+    s3_url: String,
+    kube_url: String,
     admin_secret: Secret,
     converge_within: Duration,
     uids: Vec<String>,
@@ -279,6 +281,8 @@ impl Lab {
             sidecar,
             queue: WorkQueue::default(),
             probe,
+            s3_url,
+            kube_url,
             admin_secret,
             converge_within: scn.converge_within,
             uids: Vec::new(),
@@ -399,10 +403,8 @@ impl Lab {
     }
 
     fn mark_deleted(&mut self, kind: Kind, ns: &str, name: &str) -> anyhow::Result<()> {
-        let ts = format!("1970-01-01T00:00:{:02}Z", (self.clock.now().0 / 1000) % 60);
-        self.kube
-            .merge_patch(kind, Some(ns), name, json!({"metadata": {"deletionTimestamp": ts}}))
-            .map_err(|e| anyhow!("marking {ns}/{name} for deletion: {e}"))?;
+        // As `kubectl delete`: the API server marks it; the sidecar's finalizer keeps it until cleanup.
+        self.kube.delete(kind, Some(ns), name).map_err(|e| anyhow!("deleting {ns}/{name}: {e}"))?;
         Ok(())
     }
 
@@ -425,9 +427,10 @@ impl Lab {
         for (at, t) in self.queue.pending() {
             let msg = format!("{t} still pending at {} (next attempt at {at})", self.clock.now());
             self.history.record(EventKind::Note { component: Component::Lab, text: format!("not converged: {msg}") });
-            if !self.not_converged.contains(&msg) {
-                self.not_converged.push(msg);
-            }
+            // One line per object: the latest window it missed.
+            let prefix = format!("{t} ");
+            self.not_converged.retain(|m| !m.starts_with(&prefix));
+            self.not_converged.push(msg);
         }
         Ok(())
     }
@@ -518,7 +521,7 @@ impl Lab {
             };
             check(&mut fails, "buckets", counts.buckets, b.buckets.keys().filter(|k| *k != CANARY_BUCKET).count());
             check(&mut fails, "users", counts.users, b.users.len());
-            check(&mut fails, "policies", counts.policies, b.policies.len());
+            check(&mut fails, "policies", counts.policies, b.driver_policies().count());
         }
         if let Some(calls) = &e.driver_calls {
             for (rpc, want) in calls {
@@ -539,6 +542,7 @@ impl Lab {
                 .into_iter()
                 .map(|u| (u.access_key.clone(), UserState { secret: Secret::new(u.secret_key.clone()), status: u.status.clone(), policies: u.policies.clone() }))
                 .collect(),
+            builtin_policies: self.s3.policies().into_iter().filter(|p| p.builtin).map(|p| p.name).collect(),
             policies: self.s3.policies().into_iter().map(|p| (p.name, p.document)).collect(),
             buckets: self.s3.buckets().into_iter().map(|b| (b.name, b.objects)).collect(),
         }
@@ -594,9 +598,8 @@ impl Lab {
         for u in &self.uids {
             norm.id("uid", u);
         }
-        for l in &self.listeners {
-            norm.fixed(&l.url(), if l.url() == self.probe.endpoint() { "s3-endpoint" } else { "kube-url" });
-        }
+        norm.fixed(&self.s3_url, "s3-endpoint");
+        norm.fixed(&self.kube_url, "kube-url");
         let lab_buckets = vec![CANARY_BUCKET.to_string()];
         let snapshot = snapshot::render(
             &SnapshotInput { claims, buckets, accesses, credential_secrets, checkpoints, backend: &backend, lab_buckets: &lab_buckets },

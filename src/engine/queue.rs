@@ -44,6 +44,7 @@ impl WorkQueue {
     }
 
     /// Nothing queued.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

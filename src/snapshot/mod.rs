@@ -134,7 +134,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
             norm.id("policy", p);
         }
     }
-    for p in input.backend.policies.keys() {
+    for (p, _) in input.backend.driver_policies() {
         norm.id("policy", p);
     }
     for (_, o) in &input.checkpoints {
@@ -224,8 +224,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     let _ = writeln!(out, "backend policies:");
     let mut pols: Vec<String> = input
         .backend
-        .policies
-        .iter()
+        .driver_policies()
         .map(|(name, doc)| format!("  {}: {}", norm.text(name), norm.text(&policy_summary(doc))))
         .collect();
     pols.sort();
