@@ -413,6 +413,21 @@ impl Checkpoints {
         }
     }
 
+    /// Every bucket checkpoint (only the `delete-unowned` mutant needs this).
+    pub async fn list_buckets(&self) -> Result<Vec<Versioned<BucketRecord>>, DriverError> {
+        let lp = ListParams::default().labels(&format!("{LABEL_KIND}=bucket"));
+        let list = self
+            .configmaps()
+            .list(&lp)
+            .await
+            .map_err(|e| kube_err(&format!("listing bucket checkpoints in {}", self.namespace), e))?;
+        list.items
+            .iter()
+            .filter(|cm| cm.metadata.labels.as_ref().and_then(|l| l.get(LABEL_KIND)).map(String::as_str) == Some("bucket"))
+            .map(configmap_to_bucket)
+            .collect()
+    }
+
     /// Read the checkpoint of the grant for `account_name`, if any.
     pub async fn get_grant(&self, account_name: &str) -> Result<Option<Versioned<GrantRecord>>, DriverError> {
         let name = grant_checkpoint_name(account_name);

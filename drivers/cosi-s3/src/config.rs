@@ -101,7 +101,7 @@ impl Mutant {
     pub fn describe(self) -> &'static str {
         match self {
             Mutant::PredictableSecret => {
-                "secret = hex(sha256(\"cosi-s3:\" + account name)): anyone who knows the name can compute it (unpredictable-secrets)"
+                "secret = first 40 hex of sha256(\"cosi-s3:\" + account name): anyone who knows the name can compute it (unpredictable-secrets)"
             }
             Mutant::UserBeforeCheckpoint => {
                 "add-user runs before the checkpoint is written; after a crash between the two every retry answers AlreadyExists (converges)"

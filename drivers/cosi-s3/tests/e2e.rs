@@ -1,0 +1,491 @@
+//! End to end: the real driver on a Unix socket, called through a tonic client,
+//! against the lab's S3 + admin fake and Kubernetes fake on loopback. Checks
+//! the idempotency rules of DOMAIN.md §1, and that every mutant visibly breaks
+//! the rule it seeds.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cosi_s3::{DriverConfig, Mutant};
+use drivelab_fakes::clock::SimClock;
+use drivelab_fakes::gate::Gate;
+use drivelab_fakes::history::History;
+use drivelab_fakes::kube::{KubeFake, Kind};
+use drivelab_fakes::s3::{S3Config, S3Fake, S3Probe};
+use drivelab_fakes::serve::{loopback, Listener};
+use drivelab_fakes::store::{MemStore, Store};
+use drivelab_proto::cosi::{
+    identity_client::IdentityClient, provisioner_client::ProvisionerClient, AuthenticationType,
+    DriverCreateBucketRequest, DriverDeleteBucketRequest, DriverGetInfoRequest, DriverGrantBucketAccessRequest,
+    DriverGrantBucketAccessResponse, DriverRevokeBucketAccessRequest,
+};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+
+const ADMIN_AK: &str = "labadmin";
+const ADMIN_SK: &str = "labadmin-secret-key";
+const REGION: &str = "us-east-1";
+const STATE_NS: &str = "cosi-s3-system";
+
+struct Lab {
+    kube: KubeFake,
+    s3: S3Fake,
+    s3_url: String,
+    kube_url: String,
+    client: ProvisionerClient<Channel>,
+    channel: Channel,
+    _kube_l: Listener,
+    _s3_l: Listener,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Lab {
+    async fn start(mutants: &[Mutant]) -> Lab {
+        let gate = Gate::new(History::new(SimClock::new()));
+        let kube = KubeFake::new(Arc::new(MemStore::default()) as Arc<dyn Store>, gate.clone(), 1).unwrap();
+        let s3 = S3Fake::new(
+            Arc::new(MemStore::default()) as Arc<dyn Store>,
+            gate,
+            S3Config {
+                admin_access_key: ADMIN_AK.into(),
+                admin_secret_key: ADMIN_SK.into(),
+                region: REGION.into(),
+            },
+        )
+        .unwrap();
+        let kube_l = kube.serve(loopback()).await.unwrap();
+        let s3_l = s3.serve(loopback()).await.unwrap();
+        kube.create(
+            Kind::Secret,
+            json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "s3-admin", "namespace": "default"},
+                "type": "Opaque",
+                "data": {"accessKey": b64(ADMIN_AK), "secretKey": b64(ADMIN_SK)},
+            }),
+        )
+        .unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let socket: PathBuf = dir.path().join("cosi.sock");
+        let config = DriverConfig {
+            kube_url: kube_l.url(),
+            state_namespace: STATE_NS.into(),
+            mutants: mutants.to_vec(),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let sock = socket.clone();
+        tokio::spawn(async move {
+            cosi_s3::serve_unix(config, &sock, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        let channel = connect(&socket).await;
+        Lab {
+            kube,
+            s3,
+            s3_url: s3_l.url(),
+            kube_url: kube_l.url(),
+            client: ProvisionerClient::new(channel.clone()),
+            channel,
+            _kube_l: kube_l,
+            _s3_l: s3_l,
+            _dir: dir,
+            _stop: stop,
+        }
+    }
+
+    fn kube_url(&self) -> String {
+        self.kube_url.clone()
+    }
+
+    fn params(&self) -> HashMap<String, String> {
+        let mut p = HashMap::new();
+        p.insert("endpoint".into(), self.s3_url.clone());
+        p.insert("objectStoreUserSecretName".into(), "s3-admin".into());
+        p.insert("objectStoreUserSecretNamespace".into(), "default".into());
+        p
+    }
+
+    async fn create(&self, name: &str, params: HashMap<String, String>) -> Result<String, tonic::Status> {
+        let mut c = self.client.clone();
+        c.driver_create_bucket(DriverCreateBucketRequest {
+            name: name.into(),
+            parameters: params,
+        })
+        .await
+        .map(|r| r.into_inner().bucket_id)
+    }
+
+    async fn delete(&self, id: &str, ctx: HashMap<String, String>) -> Result<(), tonic::Status> {
+        let mut c = self.client.clone();
+        c.driver_delete_bucket(DriverDeleteBucketRequest {
+            bucket_id: id.into(),
+            delete_context: ctx,
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn grant_with(
+        &self,
+        bucket: &str,
+        name: &str,
+        auth: AuthenticationType,
+        params: HashMap<String, String>,
+    ) -> Result<Creds, tonic::Status> {
+        let mut c = self.client.clone();
+        c.driver_grant_bucket_access(DriverGrantBucketAccessRequest {
+            bucket_id: bucket.into(),
+            name: name.into(),
+            authentication_type: auth as i32,
+            parameters: params,
+        })
+        .await
+        .map(|r| Creds::from(r.into_inner()))
+    }
+
+    async fn grant(&self, bucket: &str, name: &str) -> Result<Creds, tonic::Status> {
+        self.grant_with(bucket, name, AuthenticationType::Key, self.params()).await
+    }
+
+    async fn revoke(&self, bucket: &str, account: &str) -> Result<(), tonic::Status> {
+        let mut c = self.client.clone();
+        c.driver_revoke_bucket_access(DriverRevokeBucketAccessRequest {
+            bucket_id: bucket.into(),
+            account_id: account.into(),
+            revoke_access_context: HashMap::new(),
+        })
+        .await
+        .map(drop)
+    }
+
+    fn probe(&self) -> S3Probe {
+        S3Probe::new(self.s3_url.clone(), REGION)
+    }
+
+    async fn can_put(&self, c: &Creds, bucket: &str) -> bool {
+        self.probe()
+            .put_object(&c.access_key, &c.secret_key, bucket, "probe.txt", b"hello".to_vec())
+            .await
+            .unwrap()
+            .is_success()
+    }
+
+    async fn remove_object(&self, bucket: &str, key: &str) {
+        let r = self
+            .probe()
+            .send("DELETE", &format!("/{bucket}/{key}"), ADMIN_AK, ADMIN_SK, Vec::new())
+            .await
+            .unwrap();
+        assert!(r.is_success(), "delete object: {r:?}");
+    }
+
+    fn bucket_exists(&self, b: &str) -> bool {
+        self.s3.buckets().iter().any(|x| x.name == b)
+    }
+
+    fn user_exists(&self, ak: &str) -> bool {
+        self.s3.users().iter().any(|u| u.access_key == ak)
+    }
+
+    fn policy_exists(&self, name: &str) -> bool {
+        self.s3.policies().iter().any(|p| p.name == name)
+    }
+
+    fn checkpoints(&self, kind: Kind) -> Vec<serde_json::Value> {
+        self.kube.list(kind, Some(STATE_NS)).unwrap()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Creds {
+    account_id: String,
+    access_key: String,
+    secret_key: String,
+    endpoint: String,
+    region: String,
+}
+
+impl From<DriverGrantBucketAccessResponse> for Creds {
+    fn from(r: DriverGrantBucketAccessResponse) -> Self {
+        assert_eq!(r.credentials.len(), 1, "exactly one credentials entry");
+        let s = &r.credentials["s3"].secrets;
+        Creds {
+            account_id: r.account_id.clone(),
+            access_key: s["accessKeyID"].clone(),
+            secret_key: s["accessSecretKey"].clone(),
+            endpoint: s["endpoint"].clone(),
+            region: s["region"].clone(),
+        }
+    }
+}
+
+fn b64(s: &str) -> String {
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut out = String::new();
+    for chunk in b.chunks(3) {
+        let n = (chunk[0] as u32) << 16 | (*chunk.get(1).unwrap_or(&0) as u32) << 8 | *chunk.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+async fn connect(socket: &std::path::Path) -> Channel {
+    for _ in 0..200 {
+        if socket.exists() {
+            let path = socket.to_path_buf();
+            let ch = Endpoint::try_from("http://[::]:50051")
+                .unwrap()
+                .connect_with_connector(tower::service_fn(move |_| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                            tokio::net::UnixStream::connect(path).await?,
+                        ))
+                    }
+                }))
+                .await;
+            if let Ok(ch) = ch {
+                return ch;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("driver socket {} never came up", socket.display());
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> Code {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(s) => s.code(),
+    }
+}
+
+#[tokio::test]
+async fn happy_path_is_idempotent() {
+    let lab = Lab::start(&[]).await;
+    let info = IdentityClient::new(lab.channel.clone())
+        .driver_get_info(DriverGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.name, cosi_s3::DRIVER_NAME);
+
+    let b = "bucket-11111111-2222-3333-4444-555555555555";
+    assert_eq!(lab.create(b, lab.params()).await.unwrap(), b);
+    assert_eq!(lab.create(b, lab.params()).await.unwrap(), b, "retry answers the same id");
+    assert!(lab.bucket_exists(b));
+    let cps = lab.checkpoints(Kind::ConfigMap);
+    assert_eq!(cps.len(), 1);
+    assert_eq!(cps[0]["data"]["state"], "Ready");
+
+    let mut other = lab.params();
+    other.insert("region".into(), "eu-west-1".into());
+    assert_eq!(code(lab.create(b, other).await), Code::AlreadyExists, "same name, different params");
+
+    let name = "ba-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+    let c1 = lab.grant(b, name).await.unwrap();
+    assert_eq!(c1.account_id, c1.access_key);
+    assert_eq!(c1.endpoint, lab.s3_url);
+    assert_eq!(c1.region, REGION);
+    assert!(c1.secret_key.len() >= 32);
+    let predictable = hex::encode(Sha256::digest(format!("cosi-s3:{name}").as_bytes()));
+    assert_ne!(c1.secret_key, predictable[..40]);
+    assert!(lab.can_put(&c1, b).await, "granted credentials work");
+    let c2 = lab.grant(b, name).await.unwrap();
+    assert_eq!(c1, c2, "retry returns the same account and secret");
+    assert!(lab.can_put(&c1, b).await, "and the first secret still works");
+
+    let mut ro = lab.params();
+    ro.insert("accessMode".into(), "readonly".into());
+    assert_eq!(
+        code(lab.grant_with(b, name, AuthenticationType::Key, ro).await),
+        Code::AlreadyExists,
+        "same account name, different parameters"
+    );
+    assert_eq!(code(lab.grant("bucket-other-bucket", name).await), Code::NotFound);
+
+    let grants = lab.checkpoints(Kind::Secret);
+    assert_eq!(grants.len(), 1);
+    let user = lab.s3.users().into_iter().find(|u| u.access_key == c1.access_key).unwrap();
+    assert_eq!(user.policies.len(), 1);
+    assert!(user.policies[0].starts_with("cosi-"));
+    let policy = user.policies[0].clone();
+
+    lab.revoke(b, &c1.account_id).await.unwrap();
+    assert!(!lab.user_exists(&c1.access_key));
+    assert!(!lab.policy_exists(&policy));
+    assert!(lab.checkpoints(Kind::Secret).is_empty());
+    lab.revoke(b, &c1.account_id).await.unwrap();
+
+    assert_eq!(code(lab.delete(b, HashMap::new()).await), Code::FailedPrecondition, "not empty");
+    assert!(lab.bucket_exists(b));
+    lab.remove_object(b, "probe.txt").await;
+    lab.delete(b, HashMap::new()).await.unwrap();
+    assert!(!lab.bucket_exists(b));
+    assert!(lab.checkpoints(Kind::ConfigMap).is_empty());
+    lab.delete(b, HashMap::new()).await.unwrap();
+}
+
+#[tokio::test]
+async fn grants_are_isolated_and_pending_checkpoints_resume() {
+    let lab = Lab::start(&[]).await;
+    let (b1, b2) = ("bucket-one", "bucket-two");
+    lab.create(b1, lab.params()).await.unwrap();
+    lab.create(b2, lab.params()).await.unwrap();
+    let c1 = lab.grant(b1, "ba-1").await.unwrap();
+    let c2 = lab.grant(b2, "ba-2").await.unwrap();
+    assert_ne!(c1.access_key, c2.access_key);
+    assert!(lab.can_put(&c1, b1).await && lab.can_put(&c2, b2).await, "a later grant leaves the earlier intact");
+    assert!(!lab.can_put(&c1, b2).await && !lab.can_put(&c2, b1).await, "each reaches only its bucket");
+
+    // A crash after add-user and before the promotion leaves PendingCreate: the
+    // retry resumes with the persisted secret.
+    let mut cp = lab.checkpoints(Kind::Secret).into_iter().find(|s| s["metadata"]["annotations"]["cosi-s3.drivelab.dev/name"] == "ba-1").unwrap();
+    cp["data"]["state"] = json!(b64("PendingCreate"));
+    lab.kube.replace(Kind::Secret, cp).unwrap();
+    assert_eq!(lab.grant(b1, "ba-1").await.unwrap(), c1);
+    assert!(lab.can_put(&c1, b1).await);
+
+    assert_eq!(code(lab.grant_with(b1, "ba-3", AuthenticationType::UnknownAuthenticationType, lab.params()).await), Code::InvalidArgument);
+    assert_eq!(code(lab.grant_with(b1, "ba-3", AuthenticationType::Iam, lab.params()).await), Code::Unimplemented);
+    let mut bad = lab.params();
+    bad.insert("adminApi".into(), "minio".into());
+    assert_eq!(code(lab.grant_with(b1, "ba-3", AuthenticationType::Key, bad).await), Code::InvalidArgument);
+    let mut ext = lab.params();
+    ext.insert("policy".into(), "no-such-policy".into());
+    assert_eq!(code(lab.grant_with(b1, "ba-3", AuthenticationType::Key, ext).await), Code::InvalidArgument);
+    assert_eq!(code(lab.create(&"x".repeat(129), lab.params()).await), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn foreign_buckets_are_never_adopted_or_deleted() {
+    let lab = Lab::start(&[]).await;
+    let r = lab.probe().create_bucket(ADMIN_AK, ADMIN_SK, "foreign-bucket").await.unwrap();
+    assert!(r.is_success());
+    assert_eq!(code(lab.create("foreign-bucket", lab.params()).await), Code::AlreadyExists);
+    assert!(lab.checkpoints(Kind::ConfigMap).is_empty(), "no checkpoint claims it");
+    assert_eq!(code(lab.delete("foreign-bucket", lab.params()).await), Code::FailedPrecondition);
+    lab.delete("foreign-bucket", HashMap::new()).await.unwrap();
+    assert!(lab.bucket_exists("foreign-bucket"));
+}
+
+// ---- mutants: each visibly breaks its rule --------------------------------
+
+#[tokio::test]
+async fn mutant_predictable_secret() {
+    let lab = Lab::start(&[Mutant::PredictableSecret]).await;
+    lab.create("bucket-m1", lab.params()).await.unwrap();
+    let c = lab.grant("bucket-m1", "ba-m1").await.unwrap();
+    assert_eq!(c.secret_key, hex::encode(Sha256::digest(b"cosi-s3:ba-m1"))[..40]);
+    assert!(lab.can_put(&c, "bucket-m1").await, "it works, it is just computable");
+}
+
+#[tokio::test]
+async fn mutant_user_before_checkpoint() {
+    let lab = Lab::start(&[Mutant::UserBeforeCheckpoint]).await;
+    lab.create("bucket-m2", lab.params()).await.unwrap();
+    lab.grant("bucket-m2", "ba-m2").await.unwrap();
+    // The crash between add-user and the checkpoint: the checkpoint never landed.
+    for s in lab.checkpoints(Kind::Secret) {
+        lab.kube.delete(Kind::Secret, Some(STATE_NS), s["metadata"]["name"].as_str().unwrap()).unwrap();
+    }
+    assert_eq!(code(lab.grant("bucket-m2", "ba-m2").await), Code::AlreadyExists, "stuck for ever");
+}
+
+#[tokio::test]
+async fn mutant_shared_policy() {
+    let lab = Lab::start(&[Mutant::SharedPolicy]).await;
+    lab.create("bucket-s1", lab.params()).await.unwrap();
+    lab.create("bucket-s2", lab.params()).await.unwrap();
+    let c1 = lab.grant("bucket-s1", "ba-s1").await.unwrap();
+    assert!(lab.can_put(&c1, "bucket-s1").await);
+    let _c2 = lab.grant("bucket-s2", "ba-s2").await.unwrap();
+    assert!(!lab.can_put(&c1, "bucket-s1").await, "the second grant replaced the first's policy");
+}
+
+#[tokio::test]
+async fn mutant_rotate_on_retry() {
+    let lab = Lab::start(&[Mutant::RotateOnRetry]).await;
+    lab.create("bucket-r1", lab.params()).await.unwrap();
+    let c1 = lab.grant("bucket-r1", "ba-r1").await.unwrap();
+    let c2 = lab.grant("bucket-r1", "ba-r1").await.unwrap();
+    assert_eq!(c1.access_key, c2.access_key);
+    assert_ne!(c1.secret_key, c2.secret_key);
+    assert!(!lab.can_put(&c1, "bucket-r1").await, "credentials already handed out are dead");
+}
+
+#[tokio::test]
+async fn mutant_already_exists_is_success() {
+    let lab = Lab::start(&[Mutant::AlreadyExistsIsSuccess]).await;
+    lab.probe().create_bucket(ADMIN_AK, ADMIN_SK, "foreign-bucket").await.unwrap();
+    assert_eq!(lab.create("foreign-bucket", lab.params()).await.unwrap(), "foreign-bucket", "adopted");
+}
+
+#[tokio::test]
+async fn mutant_delete_unowned() {
+    let lab = Lab::start(&[Mutant::DeleteUnowned]).await;
+    lab.probe().create_bucket(ADMIN_AK, ADMIN_SK, "foreign-bucket").await.unwrap();
+    lab.delete("foreign-bucket", lab.params()).await.unwrap();
+    assert!(!lab.bucket_exists("foreign-bucket"), "deleted without proof of ownership");
+}
+
+#[tokio::test]
+async fn mutant_unknown_auth_as_key() {
+    let lab = Lab::start(&[Mutant::UnknownAuthAsKey]).await;
+    lab.create("bucket-u1", lab.params()).await.unwrap();
+    lab.grant_with("bucket-u1", "ba-u1", AuthenticationType::UnknownAuthenticationType, lab.params())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn mutant_ignore_incompatible_params() {
+    let lab = Lab::start(&[Mutant::IgnoreIncompatibleParams]).await;
+    lab.create("bucket-i1", lab.params()).await.unwrap();
+    let mut other = lab.params();
+    other.insert("region".into(), "eu-west-1".into());
+    lab.create("bucket-i1", other).await.unwrap();
+}
+
+#[tokio::test]
+async fn binary_serves_and_survives_sigkill() {
+    let lab = Lab::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proc.sock");
+    let spawn = || {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_cosi-s3"))
+            .arg("--endpoint")
+            .arg(format!("unix://{}", socket.display()))
+            .arg("--kube-url")
+            .arg(lab.kube_url())
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let mut child = spawn();
+    let ch = connect(&socket).await;
+    let mut p = ProvisionerClient::new(ch);
+    let req = DriverCreateBucketRequest { name: "bucket-proc".into(), parameters: lab.params() };
+    p.driver_create_bucket(req.clone()).await.unwrap();
+    child.kill().await.unwrap();
+    // The respawn finds the stale socket, replaces it, and answers the retry from the checkpoint.
+    let _child = spawn();
+    let mut p = ProvisionerClient::new(connect(&socket).await);
+    assert_eq!(p.driver_create_bucket(req).await.unwrap().into_inner().bucket_id, "bucket-proc");
+}
