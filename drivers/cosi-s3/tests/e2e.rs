@@ -489,3 +489,21 @@ async fn binary_serves_and_survives_sigkill() {
     let mut p = ProvisionerClient::new(connect(&socket).await);
     assert_eq!(p.driver_create_bucket(req).await.unwrap().into_inner().bucket_id, "bucket-proc");
 }
+
+#[tokio::test]
+async fn concurrent_retries_agree() {
+    let lab = Lab::start(&[]).await;
+    let (a, b) = tokio::join!(lab.create("bucket-race", lab.params()), lab.create("bucket-race", lab.params()));
+    assert_eq!(a.unwrap(), "bucket-race");
+    assert_eq!(b.unwrap(), "bucket-race");
+    let (g1, g2, g3) = tokio::join!(
+        lab.grant("bucket-race", "ba-race"),
+        lab.grant("bucket-race", "ba-race"),
+        lab.grant("bucket-race", "ba-race")
+    );
+    let (g1, g2, g3) = (g1.unwrap(), g2.unwrap(), g3.unwrap());
+    assert!(g1 == g2 && g2 == g3, "one account, one secret");
+    assert_eq!(lab.s3.users().len(), 1, "no user left behind by the losers of the race");
+    assert_eq!(lab.checkpoints(Kind::Secret).len(), 1);
+    assert!(lab.can_put(&g1, "bucket-race").await);
+}
