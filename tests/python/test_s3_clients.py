@@ -138,9 +138,13 @@ def test_minio_admin_users_and_policies():
     pol = name("pol")
     bucket = name("adm")
 
+    assert json.loads(adm.info())["mode"] == "online"
     adm.user_add(user, "user-secret-123")
     info = json.loads(adm.user_info(user))
     assert info["status"] == "enabled"
+    adm.user_disable(user)
+    assert json.loads(adm.user_info(user))["status"] == "disabled"
+    adm.user_enable(user)
     users = json.loads(adm.user_list())  # madmin-encrypted answer
     assert user in users
 

@@ -122,7 +122,7 @@ struct Ctx {
     inner: Arc<Inner>,
     flavour: Flavour,
     secret: String,
-    query: Vec<(Vec<u8>, Vec<u8>)>,
+    query: super::sigv4::QueryPairs,
 }
 
 #[derive(Deserialize)]

@@ -81,8 +81,11 @@ pub(crate) fn percent_decode(s: &str, plus_as_space: bool) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The query string as decoded (key, value) byte pairs, in request order.
-pub(crate) fn parse_query(raw: Option<&str>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ApiError> {
+/// Decoded (key, value) byte pairs of a query string, in request order.
+pub(crate) type QueryPairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The query string as decoded pairs.
+pub(crate) fn parse_query(raw: Option<&str>) -> Result<QueryPairs, ApiError> {
     let mut out = Vec::new();
     let Some(raw) = raw else { return Ok(out) };
     for part in raw.split('&').filter(|p| !p.is_empty()) {
@@ -111,9 +114,9 @@ fn parse_credential(cred: &str) -> Result<(String, String, String, String), ApiE
     let date = it.next().unwrap_or_default();
     let key = it.next().unwrap_or_default();
     if key.is_empty() || date.len() != 8 || service.is_empty() || terminal != "aws4_request" {
-        return Err(ApiError::malformed_auth(format!(
-            "The authorization header is malformed; the Credential is mal-formed; expecting \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\"."
-        )));
+        return Err(ApiError::malformed_auth(
+            "The authorization header is malformed; the Credential is mal-formed; expecting \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\".",
+        ));
     }
     Ok((key.to_string(), date.to_string(), region.to_string(), service.to_string()))
 }

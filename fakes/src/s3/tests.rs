@@ -415,3 +415,25 @@ async fn probe_talks_to_a_real_listener() {
     assert_eq!((bad.status, bad.code.as_deref()), (403, Some("SignatureDoesNotMatch")));
     listener.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_attaches_lose_no_update() {
+    let (f, _) = fake();
+    add_user(&f, "racer", "racersecret1").await;
+    for i in 0..12 {
+        admin(&f, "PUT", &format!("add-canned-policy?name=p{i}"), bucket_policy(&format!("bkt{i}")).as_bytes()).await;
+    }
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            let f = f.clone();
+            tokio::spawn(async move {
+                let body = serde_json::json!({"policies": [format!("p{i}")], "user": "racer"}).to_string();
+                admin(&f, "POST", "idp/builtin/policy/attach", body.as_bytes()).await.status
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    assert_eq!(f.users()[0].policies.len(), 12);
+}
