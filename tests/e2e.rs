@@ -73,8 +73,9 @@ async fn rotate_on_retry_breaks_idempotent_replay_and_no_rotation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_policy_breaks_least_privilege() {
+    // One bucket: the shared policy grants the same thing, so only the count shows it.
     let o = run("cosi/two-accesses-one-claim.yaml", &[Mutant::SharedPolicy]).await;
-    assert!(failed_checks(&o).contains(&"least-privilege"), "{}", summary(&o));
+    assert!(o.expect_failures.iter().any(|f| f.message.contains("policies")), "{}", summary(&o));
     let o = run("cosi/two-claims-isolated.yaml", &[Mutant::SharedPolicy]).await;
     assert!(failed_checks(&o).contains(&"least-privilege"), "{}", summary(&o));
 }

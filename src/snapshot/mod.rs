@@ -123,8 +123,13 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     }
     for sec in &input.credential_secrets {
         if let Some(info) = bucket_info(sec) {
-            norm.id("key", &s(&info, &["spec", "secretS3", "accessKeyID"]));
+            let key = s(&info, &["spec", "secretS3", "accessKeyID"]);
+            norm.id("key", &key);
             norm.secret(&Secret::new(s(&info, &["spec", "secretS3", "accessSecretKey"])));
+            // Policies in the order of the accesses that use them, not of random key order.
+            for p in input.backend.users.get(&key).map(|u| u.policies.clone()).unwrap_or_default() {
+                norm.id("policy", &p);
+            }
         }
     }
     for (k, u) in &input.backend.users {
@@ -324,6 +329,9 @@ fn checkpoint_line(o: &Value, norm: &mut Normalizer) -> String {
         // of the run saw it (a checkpoint can hold a secret never sent anywhere).
         let shown = if k.to_ascii_lowercase().contains("secret") {
             norm.secret(&Secret::new(value))
+        } else if is_digest(&value) {
+            // Digests of inputs that include per-run ports differ run to run; label them.
+            norm.id("digest", &value)
         } else {
             value
         };
@@ -331,6 +339,10 @@ fn checkpoint_line(o: &Value, norm: &mut Normalizer) -> String {
     }
     fields.sort();
     format!("{name}: {}", fields.join(", "))
+}
+
+fn is_digest(v: &str) -> bool {
+    v.len() >= 32 && v.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 #[cfg(test)]
