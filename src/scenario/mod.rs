@@ -475,7 +475,7 @@ fn first_line(s: &str) -> String {
 
 fn hint_for(message: &str) -> Option<String> {
     if message.contains("unknown field") || message.contains("unknown variant") {
-        Some("check the spelling; the accepted names are listed above (see scenarios/README.md)".into())
+        Some("check the spelling against the accepted names in the message (see scenarios/README.md)".into())
     } else if message.contains("missing field") {
         Some("add the field; see scenarios/README.md for each step's fields".into())
     } else {
