@@ -31,6 +31,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -43,7 +44,7 @@ use drivelab_proto::cosi::{
 use serde_json::{json, Value};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::gate::{CallSpec, Gate, Verdict};
+use crate::gate::{CallSpec, Delivery, Gate, Verdict};
 use crate::history::{CallId, Component, EventKind, Outcome};
 use crate::kube::{Kind, KubeError, KubeFake};
 use crate::secret::Secret;
@@ -52,6 +53,8 @@ use crate::secret::Secret;
 pub const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// Back-off ceiling.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// What the sidecar sees when the link to the driver is cut before the call.
+const CUT_MESSAGE: &str = "transport: connection refused or reset";
 /// Finalizer the sidecar puts on BucketClaims it works on.
 pub const CLAIM_FINALIZER: &str = "cosi.objectstorage.k8s.io/bucketclaim-protection";
 /// Finalizer the sidecar puts on BucketAccesses it works on.
@@ -253,20 +256,23 @@ pub async fn connect_unix(path: &Path) -> Result<Channel, tonic::transport::Erro
         .await
 }
 
+/// The Kubernetes fake the sidecar talks to, swappable when the fake restarts.
+pub type KubeSlot = Arc<RwLock<KubeFake>>;
+
 /// The fake sidecar for one driver.
 pub struct CosiSidecar {
-    kube: KubeFake,
+    kube_slot: KubeSlot,
     gate: Gate,
     socket: PathBuf,
-    provisioner: ProvisionerClient<Channel>,
+    provisioner: Mutex<ProvisionerClient<Channel>>,
     driver_name: String,
-    failures: BTreeMap<Target, u32>,
-    exchanges: Vec<Exchange>,
+    failures: Mutex<BTreeMap<Target, u32>>,
+    exchanges: Mutex<Vec<Exchange>>,
 }
 
 impl CosiSidecar {
     /// Connect to the driver at `socket` and learn its name (DriverGetInfo).
-    pub async fn connect(socket: &Path, kube: KubeFake, gate: Gate) -> Result<Self, SidecarError> {
+    pub async fn connect(socket: &Path, kube: KubeSlot, gate: Gate) -> Result<Self, SidecarError> {
         let channel = connect_unix(socket)
             .await
             .map_err(|source| SidecarError::Connect { path: socket.to_path_buf(), source })?;
@@ -281,23 +287,27 @@ impl CosiSidecar {
         gate.leave(id, &call, grpc_outcome(&res)).await;
         let info = res.map_err(SidecarError::Info)?.into_inner();
         Ok(Self {
-            kube,
+            kube_slot: kube,
             gate,
             socket: socket.to_path_buf(),
-            provisioner: ProvisionerClient::new(channel),
+            provisioner: Mutex::new(ProvisionerClient::new(channel)),
             driver_name: info.name,
-            failures: BTreeMap::new(),
-            exchanges: Vec::new(),
+            failures: Mutex::default(),
+            exchanges: Mutex::default(),
         })
     }
 
     /// Re-dial the driver (after it was restarted on the same socket).
-    pub async fn reconnect(&mut self) -> Result<(), SidecarError> {
+    pub async fn reconnect(&self) -> Result<(), SidecarError> {
         let channel = connect_unix(&self.socket)
             .await
             .map_err(|source| SidecarError::Connect { path: self.socket.clone(), source })?;
-        self.provisioner = ProvisionerClient::new(channel);
+        *lock(&self.provisioner) = ProvisionerClient::new(channel);
         Ok(())
+    }
+
+    fn kube(&self) -> KubeFake {
+        self.kube_slot.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The name the driver reported.
@@ -306,23 +316,29 @@ impl CosiSidecar {
     }
 
     /// Every exchange so far, in order.
-    pub fn exchanges(&self) -> &[Exchange] {
-        &self.exchanges
+    pub fn exchanges(&self) -> Vec<Exchange> {
+        lock(&self.exchanges).clone()
+    }
+
+    /// How many exchanges so far.
+    pub fn exchange_count(&self) -> usize {
+        lock(&self.exchanges).len()
     }
 
     /// Reconcile one object once.
-    pub async fn reconcile(&mut self, target: &Target) -> Result<Reconcile, SidecarError> {
+    pub async fn reconcile(&self, target: &Target) -> Result<Reconcile, SidecarError> {
         let r = match target {
             Target::Claim { namespace, name } => self.reconcile_claim(namespace, name).await?,
             Target::Access { namespace, name } => self.reconcile_access(namespace, name).await?,
         };
         Ok(match r {
             Step::Done => {
-                self.failures.remove(target);
+                lock(&self.failures).remove(target);
                 Reconcile::Done
             }
             Step::Retry(reason) => {
-                let n = self.failures.entry(target.clone()).or_insert(0);
+                let mut failures = lock(&self.failures);
+                let n = failures.entry(target.clone()).or_insert(0);
                 let after = backoff(*n);
                 *n = n.saturating_add(1);
                 Reconcile::Requeue { after, reason }
@@ -333,7 +349,7 @@ impl CosiSidecar {
     /// Send a recorded request again, unchanged or with `parameters` overriding
     /// the original ones (create and grant only). Nothing in Kubernetes is updated.
     pub async fn replay(
-        &mut self,
+        &self,
         request: DriverRequest,
         parameters: Option<&BTreeMap<String, String>>,
         auth: Option<i32>,
@@ -350,8 +366,8 @@ impl CosiSidecar {
         self.send(request, true).await
     }
 
-    async fn reconcile_claim(&mut self, ns: &str, name: &str) -> Result<Step, SidecarError> {
-        let Some(claim) = self.kube.get(Kind::BucketClaim, Some(ns), name)? else {
+    async fn reconcile_claim(&self, ns: &str, name: &str) -> Result<Step, SidecarError> {
+        let Some(claim) = self.kube().get(Kind::BucketClaim, Some(ns), name)? else {
             return Ok(Step::Done);
         };
         let bucket_name = str_at(&claim, &["status", "bucketName"]);
@@ -363,7 +379,7 @@ impl CosiSidecar {
             Some(b) => b,
             None => self.bind_claim(ns, name, &claim)?,
         };
-        let Some(bucket) = self.kube.get(Kind::Bucket, None, &bucket_name)? else {
+        let Some(bucket) = self.kube().get(Kind::Bucket, None, &bucket_name)? else {
             return Ok(Step::Retry(format!("bucket {bucket_name} not found")));
         };
         if bool_at(&bucket, &["status", "bucketReady"]) {
@@ -372,7 +388,7 @@ impl CosiSidecar {
         }
         if let Some(existing) = str_at(&bucket, &["spec", "existingBucketID"]) {
             // Static bucket: no driver call, as the real sidecar.
-            self.kube.merge_patch(
+            self.kube().merge_patch(
                 Kind::Bucket,
                 None,
                 &bucket_name,
@@ -385,7 +401,7 @@ impl CosiSidecar {
         let ex = self.send(DriverRequest::Create { name: bucket_name.clone(), parameters }, false).await;
         match ex.reply {
             DriverReply::Created { bucket_id } if !bucket_id.is_empty() => {
-                self.kube.merge_patch(
+                self.kube().merge_patch(
                     Kind::Bucket,
                     None,
                     &bucket_name,
@@ -400,7 +416,7 @@ impl CosiSidecar {
     }
 
     /// The controller's half: make the Bucket object for a new claim.
-    fn bind_claim(&mut self, ns: &str, name: &str, claim: &Value) -> Result<String, SidecarError> {
+    fn bind_claim(&self, ns: &str, name: &str, claim: &Value) -> Result<String, SidecarError> {
         let malformed = |what: &str| SidecarError::Malformed {
             kind: "BucketClaim",
             name: format!("{ns}/{name}"),
@@ -415,7 +431,7 @@ impl CosiSidecar {
         if existing.is_none() {
             let class_name = str_at(claim, &["spec", "bucketClassName"]).ok_or_else(|| malformed("no spec.bucketClassName"))?;
             let class = self
-                .kube
+                .kube()
                 .get(Kind::BucketClass, None, &class_name)?
                 .ok_or_else(|| malformed(&format!("BucketClass {class_name} not found")))?;
             let bucket = json!({
@@ -431,17 +447,17 @@ impl CosiSidecar {
                     "deletionPolicy": class.get("deletionPolicy").cloned().unwrap_or_else(|| json!("Retain")),
                 },
             });
-            match self.kube.create(Kind::Bucket, bucket) {
+            match self.kube().create(Kind::Bucket, bucket) {
                 Ok(_) | Err(KubeError::AlreadyExists { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        self.kube.merge_patch(Kind::BucketClaim, Some(ns), name, json!({"status": {"bucketName": bucket_name}}))?;
+        self.kube().merge_patch(Kind::BucketClaim, Some(ns), name, json!({"status": {"bucketName": bucket_name}}))?;
         Ok(bucket_name)
     }
 
-    fn mark_claim_ready(&mut self, ns: &str, name: &str, bucket: &str) -> Result<(), SidecarError> {
-        self.kube.merge_patch(
+    fn mark_claim_ready(&self, ns: &str, name: &str, bucket: &str) -> Result<(), SidecarError> {
+        self.kube().merge_patch(
             Kind::BucketClaim,
             Some(ns),
             name,
@@ -450,9 +466,9 @@ impl CosiSidecar {
         Ok(())
     }
 
-    async fn delete_claim(&mut self, ns: &str, name: &str, bucket_name: Option<&str>) -> Result<Step, SidecarError> {
+    async fn delete_claim(&self, ns: &str, name: &str, bucket_name: Option<&str>) -> Result<Step, SidecarError> {
         if let Some(bucket_name) = bucket_name {
-            if let Some(bucket) = self.kube.get(Kind::Bucket, None, bucket_name)? {
+            if let Some(bucket) = self.kube().get(Kind::Bucket, None, bucket_name)? {
                 let policy = str_at(&bucket, &["spec", "deletionPolicy"]).unwrap_or_else(|| "Retain".into());
                 let bucket_id = str_at(&bucket, &["status", "bucketID"]);
                 if policy == "Delete" {
@@ -464,10 +480,10 @@ impl CosiSidecar {
                             other => return Ok(Step::Retry(format!("DriverDeleteBucket: {}", other.code_name()))),
                         }
                     }
-                    self.kube.delete(Kind::Bucket, None, bucket_name)?;
+                    self.kube().delete(Kind::Bucket, None, bucket_name)?;
                 } else {
                     // Retain: no driver call; the Bucket object stays, released from its claim.
-                    self.kube.merge_patch(Kind::Bucket, None, bucket_name, json!({"spec": {"bucketClaim": null}}))?;
+                    self.kube().merge_patch(Kind::Bucket, None, bucket_name, json!({"spec": {"bucketClaim": null}}))?;
                 }
             }
         }
@@ -475,8 +491,8 @@ impl CosiSidecar {
         Ok(Step::Done)
     }
 
-    async fn reconcile_access(&mut self, ns: &str, name: &str) -> Result<Step, SidecarError> {
-        let Some(access) = self.kube.get(Kind::BucketAccess, Some(ns), name)? else {
+    async fn reconcile_access(&self, ns: &str, name: &str) -> Result<Step, SidecarError> {
+        let Some(access) = self.kube().get(Kind::BucketAccess, Some(ns), name)? else {
             return Ok(Step::Done);
         };
         let malformed = |what: &str| SidecarError::Malformed {
@@ -495,7 +511,7 @@ impl CosiSidecar {
                 }
             }
             if let Some(s) = secret_name {
-                match self.kube.delete(Kind::Secret, Some(ns), &s) {
+                match self.kube().delete(Kind::Secret, Some(ns), &s) {
                     Ok(_) | Err(KubeError::NotFound { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -512,18 +528,18 @@ impl CosiSidecar {
         let class_name =
             str_at(&access, &["spec", "bucketAccessClassName"]).ok_or_else(|| malformed("no spec.bucketAccessClassName"))?;
         let secret_name = secret_name.ok_or_else(|| malformed("no spec.credentialsSecretName"))?;
-        let Some(claim) = self.kube.get(Kind::BucketClaim, Some(ns), &claim_name)? else {
+        let Some(claim) = self.kube().get(Kind::BucketClaim, Some(ns), &claim_name)? else {
             return Ok(Step::Retry(format!("bucketclaim {ns}/{claim_name} not found")));
         };
         if !bool_at(&claim, &["status", "bucketReady"]) {
             return Ok(Step::Retry(format!("bucketclaim {ns}/{claim_name} not ready")));
         }
         let bucket_name = str_at(&claim, &["status", "bucketName"]).unwrap_or_default();
-        let Some(bucket) = self.kube.get(Kind::Bucket, None, &bucket_name)? else {
+        let Some(bucket) = self.kube().get(Kind::Bucket, None, &bucket_name)? else {
             return Ok(Step::Retry(format!("bucket {bucket_name} not found")));
         };
         let bucket_id = str_at(&bucket, &["status", "bucketID"]).unwrap_or_default();
-        let Some(class) = self.kube.get(Kind::BucketAccessClass, None, &class_name)? else {
+        let Some(class) = self.kube().get(Kind::BucketAccessClass, None, &class_name)? else {
             return Ok(Step::Retry(format!("bucketaccessclass {class_name} not found")));
         };
         let auth_name = str_at(&class, &["authenticationType"]).unwrap_or_default();
@@ -550,7 +566,7 @@ impl CosiSidecar {
             return Ok(Step::Retry(format!("driver returned {entries} credential entries, want exactly one (s3)")));
         };
         // Created once, never updated: an existing Secret is left as it is.
-        if self.kube.get(Kind::Secret, Some(ns), &secret_name)?.is_none() {
+        if self.kube().get(Kind::Secret, Some(ns), &secret_name)?.is_none() {
             let info = json!({
                 "metadata": {"name": format!("bc-{uid}")},
                 "spec": {
@@ -574,12 +590,12 @@ impl CosiSidecar {
                 "type": "Opaque",
                 "data": {"BucketInfo": encoded},
             });
-            match self.kube.create(Kind::Secret, secret) {
+            match self.kube().create(Kind::Secret, secret) {
                 Ok(_) | Err(KubeError::AlreadyExists { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        self.kube.merge_patch(
+        self.kube().merge_patch(
             Kind::BucketAccess,
             Some(ns),
             name,
@@ -596,36 +612,49 @@ impl CosiSidecar {
             return Ok(());
         }
         list.push(json!(finalizer));
-        self.kube.merge_patch(kind, Some(ns), name, json!({"metadata": {"finalizers": list}}))?;
+        self.kube().merge_patch(kind, Some(ns), name, json!({"metadata": {"finalizers": list}}))?;
         Ok(())
     }
 
     /// Cleanup done: drop our finalizer so the API server completes the deletion.
     fn release(&self, kind: Kind, ns: &str, name: &str) -> Result<(), SidecarError> {
-        let Some(obj) = self.kube.get(kind, Some(ns), name)? else { return Ok(()) };
+        let Some(obj) = self.kube().get(kind, Some(ns), name)? else { return Ok(()) };
         let list: Vec<Value> = at(&obj, &["metadata", "finalizers"])
             .and_then(Value::as_array)
             .map(|l| l.iter().filter(|f| f.as_str() != Some(CLAIM_FINALIZER) && f.as_str() != Some(ACCESS_FINALIZER)).cloned().collect())
             .unwrap_or_default();
-        match self.kube.merge_patch(kind, Some(ns), name, json!({"metadata": {"finalizers": list}})) {
+        match self.kube().merge_patch(kind, Some(ns), name, json!({"metadata": {"finalizers": list}})) {
             Ok(_) | Err(KubeError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
     /// One driver RPC through the gate, recorded as an exchange.
-    async fn send(&mut self, request: DriverRequest, replay: bool) -> Exchange {
+    async fn send(&self, request: DriverRequest, replay: bool) -> Exchange {
         let call = CallSpec::new(Component::Sidecar, Component::Driver, request.op().rpc(), request.key());
         let (id, verdict) = self.gate.enter(&call).await;
-        let reply = match verdict {
-            Verdict::Reject(r) => DriverReply::Failed { code: tonic::Code::Unavailable, message: r.message },
-            Verdict::Proceed => self.rpc(&request).await,
+        let answered = match verdict {
+            Verdict::Reject(r) => Some(DriverReply::Failed { code: code_from_name(&r.code), message: r.message }),
+            Verdict::Cut => {
+                self.gate.cut_before(id);
+                None
+            }
+            Verdict::Proceed => Some(self.rpc(&request).await),
         };
-        let outcome = match &reply {
-            DriverReply::Failed { code, message } => Outcome::Grpc { code: code_name(*code), message: message.clone() },
-            _ => Outcome::Grpc { code: "OK".into(), message: String::new() },
+        let reply = match answered {
+            None => DriverReply::Failed { code: tonic::Code::Unavailable, message: CUT_MESSAGE.into() },
+            Some(reply) => {
+                let outcome = match &reply {
+                    DriverReply::Failed { code, message } => Outcome::Grpc { code: code_name(*code), message: message.clone() },
+                    _ => Outcome::Grpc { code: "OK".into(), message: String::new() },
+                };
+                match self.gate.leave(id, &call, outcome).await {
+                    Delivery::Deliver => reply,
+                    // The driver committed; the sidecar sees what a lost reply looks like.
+                    Delivery::Cut => DriverReply::Failed { code: tonic::Code::Unavailable, message: CUT_MESSAGE.into() },
+                }
+            }
         };
-        self.gate.leave(id, &call, outcome).await;
         if replay {
             self.gate.history().record(EventKind::Note {
                 component: Component::Lab,
@@ -633,12 +662,12 @@ impl CosiSidecar {
             });
         }
         let ex = Exchange { call: id, request, reply, replay };
-        self.exchanges.push(ex.clone());
+        lock(&self.exchanges).push(ex.clone());
         ex
     }
 
-    async fn rpc(&mut self, request: &DriverRequest) -> DriverReply {
-        let mut client = self.provisioner.clone();
+    async fn rpc(&self, request: &DriverRequest) -> DriverReply {
+        let mut client = lock(&self.provisioner).clone();
         let fut = async move {
             match request.clone() {
                 DriverRequest::Create { name, parameters } => client
@@ -699,6 +728,15 @@ pub fn backoff(failures: u32) -> Duration {
     let ms = BACKOFF_BASE.as_millis() as u64;
     let d = ms.saturating_mul(1u64 << failures.min(20));
     Duration::from_millis(d).min(BACKOFF_MAX)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The gRPC code named `name` (`UNAVAILABLE`, ...); UNKNOWN for anything else.
+pub fn code_from_name(name: &str) -> tonic::Code {
+    (0..=16).map(tonic::Code::from_i32).find(|c| code_name(*c) == name).unwrap_or(tonic::Code::Unknown)
 }
 
 fn grpc_outcome<T>(r: &Result<T, tonic::Status>) -> Outcome {

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
 
 use crate::history::{CallId, Component, History, Outcome};
+use crate::serve::CutSwitch;
 
 /// What a call is: who calls whom, for what, on which resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +41,18 @@ pub enum Verdict {
     Proceed,
     /// Answer it with an error without reaching the callee's logic.
     Reject(Rejection),
+    /// Break the connection: the request never reaches the callee and the
+    /// caller sees the connection drop (a partition, a crash before commit).
+    Cut,
+}
+
+/// A hook's decision after the callee answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// The reply reaches the caller.
+    Deliver,
+    /// The callee committed but the caller never sees the reply (the ambiguous failure).
+    Cut,
 }
 
 /// An error answer produced at the gate (HTTP status and error code, or a gRPC code).
@@ -58,7 +71,7 @@ pub trait GateHook: Send + Sync {
     /// Called before the callee runs (before it can commit anything).
     fn before<'a>(&'a self, id: CallId, call: &'a CallSpec) -> BoxFuture<'a, Verdict>;
     /// Called after the callee answered (it has committed), before the reply leaves.
-    fn after<'a>(&'a self, id: CallId, call: &'a CallSpec, outcome: &'a Outcome) -> BoxFuture<'a, ()>;
+    fn after<'a>(&'a self, id: CallId, call: &'a CallSpec, outcome: &'a Outcome) -> BoxFuture<'a, Delivery>;
 }
 
 /// One interception point, shared by every request path of a component.
@@ -98,12 +111,23 @@ impl Gate {
         (id, verdict)
     }
 
-    /// Record the reply and let the hook act after the commit.
-    pub async fn leave(&self, id: CallId, call: &CallSpec, outcome: Outcome) {
-        if let Some(h) = self.current_hook() {
-            h.after(id, call, &outcome).await;
-        }
-        self.history.reply(id, outcome);
+    /// Let the hook act after the commit, then record what the caller got.
+    pub async fn leave(&self, id: CallId, call: &CallSpec, outcome: Outcome) -> Delivery {
+        let delivery = match self.current_hook() {
+            Some(h) => h.after(id, call, &outcome).await,
+            None => Delivery::Deliver,
+        };
+        let seen = match delivery {
+            Delivery::Deliver => outcome,
+            Delivery::Cut => Outcome::NoReply { reason: format!("reply lost after {}", outcome.label()) },
+        };
+        self.history.reply(id, seen);
+        delivery
+    }
+
+    /// Record that the call was cut before the callee saw it.
+    pub fn cut_before(&self, id: CallId) {
+        self.history.reply(id, Outcome::NoReply { reason: "connection cut before the callee saw the request".into() });
     }
 }
 
@@ -130,19 +154,41 @@ pub async fn http_gate(
 ) -> Response {
     let (parts, body) = req.into_parts();
     let call = (tap.classify)(&parts);
+    let cut = parts.extensions.get::<CutSwitch>().cloned();
     let (id, verdict) = tap.gate.enter(&call).await;
     let resp = match verdict {
         Verdict::Reject(r) => (tap.render)(&r),
+        Verdict::Cut => {
+            tap.gate.cut_before(id);
+            return sever(cut).await;
+        }
         Verdict::Proceed => next.run(Request::from_parts(parts, body)).await,
     };
     let outcome = Outcome::Http {
         status: resp.status().as_u16(),
         code: resp.headers().get(ERROR_CODE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string),
     };
-    tap.gate.leave(id, &call, outcome).await;
+    if tap.gate.leave(id, &call, outcome).await == Delivery::Cut {
+        return sever(cut).await;
+    }
     let (mut parts, body) = resp.into_parts();
     parts.headers.remove(ERROR_CODE_HEADER);
     Response::from_parts(parts, body).into_response()
+}
+
+/// Drop the request's connection; never returns while the connection lives.
+async fn sever(cut: Option<CutSwitch>) -> Response {
+    match cut {
+        Some(c) => {
+            c.fire();
+            // The connection task is dropped with this future; wait for that.
+            std::future::pending::<()>().await;
+            empty(503)
+        }
+        // Served without our accept loop (in-process router tests): the closest
+        // a response can get to "no reply".
+        None => empty(503),
+    }
 }
 
 /// Handlers put their protocol error code (e.g. `NoSuchBucket`) in this response

@@ -99,6 +99,8 @@ pub enum EventKind {
     Reply { id: CallId, outcome: Outcome },
     /// Free-form observation by a component (never carries secrets).
     Note { component: Component, text: String },
+    /// The lab injected a fault (`call` is the call it hit, if any).
+    Fault { call: Option<CallId>, fault: String, detail: String },
 }
 
 /// One entry in the history.

@@ -1,18 +1,52 @@
-//! Running a fake's axum router on a real loopback listener, with a handle
-//! that stops it. Every fake binds 127.0.0.1 unless told otherwise.
+//! Running a fake's axum router on a real loopback listener. We own the accept
+//! loop (rather than `axum::serve`) so the interception point can cut one
+//! connection — a lost reply, a partition — and a restart can break them all,
+//! the way a real network or a real process restart does.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tower::ServiceExt;
 
-/// A running HTTP listener; dropping it (or calling `stop`) shuts it down.
+/// Put into every request's extensions: firing it drops that request's TCP
+/// connection without a reply (the client sees the connection close).
+#[derive(Clone, Default, Debug)]
+pub struct CutSwitch {
+    fired: Arc<AtomicBool>,
+    notify: Arc<Notify>,
+}
+
+impl CutSwitch {
+    /// Drop the connection now.
+    pub fn fire(&self) {
+        self.fired.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    async fn fired(&self) {
+        loop {
+            let n = self.notify.notified();
+            if self.fired.load(Ordering::SeqCst) {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+/// A running HTTP listener; dropping it (or calling `stop`) shuts it down and
+/// breaks every open connection.
 pub struct Listener {
     /// The bound address (port chosen by the OS when asked for port 0).
     pub addr: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    stop: Arc<Notify>,
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Listener {
@@ -21,11 +55,9 @@ impl Listener {
         format!("http://{}", self.addr)
     }
 
-    /// Stop accepting, close connections, and wait for the server task.
+    /// Stop accepting, break every connection, and wait for the accept loop.
     pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.stop.notify_one();
         if let Some(t) = self.task.take() {
             t.abort();
             let _ = t.await;
@@ -35,9 +67,6 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
         if let Some(t) = self.task.take() {
             t.abort();
         }
@@ -48,17 +77,46 @@ impl Drop for Listener {
 pub async fn serve_http(router: axum::Router, addr: SocketAddr) -> std::io::Result<Listener> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
-    let (tx, rx) = oneshot::channel::<()>();
+    let stop = Arc::new(Notify::new());
+    let stop_rx = stop.clone();
     let task = tokio::spawn(async move {
-        let server = axum::serve(listener, router.into_make_service())
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
+        // Aborting the accept loop drops this set, which aborts every connection.
+        let conns = Arc::new(Mutex::new(JoinSet::new()));
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = stop_rx.notified() => break,
+            };
+            let (stream, _) = match accepted {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "accept failed");
+                    continue;
+                }
+            };
+            let cut = CutSwitch::default();
+            let ext = cut.clone();
+            let svc = router.clone().map_request(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ext.clone());
+                req
             });
-        if let Err(e) = server.await {
-            tracing::warn!(%addr, error = %e, "fake listener stopped with an error");
+            let svc = TowerToHyperService::new(svc);
+            let mut set = conns.lock().unwrap_or_else(|p| p.into_inner());
+            // Reap finished connections so the set does not grow without bound.
+            while set.try_join_next().is_some() {}
+            set.spawn(async move {
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), svc);
+                tokio::select! {
+                    r = conn => if let Err(e) = r { tracing::debug!(error = %e, "connection ended with an error") },
+                    _ = cut.fired() => {}
+                }
+            });
         }
+        conns.lock().unwrap_or_else(|p| p.into_inner()).abort_all();
     });
-    Ok(Listener { addr, shutdown: Some(tx), task: Some(task) })
+    Ok(Listener { addr, stop, task: Some(task) })
 }
 
 /// The loopback address with an OS-chosen port.

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::scenario::Invariant;
 
+mod lifecycle;
 #[cfg(test)]
 mod tests;
 
@@ -123,6 +124,22 @@ pub struct Observations {
     pub backend: BackendState,
     /// Probes made at the end.
     pub probes: Vec<Probe>,
+    /// Objects that had not converged after faults were healed.
+    pub stuck: Vec<Stuck>,
+    /// Backend buckets the lab made (the canary, "someone else's" buckets).
+    pub lab_buckets: Vec<String>,
+    /// Every backend bucket that existed at some step boundary.
+    pub seen_buckets: std::collections::BTreeSet<String>,
+    /// Every backend user that existed at some step boundary.
+    pub seen_users: std::collections::BTreeSet<String>,
+    /// Decoded data of every object in the driver's state namespace.
+    pub checkpoint_text: String,
+    /// Bucket objects at the end: (name, status.bucketID).
+    pub bucket_objects: Vec<(String, String)>,
+    /// Ready claims at the end: (namespace/name, backend bucket id).
+    pub ready_claims: Vec<(String, String)>,
+    /// The secret each account name got in a twin lab (same seed, same names).
+    pub twin_secrets: Option<BTreeMap<String, Secret>>,
     /// Every secret value the run created or handed out.
     pub secrets: Vec<Secret>,
     /// Texts written or logged by the run: (name, content).
@@ -143,15 +160,15 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    fn new(invariant: Invariant) -> Self {
+    pub(crate) fn new(invariant: Invariant) -> Self {
         Self { invariant: invariant.id(), passed: true, details: Vec::new(), evidence: Vec::new() }
     }
-    fn fail(&mut self, detail: String, calls: impl IntoIterator<Item = CallId>) {
+    pub(crate) fn fail(&mut self, detail: String, calls: impl IntoIterator<Item = CallId>) {
         self.passed = false;
         self.details.push(detail);
         self.evidence.extend(calls.into_iter().map(|c| c.0));
     }
-    fn finish(mut self, checked: String) -> Self {
+    pub(crate) fn finish(mut self, checked: String) -> Self {
         if self.passed {
             self.details.push(checked);
         }
@@ -169,7 +186,27 @@ pub fn check(inv: Invariant, obs: &Observations) -> Verdict {
         Invariant::LeastPrivilege => least_privilege(obs),
         Invariant::NoRotation => no_rotation(obs),
         Invariant::NoSecretLeak => no_secret_leak(obs),
+        Invariant::NoOrphans => lifecycle::no_orphans(obs),
+        Invariant::OwnerOnlyDelete => lifecycle::owner_only_delete(obs),
+        Invariant::Converges => lifecycle::converges(obs),
+        Invariant::SpecCodes => lifecycle::spec_codes(obs),
+        Invariant::UnpredictableSecrets => lifecycle::unpredictable_secrets(obs),
     }
+}
+
+/// An object still pending after the final convergence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stuck {
+    /// `bucketaccess ns/name` or `bucketclaim ns/name`.
+    pub target: String,
+    /// The last RPC the sidecar made for it.
+    pub last_op: Option<String>,
+    /// What that RPC answered.
+    pub last_code: Option<String>,
+    /// How many RPCs it took.
+    pub attempts: usize,
+    /// Their history call ids.
+    pub calls: Vec<CallId>,
 }
 
 fn granted(ex: &Exchange) -> Option<(&str, Option<(&str, &Secret)>)> {
@@ -349,7 +386,7 @@ pub fn unique_credentials(obs: &Observations) -> Verdict {
     v.finish(format!("{} live accesses, all with distinct accounts and keys", obs.live.len()))
 }
 
-fn grant_calls_for(obs: &Observations, account_name: &str) -> Vec<CallId> {
+pub(crate) fn grant_calls_for(obs: &Observations, account_name: &str) -> Vec<CallId> {
     obs.exchanges
         .iter()
         .filter(|e| e.request.op() == DriverOp::GrantBucketAccess && e.request.key() == account_name)

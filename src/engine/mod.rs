@@ -15,22 +15,27 @@ use drivelab_fakes::cosi_sidecar::{CosiSidecar, DriverOp, DriverReply, DriverReq
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, Event, EventKind, History};
 use drivelab_fakes::kube::{Kind, KubeFake};
-use drivelab_fakes::s3::{S3Config, S3Fake, S3Probe};
+use drivelab_fakes::s3::{S3Config, S3Probe};
 use drivelab_fakes::secret::Secret;
-use drivelab_fakes::serve::{loopback, Listener};
-use drivelab_fakes::store::{SledStore, Store};
+use futures_util::future::BoxFuture;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
-use crate::checks::{self, BackendState, LiveAccess, Observations, Probe, ProbePurpose, RetryObservation, UserState, Verdict};
-use crate::scenario::{AccessStep, ClaimStep, Expectation, RetryOp, RetryStep, Scenario, Step};
+use crate::checks::{self, BackendState, LiveAccess, Observations, Probe, ProbePurpose, RetryObservation, Stuck, UserState, Verdict};
+use crate::scenario::{AccessStep, ClaimStep, Expectation, HealStep, Invariant, RetryOp, RetryStep, Scenario, Step};
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
+mod driver;
+mod fakes;
+mod hook;
 mod queue;
+mod schedule;
+use driver::InProcessDriver;
+use fakes::FakeSet;
+use hook::{LabControl, LabHook};
 use queue::WorkQueue;
+use schedule::Scheduler;
 
 /// Namespace and name of the admin credentials Secret the lab creates.
 pub const ADMIN_SECRET_NAMESPACE: &str = "drivelab-system";
@@ -118,15 +123,67 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
         }
     }
     mutants.sort();
+    // The twin: the same scenario, seed and names in a second lab. A driver whose
+    // secrets are a function of names hands out the same secrets in both.
+    let twin = if scn.invariants.contains(&Invariant::UnpredictableSecrets) {
+        Some(run_once(scn, seed, &mutants, None).await?.1)
+    } else {
+        None
+    };
+    Ok(run_once(scn, seed, &mutants, twin).await?.0)
+}
+
+async fn run_once(
+    scn: &Scenario,
+    seed: u64,
+    mutants: &[Mutant],
+    twin: Option<BTreeMap<String, Secret>>,
+) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
     let log_start = crate::logcap::position();
-    let mut lab = Lab::start(scn, seed, &mutants).await?;
+    let mut lab = Lab::start(scn, seed, mutants).await?;
     let result = lab.run_steps(scn).await;
     let outcome = match result {
-        Ok(()) => lab.finish(scn, seed, &mutants, log_start).await,
+        Ok(()) => lab.finish(scn, seed, mutants, log_start, twin).await,
         Err(e) => Err(e),
     };
     lab.stop().await;
     outcome
+}
+
+/// What the gate hook may ask of the engine.
+struct Control {
+    driver: Arc<InProcessDriver>,
+    fakes: Arc<FakeSet>,
+    history: History,
+}
+
+impl LabControl for Control {
+    fn crash_driver(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.history.record(EventKind::Fault { call: None, fault: "crash_driver".into(), detail: "driver killed (all tasks), restarting".into() });
+            if let Err(e) = self.driver.crash_and_restart().await {
+                self.history.record(EventKind::Note { component: Component::Lab, text: format!("driver did not come back: {e:#}") });
+            }
+        })
+    }
+
+    fn restart(&self, component: Component) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.history.record(EventKind::Fault { call: None, fault: "restart".into(), detail: format!("{component} restarting (state kept, connections broken)") });
+            // Spawned: the restart breaks the very connection this hook may be running on.
+            let fakes = self.fakes.clone();
+            let done = tokio::spawn(async move { fakes.restart(component).await });
+            match done.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    self.history.record(EventKind::Note { component: Component::Lab, text: format!("restart failed: {e:#}") });
+                }
+                Err(e) => {
+                    self.history.record(EventKind::Note { component: Component::Lab, text: format!("restart task failed: {e}") });
+                }
+            }
+        })
+    }
 }
 
 /// One running lab: fakes, driver, sidecar, and what the engine recorded.
@@ -134,15 +191,13 @@ struct Lab {
     _dir: tempfile::TempDir,
     clock: SimClock,
     history: History,
-    s3: S3Fake,
-    kube: KubeFake,
-    listeners: Vec<Listener>,
-    driver_task: Option<(oneshot::Sender<()>, JoinHandle<anyhow::Result<()>>)>,
-    sidecar: CosiSidecar,
+    fakes: Arc<FakeSet>,
+    driver: Arc<InProcessDriver>,
+    hook: Arc<LabHook>,
+    sched: Scheduler,
+    sidecar: Arc<CosiSidecar>,
     queue: WorkQueue,
     probe: S3Probe,
-    s3_url: String,
-    kube_url: String,
     admin_secret: Secret,
     converge_within: Duration,
     uids: Vec<String>,
@@ -150,6 +205,9 @@ struct Lab {
     policies_at_grant: BTreeMap<String, BTreeMap<String, Value>>,
     account_of: BTreeMap<String, (String, String)>,
     bucket_of: BTreeMap<String, String>,
+    lab_buckets: Vec<String>,
+    seen_buckets: std::collections::BTreeSet<String>,
+    seen_users: std::collections::BTreeSet<String>,
     expect_failures: Vec<ExpectFailure>,
     not_converged: Vec<String>,
     step_exchanges_from: usize,
@@ -163,24 +221,22 @@ impl Lab {
         let history = History::new(clock.clone());
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let admin_secret = Secret::new(random_token(&mut rng, 40));
-        let s3_store: Arc<dyn Store> = Arc::new(SledStore::open(&db, "s3")?);
-        let kube_store: Arc<dyn Store> = Arc::new(SledStore::open(&db, "kube")?);
-        let s3 = S3Fake::new(
-            s3_store,
-            Gate::new(history.clone()),
-            S3Config {
-                admin_access_key: "drivelab-admin".into(),
-                admin_secret_key: admin_secret.expose().to_string(),
-                region: "us-east-1".into(),
-            },
-        )
-        .map_err(|e| anyhow!("starting the S3 fake: {e}"))?;
-        let kube = KubeFake::new(kube_store, Gate::new(history.clone()), rng.random())
-            .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))?;
-        let s3_listener = s3.serve(loopback()).await.context("binding the S3 fake")?;
-        let kube_listener = kube.serve(loopback()).await.context("binding the Kubernetes fake")?;
-        let s3_url = s3_listener.url();
-        let kube_url = kube_listener.url();
+        let sched = Scheduler::new(seed, history.clone());
+        let hook = Arc::new(LabHook::new(history.clone(), sched.clone()));
+        let gate = || {
+            let g = Gate::new(history.clone());
+            g.set_hook(hook.clone());
+            g
+        };
+        let s3_config = S3Config {
+            admin_access_key: "drivelab-admin".into(),
+            admin_secret_key: admin_secret.expose().to_string(),
+            region: "us-east-1".into(),
+        };
+        let fakes = FakeSet::start(db, s3_config, rng.random(), gate(), gate()).await?;
+        let s3_url = fakes.s3_url();
+        let kube_url = fakes.kube_url();
+        let kube = fakes.kube();
 
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         kube.create(
@@ -195,13 +251,7 @@ impl Lab {
         .map_err(|e| anyhow!("creating the admin Secret: {e}"))?;
 
         let probe = S3Probe::new(&s3_url, "us-east-1");
-        let canary = probe
-            .create_bucket("drivelab-admin", admin_secret.expose(), CANARY_BUCKET)
-            .await
-            .map_err(|e| anyhow!("creating the canary bucket: {e}"))?;
-        if !(200..300).contains(&canary.status) {
-            return Err(anyhow!("creating the canary bucket answered {}", canary.status));
-        }
+        create_lab_bucket(&probe, &admin_secret, CANARY_BUCKET).await?;
 
         let driver_name = match scn.driver.builtin {
             crate::scenario::BuiltinDriver::CosiS3 => cosi_s3::DRIVER_NAME,
@@ -253,36 +303,27 @@ impl Lab {
         }
 
         let socket = dir.path().join("cosi.sock");
-        let config = DriverConfig {
-            kube_url: kube_url.clone(),
-            state_namespace: DRIVER_STATE_NAMESPACE.into(),
-            mutants: mutants.to_vec(),
-        };
-        let (tx, rx) = oneshot::channel::<()>();
-        let sock = socket.clone();
-        let task = tokio::spawn(async move {
-            cosi_s3::serve_unix(config, &sock, async move {
-                let _ = rx.await;
-            })
-            .await
-        });
-        wait_for_socket(&socket, &task).await?;
-        let sidecar = CosiSidecar::connect(&socket, kube.clone(), Gate::new(history.clone()))
+        let config = DriverConfig { kube_url, state_namespace: DRIVER_STATE_NAMESPACE.into(), mutants: mutants.to_vec() };
+        let driver = Arc::new(InProcessDriver::new(config, &socket));
+        driver.start().await?;
+        hook.set_control(Arc::new(Control { driver: driver.clone(), fakes: fakes.clone(), history: history.clone() }));
+        let sidecar = CosiSidecar::connect(&socket, fakes.kube_slot(), gate())
             .await
             .context("the sidecar could not reach the driver")?;
+        for f in &scn.faults {
+            hook.arm(f.clone());
+        }
         Ok(Self {
             _dir: dir,
             clock,
             history,
-            s3,
-            kube,
-            listeners: vec![s3_listener, kube_listener],
-            driver_task: Some((tx, task)),
-            sidecar,
+            fakes,
+            driver,
+            hook,
+            sched,
+            sidecar: Arc::new(sidecar),
             queue: WorkQueue::default(),
             probe,
-            s3_url,
-            kube_url,
             admin_secret,
             converge_within: scn.converge_within,
             uids: Vec::new(),
@@ -290,6 +331,9 @@ impl Lab {
             policies_at_grant: BTreeMap::new(),
             account_of: BTreeMap::new(),
             bucket_of: BTreeMap::new(),
+            lab_buckets: vec![CANARY_BUCKET.to_string()],
+            seen_buckets: Default::default(),
+            seen_users: Default::default(),
             expect_failures: Vec::new(),
             not_converged: Vec::new(),
             step_exchanges_from: 0,
@@ -297,14 +341,12 @@ impl Lab {
     }
 
     async fn stop(&mut self) {
-        if let Some((tx, task)) = self.driver_task.take() {
-            let _ = tx.send(());
-            task.abort();
-            let _ = task.await;
-        }
-        for l in self.listeners.drain(..) {
-            l.stop().await;
-        }
+        self.driver.kill();
+        self.fakes.stop().await;
+    }
+
+    fn kube(&self) -> KubeFake {
+        self.fakes.kube()
     }
 
     async fn run_steps(&mut self, scn: &Scenario) -> anyhow::Result<()> {
@@ -313,58 +355,191 @@ impl Lab {
             self.history.record(EventKind::Step { index: i, name: step.value.describe() });
             let before = self.step_exchanges_from;
             if !matches!(step.value, Step::Expect(_)) {
-                self.step_exchanges_from = self.sidecar.exchanges().len();
+                self.step_exchanges_from = self.sidecar.exchange_count();
             }
             match &step.value {
-                Step::CreateBucketClaim(c) => self.create_claim(c).await?,
-                Step::GrantAccess(a) => self.grant(a).await?,
-                Step::RevokeAccess(o) => {
-                    self.mark_deleted(Kind::BucketAccess, &o.namespace, &o.name)?;
-                    self.converge(Target::Access { namespace: o.namespace.clone(), name: o.name.clone() }).await?;
-                }
-                Step::DeleteBucketClaim(o) => {
-                    self.mark_deleted(Kind::BucketClaim, &o.namespace, &o.name)?;
-                    self.converge(Target::Claim { namespace: o.namespace.clone(), name: o.name.clone() }).await?;
-                }
-                Step::Retry(r) => self.retry(i, r).await?,
                 Step::Expect(e) => {
                     self.step_exchanges_from = before;
                     for message in self.expect(e) {
                         self.expect_failures.push(ExpectFailure { step: i + 1, at: at.clone(), message });
                     }
                 }
+                Step::Retry(r) => self.retry(i, r).await?,
+                Step::Concurrent(steps) => self.concurrent(steps).await?,
+                Step::Fault(f) => self.hook.arm(f.clone()),
+                Step::Partition(p) => self.hook.partition(p.clone()),
+                Step::Heal(h) => self.heal(h),
+                Step::Restart(r) => {
+                    let c = crate::scenario::fault::parse_component(&r.component).unwrap_or(Component::S3);
+                    self.history.record(EventKind::Fault { call: None, fault: "restart".into(), detail: format!("{c} restarting (step)") });
+                    self.fakes.restart(c).await?;
+                }
+                Step::CreateBackendBucket(b) => {
+                    create_lab_bucket(&self.probe, &self.admin_secret, &b.name).await?;
+                    self.lab_buckets.push(b.name.clone());
+                }
+                Step::CreateBucket(b) => self.create_static_bucket(scn, b)?,
+                other => {
+                    if let Some(target) = self.begin(other)? {
+                        self.converge(target).await?;
+                        self.after(other)?;
+                    }
+                }
             }
+            self.observe_backend();
         }
         Ok(())
     }
 
-    async fn create_claim(&mut self, c: &ClaimStep) -> anyhow::Result<()> {
+    fn heal(&self, h: &HealStep) {
+        let parse = |s: &Option<String>| s.as_deref().and_then(crate::scenario::fault::parse_component);
+        match (parse(&h.from), parse(&h.to)) {
+            (Some(a), Some(b)) => self.hook.heal(Some((a, b))),
+            _ => self.hook.heal(None),
+        }
+    }
+
+    /// Remember every backend bucket and user that ever existed (owner-only-delete reads this).
+    fn observe_backend(&mut self) {
+        let s3 = self.fakes.s3();
+        self.seen_buckets.extend(s3.buckets().into_iter().map(|b| b.name));
+        self.seen_users.extend(s3.users().into_iter().map(|u| u.access_key));
+    }
+
+    fn create_static_bucket(&mut self, scn: &Scenario, b: &crate::scenario::StaticBucketStep) -> anyhow::Result<()> {
+        let class = scn.bucket_classes.iter().find(|c| c.name == b.class).ok_or_else(|| anyhow!("no bucket class {}", b.class))?;
+        self.kube()
+            .create(
+                Kind::Bucket,
+                json!({
+                    "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "Bucket",
+                    "metadata": {"name": b.name},
+                    "spec": {
+                        "driverName": cosi_s3::DRIVER_NAME,
+                        "bucketClassName": b.class,
+                        "protocols": ["S3"],
+                        "parameters": {},
+                        "deletionPolicy": class.deletion_policy,
+                        "existingBucketID": b.existing_bucket_id,
+                    },
+                }),
+            )
+            .map_err(|e| anyhow!("creating Bucket {}: {e}", b.name))?;
+        Ok(())
+    }
+
+    /// Make the Kubernetes change a step asks for; returns what the sidecar must reconcile.
+    fn begin(&mut self, step: &Step) -> anyhow::Result<Option<Target>> {
+        Ok(Some(match step {
+            Step::CreateBucketClaim(c) => self.create_claim(c)?,
+            Step::GrantAccess(a) => self.create_access(a)?,
+            Step::RevokeAccess(o) => {
+                self.mark_deleted(Kind::BucketAccess, &o.namespace, &o.name)?;
+                Target::Access { namespace: o.namespace.clone(), name: o.name.clone() }
+            }
+            Step::DeleteBucketClaim(o) => {
+                self.mark_deleted(Kind::BucketClaim, &o.namespace, &o.name)?;
+                Target::Claim { namespace: o.namespace.clone(), name: o.name.clone() }
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    /// Record what a converged step produced.
+    fn after(&mut self, step: &Step) -> anyhow::Result<()> {
+        match step {
+            Step::CreateBucketClaim(c) => self.record_claim(&c.namespace, &c.name),
+            Step::GrantAccess(a) => self.record_access(a),
+            _ => Ok(()),
+        }
+    }
+
+    /// Start the steps at once; the scheduler interleaves their requests by seed.
+    async fn concurrent(&mut self, steps: &[Step]) -> anyhow::Result<()> {
+        let mut targets = Vec::new();
+        for s in steps {
+            if let Some(t) = self.begin(s)? {
+                targets.push(t);
+            }
+        }
+        self.sched.begin(targets.len());
+        let mut handles = Vec::new();
+        for t in &targets {
+            self.sched.actor_started();
+            let sidecar = self.sidecar.clone();
+            let sched = self.sched.clone();
+            let t = t.clone();
+            handles.push(tokio::spawn(async move {
+                let r = sidecar.reconcile(&t).await;
+                sched.actor_done();
+                (t, r)
+            }));
+            // Start the next only when this one is parked at a gate or done, so
+            // arrival order (and so the seeded choice) does not depend on timing.
+            self.sched.quiescent().await;
+        }
+        let mut results = Vec::new();
+        for h in handles {
+            results.push(h.await.map_err(|e| anyhow!("a concurrent step panicked: {e}"))?);
+        }
+        self.sched.end();
+        for (t, r) in results {
+            match r.with_context(|| format!("reconciling {t}"))? {
+                Reconcile::Done => {}
+                Reconcile::Requeue { after, reason } => {
+                    self.history.record(EventKind::Note { component: Component::Sidecar, text: format!("requeue {t} in {}ms: {reason}", after.as_millis()) });
+                    self.queue.push(self.clock.now().after(after), t);
+                }
+            }
+        }
+        if let Some(t) = targets.first().cloned() {
+            self.converge(t).await?;
+        }
+        for s in steps {
+            self.after(s)?;
+        }
+        Ok(())
+    }
+
+    fn create_claim(&mut self, c: &ClaimStep) -> anyhow::Result<Target> {
+        let mut spec = json!({"bucketClassName": c.class, "protocols": ["S3"]});
+        if let Some(b) = &c.existing_bucket {
+            spec["existingBucketName"] = json!(b);
+        }
         let obj = self
-            .kube
+            .kube()
             .create(
                 Kind::BucketClaim,
                 json!({
                     "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketClaim",
                     "metadata": {"name": c.name, "namespace": c.namespace},
-                    "spec": {"bucketClassName": c.class, "protocols": ["S3"]},
+                    "spec": spec,
                 }),
             )
             .map_err(|e| anyhow!("creating BucketClaim {}/{}: {e}", c.namespace, c.name))?;
         self.uids.push(str_at(&obj, &["metadata", "uid"]));
-        self.converge(Target::Claim { namespace: c.namespace.clone(), name: c.name.clone() }).await?;
-        if let Some(claim) = self.kube.get(Kind::BucketClaim, Some(&c.namespace), &c.name)? {
+        Ok(Target::Claim { namespace: c.namespace.clone(), name: c.name.clone() })
+    }
+
+    fn record_claim(&mut self, ns: &str, name: &str) -> anyhow::Result<()> {
+        if let Some(claim) = self.kube().get(Kind::BucketClaim, Some(ns), name)? {
             let b = str_at(&claim, &["status", "bucketName"]);
             if !b.is_empty() {
-                self.bucket_of.insert(format!("{}/{}", c.namespace, c.name), b);
+                let id = self.kube().get(Kind::Bucket, None, &b)?.map(|o| str_at(&o, &["status", "bucketID"])).unwrap_or_default();
+                // Retries address the bucket by the name the sidecar sent (create) or its id (delete).
+                self.bucket_of.insert(format!("{ns}/{name}"), b);
+                if !id.is_empty() {
+                    self.bucket_of.insert(format!("{ns}/{name}#id"), id);
+                }
             }
         }
         Ok(())
     }
 
-    async fn grant(&mut self, a: &AccessStep) -> anyhow::Result<()> {
+    fn create_access(&mut self, a: &AccessStep) -> anyhow::Result<Target> {
         let secret_name = a.credentials_secret.clone().unwrap_or_else(|| format!("{}-creds", a.name));
         let obj = self
-            .kube
+            .kube()
             .create(
                 Kind::BucketAccess,
                 json!({
@@ -381,14 +556,21 @@ impl Lab {
             .map_err(|e| anyhow!("creating BucketAccess {}/{}: {e}", a.namespace, a.name))?;
         let uid = str_at(&obj, &["metadata", "uid"]);
         self.uids.push(uid.clone());
+        self.account_of.insert(format!("{}/{}", a.namespace, a.name), (format!("ba-{uid}"), String::new()));
+        Ok(Target::Access { namespace: a.namespace.clone(), name: a.name.clone() })
+    }
+
+    fn record_access(&mut self, a: &AccessStep) -> anyhow::Result<()> {
         let key = format!("{}/{}", a.namespace, a.name);
-        self.converge(Target::Access { namespace: a.namespace.clone(), name: a.name.clone() }).await?;
+        let secret_name = a.credentials_secret.clone().unwrap_or_else(|| format!("{}-creds", a.name));
         let account_id = self
-            .kube
+            .kube()
             .get(Kind::BucketAccess, Some(&a.namespace), &a.name)?
             .map(|o| str_at(&o, &["status", "accountID"]))
             .unwrap_or_default();
-        self.account_of.insert(key.clone(), (format!("ba-{uid}"), account_id));
+        if let Some(entry) = self.account_of.get_mut(&key) {
+            entry.1 = account_id;
+        }
         // What this grant's user may do right after it converged; a later grant must not change it.
         let backend = self.backend();
         if let Some(creds) = self.current_credentials(&a.namespace, &secret_name)? {
@@ -404,7 +586,7 @@ impl Lab {
 
     fn mark_deleted(&mut self, kind: Kind, ns: &str, name: &str) -> anyhow::Result<()> {
         // As `kubectl delete`: the API server marks it; the sidecar's finalizer keeps it until cleanup.
-        self.kube.delete(kind, Some(ns), name).map_err(|e| anyhow!("deleting {ns}/{name}: {e}"))?;
+        self.kube().delete(kind, Some(ns), name).map_err(|e| anyhow!("deleting {ns}/{name}: {e}"))?;
         Ok(())
     }
 
@@ -412,7 +594,11 @@ impl Lab {
     /// the step's virtual-time window closes.
     async fn converge(&mut self, target: Target) -> anyhow::Result<()> {
         self.queue.push(self.clock.now(), target);
-        let deadline = queue::deadline(&self.clock, self.converge_within);
+        self.drain(self.converge_within).await
+    }
+
+    async fn drain(&mut self, within: Duration) -> anyhow::Result<()> {
+        let deadline = queue::deadline(&self.clock, within);
         while let Some((at, t)) = self.queue.pop_due(deadline) {
             self.clock.advance_to(at);
             match self.sidecar.reconcile(&t).await.with_context(|| format!("reconciling {t}"))? {
@@ -423,7 +609,6 @@ impl Lab {
                 }
             }
         }
-        self.clock.advance_to(deadline.min(self.clock.now()));
         for (at, t) in self.queue.pending() {
             let msg = format!("{t} still pending at {} (next attempt at {at})", self.clock.now());
             self.history.record(EventKind::Note { component: Component::Lab, text: format!("not converged: {msg}") });
@@ -434,22 +619,16 @@ impl Lab {
         }
         Ok(())
     }
-
     async fn retry(&mut self, step: usize, r: &RetryStep) -> anyhow::Result<()> {
         let obj = format!("{}/{}", r.namespace, r.name);
         let (op, key) = match r.op {
             RetryOp::CreateBucketClaim => (DriverOp::CreateBucket, self.bucket_of.get(&obj).cloned()),
-            RetryOp::DeleteBucketClaim => (DriverOp::DeleteBucket, self.bucket_of.get(&obj).cloned()),
+            RetryOp::DeleteBucketClaim => (DriverOp::DeleteBucket, self.bucket_of.get(&format!("{obj}#id")).cloned()),
             RetryOp::GrantAccess => (DriverOp::GrantBucketAccess, self.account_of.get(&obj).map(|a| a.0.clone())),
             RetryOp::RevokeAccess => (DriverOp::RevokeBucketAccess, self.account_of.get(&obj).map(|a| a.1.clone())),
         };
         let original = key.and_then(|key| {
-            self.sidecar
-                .exchanges()
-                .iter()
-                .rev()
-                .find(|e| !e.replay && e.request.op() == op && e.request.key() == key)
-                .cloned()
+            self.sidecar.exchanges().into_iter().rev().find(|e| !e.replay && e.request.op() == op && e.request.key() == key)
         });
         let Some(original) = original else {
             self.expect_failures.push(ExpectFailure {
@@ -470,7 +649,8 @@ impl Lab {
 
     fn expect(&self, e: &Expectation) -> Vec<String> {
         let mut fails = Vec::new();
-        let step_exchanges = &self.sidecar.exchanges()[self.step_exchanges_from.min(self.sidecar.exchanges().len())..];
+        let all = self.sidecar.exchanges();
+        let step_exchanges = &all[self.step_exchanges_from.min(all.len())..];
         if let Some(code) = e.code {
             match step_exchanges.last() {
                 None => fails.push(format!("expected the last driver reply to be {}, but the previous step made no driver call", code.name())),
@@ -488,7 +668,7 @@ impl Lab {
         }
         if let (Some(claim), Some(want)) = (&e.claim, e.ready) {
             let got = self
-                .kube
+                .kube()
                 .get(Kind::BucketClaim, Some(&e.namespace), claim)
                 .ok()
                 .flatten()
@@ -500,7 +680,7 @@ impl Lab {
         }
         if let (Some(access), Some(want)) = (&e.access, e.granted) {
             let got = self
-                .kube
+                .kube()
                 .get(Kind::BucketAccess, Some(&e.namespace), access)
                 .ok()
                 .flatten()
@@ -519,7 +699,7 @@ impl Lab {
                     }
                 }
             };
-            check(&mut fails, "buckets", counts.buckets, b.buckets.keys().filter(|k| *k != CANARY_BUCKET).count());
+            check(&mut fails, "buckets", counts.buckets, b.buckets.keys().filter(|k| !self.lab_buckets.contains(k)).count());
             check(&mut fails, "users", counts.users, b.users.len());
             check(&mut fails, "policies", counts.policies, b.driver_policies().count());
         }
@@ -537,19 +717,20 @@ impl Lab {
     fn backend(&self) -> BackendState {
         BackendState {
             users: self
-                .s3
+                .fakes
+                .s3()
                 .users()
                 .into_iter()
                 .map(|u| (u.access_key.clone(), UserState { secret: Secret::new(u.secret_key.clone()), status: u.status.clone(), policies: u.policies.clone() }))
                 .collect(),
-            builtin_policies: self.s3.policies().into_iter().filter(|p| p.builtin).map(|p| p.name).collect(),
-            policies: self.s3.policies().into_iter().map(|p| (p.name, p.document)).collect(),
-            buckets: self.s3.buckets().into_iter().map(|b| (b.name, b.objects)).collect(),
+            builtin_policies: self.fakes.s3().policies().into_iter().filter(|p| p.builtin).map(|p| p.name).collect(),
+            policies: self.fakes.s3().policies().into_iter().map(|p| (p.name, p.document)).collect(),
+            buckets: self.fakes.s3().buckets().into_iter().map(|b| (b.name, b.objects)).collect(),
         }
     }
 
     fn current_credentials(&self, ns: &str, secret_name: &str) -> anyhow::Result<Option<(String, Secret)>> {
-        let Some(sec) = self.kube.get(Kind::Secret, Some(ns), secret_name)? else { return Ok(None) };
+        let Some(sec) = self.kube().get(Kind::Secret, Some(ns), secret_name)? else { return Ok(None) };
         Ok(snapshot::bucket_info(&sec).map(|info| {
             (
                 str_at(&info, &["spec", "secretS3", "accessKeyID"]),
@@ -558,18 +739,31 @@ impl Lab {
         }))
     }
 
-    async fn finish(&mut self, scn: &Scenario, seed: u64, mutants: &[Mutant], log_start: usize) -> anyhow::Result<RunOutcome> {
+    async fn finish(
+        &mut self,
+        scn: &Scenario,
+        seed: u64,
+        mutants: &[Mutant],
+        log_start: usize,
+        twin: Option<BTreeMap<String, Secret>>,
+    ) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
+        // Faults off, partitions healed: does everything converge now?
+        self.hook.disarm_all();
+        self.history.record(EventKind::Step { index: scn.steps.len(), name: "final convergence (faults healed)".into() });
+        self.drain(self.converge_within).await?;
+        let stuck = self.stuck();
+        self.observe_backend();
         let backend = self.backend();
-        let accesses = self.kube.list(Kind::BucketAccess, None)?;
-        let claims = self.kube.list(Kind::BucketClaim, None)?;
-        let buckets = self.kube.list(Kind::Bucket, None)?;
+        let accesses = self.kube().list(Kind::BucketAccess, None)?;
+        let claims = self.kube().list(Kind::BucketClaim, None)?;
+        let buckets = self.kube().list(Kind::Bucket, None)?;
         let mut credential_secrets = Vec::new();
         let mut live = Vec::new();
         for a in &accesses {
             let ns = str_at(a, &["metadata", "namespace"]);
             let name = str_at(a, &["metadata", "name"]);
             let secret_name = str_at(a, &["spec", "credentialsSecretName"]);
-            if let Some(s) = self.kube.get(Kind::Secret, Some(&ns), &secret_name)? {
+            if let Some(s) = self.kube().get(Kind::Secret, Some(&ns), &secret_name)? {
                 credential_secrets.push(s);
             }
             if !bool_at(a, &["status", "accessGranted"]) || !str_at(a, &["metadata", "deletionTimestamp"]).is_empty() {
@@ -586,10 +780,10 @@ impl Lab {
             });
         }
         let mut checkpoints = Vec::new();
-        for o in self.kube.list(Kind::Secret, Some(DRIVER_STATE_NAMESPACE))? {
+        for o in self.kube().list(Kind::Secret, Some(DRIVER_STATE_NAMESPACE))? {
             checkpoints.push(("secret", o));
         }
-        for o in self.kube.list(Kind::ConfigMap, Some(DRIVER_STATE_NAMESPACE))? {
+        for o in self.kube().list(Kind::ConfigMap, Some(DRIVER_STATE_NAMESPACE))? {
             checkpoints.push(("configmap", o));
         }
 
@@ -598,16 +792,36 @@ impl Lab {
         for u in &self.uids {
             norm.id("uid", u);
         }
-        norm.fixed(&self.s3_url, "s3-endpoint");
-        norm.fixed(&self.kube_url, "kube-url");
-        let lab_buckets = vec![CANARY_BUCKET.to_string()];
+        norm.fixed(&self.fakes.s3_url(), "s3-endpoint");
+        norm.fixed(&self.fakes.kube_url(), "kube-url");
+        let lab_buckets = self.lab_buckets.clone();
+        let checkpoint_text = checkpoints.iter().map(|(_, o)| checkpoint_text(o)).collect::<Vec<_>>().join("\n");
+        let bucket_objects: Vec<(String, String)> = buckets
+            .iter()
+            .map(|b| (str_at(b, &["metadata", "name"]), str_at(b, &["status", "bucketID"])))
+            .collect();
+        let ready_claims: Vec<(String, String)> = claims
+            .iter()
+            .filter(|c| bool_at(c, &["status", "bucketReady"]))
+            .map(|c| {
+                let bname = str_at(c, &["status", "bucketName"]);
+                let id = bucket_objects.iter().find(|(n, _)| *n == bname).map(|(_, id)| id.clone()).unwrap_or_default();
+                (format!("{}/{}", str_at(c, &["metadata", "namespace"]), str_at(c, &["metadata", "name"])), id)
+            })
+            .collect();
         let snapshot = snapshot::render(
             &SnapshotInput { claims, buckets, accesses, credential_secrets, checkpoints, backend: &backend, lab_buckets: &lab_buckets },
             &mut norm,
         );
 
         let probes = self.probe_all(&live).await;
-        let exchanges: Vec<Exchange> = self.sidecar.exchanges().to_vec();
+        let exchanges: Vec<Exchange> = self.sidecar.exchanges();
+        let mut handed_out: BTreeMap<String, Secret> = BTreeMap::new();
+        for ex in &exchanges {
+            if let (DriverRequest::Grant { name, .. }, DriverReply::Granted { credentials: Some(c), .. }) = (&ex.request, &ex.reply) {
+                handed_out.entry(name.clone()).or_insert_with(|| c.secret.clone());
+            }
+        }
         let mut secrets: Vec<Secret> = vec![self.admin_secret.clone()];
         secrets.extend(backend.users.values().map(|u| u.secret.clone()));
         for r in &self.retries {
@@ -630,11 +844,19 @@ impl Lab {
             live,
             backend: self.backend(),
             probes,
+            stuck,
+            lab_buckets: lab_buckets.clone(),
+            seen_buckets: self.seen_buckets.clone(),
+            seen_users: self.seen_users.clone(),
+            checkpoint_text,
+            bucket_objects,
+            ready_claims,
+            twin_secrets: twin,
             secrets,
             artifacts: vec![("snapshot".into(), snapshot.clone()), ("history".into(), history_json), ("log".into(), logs)],
         };
         let verdicts = scn.invariants.iter().map(|i| checks::check(*i, &obs)).collect();
-        Ok(RunOutcome {
+        let outcome = RunOutcome {
             scenario: scn.name.clone(),
             path: scn.path.clone(),
             seed,
@@ -646,13 +868,45 @@ impl Lab {
             snapshot,
             history: self.history.events(),
             replay: replay_command(&scn.path, seed, mutants),
-        })
+        };
+        Ok((outcome, handed_out))
+    }
+
+    /// Objects still queued after the final convergence, with the last answer they got.
+    fn stuck(&self) -> Vec<Stuck> {
+        let exchanges = self.sidecar.exchanges();
+        self.queue
+            .pending()
+            .into_iter()
+            .map(|(_, t)| {
+                let keys: Vec<String> = match &t {
+                    Target::Claim { namespace, name } => {
+                        let o = format!("{namespace}/{name}");
+                        [self.bucket_of.get(&o), self.bucket_of.get(&format!("{o}#id"))].into_iter().flatten().cloned().collect()
+                    }
+                    Target::Access { namespace, name } => self
+                        .account_of
+                        .get(&format!("{namespace}/{name}"))
+                        .map(|(a, b)| vec![a.clone(), b.clone()])
+                        .unwrap_or_default(),
+                };
+                let mine: Vec<&Exchange> = exchanges.iter().filter(|e| !e.replay && keys.iter().any(|k| !k.is_empty() && k == e.request.key())).collect();
+                Stuck {
+                    target: t.to_string(),
+                    last_op: mine.last().map(|e| e.request.op().rpc().to_string()),
+                    last_code: mine.last().map(|e| e.reply.code_name()),
+                    attempts: mine.len(),
+                    calls: mine.iter().map(|e| e.call).collect(),
+                }
+            })
+            .collect()
     }
 
     /// Signed PutObjects with handed-out credentials: own bucket, the canary and
     /// every other live access's bucket with the current credentials; own bucket
     /// with every credential an earlier reply handed out.
     async fn probe_all(&mut self, live: &[LiveAccess]) -> Vec<Probe> {
+        let exchanges = self.sidecar.exchanges();
         let mut out = Vec::new();
         let mut targets: Vec<String> = live.iter().map(|a| a.bucket_id.clone()).collect();
         targets.push(CANARY_BUCKET.to_string());
@@ -665,9 +919,7 @@ impl Lab {
                     out.push(self.one_probe(a, key, secret, bucket, granted, ProbePurpose::Current).await);
                 }
             }
-            let handed: Vec<(String, Secret)> = self
-                .sidecar
-                .exchanges()
+            let handed: Vec<(String, Secret)> = exchanges
                 .iter()
                 .filter(|e| matches!(&e.request, DriverRequest::Grant { name, .. } if *name == a.account_name))
                 .filter_map(|e| match &e.reply {
@@ -700,18 +952,30 @@ impl Lab {
     }
 }
 
-async fn wait_for_socket(socket: &std::path::Path, task: &JoinHandle<anyhow::Result<()>>) -> anyhow::Result<()> {
-    // Real time, not virtual: the driver binds its socket on its own schedule.
-    for _ in 0..500 {
-        if socket.exists() {
-            return Ok(());
+/// Decoded data of a driver checkpoint object, for "is this id recorded anywhere".
+fn checkpoint_text(o: &Value) -> String {
+    let is_secret = str_at(o, &["kind"]) == "Secret";
+    let mut out = String::new();
+    if let Some(data) = o.get("data").and_then(Value::as_object) {
+        for (k, v) in data {
+            let raw = v.as_str().unwrap_or("");
+            let val = if is_secret {
+                base64::engine::general_purpose::STANDARD.decode(raw).ok().and_then(|b| String::from_utf8(b).ok()).unwrap_or_default()
+            } else {
+                raw.to_string()
+            };
+            out.push_str(&format!("{k}={val}\n"));
         }
-        if task.is_finished() {
-            return Err(anyhow!("the driver exited before opening its socket {}", socket.display()));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Err(anyhow!("the driver did not open its socket {} within 5s", socket.display()))
+    out
+}
+
+async fn create_lab_bucket(probe: &S3Probe, admin: &Secret, name: &str) -> anyhow::Result<()> {
+    let r = probe.create_bucket("drivelab-admin", admin.expose(), name).await.map_err(|e| anyhow!("creating lab bucket {name}: {e}"))?;
+    if !(200..300).contains(&r.status) {
+        return Err(anyhow!("creating lab bucket {name} answered {} {}", r.status, r.code.unwrap_or_default()));
+    }
+    Ok(())
 }
 
 fn auth_code(name: &str) -> i32 {

@@ -17,6 +17,16 @@ pub enum Invariant {
     NoRotation,
     /// No secret value appears in a snapshot, history or log.
     NoSecretLeak,
+    /// After convergence every backend user, policy and bucket is owned by a live object or a checkpoint.
+    NoOrphans,
+    /// Deleting X never deletes or detaches what Y owns.
+    OwnerOnlyDelete,
+    /// Once faults heal, every request reaches a terminal state (no AlreadyExists for ever).
+    Converges,
+    /// The spec's codes: incompatible → ALREADY_EXISTS, unknown auth → INVALID_ARGUMENT, gone → OK.
+    SpecCodes,
+    /// Secrets are random: not derivable from names or keys, different in a twin lab.
+    UnpredictableSecrets,
 }
 
 impl Invariant {
@@ -28,6 +38,11 @@ impl Invariant {
             Invariant::LeastPrivilege => "least-privilege",
             Invariant::NoRotation => "no-rotation",
             Invariant::NoSecretLeak => "no-secret-leak",
+            Invariant::NoOrphans => "no-orphans",
+            Invariant::OwnerOnlyDelete => "owner-only-delete",
+            Invariant::Converges => "converges",
+            Invariant::SpecCodes => "spec-codes",
+            Invariant::UnpredictableSecrets => "unpredictable-secrets",
         }
     }
 
@@ -39,10 +54,15 @@ impl Invariant {
             Invariant::LeastPrivilege => "credentials reach exactly the buckets they were granted, and no grant changes another's policy",
             Invariant::NoRotation => "credentials once handed out keep authenticating (a signed PutObject works)",
             Invariant::NoSecretLeak => "no secret value appears in a snapshot, history or log",
+            Invariant::NoOrphans => "after convergence every backend user, policy and bucket belongs to a live object or a recorded checkpoint",
+            Invariant::OwnerOnlyDelete => "deleting or revoking X never deletes what Y (or someone outside COSI) owns",
+            Invariant::Converges => "once faults heal, every request reaches a terminal state within the retry budget",
+            Invariant::SpecCodes => "incompatible parameters → ALREADY_EXISTS, unknown auth type → INVALID_ARGUMENT, already gone → OK",
+            Invariant::UnpredictableSecrets => "a secret is random: not derived from the account or key, different in a twin lab with the same names",
         }
     }
 
-    /// Checked when a scenario lists none.
+    /// Checked when a scenario lists none: the full COSI set.
     pub fn cosi_defaults() -> &'static [Invariant] {
         &[
             Invariant::IdempotentReplay,
@@ -50,6 +70,11 @@ impl Invariant {
             Invariant::LeastPrivilege,
             Invariant::NoRotation,
             Invariant::NoSecretLeak,
+            Invariant::NoOrphans,
+            Invariant::OwnerOnlyDelete,
+            Invariant::Converges,
+            Invariant::SpecCodes,
+            Invariant::UnpredictableSecrets,
         ]
     }
 }

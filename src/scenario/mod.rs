@@ -11,7 +11,9 @@ use cosi_s3::Mutant;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+pub mod fault;
 pub mod invariant;
+pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use invariant::Invariant;
 
 /// A validated scenario, ready for the engine.
@@ -31,6 +33,8 @@ pub struct Scenario {
     pub bucket_classes: Vec<BucketClassSpec>,
     /// BucketAccessClasses the lab creates before the first step.
     pub access_classes: Vec<AccessClassSpec>,
+    /// Faults armed before the first step.
+    pub faults: Vec<FaultSpec>,
     /// What happens, in order.
     pub steps: Vec<Located<Step>>,
     /// The invariants to check at the end.
@@ -121,6 +125,21 @@ pub enum Step {
     Retry(RetryStep),
     /// Assert on the state so far.
     Expect(Expectation),
+    /// Arm a fault from this point on.
+    Fault(FaultSpec),
+    /// Cut the network between two components.
+    Partition(PartitionSpec),
+    /// Heal partitions (all, or those between two components).
+    Heal(HealStep),
+    /// Restart a fake (its state survives; its connections break).
+    Restart(RestartStep),
+    /// Start these steps at once; requests meeting at an interception point
+    /// are released in an order drawn from the seed.
+    Concurrent(Vec<Step>),
+    /// Create a static Bucket object (as an admin would) for an existing backend bucket.
+    CreateBucket(StaticBucketStep),
+    /// Create a bucket directly in the backend, owned by someone other than the driver.
+    CreateBackendBucket(BackendBucketStep),
 }
 
 impl Step {
@@ -133,6 +152,13 @@ impl Step {
             Step::DeleteBucketClaim(_) => "delete_bucket_claim",
             Step::Retry(_) => "retry",
             Step::Expect(_) => "expect",
+            Step::Fault(_) => "fault",
+            Step::Partition(_) => "partition",
+            Step::Heal(_) => "heal",
+            Step::Restart(_) => "restart",
+            Step::Concurrent(_) => "concurrent",
+            Step::CreateBucket(_) => "create_bucket",
+            Step::CreateBackendBucket(_) => "create_backend_bucket",
         }
     }
 
@@ -145,6 +171,22 @@ impl Step {
             Step::DeleteBucketClaim(o) => format!("delete_bucket_claim {}/{}", o.namespace, o.name),
             Step::Retry(r) => format!("retry {} {}", r.op.keyword(), r.name),
             Step::Expect(_) => "expect".to_string(),
+            Step::Fault(f) => format!("fault {} on {} #{}", f.action.name(), f.on, f.nth),
+            Step::Partition(p) => format!(
+                "partition {} {} {}{}",
+                p.from,
+                if p.one_way { "->" } else { "<->" },
+                p.to,
+                p.duration.map(|d| format!(" for {}ms", d.as_millis())).unwrap_or_default()
+            ),
+            Step::Heal(h) => match (&h.from, &h.to) {
+                (Some(a), Some(b)) => format!("heal {a} <-> {b}"),
+                _ => "heal all".to_string(),
+            },
+            Step::Restart(r) => format!("restart {}", r.component),
+            Step::Concurrent(v) => format!("concurrent [{}]", v.iter().map(Step::describe).collect::<Vec<_>>().join("; ")),
+            Step::CreateBucket(b) => format!("create_bucket {} for existing {}", b.name, b.existing_bucket_id),
+            Step::CreateBackendBucket(b) => format!("create_backend_bucket {}", b.name),
         }
     }
 }
@@ -164,6 +206,49 @@ pub struct ClaimStep {
     /// Namespace (default `default`).
     #[serde(default = "default_namespace")]
     pub namespace: String,
+    /// Bind to this static Bucket object (made by `create_bucket`) instead of provisioning.
+    #[serde(default)]
+    pub existing_bucket: Option<String>,
+}
+
+/// `create_bucket:` — a static Bucket object pointing at an existing backend bucket.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StaticBucketStep {
+    /// Bucket object name.
+    pub name: String,
+    /// BucketClass it claims to be of (its deletion policy applies).
+    pub class: String,
+    /// The backend bucket id.
+    pub existing_bucket_id: String,
+}
+
+/// `create_backend_bucket:` — a bucket the driver did not make.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BackendBucketStep {
+    /// Backend bucket name.
+    pub name: String,
+}
+
+/// `heal:` — omit both sides to heal every partition.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HealStep {
+    /// One side.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// The other side.
+    #[serde(default)]
+    pub to: Option<String>,
+}
+
+/// `restart:`
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RestartStep {
+    /// `s3admin` (= `s3`, one server) or `kube`.
+    pub component: String,
 }
 
 /// `grant_access:`
@@ -357,6 +442,8 @@ struct RawScenario {
     bucket_classes: Vec<Spanned<BucketClassSpec>>,
     #[serde(default)]
     bucket_access_classes: Vec<Spanned<AccessClassSpec>>,
+    #[serde(default)]
+    faults: Vec<Spanned<fault::RawFault>>,
     steps: Spanned<Vec<Spanned<RawStep>>>,
     #[serde(default)]
     invariants: Vec<Spanned<Invariant>>,
@@ -373,19 +460,13 @@ enum RawStep {
     DeleteBucketClaim(ObjectRef),
     Retry(RetryStep),
     Expect(Expectation),
-}
-
-impl From<RawStep> for Step {
-    fn from(r: RawStep) -> Self {
-        match r {
-            RawStep::CreateBucketClaim(s) => Step::CreateBucketClaim(s),
-            RawStep::GrantAccess(s) => Step::GrantAccess(s),
-            RawStep::RevokeAccess(s) => Step::RevokeAccess(s),
-            RawStep::DeleteBucketClaim(s) => Step::DeleteBucketClaim(s),
-            RawStep::Retry(s) => Step::Retry(s),
-            RawStep::Expect(s) => Step::Expect(s),
-        }
-    }
+    Fault(fault::RawFault),
+    Partition(fault::RawPartition),
+    Heal(HealStep),
+    Restart(RestartStep),
+    Concurrent(Vec<Spanned<RawStep>>),
+    CreateBucket(StaticBucketStep),
+    CreateBackendBucket(BackendBucketStep),
 }
 
 /// A scenario that cannot run, with where and why.
@@ -521,97 +602,19 @@ impl Validator<'_> {
         if raw.steps.value.is_empty() {
             return Err(self.err(&raw.steps, "`steps` is empty", Some("a scenario needs at least one step")));
         }
-        let mut claims = BTreeSet::new();
-        let mut accesses = BTreeSet::new();
+        let mut faults = Vec::new();
+        for f in raw.faults {
+            let spec = f.value.resolve().map_err(|m| self.err(&f, m, Some("see scenarios/README.md, Faults")))?;
+            faults.push(spec);
+        }
+        let mut ctx = Ctx {
+            bucket_classes: bucket_classes.iter().map(|c| c.name.clone()).collect(),
+            access_classes: access_classes.iter().map(|c| c.name.clone()).collect(),
+            ..Ctx::default()
+        };
         let mut steps = Vec::new();
         for s in raw.steps.value {
-            let line = s.referenced.line();
-            let col = s.referenced.column();
-            let step: Step = s.value.into();
-            let here = Spanned::new((), s.referenced, s.defined);
-            match &step {
-                Step::CreateBucketClaim(c) => {
-                    if !bucket_classes.iter().any(|b| b.name == c.class) {
-                        return Err(self.err(
-                            &here,
-                            format!("claim `{}` uses bucket class `{}`, which is not defined", c.name, c.class),
-                            Some("add it under `bucket_classes:`"),
-                        ));
-                    }
-                    if !claims.insert((c.namespace.clone(), c.name.clone())) {
-                        return Err(self.err(&here, format!("claim `{}/{}` is created twice", c.namespace, c.name), None));
-                    }
-                    check_dns(self, &here, &c.name)?;
-                }
-                Step::GrantAccess(a) => {
-                    if !access_classes.iter().any(|b| b.name == a.class) {
-                        return Err(self.err(
-                            &here,
-                            format!("access `{}` uses bucket access class `{}`, which is not defined", a.name, a.class),
-                            Some("add it under `bucket_access_classes:`"),
-                        ));
-                    }
-                    if !claims.contains(&(a.namespace.clone(), a.claim.clone())) {
-                        return Err(self.err(
-                            &here,
-                            format!("access `{}` is for claim `{}/{}`, which no earlier step creates", a.name, a.namespace, a.claim),
-                            Some("create the claim first with `create_bucket_claim`"),
-                        ));
-                    }
-                    if !accesses.insert((a.namespace.clone(), a.name.clone())) {
-                        return Err(self.err(&here, format!("access `{}/{}` is granted twice", a.namespace, a.name), None));
-                    }
-                    check_dns(self, &here, &a.name)?;
-                }
-                Step::RevokeAccess(o) => {
-                    if !accesses.contains(&(o.namespace.clone(), o.name.clone())) {
-                        return Err(self.err(&here, format!("access `{}/{}` is not granted by an earlier step", o.namespace, o.name), None));
-                    }
-                }
-                Step::DeleteBucketClaim(o) => {
-                    if !claims.contains(&(o.namespace.clone(), o.name.clone())) {
-                        return Err(self.err(&here, format!("claim `{}/{}` is not created by an earlier step", o.namespace, o.name), None));
-                    }
-                }
-                Step::Retry(r) => {
-                    let known = match r.op {
-                        RetryOp::CreateBucketClaim | RetryOp::DeleteBucketClaim => claims.contains(&(r.namespace.clone(), r.name.clone())),
-                        RetryOp::GrantAccess | RetryOp::RevokeAccess => accesses.contains(&(r.namespace.clone(), r.name.clone())),
-                    };
-                    if !known {
-                        return Err(self.err(
-                            &here,
-                            format!("retry of {} `{}/{}`: no earlier step made that request", r.op.keyword(), r.namespace, r.name),
-                            Some("a retry re-sends a request an earlier step made; put it after that step"),
-                        ));
-                    }
-                    if r.parameters.is_some() && !matches!(r.op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess) {
-                        return Err(self.err(&here, "`parameters` only applies to create_bucket_claim and grant_access retries", None));
-                    }
-                    if r.authentication_type.is_some() && r.op != RetryOp::GrantAccess {
-                        return Err(self.err(&here, "`authentication_type` only applies to grant_access retries", None));
-                    }
-                }
-                Step::Expect(e) => {
-                    if e.ready.is_some() != e.claim.is_some() {
-                        return Err(self.err(&here, "`ready` and `claim` go together", Some("write `claim: NAME` and `ready: true|false`")));
-                    }
-                    if e.granted.is_some() != e.access.is_some() {
-                        return Err(self.err(&here, "`granted` and `access` go together", Some("write `access: NAME` and `granted: true|false`")));
-                    }
-                    if *e == Expectation::default() || (e.code.is_none() && e.claim.is_none() && e.access.is_none() && e.backend.is_none() && e.driver_calls.is_none()) {
-                        return Err(self.err(&here, "`expect` asserts nothing", Some("give at least one of code, claim/ready, access/granted, backend, driver_calls")));
-                    }
-                    if let Some(calls) = &e.driver_calls {
-                        for k in calls.keys() {
-                            if !["DriverCreateBucket", "DriverDeleteBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess"].contains(&k.as_str()) {
-                                return Err(self.err(&here, format!("unknown driver RPC `{k}` in driver_calls"), Some("use DriverCreateBucket, DriverDeleteBucket, DriverGrantBucketAccess or DriverRevokeBucketAccess")));
-                            }
-                        }
-                    }
-                }
-            }
-            steps.push(Located { value: step, line, col });
+            steps.push(self.step(&mut ctx, s, false)?);
         }
         let mut invariants = Vec::new();
         for i in raw.invariants {
@@ -637,10 +640,191 @@ impl Validator<'_> {
             seed: raw.seed,
             bucket_classes,
             access_classes,
+            faults,
             steps,
             invariants,
             converge_within,
         })
+    }
+}
+
+/// What earlier steps made, for reference checks.
+#[derive(Default)]
+struct Ctx {
+    bucket_classes: BTreeSet<String>,
+    access_classes: BTreeSet<String>,
+    claims: BTreeSet<(String, String)>,
+    accesses: BTreeSet<(String, String)>,
+    static_buckets: BTreeSet<String>,
+}
+
+impl Validator<'_> {
+    fn step(&self, ctx: &mut Ctx, s: Spanned<RawStep>, nested: bool) -> Result<Located<Step>, ScenarioError> {
+        let line = s.referenced.line();
+        let col = s.referenced.column();
+        let here = Spanned::new((), s.referenced, s.defined);
+        let step = match s.value {
+            RawStep::CreateBucketClaim(c) => {
+                if !ctx.bucket_classes.contains(&c.class) {
+                    return Err(self.err(
+                        &here,
+                        format!("claim `{}` uses bucket class `{}`, which is not defined", c.name, c.class),
+                        Some("add it under `bucket_classes:`"),
+                    ));
+                }
+                if let Some(b) = &c.existing_bucket {
+                    if !ctx.static_buckets.contains(b) {
+                        return Err(self.err(&here, format!("claim `{}` binds Bucket `{b}`, which no earlier `create_bucket` step makes", c.name), None));
+                    }
+                }
+                if !ctx.claims.insert((c.namespace.clone(), c.name.clone())) {
+                    return Err(self.err(&here, format!("claim `{}/{}` is created twice", c.namespace, c.name), None));
+                }
+                check_dns(self, &here, &c.name)?;
+                Step::CreateBucketClaim(c)
+            }
+            RawStep::GrantAccess(a) => {
+                if !ctx.access_classes.contains(&a.class) {
+                    return Err(self.err(
+                        &here,
+                        format!("access `{}` uses bucket access class `{}`, which is not defined", a.name, a.class),
+                        Some("add it under `bucket_access_classes:`"),
+                    ));
+                }
+                if !ctx.claims.contains(&(a.namespace.clone(), a.claim.clone())) {
+                    return Err(self.err(
+                        &here,
+                        format!("access `{}` is for claim `{}/{}`, which no earlier step creates", a.name, a.namespace, a.claim),
+                        Some("create the claim first with `create_bucket_claim`"),
+                    ));
+                }
+                if !ctx.accesses.insert((a.namespace.clone(), a.name.clone())) {
+                    return Err(self.err(&here, format!("access `{}/{}` is granted twice", a.namespace, a.name), None));
+                }
+                check_dns(self, &here, &a.name)?;
+                Step::GrantAccess(a)
+            }
+            RawStep::RevokeAccess(o) => {
+                if !ctx.accesses.contains(&(o.namespace.clone(), o.name.clone())) {
+                    return Err(self.err(&here, format!("access `{}/{}` is not granted by an earlier step", o.namespace, o.name), None));
+                }
+                Step::RevokeAccess(o)
+            }
+            RawStep::DeleteBucketClaim(o) => {
+                if !ctx.claims.contains(&(o.namespace.clone(), o.name.clone())) {
+                    return Err(self.err(&here, format!("claim `{}/{}` is not created by an earlier step", o.namespace, o.name), None));
+                }
+                Step::DeleteBucketClaim(o)
+            }
+            RawStep::Retry(r) => {
+                if nested {
+                    return Err(self.err(&here, "`retry` cannot be part of `concurrent`", None));
+                }
+                let known = match r.op {
+                    RetryOp::CreateBucketClaim | RetryOp::DeleteBucketClaim => ctx.claims.contains(&(r.namespace.clone(), r.name.clone())),
+                    RetryOp::GrantAccess | RetryOp::RevokeAccess => ctx.accesses.contains(&(r.namespace.clone(), r.name.clone())),
+                };
+                if !known {
+                    return Err(self.err(
+                        &here,
+                        format!("retry of {} `{}/{}`: no earlier step made that request", r.op.keyword(), r.namespace, r.name),
+                        Some("a retry re-sends a request an earlier step made; put it after that step"),
+                    ));
+                }
+                if r.parameters.is_some() && !matches!(r.op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess) {
+                    return Err(self.err(&here, "`parameters` only applies to create_bucket_claim and grant_access retries", None));
+                }
+                if r.authentication_type.is_some() && r.op != RetryOp::GrantAccess {
+                    return Err(self.err(&here, "`authentication_type` only applies to grant_access retries", None));
+                }
+                Step::Retry(r)
+            }
+            RawStep::Expect(e) => {
+                if nested {
+                    return Err(self.err(&here, "`expect` cannot be part of `concurrent`; put it after the block", None));
+                }
+                self.expectation(&here, &e)?;
+                Step::Expect(e)
+            }
+            RawStep::Fault(f) => Step::Fault(f.resolve().map_err(|m| self.err(&here, m, Some("see scenarios/README.md, Faults")))?),
+            RawStep::Partition(p) => Step::Partition(p.resolve().map_err(|m| self.err(&here, m, None))?),
+            RawStep::Heal(h) => {
+                for side in [&h.from, &h.to].into_iter().flatten() {
+                    if fault::parse_component(side).is_none() {
+                        return Err(self.err(&here, format!("unknown component `{side}`"), Some("sidecar, driver, s3, s3admin, kube")));
+                    }
+                }
+                if h.from.is_some() != h.to.is_some() {
+                    return Err(self.err(&here, "`heal` takes both `from` and `to`, or neither (heal all)", None));
+                }
+                Step::Heal(h)
+            }
+            RawStep::Restart(r) => {
+                if !["s3", "s3admin", "kube"].contains(&r.component.as_str()) {
+                    return Err(self.err(&here, format!("cannot restart `{}`", r.component), Some("restart s3admin (the S3 server, admin API included) or kube; crash the driver with a crash_driver fault")));
+                }
+                Step::Restart(r)
+            }
+            RawStep::Concurrent(inner) => {
+                if nested {
+                    return Err(self.err(&here, "`concurrent` blocks do not nest", None));
+                }
+                if inner.len() < 2 {
+                    return Err(self.err(&here, "`concurrent` needs at least two steps", None));
+                }
+                let mut out = Vec::new();
+                for i in inner {
+                    let l = self.step(ctx, i, true)?;
+                    if !matches!(l.value, Step::CreateBucketClaim(_) | Step::GrantAccess(_) | Step::RevokeAccess(_) | Step::DeleteBucketClaim(_)) {
+                        return Err(ScenarioError {
+                            path: self.path.to_path_buf(),
+                            line: l.line,
+                            col: l.col,
+                            message: format!("`{}` cannot run inside `concurrent`", l.value.keyword()),
+                            hint: Some("concurrent blocks take create_bucket_claim, grant_access, revoke_access, delete_bucket_claim".into()),
+                        });
+                    }
+                    out.push(l.value);
+                }
+                Step::Concurrent(out)
+            }
+            RawStep::CreateBucket(b) => {
+                if !ctx.bucket_classes.contains(&b.class) {
+                    return Err(self.err(&here, format!("bucket `{}` uses bucket class `{}`, which is not defined", b.name, b.class), None));
+                }
+                if !ctx.static_buckets.insert(b.name.clone()) {
+                    return Err(self.err(&here, format!("bucket `{}` is created twice", b.name), None));
+                }
+                Step::CreateBucket(b)
+            }
+            RawStep::CreateBackendBucket(b) => {
+                if cosi_s3::config::validate_bucket_name("name", &b.name).is_err() {
+                    return Err(self.err(&here, format!("`{}` is not a valid S3 bucket name", b.name), Some("3-63 lowercase letters, digits, '-' and '.'")));
+                }
+                Step::CreateBackendBucket(b)
+            }
+        };
+        Ok(Located { value: step, line, col })
+    }
+
+    fn expectation(&self, here: &Spanned<()>, e: &Expectation) -> Result<(), ScenarioError> {
+        if e.ready.is_some() != e.claim.is_some() {
+            return Err(self.err(here, "`ready` and `claim` go together", Some("write `claim: NAME` and `ready: true|false`")));
+        }
+        if e.granted.is_some() != e.access.is_some() {
+            return Err(self.err(here, "`granted` and `access` go together", Some("write `access: NAME` and `granted: true|false`")));
+        }
+        if e.code.is_none() && e.claim.is_none() && e.access.is_none() && e.backend.is_none() && e.driver_calls.is_none() {
+            return Err(self.err(here, "`expect` asserts nothing", Some("give at least one of code, claim/ready, access/granted, backend, driver_calls")));
+        }
+        if let Some(calls) = &e.driver_calls {
+            for k in calls.keys() {
+                if !fault::DRIVER_OPS.contains(&k.as_str()) {
+                    return Err(self.err(here, format!("unknown driver RPC `{k}` in driver_calls"), Some("use DriverCreateBucket, DriverDeleteBucket, DriverGrantBucketAccess or DriverRevokeBucketAccess")));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

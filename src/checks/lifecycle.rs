@@ -1,0 +1,207 @@
+//! The lifecycle invariants: what is left behind (no-orphans), what is taken
+//! away (owner-only-delete), whether it settles (converges), whether the spec's
+//! codes are kept (spec-codes), and whether secrets are really secret
+//! (unpredictable-secrets).
+
+use sha2::{Digest, Sha256};
+
+use drivelab_fakes::cosi_sidecar::{DriverOp, DriverReply, DriverRequest};
+use drivelab_proto::cosi::AuthenticationType;
+
+use super::{Observations, Verdict};
+use crate::scenario::Invariant;
+
+/// Codes after which a stuck request is the caller's problem, not the driver's.
+const PERMANENT: &[&str] = &["INVALID_ARGUMENT", "UNIMPLEMENTED", "PERMISSION_DENIED", "OUT_OF_RANGE"];
+
+fn recorded(obs: &Observations, id: &str) -> bool {
+    !id.is_empty() && obs.checkpoint_text.contains(id)
+}
+
+/// Every backend user, driver policy and bucket is owned by a live object or a checkpoint;
+/// every ready claim's bucket exists.
+pub fn no_orphans(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::NoOrphans);
+    let b = &obs.backend;
+    for key in b.users.keys() {
+        let live = obs.live.iter().any(|a| a.account_id == *key || a.credentials.as_ref().is_some_and(|c| c.0 == *key));
+        if !live && !recorded(obs, key) {
+            let calls = obs
+                .exchanges
+                .iter()
+                .filter(|e| matches!(&e.reply, DriverReply::Granted { account_id, credentials, .. } if account_id == key || credentials.as_ref().is_some_and(|c| c.access_key_id == *key)))
+                .map(|e| e.call);
+            v.fail(format!("backend user {key} belongs to no live BucketAccess and no checkpoint"), calls);
+        }
+    }
+    for (name, _) in b.driver_policies() {
+        let attached = b.users.values().any(|u| u.policies.contains(name));
+        if !attached && !recorded(obs, name) {
+            v.fail(format!("policy {name} is attached to no user and recorded in no checkpoint"), []);
+        }
+    }
+    for name in b.buckets.keys().filter(|n| !obs.lab_buckets.contains(n)) {
+        let bound = obs.bucket_objects.iter().any(|(_, id)| id == name);
+        if !bound && !recorded(obs, name) {
+            let calls = obs.exchanges.iter().filter(|e| e.request.op() == DriverOp::CreateBucket && e.request.key() == name).map(|e| e.call);
+            v.fail(format!("backend bucket {name} belongs to no Bucket object and no checkpoint"), calls);
+        }
+    }
+    for (claim, id) in &obs.ready_claims {
+        if !id.is_empty() && !b.buckets.contains_key(id) {
+            let calls = obs.exchanges.iter().filter(|e| e.request.op() == DriverOp::CreateBucket).map(|e| e.call);
+            v.fail(format!("claim {claim} is ready but its bucket {id} does not exist in the backend"), calls);
+        }
+    }
+    v.finish(format!(
+        "{} users, {} policies, {} buckets: each owned by a live object or a checkpoint",
+        b.users.len(),
+        b.driver_policies().count(),
+        b.buckets.len()
+    ))
+}
+
+/// Nothing the driver did not make (or was not asked to remove) disappears.
+pub fn owner_only_delete(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::OwnerOnlyDelete);
+    let created: Vec<&str> = obs
+        .exchanges
+        .iter()
+        .filter_map(|e| match &e.reply {
+            DriverReply::Created { bucket_id } => Some(bucket_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let delete_calls = |id: &str| -> Vec<_> {
+        obs.exchanges.iter().filter(|e| e.request.op() == DriverOp::DeleteBucket && e.request.key() == id).map(|e| e.call).collect()
+    };
+    for lab in &obs.lab_buckets {
+        if !obs.backend.buckets.contains_key(lab) {
+            v.fail(format!("bucket {lab}, which the driver never created, was deleted"), delete_calls(lab));
+        }
+    }
+    for gone in obs.seen_buckets.iter().filter(|b| !obs.backend.buckets.contains_key(*b) && !obs.lab_buckets.contains(b)) {
+        let asked = !delete_calls(gone).is_empty();
+        let ours = created.contains(&gone.as_str());
+        if !(asked && ours) {
+            v.fail(
+                format!("bucket {gone} disappeared without a DriverDeleteBucket for a bucket the driver created (asked: {asked}, created by the driver: {ours})"),
+                delete_calls(gone),
+            );
+        }
+    }
+    // A user may only go when its own account was revoked.
+    let revoked: Vec<&str> = obs.exchanges.iter().filter(|e| e.request.op() == DriverOp::RevokeBucketAccess).map(|e| e.request.key()).collect();
+    for gone in obs.seen_users.iter().filter(|u| !obs.backend.users.contains_key(*u)) {
+        let accounts: Vec<&str> = obs
+            .exchanges
+            .iter()
+            .filter_map(|e| match &e.reply {
+                DriverReply::Granted { account_id, credentials: Some(c), .. } if c.access_key_id == *gone => Some(account_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let asked = revoked.contains(&gone.as_str()) || accounts.iter().any(|a| revoked.contains(a));
+        if !asked {
+            v.fail(format!("user {gone} disappeared, but no revoke named its account"), []);
+        }
+    }
+    v.finish(format!("{} lab-owned buckets intact; every removal was of the driver's own, on request", obs.lab_buckets.len()))
+}
+
+/// After faults heal, nothing stays pending on a retryable error.
+pub fn converges(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::Converges);
+    let mut permanent = 0;
+    for s in &obs.stuck {
+        let code = s.last_code.as_deref().unwrap_or("no driver call");
+        if PERMANENT.contains(&code) {
+            permanent += 1;
+            continue;
+        }
+        v.fail(
+            format!(
+                "{} never converged after faults healed: {} attempts, last {} answered {code}",
+                s.target,
+                s.attempts,
+                s.last_op.as_deref().unwrap_or("-")
+            ),
+            s.calls.iter().rev().take(3).copied(),
+        );
+    }
+    v.finish(format!("every request reached a terminal state ({permanent} rejected as invalid, as they should be)"))
+}
+
+/// The spec's codes where the spec names one.
+pub fn spec_codes(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::SpecCodes);
+    let mut n = 0;
+    for e in &obs.exchanges {
+        if let DriverRequest::Grant { auth, name, .. } = &e.request {
+            if *auth == AuthenticationType::UnknownAuthenticationType as i32 {
+                n += 1;
+                let code = e.reply.code_name();
+                if code != "INVALID_ARGUMENT" {
+                    v.fail(format!("grant {name} with UnknownAuthenticationType answered {code}, spec wants INVALID_ARGUMENT"), [e.call]);
+                }
+            }
+        }
+    }
+    for r in &obs.retries {
+        n += 1;
+        let code = r.retried.reply.code_name();
+        let op = r.retried.request.op();
+        if r.changed_request && matches!(op, DriverOp::CreateBucket | DriverOp::GrantBucketAccess) && code != "ALREADY_EXISTS" {
+            v.fail(
+                format!("{} {} with incompatible parameters answered {code}, spec wants ALREADY_EXISTS", op.rpc(), r.retried.request.key()),
+                [r.original.call, r.retried.call],
+            );
+        }
+        if !r.changed_request && matches!(op, DriverOp::DeleteBucket | DriverOp::RevokeBucketAccess) && r.original.reply.code_name() == "OK" && code != "OK" {
+            v.fail(format!("{} {} again (already gone) answered {code}, spec wants OK", op.rpc(), r.retried.request.key()), [r.retried.call]);
+        }
+    }
+    v.finish(format!("{n} requests with a code the spec prescribes all answered it"))
+}
+
+/// Secrets are not derivable: long enough, not a hash of the names, different in a twin lab.
+pub fn unpredictable_secrets(obs: &Observations) -> Verdict {
+    let mut v = Verdict::new(Invariant::UnpredictableSecrets);
+    let mut n = 0;
+    for e in &obs.exchanges {
+        let (DriverRequest::Grant { name, .. }, DriverReply::Granted { account_id, credentials: Some(c), .. }) = (&e.request, &e.reply) else {
+            continue;
+        };
+        n += 1;
+        let secret = c.secret.expose();
+        // 128 bits: at least 22 base62 characters or 32 hex digits.
+        let hex = secret.bytes().all(|b| b.is_ascii_hexdigit());
+        if (hex && secret.len() < 32) || secret.len() < 22 {
+            v.fail(format!("grant {name}: the secret is {} characters, under 128 bits", secret.len()), [e.call]);
+        }
+        for input in [name.as_str(), account_id.as_str(), c.access_key_id.as_str()] {
+            if derived_from(secret, input) {
+                v.fail(format!("grant {name}: the secret is a SHA-256 of {input:?} (computable by anyone who knows it)"), [e.call]);
+            }
+        }
+        if let Some(twin) = &obs.twin_secrets {
+            if twin.get(name).is_some_and(|t| t == &c.secret) {
+                v.fail(format!("grant {name}: a twin lab with the same names got the same secret — it is a function of the names"), [e.call]);
+            }
+        }
+    }
+    let twin = if obs.twin_secrets.is_some() { ", compared with a twin lab" } else { "" };
+    v.finish(format!("{n} secrets handed out, none short, derived or repeated{twin}"))
+}
+
+/// Is `secret` (a prefix of) the hex SHA-256 of `input`, alone or behind a common prefix?
+fn derived_from(secret: &str, input: &str) -> bool {
+    if input.is_empty() || secret.len() < 8 {
+        return false;
+    }
+    let lower = secret.to_ascii_lowercase();
+    ["", "cosi:", "cosi-s3:", "cosi-s3.drivelab.dev:"].iter().any(|p| {
+        let digest = hex::encode(Sha256::digest(format!("{p}{input}").as_bytes()));
+        digest.starts_with(&lower)
+    })
+}

@@ -1,0 +1,148 @@
+//! The fakes of one run and their lifecycle: started on loopback over one sled
+//! database, restartable in place (same port, same state, connections broken).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use anyhow::{anyhow, Context};
+use drivelab_fakes::cosi_sidecar::KubeSlot;
+use drivelab_fakes::gate::Gate;
+use drivelab_fakes::history::Component;
+use drivelab_fakes::kube::KubeFake;
+use drivelab_fakes::s3::{S3Config, S3Fake};
+use drivelab_fakes::serve::{loopback, Listener};
+use drivelab_fakes::store::{SledStore, Store};
+
+/// The S3 server (data plane + admin API) and the Kubernetes API of one run.
+pub struct FakeSet {
+    db: sled::Db,
+    s3_config: S3Config,
+    kube_seed: u64,
+    s3_gate: Gate,
+    kube_gate: Gate,
+    s3: RwLock<S3Fake>,
+    kube: KubeSlot,
+    s3_listener: tokio::sync::Mutex<Option<Listener>>,
+    kube_listener: tokio::sync::Mutex<Option<Listener>>,
+    /// Where the S3 server listens (stable across restarts).
+    pub s3_addr: SocketAddr,
+    /// Where the Kubernetes API listens (stable across restarts).
+    pub kube_addr: SocketAddr,
+}
+
+impl FakeSet {
+    /// Open the stores and start both fakes on 127.0.0.1.
+    pub async fn start(db: sled::Db, s3_config: S3Config, kube_seed: u64, s3_gate: Gate, kube_gate: Gate) -> anyhow::Result<Arc<Self>> {
+        let s3 = Self::new_s3(&db, &s3_config, &s3_gate)?;
+        let kube = Self::new_kube(&db, kube_seed, &kube_gate)?;
+        let s3_listener = s3.serve(loopback()).await.context("binding the S3 fake")?;
+        let kube_listener = kube.serve(loopback()).await.context("binding the Kubernetes fake")?;
+        Ok(Arc::new(Self {
+            s3_addr: s3_listener.addr,
+            kube_addr: kube_listener.addr,
+            db,
+            s3_config,
+            kube_seed,
+            s3_gate,
+            kube_gate,
+            s3: RwLock::new(s3),
+            kube: Arc::new(RwLock::new(kube)),
+            s3_listener: tokio::sync::Mutex::new(Some(s3_listener)),
+            kube_listener: tokio::sync::Mutex::new(Some(kube_listener)),
+        }))
+    }
+
+    fn new_s3(db: &sled::Db, config: &S3Config, gate: &Gate) -> anyhow::Result<S3Fake> {
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(db, "s3")?);
+        S3Fake::new(store, gate.clone(), config.clone()).map_err(|e| anyhow!("starting the S3 fake: {e}"))
+    }
+
+    fn new_kube(db: &sled::Db, seed: u64, gate: &Gate) -> anyhow::Result<KubeFake> {
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(db, "kube")?);
+        KubeFake::new(store, gate.clone(), seed).map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))
+    }
+
+    /// The S3 fake as it is now.
+    pub fn s3(&self) -> S3Fake {
+        self.s3.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The Kubernetes fake as it is now.
+    pub fn kube(&self) -> KubeFake {
+        self.kube.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The slot the sidecar reads the Kubernetes fake from.
+    pub fn kube_slot(&self) -> KubeSlot {
+        self.kube.clone()
+    }
+
+    /// `http://127.0.0.1:PORT` of the S3 server.
+    pub fn s3_url(&self) -> String {
+        format!("http://{}", self.s3_addr)
+    }
+
+    /// `http://127.0.0.1:PORT` of the Kubernetes API.
+    pub fn kube_url(&self) -> String {
+        format!("http://{}", self.kube_addr)
+    }
+
+    /// Restart a fake as a process restart would: connections break, the
+    /// in-memory instance is rebuilt from its sled state, the port stays.
+    pub async fn restart(&self, c: Component) -> anyhow::Result<()> {
+        match c {
+            Component::S3 | Component::S3Admin => {
+                let mut l = self.s3_listener.lock().await;
+                if let Some(old) = l.take() {
+                    old.stop().await;
+                }
+                self.s3_flush();
+                let s3 = Self::new_s3(&self.db, &self.s3_config, &self.s3_gate)?;
+                *l = Some(bind_again(|a| s3.serve(a), self.s3_addr).await?);
+                *self.s3.write().unwrap_or_else(|p| p.into_inner()) = s3;
+            }
+            Component::Kube => {
+                let mut l = self.kube_listener.lock().await;
+                if let Some(old) = l.take() {
+                    old.stop().await;
+                }
+                let _ = self.kube().flush();
+                let kube = Self::new_kube(&self.db, self.kube_seed, &self.kube_gate)?;
+                *l = Some(bind_again(|a| kube.serve(a), self.kube_addr).await?);
+                *self.kube.write().unwrap_or_else(|p| p.into_inner()) = kube;
+            }
+            other => return Err(anyhow!("{other} is not a fake that can restart")),
+        }
+        Ok(())
+    }
+
+    fn s3_flush(&self) {
+        let _ = self.db.flush();
+    }
+
+    /// Stop both listeners.
+    pub async fn stop(&self) {
+        for l in [&self.s3_listener, &self.kube_listener] {
+            if let Some(l) = l.lock().await.take() {
+                l.stop().await;
+            }
+        }
+    }
+}
+
+/// Rebind the same port; the old socket may take a moment to go.
+async fn bind_again<F, Fut>(serve: F, addr: SocketAddr) -> anyhow::Result<Listener>
+where
+    F: Fn(SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<Listener>>,
+{
+    let mut last = None;
+    for _ in 0..100 {
+        match serve(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Err(anyhow!("could not listen on {addr} again after a restart: {}", last.map(|e| e.to_string()).unwrap_or_default()))
+}

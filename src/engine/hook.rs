@@ -1,0 +1,259 @@
+//! Where faults fire. One `LabHook` is attached to every gate (the S3 server,
+//! the Kubernetes API, the sidecar→driver link); it counts occurrences per
+//! `component.operation`, applies armed faults and partitions, and parks
+//! requests for the seeded scheduler during `concurrent:` blocks.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use drivelab_fakes::clock::{SimClock, VTime};
+use drivelab_fakes::gate::{CallSpec, Delivery, GateHook, Rejection, Verdict};
+use drivelab_fakes::history::{CallId, Component, EventKind, History, Outcome};
+use futures_util::future::BoxFuture;
+
+use super::schedule::Scheduler;
+use crate::scenario::{FaultAction, FaultSpec, PartitionSpec, When};
+
+/// What the hook needs the engine to do for it.
+pub trait LabControl: Send + Sync {
+    /// Kill the driver and start it again from its persisted state.
+    fn crash_driver(&self) -> BoxFuture<'_, ()>;
+    /// Restart a fake (state kept, connections broken).
+    fn restart(&self, component: Component) -> BoxFuture<'_, ()>;
+}
+
+struct Armed {
+    spec: FaultSpec,
+    /// Occurrences of the target already seen when the fault was armed.
+    base: u32,
+}
+
+struct Partition {
+    spec: PartitionSpec,
+    until: Option<VTime>,
+}
+
+#[derive(Default)]
+struct State {
+    armed: Vec<Armed>,
+    counts: BTreeMap<(Component, String), u32>,
+    partitions: Vec<Partition>,
+    after: BTreeMap<CallId, Vec<FaultAction>>,
+    disarmed: bool,
+}
+
+/// The engine's hook on every gate.
+pub struct LabHook {
+    state: Mutex<State>,
+    history: History,
+    clock: SimClock,
+    sched: Scheduler,
+    control: Mutex<Option<Arc<dyn LabControl>>>,
+}
+
+/// Servers that share a host: a partition from the S3 server cuts its admin API too.
+fn host(c: Component) -> Component {
+    match c {
+        Component::S3Admin => Component::S3,
+        other => other,
+    }
+}
+
+impl LabHook {
+    /// A hook recording into `history`.
+    pub fn new(history: History, sched: Scheduler) -> Self {
+        let clock = history.clock().clone();
+        Self { state: Mutex::default(), history, clock, sched, control: Mutex::new(None) }
+    }
+
+    /// Give the hook its way back into the engine (crash, restart).
+    pub fn set_control(&self, control: Arc<dyn LabControl>) {
+        *self.control.lock().unwrap_or_else(|p| p.into_inner()) = Some(control);
+    }
+
+    fn control(&self) -> Option<Arc<dyn LabControl>> {
+        self.control.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Arm a fault; occurrences are counted from now.
+    pub fn arm(&self, spec: FaultSpec) {
+        let mut s = self.lock();
+        let base = s.counts.get(&(spec.on.component, spec.on.op.clone())).copied().unwrap_or(0);
+        s.armed.push(Armed { spec, base });
+    }
+
+    /// Start a partition now.
+    pub fn partition(&self, spec: PartitionSpec) {
+        let until = spec.duration.map(|d| self.clock.now().after(d));
+        self.history.record(EventKind::Fault {
+            call: None,
+            fault: "partition".into(),
+            detail: format!(
+                "{} {} {}{}",
+                spec.from,
+                if spec.one_way { "->" } else { "<->" },
+                spec.to,
+                until.map(|u| format!(" until {u}")).unwrap_or_else(|| " until healed".into())
+            ),
+        });
+        self.lock().partitions.push(Partition { spec, until });
+    }
+
+    /// Heal partitions between `a` and `b` (both directions), or all of them.
+    pub fn heal(&self, between: Option<(Component, Component)>) {
+        let mut s = self.lock();
+        let before = s.partitions.len();
+        s.partitions.retain(|p| match between {
+            None => false,
+            Some((a, b)) => {
+                let (x, y) = (host(p.spec.from), host(p.spec.to));
+                !((x == host(a) && y == host(b)) || (x == host(b) && y == host(a)))
+            }
+        });
+        let healed = before - s.partitions.len();
+        drop(s);
+        self.history.record(EventKind::Fault { call: None, fault: "heal".into(), detail: format!("{healed} partition(s) healed") });
+    }
+
+    /// Faults off and partitions healed (for the final convergence).
+    pub fn disarm_all(&self) {
+        let mut s = self.lock();
+        s.armed.clear();
+        s.partitions.clear();
+        s.disarmed = true;
+    }
+
+    /// Is traffic from `a` to `b` cut right now?
+    fn blocked(&self, s: &State, a: Component, b: Component) -> bool {
+        let now = self.clock.now();
+        let (a, b) = (host(a), host(b));
+        s.partitions.iter().any(|p| {
+            let live = p.until.is_none_or(|u| now < u);
+            let (x, y) = (host(p.spec.from), host(p.spec.to));
+            live && ((x == a && y == b) || (!p.spec.one_way && x == b && y == a))
+        })
+    }
+
+    fn note(&self, call: CallId, fault: &str, detail: String) {
+        self.history.record(EventKind::Fault { call: Some(call), fault: fault.into(), detail });
+    }
+}
+
+/// Only traffic of the system under test is faulted; the lab's own probes pass.
+fn in_scope(call: &CallSpec) -> bool {
+    matches!(call.from, Component::Driver | Component::Sidecar)
+}
+
+impl GateHook for LabHook {
+    fn before<'a>(&'a self, id: CallId, call: &'a CallSpec) -> BoxFuture<'a, Verdict> {
+        Box::pin(async move {
+            if !in_scope(call) {
+                return Verdict::Proceed;
+            }
+            self.sched.arrive(id, call.from, call.to, &call.op).await;
+            let mut crash = false;
+            let mut restart = None;
+            let verdict = {
+                let mut s = self.lock();
+                let key = (call.to, call.op.clone());
+                let n = {
+                    let c = s.counts.entry(key).or_insert(0);
+                    *c += 1;
+                    *c
+                };
+                if self.blocked(&s, call.from, call.to) {
+                    drop(s);
+                    self.note(id, "partition", format!("{} -> {} cut: request lost", call.from, call.to));
+                    return Verdict::Cut;
+                }
+                let mut verdict = Verdict::Proceed;
+                let mut after = Vec::new();
+                let mut fired = Vec::new();
+                for a in &s.armed {
+                    let f = &a.spec;
+                    if f.on.component != call.to || f.on.op != call.op {
+                        continue;
+                    }
+                    let k = n - a.base;
+                    if k < f.nth || k >= f.nth + f.times {
+                        continue;
+                    }
+                    fired.push((f.action.name(), format!("{} occurrence {k}, {:?}", f.on, f.when)));
+                    match (&f.action, f.when) {
+                        (FaultAction::Error { status, code, message }, _) => {
+                            verdict = Verdict::Reject(Rejection { http_status: *status, code: code.clone(), message: message.clone() });
+                        }
+                        (FaultAction::Delay(d), _) => self.clock.advance_to(self.clock.now().after(*d)),
+                        (FaultAction::CrashDriver, When::BeforeCommit) => {
+                            crash = true;
+                            verdict = Verdict::Cut;
+                        }
+                        (FaultAction::Restart, When::BeforeCommit) => {
+                            restart = Some(call.to);
+                            verdict = Verdict::Cut;
+                        }
+                        (action, _) => after.push(action.clone()),
+                    }
+                }
+                if !after.is_empty() {
+                    s.after.insert(id, after);
+                }
+                drop(s);
+                for (name, detail) in fired {
+                    self.note(id, name, detail);
+                }
+                verdict
+            };
+            if let Some(c) = self.control() {
+                if crash {
+                    c.crash_driver().await;
+                }
+                if let Some(component) = restart {
+                    c.restart(component).await;
+                }
+            }
+            verdict
+        })
+    }
+
+    fn after<'a>(&'a self, id: CallId, call: &'a CallSpec, _outcome: &'a Outcome) -> BoxFuture<'a, Delivery> {
+        Box::pin(async move {
+            if !in_scope(call) {
+                return Delivery::Deliver;
+            }
+            let (pending, reply_cut) = {
+                let mut s = self.lock();
+                let pending = s.after.remove(&id).unwrap_or_default();
+                (pending, self.blocked(&s, call.to, call.from))
+            };
+            let mut delivery = Delivery::Deliver;
+            if reply_cut {
+                self.note(id, "partition", format!("{} -> {} cut: reply lost", call.to, call.from));
+                delivery = Delivery::Cut;
+            }
+            for action in pending {
+                match action {
+                    FaultAction::DropResponse => delivery = Delivery::Cut,
+                    FaultAction::CrashDriver => {
+                        delivery = Delivery::Cut;
+                        if let Some(c) = self.control() {
+                            c.crash_driver().await;
+                        }
+                    }
+                    FaultAction::Restart => {
+                        delivery = Delivery::Cut;
+                        if let Some(c) = self.control() {
+                            c.restart(call.to).await;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            delivery
+        })
+    }
+}

@@ -1,0 +1,151 @@
+//! Seeded interleaving of concurrent steps. Actors (the reconciles a
+//! `concurrent:` block starts) run one at a time between interception points:
+//! when every live actor is parked at a gate, one parked request is released,
+//! chosen by the scenario's seeded RNG. Same seed, same interleaving — even
+//! though the requests travel over real sockets.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drivelab_fakes::history::{CallId, Component, EventKind, History};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use tokio::sync::{oneshot, Notify};
+
+/// Real-time wait after which a parked request is released anyway, so a driver
+/// that blocks on something other than a gate cannot hang the lab.
+pub const WATCHDOG: Duration = Duration::from_secs(2);
+
+struct Parked {
+    call: CallId,
+    label: String,
+    go: oneshot::Sender<()>,
+}
+
+struct State {
+    total: usize,
+    started: usize,
+    done: usize,
+    parked: Vec<Parked>,
+    rng: ChaCha20Rng,
+    releases: u64,
+}
+
+/// Shared between the engine (which starts actors) and the gate hook (which parks requests).
+#[derive(Clone)]
+pub struct Scheduler {
+    state: Arc<Mutex<State>>,
+    changed: Arc<Notify>,
+    history: History,
+}
+
+impl Scheduler {
+    /// A scheduler drawing from `seed`.
+    pub fn new(seed: u64, history: History) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(State {
+                total: 0,
+                started: 0,
+                done: 0,
+                parked: Vec::new(),
+                rng: ChaCha20Rng::seed_from_u64(seed ^ 0x5c4e_d01e),
+                releases: 0,
+            })),
+            changed: Arc::new(Notify::new()),
+            history,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A block of `total` actors begins.
+    pub fn begin(&self, total: usize) {
+        let mut s = self.lock();
+        s.total = total;
+        s.started = 0;
+        s.done = 0;
+    }
+
+    /// The block is over: nothing is held any more.
+    pub fn end(&self) {
+        let mut s = self.lock();
+        s.total = 0;
+        for p in s.parked.drain(..) {
+            let _ = p.go.send(());
+        }
+    }
+
+    /// One more actor is about to run.
+    pub fn actor_started(&self) {
+        self.lock().started += 1;
+        self.changed.notify_waiters();
+    }
+
+    /// An actor finished.
+    pub fn actor_done(&self) {
+        let mut s = self.lock();
+        s.done += 1;
+        self.release_if_quiet(&mut s);
+        drop(s);
+        self.changed.notify_waiters();
+    }
+
+    /// Wait until no started actor is running (each is parked or done).
+    pub async fn quiescent(&self) {
+        loop {
+            let notified = self.changed.notified();
+            {
+                let s = self.lock();
+                if s.started - s.done - s.parked.len() == 0 || s.total == 0 {
+                    return;
+                }
+            }
+            // A release by the watchdog also counts as progress.
+            let _ = tokio::time::timeout(WATCHDOG, notified).await;
+        }
+    }
+
+    /// A request from an actor arrived at a gate: park it until it is chosen.
+    pub async fn arrive(&self, call: CallId, from: Component, to: Component, op: &str) {
+        let rx = {
+            let mut s = self.lock();
+            if s.total == 0 {
+                return;
+            }
+            let (go, rx) = oneshot::channel();
+            s.parked.push(Parked { call, label: format!("{from}->{to} {op}"), go });
+            self.release_if_quiet(&mut s);
+            rx
+        };
+        self.changed.notify_waiters();
+        if tokio::time::timeout(WATCHDOG, rx).await.is_err() {
+            // Nobody released us in time: something outside the gates is holding an actor.
+            let mut s = self.lock();
+            if let Some(i) = s.parked.iter().position(|p| p.call == call) {
+                let p = s.parked.remove(i);
+                self.history.record(EventKind::Note {
+                    component: Component::Lab,
+                    text: format!("scheduler watchdog released call #{} ({}) after {}s", p.call.0, p.label, WATCHDOG.as_secs()),
+                });
+            }
+        }
+    }
+
+    fn release_if_quiet(&self, s: &mut State) {
+        let running = s.started.saturating_sub(s.done + s.parked.len());
+        if s.total == 0 || s.started < s.total || running > 0 || s.parked.is_empty() {
+            return;
+        }
+        let n = s.parked.len();
+        let i = s.rng.random_range(0..n);
+        let p = s.parked.remove(i);
+        s.releases += 1;
+        self.history.record(EventKind::Note {
+            component: Component::Lab,
+            text: format!("scheduler released call #{} ({}), choice {} of {n} waiting", p.call.0, p.label, i + 1),
+        });
+        let _ = p.go.send(());
+    }
+}
