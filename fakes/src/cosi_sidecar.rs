@@ -20,7 +20,8 @@
 //!   (a `deletionTimestamp` set by the API server) runs the driver cleanup, then
 //!   drops the finalizer.
 //! - AlreadyExists is an error like any other (requeue), never success.
-//! - DriverDeleteBucket only for deletionPolicy Delete (NotFound counts as done);
+//! - DriverDeleteBucket carries the Bucket's parameters as `delete_context`, and
+//!   is sent only for deletionPolicy Delete (NotFound counts as done);
 //!   Retain makes no call and keeps the Bucket object. Revoke is retried on any error.
 //! - Requeue with per-object exponential back-off, 100 ms doubling to 30 s, reset
 //!   on success — on the lab's virtual clock (the engine owns the queue).
@@ -136,8 +137,8 @@ impl DriverOp {
 pub enum DriverRequest {
     /// DriverCreateBucket
     Create { name: String, parameters: BTreeMap<String, String> },
-    /// DriverDeleteBucket
-    Delete { bucket_id: String },
+    /// DriverDeleteBucket (`delete_context` = the Bucket's parameters, as the v0.2 sidecar sends)
+    Delete { bucket_id: String, context: BTreeMap<String, String> },
     /// DriverGrantBucketAccess
     Grant { bucket_id: String, name: String, auth: i32, parameters: BTreeMap<String, String> },
     /// DriverRevokeBucketAccess
@@ -159,7 +160,7 @@ impl DriverRequest {
     pub fn key(&self) -> &str {
         match self {
             DriverRequest::Create { name, .. } => name,
-            DriverRequest::Delete { bucket_id } => bucket_id,
+            DriverRequest::Delete { bucket_id, .. } => bucket_id,
             DriverRequest::Grant { name, .. } => name,
             DriverRequest::Revoke { account_id, .. } => account_id,
         }
@@ -473,7 +474,8 @@ impl CosiSidecar {
                 let bucket_id = str_at(&bucket, &["status", "bucketID"]);
                 if policy == "Delete" {
                     if let Some(bucket_id) = bucket_id {
-                        let ex = self.send(DriverRequest::Delete { bucket_id }, false).await;
+                        let context = string_map(&bucket, &["spec", "parameters"]);
+                        let ex = self.send(DriverRequest::Delete { bucket_id, context }, false).await;
                         match ex.reply {
                             DriverReply::Empty => {}
                             DriverReply::Failed { code: tonic::Code::NotFound, .. } => {}
@@ -674,8 +676,8 @@ impl CosiSidecar {
                     .driver_create_bucket(DriverCreateBucketRequest { name, parameters: parameters.into_iter().collect() })
                     .await
                     .map(|r| DriverReply::Created { bucket_id: r.into_inner().bucket_id }),
-                DriverRequest::Delete { bucket_id } => client
-                    .driver_delete_bucket(DriverDeleteBucketRequest { bucket_id, delete_context: Default::default() })
+                DriverRequest::Delete { bucket_id, context } => client
+                    .driver_delete_bucket(DriverDeleteBucketRequest { bucket_id, delete_context: context.into_iter().collect() })
                     .await
                     .map(|_| DriverReply::Empty),
                 DriverRequest::Grant { bucket_id, name, auth, parameters } => client

@@ -12,7 +12,7 @@ use super::{Observations, Verdict};
 use crate::scenario::Invariant;
 
 /// Codes after which a stuck request is the caller's problem, not the driver's.
-const PERMANENT: &[&str] = &["INVALID_ARGUMENT", "UNIMPLEMENTED", "PERMISSION_DENIED", "OUT_OF_RANGE"];
+const PERMANENT: &[&str] = &["INVALID_ARGUMENT", "UNIMPLEMENTED", "PERMISSION_DENIED", "OUT_OF_RANGE", "FAILED_PRECONDITION"];
 
 fn recorded(obs: &Observations, id: &str) -> bool {
     !id.is_empty() && obs.checkpoint_text.contains(id)

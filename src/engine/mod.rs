@@ -206,6 +206,7 @@ struct Lab {
     account_of: BTreeMap<String, (String, String)>,
     bucket_of: BTreeMap<String, String>,
     lab_buckets: Vec<String>,
+    class_params: BTreeMap<String, Value>,
     seen_buckets: std::collections::BTreeSet<String>,
     seen_users: std::collections::BTreeSet<String>,
     expect_failures: Vec<ExpectFailure>,
@@ -275,7 +276,9 @@ impl Lab {
             }
             json!(p)
         };
+        let mut class_params = BTreeMap::new();
         for c in &scn.bucket_classes {
+            class_params.insert(c.name.clone(), params(&c.parameters));
             kube.create(
                 Kind::BucketClass,
                 json!({
@@ -332,6 +335,7 @@ impl Lab {
             account_of: BTreeMap::new(),
             bucket_of: BTreeMap::new(),
             lab_buckets: vec![CANARY_BUCKET.to_string()],
+            class_params,
             seen_buckets: Default::default(),
             seen_users: Default::default(),
             expect_failures: Vec::new(),
@@ -418,7 +422,8 @@ impl Lab {
                         "driverName": cosi_s3::DRIVER_NAME,
                         "bucketClassName": b.class,
                         "protocols": ["S3"],
-                        "parameters": {},
+                        // An admin copies the class's parameters, connection included.
+                        "parameters": self.class_params.get(&b.class).cloned().unwrap_or_else(|| json!({})),
                         "deletionPolicy": class.deletion_policy,
                         "existingBucketID": b.existing_bucket_id,
                     },
