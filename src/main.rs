@@ -28,6 +28,9 @@ enum Command {
         /// Seed for every free choice (overrides the file's `seed:`).
         #[arg(long)]
         seed: Option<u64>,
+        /// Sweep: run every scenario under this many consecutive seeds (from --seed, default 1).
+        #[arg(long)]
+        seeds: Option<u64>,
         /// Switch on a seeded bug in the reference driver (repeatable); see `drivelab mutants`.
         #[arg(long = "mutant", value_parser = parse_mutant)]
         mutants: Vec<Mutant>,
@@ -43,11 +46,36 @@ enum Command {
     },
     /// List the reference drivers' seeded bugs.
     Mutants,
+    /// List things the lab knows: `drivelab list mutants`, `drivelab list invariants`.
+    List {
+        /// mutants | invariants
+        what: ListWhat,
+    },
+    /// Mutation test: run the scenarios against the correct driver and then
+    /// against every mutant; print mutant → killing scenario → invariant; exit 1
+    /// if the correct driver fails anything or any mutant survives.
+    Mutate {
+        /// Scenario files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Only these mutants (default: all).
+        #[arg(long = "mutant", value_parser = parse_mutant)]
+        mutants: Vec<Mutant>,
+        /// Seed for every run.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
     /// Serve a reference driver on a Unix socket (for crash tests and manual use).
     Driver {
         #[command(subcommand)]
         which: DriverCommand,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ListWhat {
+    Mutants,
+    Invariants,
 }
 
 #[derive(Subcommand)]
@@ -88,14 +116,22 @@ fn main() -> ExitCode {
     };
     rt.block_on(async move {
         match cli.command {
-            Command::Run { paths, seed, mutants, report_dir } => run(paths, seed, mutants, report_dir).await,
+            Command::Run { paths, seed, seeds: None, mutants, report_dir } => run(paths, seed, mutants, report_dir).await,
+            Command::Run { paths, seed, seeds: Some(n), mutants, report_dir: _ } => sweep(paths, seed.unwrap_or(engine::DEFAULT_SEED), n, mutants).await,
             Command::Validate { paths } => validate(paths),
-            Command::Mutants => {
+            Command::Mutants | Command::List { what: ListWhat::Mutants } => {
                 for m in Mutant::all() {
                     println!("{:28} {}", m.name(), m.describe());
                 }
                 ExitCode::SUCCESS
             }
+            Command::List { what: ListWhat::Invariants } => {
+                for i in drivelab::scenario::Invariant::cosi_defaults() {
+                    println!("{:24} {}", i.id(), i.claim());
+                }
+                ExitCode::SUCCESS
+            }
+            Command::Mutate { paths, mutants, seed } => mutate(paths, mutants, seed).await,
             Command::Driver { which: DriverCommand::CosiS3 { endpoint, kube_url, state_namespace, mutants } } => {
                 let endpoint = endpoint
                     .or_else(|| std::env::var("COSI_ENDPOINT").ok())
@@ -194,5 +230,112 @@ async fn run(paths: Vec<PathBuf>, seed: Option<u64>, mutants: Vec<Mutant>, repor
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Every scenario under seeds `from..from+n`; prints failures and a per-scenario line.
+async fn sweep(paths: Vec<PathBuf>, from: u64, n: u64, mutants: Vec<Mutant>) -> ExitCode {
+    let scenarios = match load_all(&paths) {
+        Ok(s) => s,
+        Err(c) => return c,
+    };
+    let started = std::time::Instant::now();
+    let (mut passed, mut failed) = (0u64, 0u64);
+    for scn in &scenarios {
+        let mut bad = Vec::new();
+        for seed in from..from.saturating_add(n) {
+            let opts = engine::RunOptions { seed: Some(seed), mutants: mutants.clone() };
+            match engine::run(scn, &opts).await {
+                Ok(o) if o.passed() => passed += 1,
+                Ok(o) => {
+                    failed += 1;
+                    print!("{}", report::console(&o));
+                    bad.push(seed);
+                }
+                Err(e) => {
+                    failed += 1;
+                    println!("ERROR {} seed {seed}: {e:#}\n  replay: {}", scn.name, engine::replay_command(&scn.path, seed, &mutants));
+                    bad.push(seed);
+                }
+            }
+        }
+        if bad.is_empty() {
+            println!("PASS {} under seeds {from}..{}", scn.name, from + n - 1);
+        } else {
+            println!("FAIL {} under seeds {:?}", scn.name, bad);
+        }
+    }
+    println!("\nsweep of {} scenarios x {n} seeds in {:.1}s", scenarios.len(), started.elapsed().as_secs_f64());
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The mutation test and its kill table.
+async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> ExitCode {
+    let scenarios = match load_all(&paths) {
+        Ok(s) => s,
+        Err(c) => return c,
+    };
+    // Kills only mean something if the correct driver passes everything.
+    let mut baseline_ok = true;
+    for scn in &scenarios {
+        match engine::run(scn, &engine::RunOptions { seed, mutants: vec![] }).await {
+            Ok(o) if o.passed() => {}
+            Ok(o) => {
+                baseline_ok = false;
+                print!("{}", report::console(&o));
+            }
+            Err(e) => {
+                baseline_ok = false;
+                println!("ERROR {}: {e:#}", scn.name);
+            }
+        }
+    }
+    if !baseline_ok {
+        println!("\nthe correct driver fails the suite: fix that before reading any kill table");
+        return ExitCode::from(1);
+    }
+    let mutants: Vec<Mutant> = if only.is_empty() { Mutant::all().to_vec() } else { only };
+    let mut survivors = Vec::new();
+    println!("| mutant | killed by (scenario → invariant) |");
+    println!("|---|---|");
+    for m in &mutants {
+        let mut kills: Vec<String> = Vec::new();
+        for scn in &scenarios {
+            match engine::run(scn, &engine::RunOptions { seed, mutants: vec![*m] }).await {
+                Ok(o) => {
+                    let mut what: Vec<&str> = o.verdicts.iter().filter(|v| !v.passed).map(|v| v.invariant).collect();
+                    if !o.expect_failures.is_empty() {
+                        what.push("expect");
+                    }
+                    if !what.is_empty() {
+                        kills.push(format!("{} → {}", o.scenario, what.join(", ")));
+                    }
+                }
+                Err(e) => kills.push(format!("{} → lab error ({e})", scn.name)),
+            }
+        }
+        if kills.is_empty() {
+            survivors.push(m.name());
+            println!("| {} | **SURVIVED** |", m.name());
+        } else {
+            let shown: Vec<&str> = kills.iter().take(4).map(String::as_str).collect();
+            let more = if kills.len() > 4 { format!("<br>(+{} more scenarios)", kills.len() - 4) } else { String::new() };
+            println!("| {} | {}{more} |", m.name(), shown.join("<br>"));
+        }
+    }
+    let killed = mutants.len() - survivors.len();
+    println!("\n{killed} of {} mutants killed", mutants.len());
+    if survivors.is_empty() {
+        println!("{killed} passed, 0 failed");
+        ExitCode::SUCCESS
+    } else {
+        println!("survivors: {}", survivors.join(", "));
+        println!("{killed} passed, {} failed", survivors.len());
+        ExitCode::from(1)
     }
 }

@@ -14,9 +14,13 @@ fn scenario_path(rel: &str) -> PathBuf {
 }
 
 async fn run(rel: &str, mutants: &[Mutant]) -> RunOutcome {
+    run_seeded(rel, None, mutants).await
+}
+
+async fn run_seeded(rel: &str, seed: Option<u64>, mutants: &[Mutant]) -> RunOutcome {
     drivelab::logcap::init(false);
     let scn = scenario::load(&scenario_path(rel)).unwrap_or_else(|e| panic!("{e}"));
-    engine::run(&scn, &RunOptions { seed: None, mutants: mutants.to_vec() })
+    engine::run(&scn, &RunOptions { seed, mutants: mutants.to_vec() })
         .await
         .unwrap_or_else(|e| panic!("{rel}: {e:#}"))
 }
@@ -57,6 +61,7 @@ async fn same_seed_same_history_and_snapshot() {
                 EventKind::Reply { outcome, .. } => format!("{} reply {}", e.at, outcome.label()),
                 EventKind::Step { name, .. } => format!("{} step {name}", e.at),
                 EventKind::Note { component, .. } => format!("{} note by {component}", e.at),
+                EventKind::Fault { fault, .. } => format!("{} fault {fault}", e.at),
             })
             .collect()
     };
@@ -86,4 +91,56 @@ async fn spec_code_mutants_fail_their_expectations() {
     assert!(!o.expect_failures.is_empty(), "{}", summary(&o));
     let o = run("cosi/incompatible-parameters.yaml", &[Mutant::IgnoreIncompatibleParams]).await;
     assert!(o.expect_failures.iter().any(|f| f.message.contains("ALREADY_EXISTS")), "{}", summary(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racy_scenario_same_seed_gives_byte_identical_history() {
+    for rel in ["cosi/concurrent-grants.yaml", "cosi/grant-races-revoke.yaml"] {
+        let a = run_seeded(rel, Some(7), &[]).await;
+        let b = run_seeded(rel, Some(7), &[]).await;
+        assert!(a.passed(), "{}", summary(&a));
+        if a.history_text != b.history_text {
+            let (x, y): (Vec<&str>, Vec<&str>) = (a.history_text.lines().collect(), b.history_text.lines().collect());
+            let i = x.iter().zip(&y).position(|(p, q)| p != q).unwrap_or(x.len().min(y.len()));
+            panic!("{rel}: histories differ first at line {}: {:?} vs {:?}", i + 1, x.get(i), y.get(i));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_seeds_find_different_interleavings() {
+    let mut orders = std::collections::BTreeSet::new();
+    for seed in 1..=6 {
+        let o = run_seeded("cosi/concurrent-grants.yaml", Some(seed), &[]).await;
+        assert!(o.passed(), "{}", summary(&o));
+        let order: Vec<String> = o
+            .history
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Call { from, to, op, subject, .. } if *to != drivelab_fakes::history::Component::S3 => {
+                    Some(format!("{from}->{to} {op} {}", subject.len()))
+                }
+                _ => None,
+            })
+            .collect();
+        orders.insert(o.history_text.lines().filter(|l| l.contains("scheduler released")).collect::<Vec<_>>().join("\n") + &order.join(","));
+    }
+    assert!(orders.len() >= 2, "six seeds gave only {} interleaving(s)", orders.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_fire_where_aimed() {
+    let o = run("cosi/crash-after-add-user.yaml", &[]).await;
+    let faults: Vec<String> = o
+        .history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Fault { fault, detail, .. } => Some(format!("{fault}: {detail}")),
+            _ => None,
+        })
+        .collect();
+    assert!(faults.iter().any(|f| f.starts_with("crash_driver: s3admin.add_user occurrence 1")), "{faults:?}");
+    assert!(faults.iter().any(|f| f.contains("driver killed")), "{faults:?}");
+    // The grant converged after the crash, with one user.
+    assert!(o.passed(), "{}", summary(&o));
 }

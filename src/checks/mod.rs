@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::scenario::Invariant;
 
-mod lifecycle;
+pub mod lifecycle;
 #[cfg(test)]
 mod tests;
 

@@ -69,12 +69,37 @@ fn good() -> Observations {
         probes: vec![probe("default/a", "b1", true, 200, None), probe("default/a", "canary", false, 403, Some("AccessDenied"))],
         secrets: vec![Secret::new("secret-one-aaaaaaaa")],
         artifacts: vec![("snapshot".into(), "key <key-1> secret <secret-A>".into())],
+        lab_buckets: vec!["canary".into()],
+        bucket_objects: vec![("bucket-x".into(), "b1".into())],
+        ready_claims: vec![("default/photos".into(), "b1".into())],
+        ..Default::default()
     }
+}
+
+fn with_canary(mut obs: Observations) -> Observations {
+    obs.backend.buckets.insert("canary".into(), vec![]);
+    obs.seen_buckets = obs.backend.buckets.keys().cloned().collect();
+    obs.seen_users = obs.backend.users.keys().cloned().collect();
+    obs
 }
 
 #[test]
 fn all_checks_pass_on_a_good_run() {
-    let obs = good();
+    let mut obs = with_canary(good());
+    // 40 random-looking characters, as a real driver's secret.
+    let strong = "Zq3v9TnKp0W7xYb2Lm5Rc8Hd1Fg4Js6Ua0Vk3Ne";
+    for ex in &mut obs.exchanges {
+        if let DriverReply::Granted { credentials: Some(c), .. } = &mut ex.reply {
+            c.secret = Secret::new(strong);
+        }
+    }
+    for r in &mut obs.retries {
+        for ex in [&mut r.original, &mut r.retried] {
+            if let DriverReply::Granted { credentials: Some(c), .. } = &mut ex.reply {
+                c.secret = Secret::new(strong);
+            }
+        }
+    }
     for inv in Invariant::cosi_defaults() {
         let v = check(*inv, &obs);
         assert!(v.passed, "{inv:?}: {:?}", v.details);
@@ -154,4 +179,87 @@ fn no_secret_leak_fails_when_a_secret_is_written() {
     let v = no_secret_leak(&obs);
     assert!(!v.passed);
     assert!(v.details[0].starts_with("log:2:"), "{:?}", v.details);
+}
+
+#[test]
+fn no_orphans_fails_on_an_unowned_user_and_a_dangling_claim() {
+    let mut obs = with_canary(good());
+    obs.backend.users.insert("STRAY".into(), user("stray-secret-cccccccc", &[]));
+    let v = lifecycle::no_orphans(&obs);
+    assert!(!v.passed);
+    assert!(v.details.iter().any(|d| d.contains("STRAY")), "{:?}", v.details);
+
+    let mut obs = with_canary(good());
+    obs.ready_claims = vec![("default/photos".into(), "gone-bucket".into())];
+    assert!(!lifecycle::no_orphans(&obs).passed);
+
+    let mut obs = with_canary(good());
+    obs.backend.users.insert("STRAY".into(), user("stray-secret-cccccccc", &[]));
+    obs.checkpoint_text = "accessKeyID=STRAY\nstate=PendingCreate".into();
+    assert!(lifecycle::no_orphans(&obs).passed, "a user recorded in a checkpoint is owned");
+}
+
+#[test]
+fn owner_only_delete_fails_when_a_foreign_bucket_goes() {
+    let mut obs = with_canary(good());
+    obs.backend.buckets.remove("canary");
+    let v = lifecycle::owner_only_delete(&obs);
+    assert!(!v.passed);
+
+    let mut obs = with_canary(good());
+    obs.seen_buckets.insert("someone-elses".into());
+    assert!(!lifecycle::owner_only_delete(&obs).passed, "a bucket nobody asked to delete vanished");
+}
+
+#[test]
+fn converges_fails_on_stuck_already_exists_but_not_on_invalid_argument() {
+    let mut obs = with_canary(good());
+    let stuck = |code: &str| Stuck {
+        target: "bucketaccess default/a".into(),
+        last_op: Some("DriverGrantBucketAccess".into()),
+        last_code: Some(code.into()),
+        attempts: 9,
+        calls: vec![CallId(4)],
+    };
+    obs.stuck = vec![stuck("INVALID_ARGUMENT")];
+    assert!(lifecycle::converges(&obs).passed);
+    obs.stuck = vec![stuck("ALREADY_EXISTS")];
+    let v = lifecycle::converges(&obs);
+    assert!(!v.passed);
+    assert_eq!(v.evidence, vec![4]);
+}
+
+#[test]
+fn spec_codes_fails_when_unknown_auth_is_granted() {
+    let mut obs = with_canary(good());
+    if let DriverRequest::Grant { auth, .. } = &mut obs.exchanges[0].request {
+        *auth = 0;
+    }
+    assert!(!lifecycle::spec_codes(&obs).passed);
+
+    let mut obs = with_canary(good());
+    obs.retries[0].changed_request = true;
+    assert!(!lifecycle::spec_codes(&obs).passed, "incompatible parameters answered OK");
+}
+
+#[test]
+fn unpredictable_secrets_fails_on_derived_short_or_twin_secrets() {
+    use sha2::Digest;
+    let derived = hex::encode(sha2::Sha256::digest(b"cosi-s3:ba-a"))[..40].to_string();
+    let mut obs = with_canary(good());
+    obs.exchanges.truncate(1);
+    obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", &derived);
+    let v = lifecycle::unpredictable_secrets(&obs);
+    assert!(!v.passed);
+    assert!(v.details.iter().any(|d| d.contains("SHA-256")), "{:?}", v.details);
+
+    let random = "Zq3v9TnKp0W7xYb2Lm5Rc8Hd1Fg4Js6Ua0Vk3Ne";
+    obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", random);
+    assert!(lifecycle::unpredictable_secrets(&obs).passed);
+    obs.twin_secrets = Some([("ba-a".to_string(), Secret::new(random))].into_iter().collect());
+    assert!(!lifecycle::unpredictable_secrets(&obs).passed, "same secret in the twin lab");
+
+    obs.twin_secrets = None;
+    obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", "short");
+    assert!(!lifecycle::unpredictable_secrets(&obs).passed);
 }

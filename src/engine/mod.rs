@@ -89,6 +89,8 @@ pub struct RunOutcome {
     pub snapshot: String,
     /// The full history.
     pub history: Vec<Event>,
+    /// The history as JSON with ids labelled as in the snapshot (what reports write).
+    pub history_text: String,
     /// The command that replays this run.
     pub replay: String,
 }
@@ -842,6 +844,18 @@ impl Lab {
         secrets.dedup();
         let history = self.history.events();
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
+        // What reports write: ids labelled like the snapshot, so two runs diff cleanly.
+        // Keys of accesses gone by the end appear only in the history: label them
+        // in exchange order (deterministic by seed).
+        for ex in &exchanges {
+            if let DriverReply::Granted { account_id, credentials, .. } = &ex.reply {
+                norm.id("account", account_id);
+                if let Some(c) = credentials {
+                    norm.id("key", &c.access_key_id);
+                }
+            }
+        }
+        let history_text = norm.text(&history_json);
         let logs = crate::logcap::since(log_start);
         let obs = Observations {
             exchanges,
@@ -858,7 +872,12 @@ impl Lab {
             ready_claims,
             twin_secrets: twin,
             secrets,
-            artifacts: vec![("snapshot".into(), snapshot.clone()), ("history".into(), history_json), ("log".into(), logs)],
+            artifacts: vec![
+                ("snapshot".into(), snapshot.clone()),
+                ("history".into(), history_json),
+                ("history (normalised)".into(), history_text.clone()),
+                ("log".into(), logs),
+            ],
         };
         let verdicts = scn.invariants.iter().map(|i| checks::check(*i, &obs)).collect();
         let outcome = RunOutcome {
@@ -872,6 +891,7 @@ impl Lab {
             not_converged: self.not_converged.clone(),
             snapshot,
             history: self.history.events(),
+            history_text,
             replay: replay_command(&scn.path, seed, mutants),
         };
         Ok((outcome, handed_out))

@@ -38,8 +38,7 @@ pub fn write_files(dir: &Path, o: &RunOutcome) -> std::io::Result<()> {
     let d = dir.join(sanitize(&o.scenario));
     std::fs::create_dir_all(&d)?;
     std::fs::write(d.join("snapshot.txt"), &o.snapshot)?;
-    let history = serde_json::to_string_pretty(&o.history).map_err(std::io::Error::other)?;
-    std::fs::write(d.join("history.json"), history)?;
+    std::fs::write(d.join("history.json"), &o.history_text)?;
     let mut md = String::new();
     let _ = writeln!(md, "# {} — {}\n", o.scenario, if o.passed() { "PASS" } else { "FAIL" });
     let _ = writeln!(md, "- driver: `{}`\n- seed: {}\n- replay: `{}`\n", o.driver_name, o.seed, o.replay);

@@ -66,6 +66,8 @@ pub enum Mutant {
     UnknownAuthAsKey,
     /// Same name with different parameters answers OK.
     IgnoreIncompatibleParams,
+    /// `preferredAccessKey` is used as the access key with no reservation and no check.
+    SharedPreferredKey,
 }
 
 impl Mutant {
@@ -80,6 +82,7 @@ impl Mutant {
             Mutant::DeleteUnowned,
             Mutant::UnknownAuthAsKey,
             Mutant::IgnoreIncompatibleParams,
+            Mutant::SharedPreferredKey,
         ]
     }
 
@@ -94,6 +97,7 @@ impl Mutant {
             Mutant::DeleteUnowned => "delete-unowned",
             Mutant::UnknownAuthAsKey => "unknown-auth-as-key",
             Mutant::IgnoreIncompatibleParams => "ignore-incompatible-params",
+            Mutant::SharedPreferredKey => "shared-preferred-key",
         }
     }
 
@@ -123,6 +127,9 @@ impl Mutant {
             }
             Mutant::IgnoreIncompatibleParams => {
                 "same name with different parameters answers OK instead of AlreadyExists (spec-codes)"
+            }
+            Mutant::SharedPreferredKey => {
+                "preferredAccessKey becomes the access key with no reservation and no check: a second grant re-runs add-user on it and replaces the first grant's secret (no-rotation, no shared keys)"
             }
         }
     }
@@ -192,6 +199,9 @@ pub struct AccessParams {
     pub policy: Option<String>,
     /// Access mode of the generated policy (ignored when `policy` is set).
     pub access_mode: AccessMode,
+    /// The access key the grant should get if no other access holds it
+    /// (`preferredAccessKey`); a random one otherwise.
+    pub preferred_access_key: Option<String>,
 }
 
 const P_ENDPOINT: &str = "endpoint";
@@ -201,6 +211,13 @@ const P_REGION: &str = "region";
 const P_ADMIN_API: &str = "adminApi";
 const P_POLICY: &str = "policy";
 const P_ACCESS_MODE: &str = "accessMode";
+const P_PREFERRED_ACCESS_KEY: &str = "preferredAccessKey";
+
+/// Shortest access key MinIO accepts (its `auth.accessKeyMinLen`).
+pub const MIN_ACCESS_KEY_LEN: usize = 3;
+/// Longest preferred access key accepted: the length of our generated keys,
+/// well inside every backend's limit and short enough to stay a label value.
+pub const MAX_PREFERRED_ACCESS_KEY_LEN: usize = 20;
 
 fn invalid(msg: impl Into<String>) -> DriverError {
     DriverError::InvalidArgument(msg.into())
@@ -287,11 +304,35 @@ pub fn parse_access(params: &HashMap<String, String>) -> Result<AccessParams, Dr
             )))
         }
     };
+    let preferred_access_key = match params.get(P_PREFERRED_ACCESS_KEY).map(|v| v.trim()) {
+        None | Some("") => None,
+        Some(k) => {
+            validate_access_key(P_PREFERRED_ACCESS_KEY, k)?;
+            Some(k.to_string())
+        }
+    };
     Ok(AccessParams {
         conn,
         policy,
         access_mode,
+        preferred_access_key,
     })
+}
+
+/// Access key rules as MinIO applies them (at least 3 characters), narrowed to
+/// a character set that is also a valid Kubernetes label value, because the
+/// grant checkpoint carries the access key as a label for revoke's lookup.
+pub fn validate_access_key(param: &str, key: &str) -> Result<(), DriverError> {
+    let ok = (MIN_ACCESS_KEY_LEN..=MAX_PREFERRED_ACCESS_KEY_LEN).contains(&key.len())
+        && key.bytes().all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c));
+    if ok {
+        Ok(())
+    } else {
+        // The value is an identifier, not a secret, so naming it in the error is fine.
+        Err(invalid(format!(
+            "BucketAccessClass parameter `{param}` = {key:?} is not a usable access key ({MIN_ACCESS_KEY_LEN}-{MAX_PREFERRED_ACCESS_KEY_LEN} characters from A-Z a-z 0-9 - _ .)"
+        )))
+    }
 }
 
 fn validate_endpoint(endpoint: &str) -> Result<String, DriverError> {
@@ -446,7 +487,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 8);
+        assert_eq!(Mutant::all().len(), 9);
         assert_eq!(Mutant::parse("no-such-bug"), None);
         assert_eq!(Mutant::parse(""), None);
     }
@@ -460,6 +501,30 @@ mod tests {
         let a = parse_access(&base()).unwrap();
         assert_eq!(a.access_mode, AccessMode::ReadWrite);
         assert_eq!(a.policy, None);
+        assert_eq!(a.preferred_access_key, None);
+    }
+
+    #[test]
+    fn preferred_access_key_is_validated() {
+        for good in ["TEAMKEY", "abc", "a-b_c.d", "A1234567890123456789", " padded "] {
+            let mut m = base();
+            m.insert("preferredAccessKey".into(), good.into());
+            let a = parse_access(&m).unwrap_or_else(|e| panic!("{good:?}: {e}"));
+            assert_eq!(a.preferred_access_key.as_deref(), Some(good.trim()));
+        }
+        let mut m = base();
+        m.insert("preferredAccessKey".into(), "  ".into());
+        assert_eq!(parse_access(&m).unwrap().preferred_access_key, None, "blank means unset");
+        let long = "A".repeat(21);
+        for bad in ["ab", long.as_str(), "has space", "slash/key", "équipe", "key:1", "a\u{0}b", "=TEAM"] {
+            let mut m = base();
+            m.insert("preferredAccessKey".into(), bad.into());
+            let err = parse_access(&m).unwrap_err();
+            assert!(
+                matches!(err, DriverError::InvalidArgument(ref s) if s.contains("preferredAccessKey")),
+                "{bad:?}: {err}"
+            );
+        }
     }
 
     #[test]
