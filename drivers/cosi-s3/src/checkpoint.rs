@@ -2,6 +2,11 @@
 //! grant (it holds the secret key), written BEFORE any backend mutation and
 //! promoted only by compare-and-swap on resourceVersion. They are the proof of
 //! ownership that delete and revoke require, and what a retry resumes from.
+//!
+//! A third kind, the key reservation (ConfigMap `key-<short hash of the access
+//! key>`), makes a `preferredAccessKey` belong to at most one grant: it is
+//! created with a plain create (409 = someone holds it), so two grants can
+//! never both believe the key is theirs.
 
 use std::collections::BTreeMap;
 
@@ -13,11 +18,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{AccessMode, Connection};
 use crate::error::DriverError;
-use crate::policy::{bucket_checkpoint_name, grant_checkpoint_name};
+use crate::policy::{bucket_checkpoint_name, grant_checkpoint_name, key_reservation_name};
 
 /// Label on every checkpoint: which driver wrote it.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-/// Label: `bucket` or `grant`.
+/// Label: `bucket`, `grant` or `key`.
 pub const LABEL_KIND: &str = "cosi-s3.drivelab.dev/kind";
 /// Label on grant checkpoints: the access key (= account id), for revoke's lookup.
 pub const LABEL_ACCESS_KEY: &str = "cosi-s3.drivelab.dev/access-key";
@@ -91,6 +96,29 @@ impl PolicyKind {
     }
 }
 
+/// What became of a grant's `preferredAccessKey`, recorded in its checkpoint so
+/// that every retry answers with the key the first success answered with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreferredKey {
+    /// None was asked for (or the checkpoint predates the parameter).
+    NotRequested,
+    /// The grant holds the reservation of this key and uses it as its access key.
+    Reserved(String),
+    /// This key was held by another access (or by a backend user outside COSI):
+    /// the grant uses a random access key instead.
+    Taken(String),
+}
+
+impl PreferredKey {
+    /// The key that was asked for, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            PreferredKey::NotRequested => None,
+            PreferredKey::Reserved(k) | PreferredKey::Taken(k) => Some(k),
+        }
+    }
+}
+
 /// Checkpoint of one grant. Debug never prints the secret key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct GrantRecord {
@@ -114,6 +142,8 @@ pub struct GrantRecord {
     pub access_mode: AccessMode,
     /// How to reach the backend for revoke.
     pub conn: Connection,
+    /// The preferred access key asked for and whether this grant got it.
+    pub preferred: PreferredKey,
 }
 
 impl std::fmt::Debug for GrantRecord {
@@ -126,6 +156,7 @@ impl std::fmt::Debug for GrantRecord {
             .field("secret_key", &"<redacted>")
             .field("policy_name", &self.policy_name)
             .field("policy_kind", &self.policy_kind)
+            .field("preferred", &self.preferred)
             .finish_non_exhaustive()
     }
 }
@@ -263,10 +294,29 @@ impl GrantRecord {
             "connection".into(),
             serde_json::to_string(&self.conn).map_err(|e| DriverError::Internal(e.to_string()))?,
         );
+        // Only written when asked for, so checkpoints of grants without the
+        // parameter look exactly as they did before it existed.
+        match &self.preferred {
+            PreferredKey::NotRequested => {}
+            PreferredKey::Reserved(k) => {
+                d.insert("preferredAccessKey".into(), k.clone());
+                d.insert("preferredAccessKeyOutcome".into(), "reserved".into());
+            }
+            PreferredKey::Taken(k) => {
+                d.insert("preferredAccessKey".into(), k.clone());
+                d.insert("preferredAccessKeyOutcome".into(), "taken".into());
+            }
+        }
         Ok(d)
     }
 
     fn from_data(obj: &str, d: &BTreeMap<String, String>) -> Result<Self, DriverError> {
+        let preferred = match (d.get("preferredAccessKey"), d.get("preferredAccessKeyOutcome").map(String::as_str)) {
+            (None, None) => PreferredKey::NotRequested,
+            (Some(k), Some("reserved")) => PreferredKey::Reserved(k.clone()),
+            (Some(k), Some("taken")) => PreferredKey::Taken(k.clone()),
+            _ => return Err(corrupt(obj, "preferredAccessKeyOutcome")),
+        };
         Ok(GrantRecord {
             state: State::parse(field(d, "state", obj)?).ok_or_else(|| corrupt(obj, "state"))?,
             account_name: field(d, "accountName", obj)?.to_string(),
@@ -282,8 +332,71 @@ impl GrantRecord {
                 _ => return Err(corrupt(obj, "accessMode")),
             },
             conn: serde_json::from_str(field(d, "connection", obj)?).map_err(|_| corrupt(obj, "connection"))?,
+            preferred,
         })
     }
+}
+
+/// Whether a key reservation is in force or on its way out.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ReservationState {
+    /// The named account holds the key (or is about to write the grant that uses it).
+    Held,
+    /// The named account's revoke has removed its backend user and is deleting
+    /// its grant checkpoint; whoever finds it after that checkpoint is gone
+    /// (a retried revoke) may delete it. Nobody else may take the key before.
+    Releasing,
+}
+
+/// Reservation of one access key for one COSI account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyReservation {
+    /// The reserved access key.
+    pub access_key: String,
+    /// The COSI account name (`ba-<uid>`) holding it.
+    pub account_name: String,
+    /// In force, or being released.
+    pub state: ReservationState,
+}
+
+impl KeyReservation {
+    fn to_data(&self) -> BTreeMap<String, String> {
+        let mut d = BTreeMap::new();
+        d.insert("accessKey".into(), self.access_key.clone());
+        d.insert("accountName".into(), self.account_name.clone());
+        d.insert(
+            "state".into(),
+            match self.state {
+                ReservationState::Held => "Held",
+                ReservationState::Releasing => "Releasing",
+            }
+            .into(),
+        );
+        d
+    }
+
+    fn from_data(obj: &str, d: &BTreeMap<String, String>) -> Result<Self, DriverError> {
+        Ok(KeyReservation {
+            access_key: field(d, "accessKey", obj)?.to_string(),
+            account_name: field(d, "accountName", obj)?.to_string(),
+            // Absent means Held: the safe reading (nobody may take the key).
+            state: match d.get("state").map(String::as_str) {
+                None | Some("Held") => ReservationState::Held,
+                Some("Releasing") => ReservationState::Releasing,
+                Some(_) => return Err(corrupt(obj, "state")),
+            },
+        })
+    }
+}
+
+fn configmap_to_reservation(cm: &ConfigMap) -> Result<Versioned<KeyReservation>, DriverError> {
+    let name = cm.metadata.name.clone().unwrap_or_default();
+    let data = cm.data.clone().unwrap_or_default();
+    Ok(Versioned {
+        resource_version: cm.metadata.resource_version.clone().unwrap_or_default(),
+        record: KeyReservation::from_data(&name, &data)?,
+        name,
+    })
 }
 
 fn configmap_to_bucket(cm: &ConfigMap) -> Result<Versioned<BucketRecord>, DriverError> {
@@ -527,6 +640,86 @@ impl Checkpoints {
         }
     }
 
+    fn reservation_configmap(&self, rv: Option<&str>, rec: &KeyReservation) -> ConfigMap {
+        let name = key_reservation_name(&rec.access_key);
+        let mut m = meta(&name, &self.namespace, "key", &rec.access_key, &[]);
+        m.resource_version = rv.map(String::from);
+        ConfigMap {
+            metadata: m,
+            data: Some(rec.to_data()),
+            ..Default::default()
+        }
+    }
+
+    /// Read the reservation of `access_key`, if any.
+    pub async fn get_key_reservation(&self, access_key: &str) -> Result<Option<Versioned<KeyReservation>>, DriverError> {
+        let name = key_reservation_name(access_key);
+        match self.configmaps().get_opt(&name).await {
+            Ok(Some(cm)) => {
+                let v = configmap_to_reservation(&cm)?;
+                // Names are a truncated hash: a different key behind the same name
+                // is a collision, and treating it as "held" is the safe reading.
+                if v.record.access_key != access_key {
+                    return Err(DriverError::Internal(format!(
+                        "key reservation {}/{name} is for another access key (a hash collision or a hand edit); inspect it",
+                        self.namespace
+                    )));
+                }
+                Ok(Some(v))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(kube_err(&format!("reading key reservation {}/{name}", self.namespace), e)),
+        }
+    }
+
+    /// Reserve a key: create the reservation (201: `New`, it is ours), or read
+    /// the one already there (409: `Existing`, whoever it names holds it).
+    pub async fn create_key_reservation(&self, rec: &KeyReservation) -> Result<Created<KeyReservation>, DriverError> {
+        let cm = self.reservation_configmap(None, rec);
+        let name = key_reservation_name(&rec.access_key);
+        let what = format!("writing key reservation {}/{name}", self.namespace);
+        match self.configmaps().create(&PostParams::default(), &cm).await {
+            Ok(cm) => configmap_to_reservation(&cm).map(Created::New),
+            Err(e) if code(&e) == Some(409) => match self.get_key_reservation(&rec.access_key).await? {
+                Some(v) => Ok(Created::Existing(v)),
+                // Released between our create and get: the caller retries.
+                None => Err(DriverError::Aborted(format!("{what}: reservation vanished during creation; retry"))),
+            },
+            Err(e) => Err(self.missing_namespace(&what, &e).unwrap_or_else(|| kube_err(&what, e))),
+        }
+    }
+
+    /// Replace the reservation if it is still at `rv`.
+    pub async fn swap_key_reservation(&self, rv: &str, rec: &KeyReservation) -> Result<Swap<KeyReservation>, DriverError> {
+        let cm = self.reservation_configmap(Some(rv), rec);
+        let name = key_reservation_name(&rec.access_key);
+        match self.configmaps().replace(&name, &PostParams::default(), &cm).await {
+            Ok(cm) => configmap_to_reservation(&cm).map(Swap::Done),
+            Err(e) if matches!(code(&e), Some(409) | Some(404)) => Ok(Swap::Conflict),
+            Err(e) => Err(kube_err(&format!("updating key reservation {}/{name}", self.namespace), e)),
+        }
+    }
+
+    /// Delete the reservation if it is still at the version read; already gone is success.
+    pub async fn delete_key_reservation(&self, v: &Versioned<KeyReservation>) -> Result<Swap<()>, DriverError> {
+        // Never unconditional: the key may have been released and taken by
+        // another account since we read it, and that reservation is not ours.
+        let dp = precondition(&v.resource_version);
+        let done = || {
+            Swap::Done(Versioned {
+                name: v.name.clone(),
+                resource_version: String::new(),
+                record: (),
+            })
+        };
+        match self.configmaps().delete(&v.name, &dp).await {
+            Ok(_) => Ok(done()),
+            Err(e) if code(&e) == Some(404) => Ok(done()),
+            Err(e) if code(&e) == Some(409) => Ok(Swap::Conflict),
+            Err(e) => Err(kube_err(&format!("deleting key reservation {}/{}", self.namespace, v.name), e)),
+        }
+    }
+
     /// Read the admin credentials Secret named by the class parameters.
     pub async fn admin_credentials(&self, conn: &Connection) -> Result<crate::admin::AdminCreds, DriverError> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &conn.secret_namespace);
@@ -601,13 +794,40 @@ mod tests {
             policy_kind: PolicyKind::Generated,
             access_mode: AccessMode::ReadOnly,
             conn: conn(),
+            preferred: PreferredKey::NotRequested,
         };
         let d = rec.to_data().unwrap();
         assert_eq!(GrantRecord::from_data("o", &d).unwrap(), rec);
+        assert!(!d.contains_key("preferredAccessKey"), "no new keys for grants without the parameter");
+        for p in [PreferredKey::Reserved("TEAMKEY".into()), PreferredKey::Taken("TEAMKEY".into())] {
+            let r = GrantRecord { preferred: p, ..rec.clone() };
+            assert_eq!(GrantRecord::from_data("o", &r.to_data().unwrap()).unwrap(), r);
+        }
+        let mut half = d.clone();
+        half.insert("preferredAccessKey".into(), "TEAMKEY".into());
+        assert!(GrantRecord::from_data("o", &half).is_err(), "a key without an outcome is corrupt");
         assert!(!format!("{rec:?}").contains("super-secret-value"));
         let mut broken = d.clone();
         broken.remove("accessSecretKey");
         assert!(matches!(GrantRecord::from_data("o", &broken), Err(DriverError::Internal(s)) if s.contains("accessSecretKey")));
+    }
+
+    #[test]
+    fn key_reservation_round_trips() {
+        for state in [ReservationState::Held, ReservationState::Releasing] {
+            let r = KeyReservation {
+                access_key: "TEAMKEY".into(),
+                account_name: "ba-1".into(),
+                state,
+            };
+            assert_eq!(KeyReservation::from_data("o", &r.to_data()).unwrap(), r);
+        }
+        let mut d = BTreeMap::new();
+        d.insert("accessKey".to_string(), "K".to_string());
+        d.insert("accountName".to_string(), "ba-1".to_string());
+        assert_eq!(KeyReservation::from_data("o", &d).unwrap().state, ReservationState::Held);
+        d.insert("state".to_string(), "Gone".to_string());
+        assert!(KeyReservation::from_data("o", &d).is_err());
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub fn grant_checkpoint_name(account_name: &str) -> String {
     format!("grant-{}", short_hash(account_name))
 }
 
+/// Name of the ConfigMap reserving one access key (`preferredAccessKey`).
+pub fn key_reservation_name(access_key: &str) -> String {
+    format!("key-{}", short_hash(access_key))
+}
+
 /// Name of the canned policy generated for one grant.
 pub fn generated_policy_name(account_name: &str) -> String {
     format!("cosi-{}", short_hash(account_name))
