@@ -91,6 +91,10 @@ pub struct RunOutcome {
     pub history: Vec<Event>,
     /// The history as JSON with ids labelled as in the snapshot (what reports write).
     pub history_text: String,
+    /// The snapshot after each step, for before/after diffs.
+    pub step_snapshots: Vec<StepSnapshot>,
+    /// The scenario's own claims (decided by its verdicts).
+    pub claims: Vec<crate::scenario::Claim>,
     /// The command that replays this run.
     pub replay: String,
 }
@@ -214,6 +218,19 @@ struct Lab {
     expect_failures: Vec<ExpectFailure>,
     not_converged: Vec<String>,
     step_exchanges_from: usize,
+    norm: Normalizer,
+    step_snapshots: Vec<StepSnapshot>,
+}
+
+/// The ownership snapshot after one step (labels shared with the final one).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepSnapshot {
+    /// 0-based step index.
+    pub step: usize,
+    /// The step, described.
+    pub name: String,
+    /// The snapshot text.
+    pub text: String,
 }
 
 impl Lab {
@@ -318,6 +335,7 @@ impl Lab {
         for f in &scn.faults {
             hook.arm(f.clone());
         }
+        let kube_url_label = fakes.kube_url();
         Ok(Self {
             _dir: dir,
             clock,
@@ -343,7 +361,48 @@ impl Lab {
             expect_failures: Vec::new(),
             not_converged: Vec::new(),
             step_exchanges_from: 0,
+            norm: {
+                let mut n = Normalizer::default();
+                n.fixed(&s3_url, "s3-endpoint");
+                n.fixed(&kube_url_label, "kube-url");
+                n
+            },
+            step_snapshots: Vec::new(),
         })
+    }
+
+    /// The ownership snapshot of the state right now.
+    fn render_snapshot(&mut self) -> anyhow::Result<String> {
+        let kube = self.kube();
+        let backend = self.backend();
+        let accesses = kube.list(Kind::BucketAccess, None)?;
+        let mut credential_secrets = Vec::new();
+        for a in &accesses {
+            let ns = str_at(a, &["metadata", "namespace"]);
+            if let Some(sec) = kube.get(Kind::Secret, Some(&ns), &str_at(a, &["spec", "credentialsSecretName"]))? {
+                credential_secrets.push(sec);
+            }
+        }
+        let mut checkpoints = Vec::new();
+        for o in kube.list(Kind::Secret, Some(DRIVER_STATE_NAMESPACE))? {
+            checkpoints.push(("secret", o));
+        }
+        for o in kube.list(Kind::ConfigMap, Some(DRIVER_STATE_NAMESPACE))? {
+            checkpoints.push(("configmap", o));
+        }
+        for u in &self.uids {
+            self.norm.id("uid", u);
+        }
+        let input = SnapshotInput {
+            claims: kube.list(Kind::BucketClaim, None)?,
+            buckets: kube.list(Kind::Bucket, None)?,
+            accesses,
+            credential_secrets,
+            checkpoints,
+            backend: &backend,
+            lab_buckets: &self.lab_buckets,
+        };
+        Ok(snapshot::render(&input, &mut self.norm))
     }
 
     async fn stop(&mut self) {
@@ -393,6 +452,10 @@ impl Lab {
                 }
             }
             self.observe_backend();
+            if !matches!(step.value, Step::Expect(_)) {
+                let text = self.render_snapshot()?;
+                self.step_snapshots.push(StepSnapshot { step: i, name: step.value.describe(), text });
+            }
         }
         Ok(())
     }
@@ -795,12 +858,7 @@ impl Lab {
         }
 
         // The snapshot first: probes below write objects, which are not the driver's doing.
-        let mut norm = Normalizer::default();
-        for u in &self.uids {
-            norm.id("uid", u);
-        }
-        norm.fixed(&self.fakes.s3_url(), "s3-endpoint");
-        norm.fixed(&self.fakes.kube_url(), "kube-url");
+        let mut norm = std::mem::take(&mut self.norm);
         let lab_buckets = self.lab_buckets.clone();
         let checkpoint_text = checkpoints.iter().map(|(_, o)| checkpoint_text(o)).collect::<Vec<_>>().join("\n");
         let bucket_objects: Vec<(String, String)> = buckets
@@ -892,6 +950,8 @@ impl Lab {
             snapshot,
             history: self.history.events(),
             history_text,
+            step_snapshots: std::mem::take(&mut self.step_snapshots),
+            claims: scn.claims.clone(),
             replay: replay_command(&scn.path, seed, mutants),
         };
         Ok((outcome, handed_out))

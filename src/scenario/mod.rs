@@ -39,8 +39,20 @@ pub struct Scenario {
     pub steps: Vec<Located<Step>>,
     /// The invariants to check at the end.
     pub invariants: Vec<Invariant>,
+    /// What the scenario claims, in words, and the invariants that decide each claim.
+    pub claims: Vec<Claim>,
     /// How much virtual time each step may take to converge.
     pub converge_within: Duration,
+}
+
+/// A claim in words, decided by invariants (`claims:` in a scenario file).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    /// The claim, as a reviewer would state it.
+    pub says: String,
+    /// The invariants that must all hold for the claim to hold.
+    pub by: Vec<Invariant>,
 }
 
 /// A value with the place in the file it came from.
@@ -448,6 +460,8 @@ struct RawScenario {
     #[serde(default)]
     invariants: Vec<Spanned<Invariant>>,
     #[serde(default)]
+    claims: Vec<Spanned<Claim>>,
+    #[serde(default)]
     converge_within: Option<Spanned<String>>,
 }
 
@@ -642,6 +656,19 @@ impl Validator<'_> {
             access_classes,
             faults,
             steps,
+            claims: {
+                let mut out = Vec::new();
+                for c in raw.claims {
+                    if c.value.by.is_empty() {
+                        return Err(self.err(&c, "a claim needs at least one invariant in `by`", Some("e.g. by: [idempotent-replay, no-rotation]")));
+                    }
+                    if let Some(i) = c.value.by.iter().find(|i| !invariants.contains(i)) {
+                        return Err(self.err(&c, format!("claim relies on `{}`, which this scenario does not check", i.id()), Some("add it to `invariants:` or remove the list to check all")));
+                    }
+                    out.push(c.value);
+                }
+                out
+            },
             invariants,
             converge_within,
         })
