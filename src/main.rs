@@ -14,8 +14,17 @@ struct Cli {
     /// Echo logs to stderr (they are always captured for the checks).
     #[arg(short, long, global = true)]
     verbose: bool,
+    /// Log format for captured (and, with -v, echoed) logs: text | json.
+    #[arg(long, global = true, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -34,9 +43,24 @@ enum Command {
         /// Switch on a seeded bug in the reference driver (repeatable); see `drivelab mutants`.
         #[arg(long = "mutant", value_parser = parse_mutant)]
         mutants: Vec<Mutant>,
-        /// Write per-scenario snapshot, history and summary here.
+        /// Write the report here: summary.md, index.html, run.json, junit.xml, and one directory per scenario.
         #[arg(long)]
         report_dir: Option<PathBuf>,
+        /// Only scenarios whose file path contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Only shard k of n (k/n, 1-based) of the sorted scenario files, for CI matrices.
+        #[arg(long, value_parser = report::cli::parse_partition)]
+        partition: Option<report::cli::Partition>,
+    },
+    /// Merge shard report dirs (from `run --partition k/n --report-dir ...`) into one report.
+    MergeReports {
+        /// Report directories to merge.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Where to write the merged report.
+        #[arg(long, short)]
+        out: PathBuf,
     },
     /// Parse and validate scenario files without running them.
     Validate {
@@ -46,10 +70,12 @@ enum Command {
     },
     /// List the reference drivers' seeded bugs.
     Mutants,
-    /// List things the lab knows: `drivelab list mutants`, `drivelab list invariants`.
+    /// List things the lab knows: mutants, invariants (= checks), faults, scenarios.
     List {
-        /// mutants | invariants
+        /// mutants | invariants | checks | faults | scenarios
         what: ListWhat,
+        /// For `scenarios`: where to look (default: scenarios/).
+        paths: Vec<PathBuf>,
     },
     /// Mutation test: run the scenarios against the correct driver and then
     /// against every mutant; print mutant → killing scenario → invariant; exit 1
@@ -76,6 +102,9 @@ enum Command {
 enum ListWhat {
     Mutants,
     Invariants,
+    Checks,
+    Faults,
+    Scenarios,
 }
 
 #[derive(Subcommand)]
@@ -106,7 +135,7 @@ fn parse_mutant(s: &str) -> Result<Mutant, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    drivelab::logcap::init(cli.verbose);
+    drivelab::logcap::init_with(cli.verbose, cli.log_format == LogFormat::Json);
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -116,16 +145,45 @@ fn main() -> ExitCode {
     };
     rt.block_on(async move {
         match cli.command {
-            Command::Run { paths, seed, seeds: None, mutants, report_dir } => run(paths, seed, mutants, report_dir).await,
-            Command::Run { paths, seed, seeds: Some(n), mutants, report_dir: _ } => sweep(paths, seed.unwrap_or(engine::DEFAULT_SEED), n, mutants).await,
+            Command::Run { paths, seed, seeds: None, mutants, report_dir, filter, partition } => {
+                run(paths, seed, mutants, report_dir, filter, partition).await
+            }
+            Command::Run { paths, seed, seeds: Some(n), mutants, report_dir: _, filter, partition } => {
+                sweep(paths, seed.unwrap_or(engine::DEFAULT_SEED), n, mutants, filter, partition).await
+            }
+            Command::MergeReports { dirs, out } => match report::merge(&dirs, &out) {
+                Ok(reports) => {
+                    print!("{}", report::cli::final_table(&reports));
+                    println!("merged {} scenario reports into {}", reports.len(), out.display());
+                    ExitCode::from(report::cli::exit_code(&reports))
+                }
+                Err(e) => {
+                    eprintln!("drivelab: merge-reports: {e}");
+                    ExitCode::from(2)
+                }
+            },
             Command::Validate { paths } => validate(paths),
-            Command::Mutants | Command::List { what: ListWhat::Mutants } => {
+            Command::Mutants | Command::List { what: ListWhat::Mutants, .. } => {
                 for m in Mutant::all() {
                     println!("{:28} {}", m.name(), m.describe());
                 }
                 ExitCode::SUCCESS
             }
-            Command::List { what: ListWhat::Invariants } => {
+            Command::List { what: ListWhat::Faults, .. } => {
+                print!("{}", report::cli::list_faults());
+                ExitCode::SUCCESS
+            }
+            Command::List { what: ListWhat::Scenarios, paths } => {
+                let paths = if paths.is_empty() { vec![PathBuf::from("scenarios")] } else { paths };
+                match load_all(&paths, None, None) {
+                    Ok(s) => {
+                        print!("{}", report::cli::list_scenarios(&s));
+                        ExitCode::SUCCESS
+                    }
+                    Err(c) => c,
+                }
+            }
+            Command::List { what: ListWhat::Invariants | ListWhat::Checks, .. } => {
                 for i in drivelab::scenario::Invariant::cosi_defaults() {
                     println!("{:24} {}", i.id(), i.claim());
                 }
@@ -156,15 +214,18 @@ fn main() -> ExitCode {
     })
 }
 
-fn load_all(paths: &[PathBuf]) -> Result<Vec<scenario::Scenario>, ExitCode> {
+fn load_all(paths: &[PathBuf], filter: Option<&str>, partition: Option<report::cli::Partition>) -> Result<Vec<scenario::Scenario>, ExitCode> {
     let files = match scenario::discover(paths) {
-        Ok(f) => f,
+        Ok(f) => report::cli::select(f, filter, partition),
         Err(e) => {
             eprintln!("drivelab: {e}");
             return Err(ExitCode::from(2));
         }
     };
     if files.is_empty() {
+        if filter.is_some() || partition.is_some() {
+            eprintln!("drivelab: note: --filter/--partition selected no scenario file");
+        }
         eprintln!("drivelab: no scenario files (*.yaml) under {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
         return Err(ExitCode::from(2));
     }
@@ -187,7 +248,7 @@ fn load_all(paths: &[PathBuf]) -> Result<Vec<scenario::Scenario>, ExitCode> {
 }
 
 fn validate(paths: Vec<PathBuf>) -> ExitCode {
-    match load_all(&paths) {
+    match load_all(&paths, None, None) {
         Ok(s) => {
             println!("{} scenario(s) valid", s.len());
             ExitCode::SUCCESS
@@ -196,46 +257,70 @@ fn validate(paths: Vec<PathBuf>) -> ExitCode {
     }
 }
 
-async fn run(paths: Vec<PathBuf>, seed: Option<u64>, mutants: Vec<Mutant>, report_dir: Option<PathBuf>) -> ExitCode {
-    let scenarios = match load_all(&paths) {
+async fn run(
+    paths: Vec<PathBuf>,
+    seed: Option<u64>,
+    mutants: Vec<Mutant>,
+    report_dir: Option<PathBuf>,
+    filter: Option<String>,
+    partition: Option<report::cli::Partition>,
+) -> ExitCode {
+    let scenarios = match load_all(&paths, filter.as_deref(), partition) {
         Ok(s) => s,
         Err(c) => return c,
     };
     let opts = engine::RunOptions { seed, mutants };
-    let (mut passed, mut failed, mut errors) = (0, 0, 0);
-    for scn in &scenarios {
-        match engine::run(scn, &opts).await {
+    let progress = report::cli::Progress::new(scenarios.len());
+    let mut reports: Vec<report::ScenarioReport> = Vec::new();
+    for (i, scn) in scenarios.iter().enumerate() {
+        progress.start(i, &scn.name, reports.iter().filter(|r| !r.passed).count());
+        let result = engine::run(scn, &opts).await;
+        progress.clear();
+        let r = match result {
             Ok(o) => {
                 print!("{}", report::console(&o));
-                if let Some(dir) = &report_dir {
-                    if let Err(e) = report::write_files(dir, &o) {
-                        eprintln!("drivelab: writing the report for {}: {e}", o.scenario);
-                    }
-                }
-                if o.passed() {
-                    passed += 1
-                } else {
-                    failed += 1
-                }
+                report::ScenarioReport::from_outcome(&o)
             }
             Err(e) => {
-                errors += 1;
+                let seed = opts.seed.or(scn.seed).unwrap_or(engine::DEFAULT_SEED);
+                let replay = engine::replay_command(&scn.path, seed, &opts.mutants);
                 println!("ERROR {} ({}): {e:#}", scn.name, scn.path.display());
-                println!("  replay: {}", engine::replay_command(&scn.path, opts.seed.or(scn.seed).unwrap_or(engine::DEFAULT_SEED), &opts.mutants));
+                println!("  replay: {replay}");
+                let names = opts.mutants.iter().map(|m| m.name().to_string()).collect();
+                report::ScenarioReport::from_error(&scn.name, &scn.path.display().to_string(), seed, names, replay, format!("{e:#}"))
+            }
+        };
+        if let Some(dir) = &report_dir {
+            if let Err(e) = report::write_scenario(dir, &r) {
+                eprintln!("drivelab: writing the report for {}: {e}", r.scenario);
             }
         }
+        reports.push(r);
     }
-    println!("\n{passed} passed, {} failed", failed + errors);
-    if failed + errors > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
+    if let Some(dir) = &report_dir {
+        let names: Vec<String> = opts.mutants.iter().map(|m| m.name().to_string()).collect();
+        let replay = report::cli::replay_all(&paths, seed, &names, filter.as_deref(), partition);
+        let title = paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ");
+        if let Err(e) = report::write_index(dir, &report::RunMeta { title, replay }, &reports) {
+            eprintln!("drivelab: writing the report index in {}: {e}", dir.display());
+        }
     }
+    print!("{}", report::cli::final_table(&reports));
+    let passed = reports.iter().filter(|r| r.passed).count();
+    println!("\n{passed} passed, {} failed", reports.len() - passed);
+    ExitCode::from(report::cli::exit_code(&reports))
 }
 
 /// Every scenario under seeds `from..from+n`; prints failures and a per-scenario line.
-async fn sweep(paths: Vec<PathBuf>, from: u64, n: u64, mutants: Vec<Mutant>) -> ExitCode {
-    let scenarios = match load_all(&paths) {
+async fn sweep(
+    paths: Vec<PathBuf>,
+    from: u64,
+    n: u64,
+    mutants: Vec<Mutant>,
+    filter: Option<String>,
+    partition: Option<report::cli::Partition>,
+) -> ExitCode {
+    let scenarios = match load_all(&paths, filter.as_deref(), partition) {
         Ok(s) => s,
         Err(c) => return c,
     };
@@ -276,7 +361,7 @@ async fn sweep(paths: Vec<PathBuf>, from: u64, n: u64, mutants: Vec<Mutant>) -> 
 
 /// The mutation test and its kill table.
 async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> ExitCode {
-    let scenarios = match load_all(&paths) {
+    let scenarios = match load_all(&paths, None, None) {
         Ok(s) => s,
         Err(c) => return c,
     };

@@ -1,0 +1,103 @@
+//! JUnit XML in the common (Jenkins/Ant) schema every CI reads: one testsuite
+//! per scenario, one testcase per invariant checked plus one for its `expect:`
+//! steps; a failure carries the violating calls (the evidence slice).
+
+use std::fmt::Write as _;
+
+use super::html::esc;
+use super::model::ScenarioReport;
+
+/// The whole run as one `<testsuites>` document.
+pub fn junit(reports: &[ScenarioReport]) -> String {
+    let mut suites = String::new();
+    let (mut tests, mut failures, mut errors) = (0usize, 0usize, 0usize);
+    for r in reports {
+        let (t, f, e, xml) = suite(r);
+        tests += t;
+        failures += f;
+        errors += e;
+        suites.push_str(&xml);
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"drivelab\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" time=\"0\">\n{suites}</testsuites>\n"
+    )
+}
+
+fn suite(r: &ScenarioReport) -> (usize, usize, usize, String) {
+    let class = format!("drivelab.{}", r.scenario);
+    let mut cases = String::new();
+    let (mut tests, mut failures, mut errors) = (0, 0, 0);
+    if let Some(e) = &r.error {
+        tests += 1;
+        errors += 1;
+        let _ = writeln!(
+            cases,
+            "    <testcase classname=\"{}\" name=\"lab\" time=\"0\">\n      <error message=\"the lab failed to run this scenario\" type=\"lab-error\">{}</error>\n    </testcase>",
+            esc(&class),
+            esc(&format!("{e}\nreplay: {}", r.replay))
+        );
+    }
+    for v in &r.verdicts {
+        tests += 1;
+        if v.passed {
+            let _ = writeln!(cases, "    <testcase classname=\"{}\" name=\"{}\" time=\"0\"/>", esc(&class), esc(&v.invariant));
+        } else {
+            failures += 1;
+            let mut body = String::new();
+            let _ = writeln!(body, "claim: {}", v.claim);
+            for d in &v.details {
+                let _ = writeln!(body, "{d}");
+            }
+            if !v.slice.is_empty() {
+                let _ = writeln!(body, "\nviolating calls (history slice):");
+                for l in &v.slice {
+                    let _ = writeln!(body, "  {l}");
+                }
+            }
+            for d in v.diffs.iter().filter(|d| !d.lines.is_empty()) {
+                let _ = writeln!(body, "\nsnapshot diff, {}:", d.label);
+                for l in &d.lines {
+                    let _ = writeln!(body, "  {l}");
+                }
+            }
+            let _ = writeln!(body, "\nreplay: {}", r.replay);
+            let message = v.details.first().cloned().unwrap_or_else(|| format!("{} failed", v.invariant));
+            let _ = writeln!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"{}\" time=\"0\">\n      <failure message=\"{}\" type=\"invariant\">{}</failure>\n    </testcase>",
+                esc(&class),
+                esc(&v.invariant),
+                esc(&message),
+                esc(&body)
+            );
+        }
+    }
+    if r.error.is_none() {
+        tests += 1;
+        if r.expect_failures.is_empty() {
+            let _ = writeln!(cases, "    <testcase classname=\"{}\" name=\"expectations\" time=\"0\"/>", esc(&class));
+        } else {
+            failures += 1;
+            let body = format!("{}\n\nreplay: {}", r.expect_failures.join("\n"), r.replay);
+            let _ = writeln!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"expectations\" time=\"0\">\n      <failure message=\"{}\" type=\"expect\">{}</failure>\n    </testcase>",
+                esc(&class),
+                esc(&format!("{} expectation(s) failed", r.expect_failures.len())),
+                esc(&body)
+            );
+        }
+    }
+    let props = format!(
+        "    <properties>\n      <property name=\"seed\" value=\"{}\"/>\n      <property name=\"driver\" value=\"{}\"/>\n      <property name=\"mutants\" value=\"{}\"/>\n      <property name=\"replay\" value=\"{}\"/>\n    </properties>\n",
+        r.seed,
+        esc(&r.driver),
+        esc(&r.mutants.join(",")),
+        esc(&r.replay)
+    );
+    let xml = format!(
+        "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"0\" time=\"0\">\n{props}{cases}  </testsuite>\n",
+        esc(&r.scenario)
+    );
+    (tests, failures, errors, xml)
+}
