@@ -269,6 +269,9 @@ pub struct CosiSidecar {
     driver_name: String,
     failures: Mutex<BTreeMap<Target, u32>>,
     exchanges: Mutex<Vec<Exchange>>,
+    /// Set after a transport failure: dial afresh before the next call, as
+    /// grpc-go's reconnect would, rather than trust a channel to a dead peer.
+    redial: std::sync::atomic::AtomicBool,
 }
 
 impl CosiSidecar {
@@ -295,6 +298,7 @@ impl CosiSidecar {
             driver_name: info.name,
             failures: Mutex::default(),
             exchanges: Mutex::default(),
+            redial: Default::default(),
         })
     }
 
@@ -669,6 +673,17 @@ impl CosiSidecar {
     }
 
     async fn rpc(&self, request: &DriverRequest) -> DriverReply {
+        if self.redial.swap(false, std::sync::atomic::Ordering::SeqCst) && self.reconnect().await.is_err() {
+            self.redial.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        let reply = self.rpc_once(request).await;
+        if matches!(reply, DriverReply::Failed { code: tonic::Code::Unavailable | tonic::Code::Unknown, .. }) {
+            self.redial.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        reply
+    }
+
+    async fn rpc_once(&self, request: &DriverRequest) -> DriverReply {
         let mut client = lock(&self.provisioner).clone();
         let fut = async move {
             match request.clone() {

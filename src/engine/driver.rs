@@ -35,7 +35,7 @@ impl InProcessDriver {
         let task = rt.spawn(async move { cosi_s3::serve_unix(config, &socket, std::future::pending()).await });
         *self.runtime.lock().unwrap_or_else(|p| p.into_inner()) = Some(rt);
         // Real time: the driver binds its socket on its own schedule.
-        for _ in 0..500 {
+        for _ in 0..2000 {
             if tokio::net::UnixStream::connect(&self.socket).await.is_ok() {
                 return Ok(());
             }
@@ -49,7 +49,7 @@ impl InProcessDriver {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        Err(anyhow!("the driver did not open its socket {} within 5s", self.socket.display()))
+        Err(anyhow!("the driver did not open its socket {} within 20s", self.socket.display()))
     }
 
     /// Kill every task of the driver now.
@@ -62,6 +62,10 @@ impl InProcessDriver {
     /// Kill it and start it again from its persisted state (its checkpoints).
     pub async fn crash_and_restart(&self) -> anyhow::Result<()> {
         self.kill();
+        // The old runtime shuts down in the background and may still accept on
+        // the old socket for a moment; unlink it so "connectable" below can only
+        // mean the new driver is up.
+        let _ = std::fs::remove_file(&self.socket);
         self.start().await
     }
 }

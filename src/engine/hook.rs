@@ -45,6 +45,9 @@ struct State {
 /// The engine's hook on every gate.
 pub struct LabHook {
     state: Mutex<State>,
+    /// Crashes and restarts in progress. The sidecar's calls wait for zero, so
+    /// virtual back-off cannot race ahead of a restart that takes real time.
+    busy: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
     history: History,
     clock: SimClock,
     sched: Scheduler,
@@ -63,7 +66,25 @@ impl LabHook {
     /// A hook recording into `history`.
     pub fn new(history: History, sched: Scheduler) -> Self {
         let clock = history.clock().clone();
-        Self { state: Mutex::default(), history, clock, sched, control: Mutex::new(None) }
+        Self { state: Mutex::default(), busy: Arc::default(), history, clock, sched, control: Mutex::new(None) }
+    }
+
+    /// A guard that marks a crash or restart in progress until dropped.
+    pub fn maintenance(&self) -> Maintenance {
+        self.busy.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Maintenance(self.busy.clone())
+    }
+
+    async fn until_idle(&self) {
+        // Real time, bounded: a restart that never finishes must not hang the lab.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let n = self.busy.1.notified();
+            if self.busy.0.load(std::sync::atomic::Ordering::SeqCst) == 0 || tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            let _ = tokio::time::timeout_at(deadline, n).await;
+        }
     }
 
     /// Give the hook its way back into the engine (crash, restart).
@@ -143,6 +164,16 @@ impl LabHook {
     }
 }
 
+/// Marks a crash or restart in progress (see [`LabHook::maintenance`]).
+pub struct Maintenance(Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>);
+
+impl Drop for Maintenance {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0 .1.notify_waiters();
+    }
+}
+
 /// Only traffic of the system under test is faulted; the lab's own probes pass.
 fn in_scope(call: &CallSpec) -> bool {
     matches!(call.from, Component::Driver | Component::Sidecar)
@@ -153,6 +184,9 @@ impl GateHook for LabHook {
         Box::pin(async move {
             if !in_scope(call) {
                 return Verdict::Proceed;
+            }
+            if call.from == Component::Sidecar {
+                self.until_idle().await;
             }
             self.sched.arrive(id, call.from, call.to, &call.op).await;
             let mut crash = false;

@@ -161,15 +161,31 @@ struct Control {
     driver: Arc<InProcessDriver>,
     fakes: Arc<FakeSet>,
     history: History,
+    hook: std::sync::Weak<LabHook>,
+}
+
+impl Control {
+    fn maintenance(&self) -> Option<hook::Maintenance> {
+        self.hook.upgrade().map(|h| h.maintenance())
+    }
 }
 
 impl LabControl for Control {
     fn crash_driver(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
+            let busy = self.maintenance();
             self.history.record(EventKind::Fault { call: None, fault: "crash_driver".into(), detail: "driver killed (all tasks), restarting".into() });
-            if let Err(e) = self.driver.crash_and_restart().await {
-                self.history.record(EventKind::Note { component: Component::Lab, text: format!("driver did not come back: {e:#}") });
-            }
+            // Spawned: the hook runs inside a request whose client is the driver we
+            // kill, so the server may drop this future half way; the restart must finish.
+            let driver = self.driver.clone();
+            let history = self.history.clone();
+            let done = tokio::spawn(async move {
+                if let Err(e) = driver.crash_and_restart().await {
+                    history.record(EventKind::Note { component: Component::Lab, text: format!("driver did not come back: {e:#}") });
+                }
+                drop(busy);
+            });
+            let _ = done.await;
         })
     }
 
@@ -178,7 +194,12 @@ impl LabControl for Control {
             self.history.record(EventKind::Fault { call: None, fault: "restart".into(), detail: format!("{component} restarting (state kept, connections broken)") });
             // Spawned: the restart breaks the very connection this hook may be running on.
             let fakes = self.fakes.clone();
-            let done = tokio::spawn(async move { fakes.restart(component).await });
+            let busy = self.maintenance();
+            let done = tokio::spawn(async move {
+                let r = fakes.restart(component).await;
+                drop(busy);
+                r
+            });
             match done.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
@@ -328,7 +349,7 @@ impl Lab {
         let config = DriverConfig { kube_url, state_namespace: DRIVER_STATE_NAMESPACE.into(), mutants: mutants.to_vec() };
         let driver = Arc::new(InProcessDriver::new(config, &socket));
         driver.start().await?;
-        hook.set_control(Arc::new(Control { driver: driver.clone(), fakes: fakes.clone(), history: history.clone() }));
+        hook.set_control(Arc::new(Control { driver: driver.clone(), fakes: fakes.clone(), history: history.clone(), hook: Arc::downgrade(&hook) }));
         let sidecar = CosiSidecar::connect(&socket, fakes.kube_slot(), gate())
             .await
             .context("the sidecar could not reach the driver")?;
