@@ -2,6 +2,45 @@
 //! RustFS-style admin API, written the way DOMAIN.md §1 says a correct one must
 //! be (checkpoint before mutation, random persisted secrets, per-grant policies,
 //! ownership-checked delete), plus switchable seeded bugs the lab must catch.
+//!
+//! # Class parameters
+//!
+//! BucketClass and BucketAccessClass: `endpoint` (required, `http://host:port`),
+//! `objectStoreUserSecretName` / `objectStoreUserSecretNamespace` (required: the
+//! admin Secret with `accessKey` and `secretKey`), `region` (default
+//! `us-east-1`), `adminApi` (only `rustfs`).
+//!
+//! BucketAccessClass only:
+//! - `policy`: an existing canned policy to attach instead of generating one.
+//! - `accessMode`: `readwrite` (default) or `readonly`, for the generated policy.
+//! - `preferredAccessKey`: the access key the grant should get (3-20 of
+//!   `A-Z a-z 0-9 - _ .`). At most one access holds it at a time: the first
+//!   grant reserves it, every other grant asking for it gets a random key (and
+//!   keeps that key on retries). A backend user with that key that this driver
+//!   did not create is left alone and the grant gets a random key. Revoke frees it.
+//!
+//! Every parameter is part of the grant's (or bucket's) parameters hash: the
+//! same name with different parameters answers AlreadyExists.
+//!
+//! # State in Kubernetes (`--state-namespace`)
+//!
+//! - ConfigMap `bucket-<h>`: one per bucket created (ownership proof for delete).
+//! - Secret `grant-<h>`: one per grant, with its secret key, written before add-user.
+//! - ConfigMap `key-<h>`: a `preferredAccessKey` reservation, data `accessKey`,
+//!   `accountName`, `state` (`Held`, or `Releasing` while the holder's revoke
+//!   finishes). Created before the grant checkpoint; deleted by revoke after it.
+//!
+//! `<h>` is the first 16 hex digits of sha256 of the bucket name, account name
+//! or access key; all carry the labels `app.kubernetes.io/managed-by` and
+//! `cosi-s3.drivelab.dev/kind` (`bucket`, `grant`, `key`).
+//!
+//! # Mutants (seeded bugs, see [`Mutant`])
+//!
+//! `predictable-secret`, `user-before-checkpoint`, `shared-policy`,
+//! `rotate-on-retry`, `already-exists-is-success`, `delete-unowned`,
+//! `unknown-auth-as-key`, `ignore-incompatible-params`, and
+//! `shared-preferred-key` (`preferredAccessKey` used with no reservation and no
+//! check, so a second grant's add-user replaces the first grant's secret).
 
 pub mod admin;
 pub mod checkpoint;

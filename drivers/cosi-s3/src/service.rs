@@ -24,7 +24,10 @@ use tonic::{Request, Response, Status};
 use crate::admin::{
     self, Backend, BackendError, BUCKET_ALREADY_EXISTS, BUCKET_ALREADY_OWNED_BY_YOU, BUCKET_NOT_EMPTY, CALL_TIMEOUT,
 };
-use crate::checkpoint::{BucketRecord, Checkpoints, Created, GrantRecord, PolicyKind, State, Swap};
+use crate::checkpoint::{
+    BucketRecord, Checkpoints, Created, GrantRecord, KeyReservation, PolicyKind, PreferredKey, ReservationState, State,
+    Swap,
+};
 use crate::config::{
     check_map, check_string, params_hash, parse_access, parse_connection, validate_bucket_name, Connection,
     DriverConfig, Mutant,
@@ -38,6 +41,14 @@ const MAX_CAS_ROUNDS: usize = 8;
 pub const ACCESS_KEY_LEN: usize = 20;
 /// Length of generated secret keys (letters and digits: ~238 bits).
 pub const SECRET_KEY_LEN: usize = 40;
+
+/// How a new grant's access key was chosen.
+enum KeyChoice {
+    /// Use this key; `preferred` is what goes into the checkpoint.
+    Use { access_key: String, preferred: PreferredKey },
+    /// A concurrent call for the same account wrote the checkpoint meanwhile: re-read it.
+    Reread,
+}
 
 /// The reference COSI driver. Cheap to clone; clones share one state.
 #[derive(Clone)]
@@ -303,11 +314,15 @@ impl CosiS3Driver {
             let v = match store.get_grant(name).await? {
                 Some(v) => v,
                 None => {
-                    let (access_key, secret_key) = if self.mutant(Mutant::UserBeforeCheckpoint) {
-                        (derived_access_key(name), self.new_secret(name)?)
+                    let (access_key, preferred) = if self.mutant(Mutant::UserBeforeCheckpoint) {
+                        (derived_access_key(name), PreferredKey::NotRequested)
                     } else {
-                        (random_access_key()?, self.new_secret(name)?)
+                        match self.choose_access_key(&backend, name, ap.preferred_access_key.as_deref()).await? {
+                            KeyChoice::Use { access_key, preferred } => (access_key, preferred),
+                            KeyChoice::Reread => continue,
+                        }
                     };
+                    let secret_key = self.new_secret(name)?;
                     let rec = GrantRecord {
                         state: State::PendingCreate,
                         account_name: name.to_string(),
@@ -319,6 +334,7 @@ impl CosiS3Driver {
                         policy_kind,
                         access_mode: ap.access_mode,
                         conn: conn.clone(),
+                        preferred,
                     };
                     if self.mutant(Mutant::UserBeforeCheckpoint) {
                         // MUTANT user-before-checkpoint: the backend mutation
@@ -337,7 +353,17 @@ impl CosiS3Driver {
                             created_now = true;
                             v
                         }
-                        Created::Existing(v) => v,
+                        Created::Existing(v) => {
+                            // A concurrent call for this account won the checkpoint. If
+                            // we reserved the key and its record does not use it, our
+                            // reservation would hold the key for nobody: give it back.
+                            if let PreferredKey::Reserved(k) = &rec.preferred {
+                                if v.record.preferred != rec.preferred {
+                                    self.release_key(k, name).await?;
+                                }
+                            }
+                            v
+                        }
                     }
                 }
             };
@@ -420,7 +446,9 @@ impl CosiS3Driver {
         for _ in 0..MAX_CAS_ROUNDS {
             let Some(v) = store.find_grant_by_access_key(account).await? else {
                 // Gone already (the sidecar retries revoke on any error, so an
-                // earlier attempt may have finished).
+                // earlier attempt may have finished, or got as far as the
+                // checkpoint and not the key reservation).
+                self.release_orphaned_key(account).await?;
                 return Ok(DriverRevokeBucketAccessResponse {});
             };
             if v.record.bucket_id != req.bucket_id {
@@ -435,21 +463,166 @@ impl CosiS3Driver {
             let conn = v.record.conn.clone();
             let backend = self.backend(&conn).await?;
             let be = |e: BackendError| e.into_driver(&conn);
+            let account_name = v.record.account_name.as_str();
             // The user first: with it gone the policy grants nothing, and
             // servers that refuse to remove an attached policy are satisfied.
             backend.remove_user(&v.record.access_key).await.map_err(be)?;
             if v.record.policy_kind == PolicyKind::Generated {
                 backend.remove_canned_policy(&v.record.policy_name).await.map_err(be)?;
             }
+            match &v.record.preferred {
+                // The key must stay reserved until this checkpoint is gone: while
+                // it exists a retried revoke looks the grant up by this key, and
+                // if another grant had the key by then it would find (and revoke)
+                // that one. Marking it Releasing lets the retry after a crash
+                // between the two deletes finish the release (see below).
+                PreferredKey::Reserved(k) => self.mark_key_releasing(k, account_name).await?,
+                // A stray reservation of ours (a lost race of our own retries) for a
+                // key this grant does not use: nothing depends on it, drop it now.
+                PreferredKey::Taken(k) => self.release_key(k, account_name).await?,
+                PreferredKey::NotRequested => {}
+            }
             match store.delete_grant(&v).await? {
                 Swap::Done(_) => {
-                    tracing::info!(account = %v.record.account_name, access_key = account, "access revoked");
+                    if let PreferredKey::Reserved(k) = &v.record.preferred {
+                        self.release_key(k, account_name).await?;
+                    }
+                    tracing::info!(account = %account_name, access_key = account, "access revoked");
                     return Ok(DriverRevokeBucketAccessResponse {});
                 }
                 Swap::Conflict => continue,
             }
         }
         Err(cas_exhausted(account))
+    }
+
+    /// Choose the access key of a new grant, before its checkpoint is written.
+    /// With a preferred key, reserve it first (a create: exactly one account
+    /// can win), so that no two grants ever run add-user on one access key:
+    /// on MinIO that silently replaces the first grant's secret.
+    async fn choose_access_key(
+        &self,
+        backend: &Backend,
+        account: &str,
+        preferred: Option<&str>,
+    ) -> Result<KeyChoice, DriverError> {
+        let Some(key) = preferred else {
+            return Ok(KeyChoice::Use { access_key: random_access_key()?, preferred: PreferredKey::NotRequested });
+        };
+        if self.mutant(Mutant::SharedPreferredKey) {
+            // MUTANT shared-preferred-key: takes the key without reserving it or
+            // looking at the backend, so every grant asking for it shares it.
+            return Ok(KeyChoice::Use { access_key: key.to_string(), preferred: PreferredKey::NotRequested });
+        }
+        let store = &self.inner.store;
+        let want = KeyReservation {
+            access_key: key.to_string(),
+            account_name: account.to_string(),
+            state: ReservationState::Held,
+        };
+        // An existing reservation naming us is our own crashed or concurrent
+        // attempt (reservation written, checkpoint not yet): it is ours to use.
+        let v = match store.create_key_reservation(&want).await? {
+            Created::New(v) | Created::Existing(v) => v,
+        };
+        let taken = || -> Result<KeyChoice, DriverError> {
+            Ok(KeyChoice::Use { access_key: random_access_key()?, preferred: PreferredKey::Taken(key.to_string()) })
+        };
+        if v.record.account_name != account || v.record.state != ReservationState::Held {
+            tracing::info!(
+                account,
+                preferred_access_key = key,
+                holder = %v.record.account_name,
+                "preferred access key is held by another access; using a random access key"
+            );
+            return taken();
+        }
+        // We hold the reservation, and add-user only ever runs after the grant
+        // checkpoint is written, so a backend user with this key is either our
+        // concurrent twin's (its checkpoint exists by now) or not COSI's at all.
+        if backend.user_info(key).await.map_err(|e| e.into_driver(backend.conn()))?.is_some() {
+            if store.get_grant(account).await?.is_some() {
+                return Ok(KeyChoice::Reread);
+            }
+            tracing::warn!(
+                account,
+                preferred_access_key = key,
+                "a backend user with the preferred access key exists that this driver did not create; leaving it alone and using a random access key"
+            );
+            // The key is someone else's: do not keep it reserved for us. A
+            // conflict means the reservation changed, so it is no longer ours to drop.
+            store.delete_key_reservation(&v).await?;
+            return taken();
+        }
+        Ok(KeyChoice::Use { access_key: key.to_string(), preferred: PreferredKey::Reserved(key.to_string()) })
+    }
+
+    /// Mark `account`'s reservation of `key` as Releasing (idempotent; a
+    /// reservation that is gone or names another account is left as it is).
+    async fn mark_key_releasing(&self, key: &str, account: &str) -> Result<(), DriverError> {
+        let store = &self.inner.store;
+        for _ in 0..MAX_CAS_ROUNDS {
+            let Some(v) = store.get_key_reservation(key).await? else {
+                return Ok(());
+            };
+            if v.record.account_name != account || v.record.state == ReservationState::Releasing {
+                return Ok(());
+            }
+            let mut rec = v.record.clone();
+            rec.state = ReservationState::Releasing;
+            match store.swap_key_reservation(&v.resource_version, &rec).await? {
+                Swap::Done(_) => return Ok(()),
+                Swap::Conflict => continue,
+            }
+        }
+        Err(cas_exhausted(key))
+    }
+
+    /// Delete `account`'s reservation of `key`; one that is gone or names
+    /// another account is not ours and is left alone.
+    async fn release_key(&self, key: &str, account: &str) -> Result<(), DriverError> {
+        let store = &self.inner.store;
+        for _ in 0..MAX_CAS_ROUNDS {
+            let Some(v) = store.get_key_reservation(key).await? else {
+                return Ok(());
+            };
+            if v.record.account_name != account {
+                return Ok(());
+            }
+            match store.delete_key_reservation(&v).await? {
+                Swap::Done(_) => {
+                    tracing::info!(account, access_key = key, "key reservation released");
+                    return Ok(());
+                }
+                Swap::Conflict => continue,
+            }
+        }
+        Err(cas_exhausted(key))
+    }
+
+    /// Revoke found no grant for `access_key`. If a revoke of the grant that
+    /// used it crashed between deleting its checkpoint and its reservation, the
+    /// reservation is still there, Releasing: finish the release. Only a revoke
+    /// marks a reservation Releasing, and only once its user is gone; with its
+    /// checkpoint gone as well nothing uses the key any more.
+    async fn release_orphaned_key(&self, access_key: &str) -> Result<(), DriverError> {
+        let store = &self.inner.store;
+        for _ in 0..MAX_CAS_ROUNDS {
+            let Some(v) = store.get_key_reservation(access_key).await? else {
+                return Ok(());
+            };
+            if v.record.state != ReservationState::Releasing {
+                return Ok(());
+            }
+            match store.delete_key_reservation(&v).await? {
+                Swap::Done(_) => {
+                    tracing::info!(account = %v.record.account_name, access_key, "released a key reservation left by an interrupted revoke");
+                    return Ok(());
+                }
+                Swap::Conflict => continue,
+            }
+        }
+        Err(cas_exhausted(access_key))
     }
 
     fn new_secret(&self, account_name: &str) -> Result<String, DriverError> {
@@ -671,6 +844,7 @@ mod tests {
                 region: "r".into(),
                 admin_api: crate::config::AdminApi::Rustfs,
             },
+            preferred: PreferredKey::NotRequested,
         };
         let r = grant_response(&rec);
         assert_eq!(r.account_id, "AK");

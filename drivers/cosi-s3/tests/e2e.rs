@@ -507,3 +507,206 @@ async fn concurrent_retries_agree() {
     assert_eq!(lab.checkpoints(Kind::Secret).len(), 1);
     assert!(lab.can_put(&g1, "bucket-race").await);
 }
+
+// ---- preferredAccessKey ---------------------------------------------------
+
+impl Lab {
+    fn preferred(&self, key: &str) -> HashMap<String, String> {
+        let mut p = self.params();
+        p.insert("preferredAccessKey".into(), key.into());
+        p
+    }
+
+    async fn grant_preferred(&self, bucket: &str, name: &str, key: &str) -> Result<Creds, tonic::Status> {
+        self.grant_with(bucket, name, AuthenticationType::Key, self.preferred(key)).await
+    }
+
+    /// Key reservations in the state namespace: (accessKey, accountName, state).
+    fn reservations(&self) -> Vec<(String, String, String)> {
+        self.checkpoints(Kind::ConfigMap)
+            .into_iter()
+            .filter(|c| c["metadata"]["labels"]["cosi-s3.drivelab.dev/kind"] == "key")
+            .map(|c| {
+                let d = &c["data"];
+                let s = |k: &str| d[k].as_str().unwrap_or_default().to_string();
+                (s("accessKey"), s("accountName"), s("state"))
+            })
+            .collect()
+    }
+
+    async fn put_code(&self, c: &Creds, bucket: &str) -> Option<String> {
+        self.probe()
+            .put_object(&c.access_key, &c.secret_key, bucket, "probe.txt", b"hello".to_vec())
+            .await
+            .unwrap()
+            .code
+    }
+
+    /// A reservation as the driver writes it, for modelling crashes.
+    fn reserve_by_hand(&self, key: &str, account: &str) {
+        self.kube
+            .create(
+                Kind::ConfigMap,
+                json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {
+                        "name": cosi_s3::policy::key_reservation_name(key),
+                        "namespace": STATE_NS,
+                        "labels": {"app.kubernetes.io/managed-by": cosi_s3::DRIVER_NAME, "cosi-s3.drivelab.dev/kind": "key"},
+                    },
+                    "data": {"accessKey": key, "accountName": account, "state": "Held"},
+                }),
+            )
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn preferred_key_is_held_by_one_grant_at_a_time() {
+    let lab = Lab::start(&[]).await;
+    let b = "bucket-pref";
+    lab.create(b, lab.params()).await.unwrap();
+
+    let c1 = lab.grant_preferred(b, "ba-p1", "TEAMKEY").await.unwrap();
+    assert_eq!(c1.access_key, "TEAMKEY", "the first grant gets the preferred key");
+    assert_eq!(c1.account_id, "TEAMKEY");
+    assert_eq!(lab.reservations(), vec![("TEAMKEY".into(), "ba-p1".into(), "Held".into())]);
+    assert_eq!(lab.grant_preferred(b, "ba-p1", "TEAMKEY").await.unwrap(), c1, "retry of the winner");
+
+    let c2 = lab.grant_preferred(b, "ba-p2", "TEAMKEY").await.unwrap();
+    assert_ne!(c2.access_key, "TEAMKEY", "the key is taken: a random one instead");
+    assert_eq!(c2.access_key.len(), 20);
+    assert!(lab.can_put(&c1, b).await, "the first grant's credentials still work");
+    assert!(lab.can_put(&c2, b).await);
+    assert_eq!(lab.grant_preferred(b, "ba-p2", "TEAMKEY").await.unwrap(), c2, "retry of the loser: same fallback key");
+
+    // Same name, different preferred key: a different request.
+    assert_eq!(code(lab.grant_preferred(b, "ba-p2", "OTHERKEY").await), Code::AlreadyExists);
+    assert_eq!(code(lab.grant_preferred(b, "ba-p9", "no").await), Code::InvalidArgument);
+
+    // Revoke of the winner frees the key; the loser's retry still answers its fallback key.
+    lab.revoke(b, &c1.account_id).await.unwrap();
+    assert!(!lab.user_exists("TEAMKEY"));
+    assert!(lab.reservations().is_empty(), "revoke released the reservation");
+    assert_eq!(lab.grant_preferred(b, "ba-p2", "TEAMKEY").await.unwrap(), c2, "whatever happens to the reservation");
+    let c3 = lab.grant_preferred(b, "ba-p3", "TEAMKEY").await.unwrap();
+    assert_eq!(c3.access_key, "TEAMKEY", "a third grant can have it now");
+    assert!(lab.can_put(&c3, b).await && lab.can_put(&c2, b).await);
+    assert!(!lab.can_put(&c1, b).await, "the revoked secret does not come back with the key");
+
+    // Revoke of the loser leaves the winner's reservation alone.
+    lab.revoke(b, &c2.account_id).await.unwrap();
+    assert_eq!(lab.reservations(), vec![("TEAMKEY".into(), "ba-p3".into(), "Held".into())]);
+    assert!(lab.can_put(&c3, b).await);
+}
+
+#[tokio::test]
+async fn preferred_key_reservation_is_crash_safe() {
+    let lab = Lab::start(&[]).await;
+    let b = "bucket-pref-crash";
+    lab.create(b, lab.params()).await.unwrap();
+
+    // A crash between the reservation and the checkpoint leaves a reservation
+    // naming us and nothing else (add-user only follows the checkpoint): the
+    // retry finds it and takes the key.
+    lab.reserve_by_hand("CRASHKEY", "ba-c1");
+    let c1 = lab.grant_preferred(b, "ba-c1", "CRASHKEY").await.unwrap();
+    assert_eq!(c1.access_key, "CRASHKEY");
+    assert!(lab.can_put(&c1, b).await);
+    // One naming another account (its grant crashed at the same point) is theirs.
+    lab.reserve_by_hand("OTHERSKEY", "ba-someone-else");
+    let c0 = lab.grant_preferred(b, "ba-c0", "OTHERSKEY").await.unwrap();
+    assert_ne!(c0.access_key, "OTHERSKEY");
+    assert!(!lab.user_exists("OTHERSKEY"));
+
+    // A revoke interrupted between the checkpoint delete and the reservation
+    // delete leaves a Releasing reservation; the retried revoke finishes it.
+    let w = lab.grant_preferred(b, "ba-c2", "HALFKEY").await.unwrap();
+    assert_eq!(w.access_key, "HALFKEY");
+    let mut cm = lab
+        .checkpoints(Kind::ConfigMap)
+        .into_iter()
+        .find(|c| c["metadata"]["labels"]["cosi-s3.drivelab.dev/kind"] == "key" && c["data"]["accessKey"] == "HALFKEY")
+        .unwrap();
+    let grant = lab
+        .checkpoints(Kind::Secret)
+        .into_iter()
+        .find(|s| s["metadata"]["annotations"]["cosi-s3.drivelab.dev/name"] == "ba-c2")
+        .unwrap();
+    // The revoke's steps up to the crash: remove-user, mark Releasing, delete the checkpoint.
+    let r = lab
+        .probe()
+        .send("DELETE", "/rustfs/admin/v3/remove-user?accessKey=HALFKEY", ADMIN_AK, ADMIN_SK, Vec::new())
+        .await
+        .unwrap();
+    assert!(r.is_success(), "remove-user: {r:?}");
+    assert!(!lab.user_exists("HALFKEY"));
+    lab.kube.delete(Kind::Secret, Some(STATE_NS), grant["metadata"]["name"].as_str().unwrap()).unwrap();
+    cm["data"]["state"] = json!("Releasing");
+    lab.kube.replace(Kind::ConfigMap, cm).unwrap();
+    // A new grant may not take a key whose revoke is still in flight.
+    let x = lab.grant_preferred(b, "ba-c3", "HALFKEY").await.unwrap();
+    assert_ne!(x.access_key, "HALFKEY");
+    lab.revoke(b, "HALFKEY").await.unwrap();
+    assert!(lab.reservations().iter().all(|(k, _, _)| k != "HALFKEY"), "the retried revoke released it");
+    let y = lab.grant_preferred(b, "ba-c4", "HALFKEY").await.unwrap();
+    assert_eq!(y.access_key, "HALFKEY");
+}
+
+#[tokio::test]
+async fn preferred_key_owned_outside_cosi_is_left_alone() {
+    let lab = Lab::start(&[]).await;
+    let b = "bucket-pref-foreign";
+    lab.create(b, lab.params()).await.unwrap();
+    let c = lab.grant_preferred(b, "ba-f1", "WORKLOAD").await.unwrap();
+    // Recreate the situation of a user made by hand: drop our checkpoint and reservation.
+    for s in lab.checkpoints(Kind::Secret) {
+        lab.kube.delete(Kind::Secret, Some(STATE_NS), s["metadata"]["name"].as_str().unwrap()).unwrap();
+    }
+    for m in lab.checkpoints(Kind::ConfigMap) {
+        if m["metadata"]["labels"]["cosi-s3.drivelab.dev/kind"] == "key" {
+            lab.kube.delete(Kind::ConfigMap, Some(STATE_NS), m["metadata"]["name"].as_str().unwrap()).unwrap();
+        }
+    }
+    let other = lab.grant_preferred(b, "ba-f2", "WORKLOAD").await.unwrap();
+    assert_ne!(other.access_key, "WORKLOAD");
+    assert!(lab.can_put(&c, b).await, "the existing user's secret was not replaced");
+    assert!(lab.reservations().is_empty());
+}
+
+#[tokio::test]
+async fn concurrent_grants_share_no_preferred_key() {
+    let lab = Lab::start(&[]).await;
+    let b = "bucket-pref-race";
+    lab.create(b, lab.params()).await.unwrap();
+    let (r1, r2, r3, r4, r5) = tokio::join!(
+        lab.grant_preferred(b, "ba-r1", "TEAMKEY"),
+        lab.grant_preferred(b, "ba-r2", "TEAMKEY"),
+        lab.grant_preferred(b, "ba-r3", "TEAMKEY"),
+        lab.grant_preferred(b, "ba-r4", "TEAMKEY"),
+        lab.grant_preferred(b, "ba-r5", "TEAMKEY"),
+    );
+    let all = [r1.unwrap(), r2.unwrap(), r3.unwrap(), r4.unwrap(), r5.unwrap()];
+    let keys: std::collections::HashSet<_> = all.iter().map(|c| c.access_key.clone()).collect();
+    assert_eq!(keys.len(), 5, "no two accesses share a key: {keys:?}");
+    assert_eq!(all.iter().filter(|c| c.access_key == "TEAMKEY").count(), 1, "exactly one got it");
+    for c in &all {
+        assert!(lab.can_put(c, b).await, "{} works", c.access_key);
+    }
+    assert_eq!(lab.reservations().len(), 1);
+}
+
+#[tokio::test]
+async fn mutant_shared_preferred_key() {
+    let lab = Lab::start(&[Mutant::SharedPreferredKey]).await;
+    let b = "bucket-pref-m";
+    lab.create(b, lab.params()).await.unwrap();
+    let c1 = lab.grant_preferred(b, "ba-m1", "TEAMKEY").await.unwrap();
+    assert!(lab.can_put(&c1, b).await);
+    let c2 = lab.grant_preferred(b, "ba-m2", "TEAMKEY").await.unwrap();
+    assert_eq!(c1.access_key, c2.access_key, "both got the key");
+    assert!(lab.reservations().is_empty(), "no reservation taken");
+    let r = lab.put_code(&c1, b).await;
+    assert_eq!(r.as_deref(), Some("SignatureDoesNotMatch"), "the first grant's secret was replaced");
+    assert!(lab.can_put(&c2, b).await);
+}
