@@ -6,12 +6,14 @@ CARGO ?= cargo
 PYTHON ?= python3
 REPORT_DIR ?= reports/e2e
 
-.PHONY: e2e test test-rust py-deps build validate mutants sweep clean-reports
+.PHONY: e2e test test-rust py-deps browser-deps build validate mutants sweep clean-reports bench bench-check
 
 build:
 	$(CARGO) build --locked --bins
 
+# Regenerates the committed golden report (reports/e2e): stale files go first.
 e2e: build
+	rm -rf $(REPORT_DIR)
 	$(CARGO) run --locked --quiet -- run scenarios/ --report-dir $(REPORT_DIR)
 
 # Every seeded bug in the reference driver must be killed by some scenario.
@@ -30,10 +32,28 @@ validate: build
 py-deps:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 
-test: py-deps test-rust mutants
+# The report's HTML is checked in headless Chromium (Debian's package).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "chromium is missing: sudo apt-get install chromium (or DRIVELAB_SKIP_BROWSER=1)"; fi; }
+
+test: py-deps browser-deps test-rust mutants
 
 test-rust:
 	$(CARGO) test --locked --workspace --no-fail-fast
 
 clean-reports:
 	rm -rf reports/e2e
+
+# Benchmarks (release build; see docs/bench.md). `bench` prints the table and
+# writes reports/bench.json; `bench-check` re-measures ratios only (never
+# absolute times) against the committed reports/bench.json.
+BENCH := target/release/drivelab-bench
+bench:
+	$(CARGO) build --locked --release -p drivelab-bench
+	$(BENCH) --out reports/bench.json
+
+bench-check:
+	$(CARGO) build --locked --release -p drivelab-bench
+	$(BENCH) check --against reports/bench.json

@@ -36,6 +36,7 @@ code,pre{font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:10px;overflow:auto}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}
+td.scn{white-space:nowrap}
 .lead{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:8px 0 12px}
 .lead dt{font-weight:600}.lead dd{margin:0}
 .pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:700}
@@ -75,7 +76,7 @@ fn claims_table_html(rows: &[ClaimRow], link: bool) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "<tr class=\"{}\"><td>{}{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"{}\"><td>{}{}</td><td><code>{}</code></td><td>{}</td><td class=\"scn\">{}</td><td class=\"scn\">{}</td></tr>",
             if r.holds { "holds" } else { "broken" },
             esc(&r.says),
             if r.source == "scenario" { " <small>(stated by the scenario)</small>" } else { "" },
@@ -139,6 +140,14 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
     }
     b.push_str("<h2>Claims</h2>\n");
     b.push_str(&claims_table_html(&super::model::claims_table(std::slice::from_ref(r)), false));
+    // The picture before the tables: it is what a reviewer looks at first.
+    if r.history.is_empty() {
+        b.push_str("<h2>Timeline</h2>\n<p>(no history recorded)</p>\n");
+    } else {
+        b.push_str("<h2>Timeline</h2>\n");
+        b.push_str("<p class=\"legend\"><span>→ call (grey: answered OK; orange: error reply; dashed red: no reply)</span><span style=\"color:#cf222e\">⚡ fault</span><span style=\"background:#ffebe9\">shaded, N✗: a failing step (numbers are steps)</span><span style=\"color:#cf222e\">thick red: call named by a failed check</span></p>\n");
+        let _ = writeln!(b, "<div class=\"timeline\">{}</div>", timeline_svg(r));
+    }
     b.push_str("<h2>Checks</h2>\n<table class=\"verdicts\">\n<tr><th>invariant</th><th>verdict</th><th>details</th></tr>\n");
     for v in &r.verdicts {
         let _ = writeln!(
@@ -156,13 +165,6 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
     }
     for n in &r.not_converged {
         let _ = writeln!(b, "<p>not converged: {}</p>", esc(n));
-    }
-    if r.history.is_empty() {
-        b.push_str("<h2>Timeline</h2>\n<p>(no history recorded)</p>\n");
-    } else {
-        b.push_str("<h2>Timeline</h2>\n");
-        b.push_str("<p class=\"legend\"><span>→ call (grey: answered OK; orange: error reply; dashed red: no reply)</span><span style=\"color:#cf222e\">⚡ fault</span><span style=\"background:#ffebe9\">shaded: failing step</span><span style=\"color:#cf222e\">thick red: call named by a failed check</span></p>\n");
-        let _ = writeln!(b, "<div class=\"timeline\">{}</div>", timeline_svg(r));
     }
     for v in r.verdicts.iter().filter(|v| !v.passed) {
         let _ = writeln!(b, "<h2 class=\"fail\" id=\"evidence-{0}\">Evidence: {0}</h2>", esc(&v.invariant));
@@ -210,7 +212,7 @@ const LANE_ORDER: [Component; 7] =
 const LANE_H: i64 = 46;
 const TOP: i64 = 34;
 const LEFT: i64 = 84;
-const SLOT: i64 = 12;
+const SLOT: i64 = 14;
 const GAP: i64 = 18;
 
 /// The swim-lane timeline: one lane per component that appears, one column per
@@ -247,6 +249,7 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
     let mut ticks: Vec<(i64, String)> = Vec::new();
     let mut steps: Vec<(i64, usize, String)> = Vec::new();
     let mut body = String::new();
+    let mut last_failing_label = i64::MIN / 2;
     for e in &r.history {
         let at = e.at.0;
         let takes_column = matches!(e.kind, EventKind::Call { .. } | EventKind::Fault { .. });
@@ -282,7 +285,8 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
                     let y2s = if y2 > y1 { y2 - 4 } else { y2 + 4 };
                     let _ = write!(body, "<line x1=\"{x}\" y1=\"{y1}\" x2=\"{x}\" y2=\"{y2s}\" stroke=\"{stroke}\" stroke-width=\"{width}\"{dash} marker-end=\"url(#{marker})\"/>");
                 }
-                if is_failing {
+                if is_failing && x - last_failing_label >= 30 {
+                    last_failing_label = x;
                     let _ = write!(body, "<text x=\"{}\" y=\"{}\" fill=\"#cf222e\" font-weight=\"bold\">#{}</text>", x + 3, y1.min(y2) - 3, id.0);
                 }
                 body.push_str("</g>\n");
@@ -318,15 +322,21 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
         esc(&r.scenario)
     );
     s.push_str("<defs><marker id=\"ah\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto-start-reverse\"><path d=\"M0,0 L8,4 L0,8 z\" fill=\"#8c959f\"/></marker><marker id=\"ah-err\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto-start-reverse\"><path d=\"M0,0 L8,4 L0,8 z\" fill=\"#bc4c00\"/></marker><marker id=\"ah-fail\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"5\" markerHeight=\"5\" orient=\"auto-start-reverse\"><path d=\"M0,0 L8,4 L0,8 z\" fill=\"#cf222e\"/></marker></defs>\n");
-    // Step bands first so everything else draws over them.
+    // Step bands first so everything else draws over them; a label only where
+    // it does not run into the previous one (steps without calls have no width).
+    let mut last_step_label = i64::MIN / 2;
     for (i, (sx, index, name)) in steps.iter().enumerate() {
+        let show_label = sx - last_step_label >= 24;
+        if show_label {
+            last_step_label = *sx;
+        }
         let end = steps.get(i + 1).map(|n| n.0).unwrap_or(x);
         let failing = failing_steps.contains(index);
         let fill = if failing { "#ffebe9" } else if index % 2 == 0 { "#f6f8fa" } else { "#ffffff" };
         let class = if failing { "step failing-step" } else { "step" };
         let _ = write!(
             s,
-            "<g class=\"{class}\" data-step=\"{}\"><title>step {}: {}</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{fill}\"/><line x1=\"{sx}\" y1=\"{}\" x2=\"{sx}\" y2=\"{}\" stroke=\"#57606a\"/><text x=\"{}\" y=\"{}\" fill=\"{}\" font-weight=\"bold\">{}{}</text></g>\n",
+            "<g class=\"{class}\" data-step=\"{}\"><title>step {}: {}</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{fill}\"/><line x1=\"{sx}\" y1=\"{}\" x2=\"{sx}\" y2=\"{}\" stroke=\"#57606a\"/><text x=\"{}\" y=\"{}\" fill=\"{}\" font-weight=\"bold\">{}</text></g>\n",
             index + 1,
             index + 1,
             esc(name),
@@ -339,8 +349,7 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
             sx - SLOT / 2 + 2,
             TOP - 8,
             if failing { "#cf222e" } else { "#57606a" },
-            index + 1,
-            if failing { " ✗ failing step" } else { "" }
+            if show_label { format!("{}{}", index + 1, if failing { "✗" } else { "" }) } else { String::new() },
         );
     }
     for c in &lanes {

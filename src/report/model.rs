@@ -133,7 +133,7 @@ impl ScenarioReport {
     /// Build the report of a finished run.
     pub fn from_outcome(o: &RunOutcome) -> Self {
         // Only the labelled history is used: raw events may carry random ids.
-        let history: Vec<Event> = serde_json::from_str(&o.history_text).unwrap_or_default();
+        let history: Vec<Event> = serde_json::from_str(&scrub_residual_ids(&o.history_text)).unwrap_or_default();
         // Check details and messages name raw ids; give them the history's labels.
         let labels = Relabel::from_histories(&o.history, &history);
         let steps: Vec<StepInfo> = history
@@ -363,6 +363,45 @@ fn last_vs_final(steps: &[StepSnapshotReport], final_snapshot: &str) -> Snapshot
         },
         None => SnapshotDiff { label: "final snapshot".into(), lines: line_diff("", final_snapshot, 3) },
     }
+}
+
+/// Label any hex run of 16+ characters the engine's normaliser left in (e.g.
+/// checkpoint names derived from keys of accesses gone by the end) as
+/// `<id-N>` in first-seen order, so reports stay byte-identical per seed.
+pub fn scrub_residual_ids(text: &str) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        while i < bytes.len() && bytes[i].is_ascii_hexdigit() {
+            i += 1;
+        }
+        let run = &text[start..i];
+        let bounded = |b: Option<&u8>| b.is_none_or(|c| !c.is_ascii_alphanumeric());
+        // Only a whole word of hex with at least one digit and one letter-free
+        // stretch long enough to be random; `<digest-1>`-style labels are not hex runs.
+        if run.len() >= 16 && bounded(start.checked_sub(1).and_then(|p| bytes.get(p))) && bounded(bytes.get(i)) && run.bytes().any(|b| b.is_ascii_digit()) {
+            let n = match seen.iter().position(|s| s == run) {
+                Some(p) => p + 1,
+                None => {
+                    seen.push(run.to_string());
+                    seen.len()
+                }
+            };
+            out.push_str(&format!("<id-{n}>"));
+        } else {
+            out.push_str(run);
+        }
+        if i < bytes.len() {
+            // Copy one whole character (may be multi-byte).
+            let ch = text[i..].chars().next().unwrap_or(' ');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
 }
 
 /// Raw id → label, learnt by lining up the raw history with the labelled one
@@ -633,6 +672,12 @@ mod tests {
         assert_eq!(align("ba-1234-abcd/x", "ba-<uid-2>/x"), vec![("1234-abcd".to_string(), "<uid-2>".to_string())]);
         assert_eq!(align("a b", "a <key-1> c"), vec![]);
         assert_eq!(align("k AKIA1 and s", "k <key-1> and s"), vec![("AKIA1".to_string(), "<key-1>".to_string())]);
+    }
+
+    #[test]
+    fn residual_ids_are_labelled() {
+        assert_eq!(scrub_residual_ids("ns/key-01dad3456ea9c758 x 01dad3456ea9c758 é"), "ns/key-<id-1> x <id-1> é");
+        assert_eq!(scrub_residual_ids("deadbeefdeadbeefX"), "deadbeefdeadbeefX");
     }
 
     #[test]
