@@ -322,14 +322,10 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
         esc(&r.scenario)
     );
     s.push_str("<defs><marker id=\"ah\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto-start-reverse\"><path d=\"M0,0 L8,4 L0,8 z\" fill=\"#8c959f\"/></marker><marker id=\"ah-err\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto-start-reverse\"><path d=\"M0,0 L8,4 L0,8 z\" fill=\"#bc4c00\"/></marker><marker id=\"ah-fail\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"5\" markerHeight=\"5\" orient=\"auto-start-reverse\"><path d=\"M0,0 L8,4 L0,8 z\" fill=\"#cf222e\"/></marker></defs>\n");
-    // Step bands first so everything else draws over them; a label only where
-    // it does not run into the previous one (steps without calls have no width).
-    let mut last_step_label = i64::MIN / 2;
+    // Step bands first so everything else draws over them (steps without calls have no width).
+    // Of steps that start at (nearly) the same place, label the last: it is the one with calls.
     for (i, (sx, index, name)) in steps.iter().enumerate() {
-        let show_label = sx - last_step_label >= 24;
-        if show_label {
-            last_step_label = *sx;
-        }
+        let show_label = steps.get(i + 1).is_none_or(|n| n.0 - sx >= 24);
         let end = steps.get(i + 1).map(|n| n.0).unwrap_or(x);
         let failing = failing_steps.contains(index);
         let fill = if failing { "#ffebe9" } else if index % 2 == 0 { "#f6f8fa" } else { "#ffffff" };
