@@ -5,6 +5,7 @@
 
 pub mod checks;
 pub mod engine;
+pub mod explore;
 pub mod logcap;
 pub mod report;
 pub mod scenario;

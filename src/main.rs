@@ -78,6 +78,27 @@ enum Command {
         paths: Vec<PathBuf>,
     },
     /// Mutation test: run the scenarios against the correct driver and then
+    /// Explore a scenario: generated fault schedules, concurrency and seeds; a
+    /// failure is shrunk and written as a scenario file that replays it. Exit 1 if found.
+    Explore {
+        /// The scenario to explore from.
+        scenario: PathBuf,
+        /// Cases to generate.
+        #[arg(long, default_value_t = 64)]
+        cases: u32,
+        /// Explorer seed (which schedules are generated).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Stop generating after this much wall time (e.g. 60s, 5m).
+        #[arg(long, default_value = "60s")]
+        time_budget: String,
+        /// Switch on a seeded bug in every case.
+        #[arg(long = "mutant", value_parser = parse_mutant)]
+        mutants: Vec<Mutant>,
+        /// Where a found scenario is written.
+        #[arg(long, default_value = "scenarios/found")]
+        out_dir: PathBuf,
+    },
     /// against every mutant; print mutant → killing scenario → invariant; exit 1
     /// if the correct driver fails anything or any mutant survives.
     Mutate {
@@ -190,6 +211,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Command::Mutate { paths, mutants, seed } => mutate(paths, mutants, seed).await,
+            Command::Explore { scenario, cases, seed, time_budget, mutants, out_dir } => explore(scenario, cases, seed, time_budget, mutants, out_dir).await,
             Command::Driver { which: DriverCommand::CosiS3 { endpoint, kube_url, state_namespace, mutants } } => {
                 let endpoint = endpoint
                     .or_else(|| std::env::var("COSI_ENDPOINT").ok())
@@ -422,5 +444,35 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
         println!("survivors: {}", survivors.join(", "));
         println!("{killed} passed, {} failed", survivors.len());
         ExitCode::from(1)
+    }
+}
+
+/// `drivelab explore`.
+async fn explore(path: PathBuf, cases: u32, seed: u64, budget: String, mutants: Vec<Mutant>, out_dir: PathBuf) -> ExitCode {
+    let scn = match scenario::load(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(time_budget) = scenario::parse_duration(&budget) else {
+        eprintln!("drivelab: --time-budget `{budget}` is not a duration (e.g. 60s, 5m)");
+        return ExitCode::from(2);
+    };
+    let opts = drivelab::explore::ExploreOptions { cases, seed, time_budget, mutants, out_dir };
+    match drivelab::explore::explore(&scn, &opts).await {
+        Ok(r) => {
+            drivelab::explore::print(&r);
+            if r.found.is_some() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("drivelab: explore: {e:#}");
+            ExitCode::from(2)
+        }
     }
 }

@@ -32,6 +32,8 @@ impl CutSwitch {
     async fn fired(&self) {
         loop {
             let n = self.notify.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
             if self.fired.load(Ordering::SeqCst) {
                 return;
             }

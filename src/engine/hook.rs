@@ -80,6 +80,8 @@ impl LabHook {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             let n = self.busy.1.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
             if self.busy.0.load(std::sync::atomic::Ordering::SeqCst) == 0 || tokio::time::Instant::now() >= deadline {
                 return;
             }

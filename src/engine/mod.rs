@@ -157,9 +157,11 @@ async fn run_once(
 }
 
 /// What the gate hook may ask of the engine.
+/// Holds the lab weakly: the gates own the hook, the hook owns this, and the
+/// fakes own the gates — strong references here would keep every run alive.
 struct Control {
-    driver: Arc<InProcessDriver>,
-    fakes: Arc<FakeSet>,
+    driver: std::sync::Weak<InProcessDriver>,
+    fakes: std::sync::Weak<FakeSet>,
     history: History,
     hook: std::sync::Weak<LabHook>,
 }
@@ -177,7 +179,7 @@ impl LabControl for Control {
             self.history.record(EventKind::Fault { call: None, fault: "crash_driver".into(), detail: "driver killed (all tasks), restarting".into() });
             // Spawned: the hook runs inside a request whose client is the driver we
             // kill, so the server may drop this future half way; the restart must finish.
-            let driver = self.driver.clone();
+            let Some(driver) = self.driver.upgrade() else { return };
             let history = self.history.clone();
             let done = tokio::spawn(async move {
                 if let Err(e) = driver.crash_and_restart().await {
@@ -193,7 +195,7 @@ impl LabControl for Control {
         Box::pin(async move {
             self.history.record(EventKind::Fault { call: None, fault: "restart".into(), detail: format!("{component} restarting (state kept, connections broken)") });
             // Spawned: the restart breaks the very connection this hook may be running on.
-            let fakes = self.fakes.clone();
+            let Some(fakes) = self.fakes.upgrade() else { return };
             let busy = self.maintenance();
             let done = tokio::spawn(async move {
                 let r = fakes.restart(component).await;
@@ -349,7 +351,12 @@ impl Lab {
         let config = DriverConfig { kube_url, state_namespace: DRIVER_STATE_NAMESPACE.into(), mutants: mutants.to_vec() };
         let driver = Arc::new(InProcessDriver::new(config, &socket));
         driver.start().await?;
-        hook.set_control(Arc::new(Control { driver: driver.clone(), fakes: fakes.clone(), history: history.clone(), hook: Arc::downgrade(&hook) }));
+        hook.set_control(Arc::new(Control {
+            driver: Arc::downgrade(&driver),
+            fakes: Arc::downgrade(&fakes),
+            history: history.clone(),
+            hook: Arc::downgrade(&hook),
+        }));
         let sidecar = CosiSidecar::connect(&socket, fakes.kube_slot(), gate())
             .await
             .context("the sidecar could not reach the driver")?;

@@ -95,7 +95,10 @@ impl Scheduler {
     /// Wait until no started actor is running (each is parked or done).
     pub async fn quiescent(&self) {
         loop {
+            // Registered before the check, so a wake-up between the two is not lost.
             let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             {
                 let s = self.lock();
                 if s.started - s.done - s.parked.len() == 0 || s.total == 0 {

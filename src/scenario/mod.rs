@@ -13,6 +13,7 @@ use serde_saphyr::Spanned;
 
 pub mod fault;
 pub mod invariant;
+pub mod write;
 pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use invariant::Invariant;
 

@@ -101,3 +101,20 @@ fn every_committed_scenario_is_valid() {
         load(&f).unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+#[test]
+fn every_committed_scenario_round_trips_through_the_writer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    for f in discover(&[root]).unwrap() {
+        let a = load(&f).unwrap();
+        let text = write::to_yaml(&a, &["generated".into()]);
+        let b = parse(&f, &text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", f.display()));
+        let steps = |s: &Scenario| s.steps.iter().map(|l| l.value.clone()).collect::<Vec<_>>();
+        assert_eq!(steps(&a), steps(&b), "{}", f.display());
+        assert_eq!(a.faults, b.faults, "{}", f.display());
+        assert_eq!(a.invariants, b.invariants);
+        assert_eq!(a.bucket_classes, b.bucket_classes);
+        assert_eq!(a.access_classes, b.access_classes);
+        assert_eq!(a.converge_within, b.converge_within);
+    }
+}

@@ -1,0 +1,357 @@
+//! Explore: proptest generates fault schedules (which interception point,
+//! which occurrence, which fault), concurrency (which adjacent steps run
+//! together) and an interleaving seed for a scenario, runs each case on the
+//! virtual clock, and shrinks a failure to a plain scenario file that
+//! `drivelab run` replays with the same result.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use cosi_s3::Mutant;
+use drivelab_fakes::history::{Component, EventKind};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+
+use crate::engine::{self, RunOptions, RunOutcome};
+use crate::scenario::{self, FaultAction, FaultSpec, FaultTarget, Located, Scenario, Step, When};
+
+/// What to explore and how hard.
+#[derive(Clone, Debug)]
+pub struct ExploreOptions {
+    /// Cases to generate (before shrinking).
+    pub cases: u32,
+    /// Seed of the explorer itself (which schedules get generated).
+    pub seed: u64,
+    /// Stop generating new cases after this much wall time.
+    pub time_budget: Duration,
+    /// Mutants switched on in every case (and written into the found file).
+    pub mutants: Vec<Mutant>,
+    /// Where found scenarios are written.
+    pub out_dir: PathBuf,
+}
+
+/// The kinds of fault the explorer places.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GenKind {
+    /// crash_driver after the callee commits.
+    CrashAfter,
+    /// The reply is lost.
+    DropResponse,
+    /// crash_driver before the callee sees the request.
+    CrashBefore,
+    /// The callee answers "unavailable" (503 / UNAVAILABLE).
+    Unavailable,
+    /// The callee answers "already exists / taken" (409 / ALREADY_EXISTS).
+    Conflict,
+}
+
+const KINDS: [GenKind; 5] = [GenKind::CrashAfter, GenKind::DropResponse, GenKind::CrashBefore, GenKind::Unavailable, GenKind::Conflict];
+
+/// One generated fault: index into the scenario's interception points.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GenFault {
+    /// Which interception point (index into the baseline's targets).
+    pub target: usize,
+    /// Which occurrence (1-based).
+    pub nth: u32,
+    /// What.
+    pub kind: GenKind,
+}
+
+/// One case.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Schedule {
+    /// Interleaving and naming seed.
+    pub seed: u64,
+    /// Faults to arm before the first step.
+    pub faults: Vec<GenFault>,
+    /// Step indices `i` whose step runs concurrently with step `i + 1`.
+    pub merges: Vec<usize>,
+}
+
+/// The shrunk failure, written to disk.
+#[derive(Debug)]
+pub struct Found {
+    /// The scenario file written.
+    pub path: PathBuf,
+    /// The failing invariants.
+    pub failed: Vec<&'static str>,
+    /// The replayed run of the written file.
+    pub outcome: RunOutcome,
+}
+
+/// What an exploration did.
+#[derive(Debug)]
+pub struct ExploreReport {
+    /// Cases run (generated and shrinking), duplicates excluded.
+    pub cases_run: usize,
+    /// Duplicate schedules skipped.
+    pub duplicates: usize,
+    /// Distinct call orders seen (interleavings × fault effects).
+    pub distinct_interleavings: usize,
+    /// Distinct (point, occurrence, fault) placements tried.
+    pub fault_placements: usize,
+    /// Interception points faults were aimed at.
+    pub targets: Vec<FaultTarget>,
+    /// Schedules that broke the correct driver too (skipped when hunting a mutant).
+    pub reference_failures: usize,
+    /// Wall time to the first failing case, if any.
+    pub first_failure_after: Option<Duration>,
+    /// The shrunk failure.
+    pub found: Option<Found>,
+    /// Total wall time.
+    pub elapsed: Duration,
+}
+
+#[derive(Default)]
+struct Coverage {
+    seen: HashSet<Schedule>,
+    orders: BTreeSet<u64>,
+    placements: BTreeSet<(usize, u32, GenKind)>,
+    runs: usize,
+    duplicates: usize,
+    reference_failures: usize,
+    first_failure: Option<Duration>,
+}
+
+/// The interception points a baseline run of `base` passed through.
+pub fn targets_of(outcome: &RunOutcome) -> Vec<FaultTarget> {
+    let mut t: BTreeSet<(Component, String)> = BTreeSet::new();
+    for e in &outcome.history {
+        if let EventKind::Call { from, to, op, .. } = &e.kind {
+            if matches!(from, Component::Driver | Component::Sidecar) && matches!(to, Component::S3 | Component::S3Admin | Component::Kube | Component::Driver) {
+                t.insert((*to, op.clone()));
+            }
+        }
+    }
+    t.into_iter().map(|(component, op)| FaultTarget { component, op }).collect()
+}
+
+fn concurrent_ok(s: &Step) -> bool {
+    matches!(s, Step::CreateBucketClaim(_) | Step::GrantAccess(_) | Step::RevokeAccess(_) | Step::DeleteBucketClaim(_))
+}
+
+/// The scenario a schedule describes: `base` minus its `expect` steps (the
+/// invariants are the oracle), with the faults armed and the merges applied.
+pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scenario {
+    let mut s = base.clone();
+    s.seed = Some(sched.seed);
+    let steps: Vec<Located<Step>> = base.steps.iter().filter(|l| !matches!(l.value, Step::Expect(_))).cloned().collect();
+    let merges: BTreeSet<usize> = sched.merges.iter().copied().collect();
+    let mut out: Vec<Located<Step>> = Vec::new();
+    let mut i = 0;
+    while i < steps.len() {
+        let mut group = vec![steps[i].clone()];
+        while merges.contains(&(i + group.len() - 1))
+            && i + group.len() < steps.len()
+            && concurrent_ok(&steps[i + group.len()].value)
+            && concurrent_ok(&group[0].value)
+        {
+            group.push(steps[i + group.len()].clone());
+        }
+        i += group.len();
+        if group.len() == 1 {
+            out.extend(group);
+        } else {
+            let (line, col) = (group[0].line, group[0].col);
+            out.push(Located { value: Step::Concurrent(group.into_iter().map(|l| l.value).collect()), line, col });
+        }
+    }
+    s.steps = out;
+    for f in &sched.faults {
+        let Some(on) = targets.get(f.target % targets.len().max(1)).cloned() else { continue };
+        let driver = on.component == Component::Driver;
+        let (action, when) = match f.kind {
+            GenKind::CrashAfter => (FaultAction::CrashDriver, When::AfterCommit),
+            GenKind::CrashBefore => (FaultAction::CrashDriver, When::BeforeCommit),
+            GenKind::DropResponse => (FaultAction::DropResponse, When::AfterCommit),
+            GenKind::Unavailable => (
+                FaultAction::Error {
+                    status: 503,
+                    code: if driver { "UNAVAILABLE".into() } else { "ServiceUnavailable".into() },
+                    message: "injected by explore".into(),
+                },
+                When::BeforeCommit,
+            ),
+            // Only where "taken" is an answer a real backend gives without lying
+            // about state: another tenant owns the bucket name. Elsewhere, unavailable.
+            GenKind::Conflict if on.component == Component::S3 && on.op == "create_bucket" => (
+                FaultAction::Error { status: 409, code: "BucketAlreadyExists".into(), message: "injected by explore".into() },
+                When::BeforeCommit,
+            ),
+            GenKind::Conflict => (
+                FaultAction::Error {
+                    status: 503,
+                    code: if driver { "UNAVAILABLE".into() } else { "ServiceUnavailable".into() },
+                    message: "injected by explore".into(),
+                },
+                When::BeforeCommit,
+            ),
+        };
+        s.faults.push(FaultSpec { action, on, nth: f.nth, times: 1, when });
+    }
+    s
+}
+
+fn call_order_hash(o: &RunOutcome) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for e in &o.history {
+        if let EventKind::Call { from, to, op, .. } = &e.kind {
+            (from, to, op).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+fn failed_invariants(o: &RunOutcome) -> Vec<&'static str> {
+    o.verdicts.iter().filter(|v| !v.passed).map(|v| v.invariant).collect()
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
+/// Explore `base`. Must be called on a multi-thread tokio runtime.
+pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<ExploreReport> {
+    let started = Instant::now();
+    let baseline = engine::run(base, &RunOptions { seed: base.seed, mutants: vec![] }).await.context("the baseline run")?;
+    let targets = targets_of(&baseline);
+    if targets.is_empty() {
+        return Err(anyhow!("the scenario's baseline run made no calls a fault could hit"));
+    }
+    let n_steps = base.steps.len().max(1);
+    let strategy = (
+        any::<u64>(),
+        proptest::collection::vec((0..targets.len(), 1u32..=3, 0..KINDS.len()), 0..=3),
+        proptest::collection::vec(0..n_steps, 0..=2),
+    )
+        .prop_map(|(seed, faults, merges)| Schedule {
+            seed: seed % 1_000_000,
+            faults: faults.into_iter().map(|(target, nth, k)| GenFault { target, nth, kind: KINDS[k] }).collect(),
+            merges,
+        });
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&opts.seed.to_le_bytes());
+    let config = Config { cases: opts.cases, failure_persistence: None, max_shrink_iters: 200, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
+    let cov = Mutex::new(Coverage::default());
+    let result = runner.run(&strategy, |sched| {
+        if started.elapsed() > opts.time_budget {
+            return Ok(());
+        }
+        {
+            let mut c = cov.lock().unwrap_or_else(|p| p.into_inner());
+            if !c.seen.insert(sched.clone()) {
+                c.duplicates += 1;
+                return Ok(());
+            }
+            for f in &sched.faults {
+                c.placements.insert((f.target, f.nth, f.kind));
+            }
+        }
+        let scn = apply(base, &targets, &sched);
+        let outcome = block_on(engine::run(&scn, &RunOptions { seed: scn.seed, mutants: opts.mutants.clone() }))
+            .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
+        let mut failed = failed_invariants(&outcome);
+        // Hunting a mutant: a schedule that breaks the correct driver too says
+        // nothing about the mutant (it is a finding of its own, reported apart).
+        if !failed.is_empty() && !opts.mutants.is_empty() {
+            let reference = block_on(engine::run(&scn, &RunOptions { seed: scn.seed, mutants: vec![] }))
+                .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
+            if !failed_invariants(&reference).is_empty() {
+                cov.lock().unwrap_or_else(|p| p.into_inner()).reference_failures += 1;
+                failed.clear();
+            }
+        }
+        let mut c = cov.lock().unwrap_or_else(|p| p.into_inner());
+        c.runs += 1;
+        c.orders.insert(call_order_hash(&outcome));
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            c.first_failure.get_or_insert(started.elapsed());
+            Err(TestCaseError::fail(failed.join(", ")))
+        }
+    });
+    let c = cov.into_inner().unwrap_or_else(|p| p.into_inner());
+    let found = match result {
+        Ok(()) => None,
+        Err(TestError::Abort(why)) => return Err(anyhow!("exploration aborted: {why}")),
+        Err(TestError::Fail(_, sched)) => Some(write_found(base, &targets, &sched, opts).await?),
+    };
+    Ok(ExploreReport {
+        cases_run: c.runs,
+        duplicates: c.duplicates,
+        reference_failures: c.reference_failures,
+        distinct_interleavings: c.orders.len(),
+        fault_placements: c.placements.len(),
+        targets,
+        first_failure_after: c.first_failure,
+        found,
+        elapsed: started.elapsed(),
+    })
+}
+
+async fn write_found(base: &Scenario, targets: &[FaultTarget], sched: &Schedule, opts: &ExploreOptions) -> anyhow::Result<Found> {
+    let mut scn = apply(base, targets, sched);
+    scn.name = format!("{}-found-{}", base.name, sched.seed);
+    let file = opts.out_dir.join(format!("{}-{}.yaml", base.name, sched.seed));
+    // The mutant stays on the command line, not in the file: the correct driver
+    // must pass this schedule (a regression scenario for `make e2e`), and
+    // `make mutants` replays it against every mutant.
+    let flags: String = opts.mutants.iter().map(|m| format!(" --mutant {}", m.name())).collect();
+    let header = vec![
+        format!("Found by `drivelab explore {}{flags}` (explorer seed {}), shrunk.", base.path.display(), opts.seed),
+        format!("Fails with{flags}: replay with `drivelab run {}{flags}`.", file.display()),
+    ];
+    let text = scenario::write::to_yaml(&scn, &header);
+    std::fs::create_dir_all(&opts.out_dir).with_context(|| format!("creating {}", opts.out_dir.display()))?;
+    std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
+    // Replay from the file, exactly as a developer would.
+    let written = scenario::load(&file).map_err(|e| anyhow!("the written scenario does not parse: {e}"))?;
+    let outcome = engine::run(&written, &RunOptions { seed: None, mutants: opts.mutants.clone() }).await?;
+    let failed = failed_invariants(&outcome);
+    Ok(Found { path: file, failed, outcome })
+}
+
+/// Print the report the CLI shows.
+pub fn print(report: &ExploreReport) {
+    println!(
+        "explored {} schedules in {:.1}s ({} duplicates skipped): {} distinct call orders, {} fault placements over {} interception points",
+        report.cases_run,
+        report.elapsed.as_secs_f64(),
+        report.duplicates,
+        report.distinct_interleavings,
+        report.fault_placements,
+        report.targets.len()
+    );
+    if report.reference_failures > 0 {
+        println!("{} schedules broke the correct driver too (not counted against the mutant: run explore without --mutant)", report.reference_failures);
+    }
+    match &report.found {
+        None => println!("no invariant failed"),
+        Some(f) => {
+            println!(
+                "FOUND after {:.1}s: {} — shrunk and written to {}",
+                report.first_failure_after.unwrap_or_default().as_secs_f64(),
+                f.failed.join(", "),
+                f.path.display()
+            );
+            print!("{}", crate::report::console(&f.outcome));
+        }
+    }
+}
+
+/// Replays a found file and says whether it fails the way it did when found.
+pub fn same_failure(a: &RunOutcome, b: &RunOutcome) -> bool {
+    failed_invariants(a) == failed_invariants(b) && a.history_text == b.history_text
+}
+
+/// Default output directory for found scenarios.
+pub fn default_out_dir() -> PathBuf {
+    Path::new("scenarios").join("found")
+}

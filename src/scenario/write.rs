@@ -1,0 +1,195 @@
+//! Writing a scenario back out as a plain scenario file — how the explorer
+//! turns a shrunk failing schedule into something `drivelab run` replays.
+//! The output parses back to the same scenario (a test checks the round trip).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::{FaultAction, FaultSpec, PartitionSpec, Scenario, Step, When};
+
+/// A YAML scalar, quoted whenever plain style could be misread.
+fn q(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+        && !matches!(s, "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "~")
+        && !s.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '.');
+    if plain {
+        s.to_string()
+    } else {
+        serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+    }
+}
+
+fn map(m: &BTreeMap<String, String>) -> String {
+    let items: Vec<String> = m.iter().map(|(k, v)| format!("{}: {}", q(k), q(v))).collect();
+    format!("{{ {} }}", items.join(", "))
+}
+
+fn duration(d: std::time::Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// One fault as a flow mapping (`crash_driver: { ... }`).
+pub fn fault_yaml(f: &FaultSpec) -> String {
+    let aim = format!("on: {}, nth: {}, times: {}", q(&f.on.to_string()), f.nth, f.times);
+    let when = match f.when {
+        When::BeforeCommit => "before_commit",
+        When::AfterCommit => "after_commit",
+    };
+    match &f.action {
+        FaultAction::CrashDriver => format!("crash_driver: {{ {aim}, when: {when} }}"),
+        FaultAction::DropResponse => format!("drop_response: {{ {aim} }}"),
+        FaultAction::Restart => format!("restart: {{ {aim}, when: {when} }}"),
+        FaultAction::Delay(d) => format!("delay: {{ {aim}, by: {} }}", duration(*d)),
+        FaultAction::Error { status, code, message } => {
+            format!("error: {{ {aim}, status: {status}, code: {}, message: {} }}", q(code), q(message))
+        }
+    }
+}
+
+fn partition_yaml(p: &PartitionSpec) -> String {
+    let mut s = format!("partition: {{ from: {}, to: {}, one_way: {}", p.from, p.to, p.one_way);
+    if let Some(d) = p.duration {
+        let _ = write!(s, ", for: {}", duration(d));
+    }
+    s + " }"
+}
+
+/// One step as a flow mapping, or a block for `concurrent`.
+fn step_yaml(step: &Step, indent: &str) -> String {
+    match step {
+        Step::CreateBucketClaim(c) => {
+            let mut s = format!("create_bucket_claim: {{ name: {}, class: {}, namespace: {}", q(&c.name), q(&c.class), q(&c.namespace));
+            if let Some(b) = &c.existing_bucket {
+                let _ = write!(s, ", existing_bucket: {}", q(b));
+            }
+            s + " }"
+        }
+        Step::GrantAccess(a) => {
+            let mut s = format!(
+                "grant_access: {{ name: {}, claim: {}, class: {}, namespace: {}",
+                q(&a.name),
+                q(&a.claim),
+                q(&a.class),
+                q(&a.namespace)
+            );
+            if let Some(c) = &a.credentials_secret {
+                let _ = write!(s, ", credentials_secret: {}", q(c));
+            }
+            s + " }"
+        }
+        Step::RevokeAccess(o) => format!("revoke_access: {{ name: {}, namespace: {} }}", q(&o.name), q(&o.namespace)),
+        Step::DeleteBucketClaim(o) => format!("delete_bucket_claim: {{ name: {}, namespace: {} }}", q(&o.name), q(&o.namespace)),
+        Step::Retry(r) => {
+            let mut s = format!("retry: {{ op: {}, name: {}, namespace: {}", r.op.keyword(), q(&r.name), q(&r.namespace));
+            if let Some(p) = &r.parameters {
+                let _ = write!(s, ", parameters: {}", map(p));
+            }
+            if let Some(a) = &r.authentication_type {
+                let _ = write!(s, ", authentication_type: {}", q(a));
+            }
+            s + " }"
+        }
+        Step::Expect(e) => {
+            let mut parts = Vec::new();
+            if let Some(c) = e.code {
+                parts.push(format!("code: {}", c.name()));
+            }
+            if let (Some(c), Some(r)) = (&e.claim, e.ready) {
+                parts.push(format!("claim: {}, ready: {r}", q(c)));
+            }
+            if let (Some(a), Some(g)) = (&e.access, e.granted) {
+                parts.push(format!("access: {}, granted: {g}", q(a)));
+            }
+            parts.push(format!("namespace: {}", q(&e.namespace)));
+            if let Some(b) = &e.backend {
+                let mut f = Vec::new();
+                for (k, v) in [("buckets", b.buckets), ("users", b.users), ("policies", b.policies)] {
+                    if let Some(v) = v {
+                        f.push(format!("{k}: {v}"));
+                    }
+                }
+                parts.push(format!("backend: {{ {} }}", f.join(", ")));
+            }
+            if let Some(d) = &e.driver_calls {
+                let items: Vec<String> = d.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                parts.push(format!("driver_calls: {{ {} }}", items.join(", ")));
+            }
+            format!("expect: {{ {} }}", parts.join(", "))
+        }
+        Step::Fault(f) => format!("fault: {{ {} }}", fault_yaml(f)),
+        Step::Partition(p) => partition_yaml(p),
+        Step::Heal(h) => match (&h.from, &h.to) {
+            (Some(a), Some(b)) => format!("heal: {{ from: {a}, to: {b} }}"),
+            _ => "heal: {}".to_string(),
+        },
+        Step::Restart(r) => format!("restart: {{ component: {} }}", r.component),
+        Step::Concurrent(steps) => {
+            let mut s = "concurrent:".to_string();
+            for st in steps {
+                let _ = write!(s, "\n{indent}    - {}", step_yaml(st, &format!("{indent}    ")));
+            }
+            s
+        }
+        Step::CreateBucket(b) => format!(
+            "create_bucket: {{ name: {}, class: {}, existing_bucket_id: {} }}",
+            q(&b.name),
+            q(&b.class),
+            q(&b.existing_bucket_id)
+        ),
+        Step::CreateBackendBucket(b) => format!("create_backend_bucket: {{ name: {} }}", q(&b.name)),
+    }
+}
+
+/// The whole scenario as a file `drivelab run` accepts. `header` lines become comments.
+pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
+    let mut out = String::new();
+    for h in header {
+        let _ = writeln!(out, "# {h}");
+    }
+    let _ = writeln!(out, "name: {}", q(&s.name));
+    if !s.description.is_empty() {
+        let _ = writeln!(out, "description: {}", q(s.description.trim()));
+    }
+    let mutants: Vec<&str> = s.driver.mutants.iter().map(|m| m.name()).collect();
+    let _ = writeln!(out, "driver: {{ builtin: cosi-s3, mutants: [{}] }}", mutants.join(", "));
+    if let Some(seed) = s.seed {
+        let _ = writeln!(out, "seed: {seed}");
+    }
+    let _ = writeln!(out, "converge_within: {}", duration(s.converge_within));
+    if !s.bucket_classes.is_empty() {
+        let _ = writeln!(out, "bucket_classes:");
+        for c in &s.bucket_classes {
+            let policy = match c.deletion_policy {
+                super::DeletionPolicy::Delete => "Delete",
+                super::DeletionPolicy::Retain => "Retain",
+            };
+            let _ = writeln!(out, "  - {{ name: {}, deletion_policy: {policy}, parameters: {} }}", q(&c.name), map(&c.parameters));
+        }
+    }
+    if !s.access_classes.is_empty() {
+        let _ = writeln!(out, "bucket_access_classes:");
+        for c in &s.access_classes {
+            let _ = writeln!(
+                out,
+                "  - {{ name: {}, authentication_type: {}, parameters: {} }}",
+                q(&c.name),
+                q(&c.authentication_type),
+                map(&c.parameters)
+            );
+        }
+    }
+    if !s.faults.is_empty() {
+        let _ = writeln!(out, "faults:");
+        for f in &s.faults {
+            let _ = writeln!(out, "  - {}", fault_yaml(f));
+        }
+    }
+    let _ = writeln!(out, "steps:");
+    for st in &s.steps {
+        let _ = writeln!(out, "  - {}", step_yaml(&st.value, "  "));
+    }
+    let inv: Vec<&str> = s.invariants.iter().map(|i| i.id()).collect();
+    let _ = writeln!(out, "invariants: [{}]", inv.join(", "));
+    out
+}
