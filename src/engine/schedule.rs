@@ -123,7 +123,12 @@ impl Scheduler {
             rx
         };
         self.changed.notify_waiters();
-        if tokio::time::timeout(WATCHDOG, rx).await.is_err() {
+        // If this request dies while parked (its connection cut by a crash), it
+        // must stop counting as a parked actor, or nobody would be released.
+        let guard = Unpark { sched: self, call };
+        let waited = tokio::time::timeout(WATCHDOG, rx).await;
+        std::mem::forget(guard);
+        if waited.is_err() {
             // Nobody released us in time: something outside the gates is holding an actor.
             let mut s = self.lock();
             if let Some(i) = s.parked.iter().position(|p| p.call == call) {
@@ -150,5 +155,24 @@ impl Scheduler {
             text: format!("scheduler released call #{} ({}), choice {} of {n} waiting", p.call.0, p.label, i + 1),
         });
         let _ = p.go.send(());
+    }
+}
+
+/// Removes a parked request whose future was dropped before it was released.
+struct Unpark<'a> {
+    sched: &'a Scheduler,
+    call: CallId,
+}
+
+impl Drop for Unpark<'_> {
+    fn drop(&mut self) {
+        let mut s = self.sched.lock();
+        if let Some(i) = s.parked.iter().position(|p| p.call == self.call) {
+            // Its actor is running again (its caller sees the failure and moves
+            // on); the release happens when that actor parks again or finishes.
+            s.parked.remove(i);
+        }
+        drop(s);
+        self.sched.changed.notify_waiters();
     }
 }

@@ -122,7 +122,9 @@ pub fn targets_of(outcome: &RunOutcome) -> Vec<FaultTarget> {
     let mut t: BTreeSet<(Component, String)> = BTreeSet::new();
     for e in &outcome.history {
         if let EventKind::Call { from, to, op, .. } = &e.kind {
-            if matches!(from, Component::Driver | Component::Sidecar) && matches!(to, Component::S3 | Component::S3Admin | Component::Kube | Component::Driver) {
+            // DriverGetInfo happens once, at connect, before any fault is armed.
+            let faultable = *to != Component::Driver || scenario::fault::DRIVER_OPS.contains(&op.as_str());
+            if faultable && matches!(from, Component::Driver | Component::Sidecar) && matches!(to, Component::S3 | Component::S3Admin | Component::Kube | Component::Driver) {
                 t.insert((*to, op.clone()));
             }
         }
