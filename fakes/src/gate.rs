@@ -127,7 +127,10 @@ impl Gate {
 
     /// Record that the call was cut before the callee saw it.
     pub fn cut_before(&self, id: CallId) {
-        self.history.reply(id, Outcome::NoReply { reason: "connection cut before the callee saw the request".into() });
+        // The scheduler may already have recorded why (its caller crashed).
+        if !self.history.has_reply(id) {
+            self.history.reply(id, Outcome::NoReply { reason: "connection cut before the callee saw the request".into() });
+        }
     }
 }
 

@@ -163,6 +163,11 @@ impl History {
         self.record(EventKind::Reply { id, outcome });
     }
 
+    /// Whether a reply to `id` was recorded (scans back; used on rare fault paths).
+    pub fn has_reply(&self, id: CallId) -> bool {
+        self.lock().events.iter().rev().any(|e| matches!(&e.kind, EventKind::Reply { id: r, .. } if *r == id))
+    }
+
     /// A copy of every event so far, in order.
     pub fn events(&self) -> Vec<Event> {
         self.lock().events.clone()

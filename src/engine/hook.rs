@@ -89,6 +89,11 @@ impl LabHook {
         }
     }
 
+    /// The driver is about to be killed: its held requests die with it.
+    pub fn driver_crashing(&self) {
+        self.sched.cut_parked_from(Component::Driver);
+    }
+
     /// Give the hook its way back into the engine (crash, restart).
     pub fn set_control(&self, control: Arc<dyn LabControl>) {
         *self.control.lock().unwrap_or_else(|p| p.into_inner()) = Some(control);
@@ -190,7 +195,9 @@ impl GateHook for LabHook {
             if call.from == Component::Sidecar {
                 self.until_idle().await;
             }
-            self.sched.arrive(id, call.from, call.to, &call.op).await;
+            if !self.sched.arrive(id, call.from, call.to, &call.op).await {
+                return Verdict::Cut;
+            }
             let mut crash = false;
             let mut restart = None;
             let verdict = {
@@ -260,6 +267,12 @@ impl GateHook for LabHook {
         Box::pin(async move {
             if !in_scope(call) {
                 return Delivery::Deliver;
+            }
+            if call.from == Component::Sidecar {
+                // An actor's continuation is a scheduling point too: when a crash
+                // fails several in-flight calls at once, their replies are taken
+                // in seeded order, not in the order the OS reports them.
+                self.sched.arrive(id, Component::Sidecar, call.to, &format!("{} reply", call.op)).await;
             }
             let (pending, reply_cut) = {
                 let mut s = self.lock();

@@ -180,6 +180,9 @@ impl LabControl for Control {
             // Spawned: the hook runs inside a request whose client is the driver we
             // kill, so the server may drop this future half way; the restart must finish.
             let Some(driver) = self.driver.upgrade() else { return };
+            if let Some(h) = self.hook.upgrade() {
+                h.driver_crashing();
+            }
             let history = self.history.clone();
             let done = tokio::spawn(async move {
                 if let Err(e) = driver.crash_and_restart().await {
@@ -941,7 +944,7 @@ impl Lab {
                 }
             }
         }
-        let history_text = norm.text(&history_json);
+        let history_text = norm.text_all(&history_json);
         let logs = crate::logcap::since(log_start);
         let obs = Observations {
             exchanges,

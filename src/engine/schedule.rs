@@ -18,8 +18,10 @@ pub const WATCHDOG: Duration = Duration::from_secs(2);
 
 struct Parked {
     call: CallId,
+    from: Component,
     label: String,
-    go: oneshot::Sender<()>,
+    /// `true`: go on; `false`: the caller died while the request was held.
+    go: oneshot::Sender<bool>,
 }
 
 struct State {
@@ -73,7 +75,7 @@ impl Scheduler {
         let mut s = self.lock();
         s.total = 0;
         for p in s.parked.drain(..) {
-            let _ = p.go.send(());
+            let _ = p.go.send(true);
         }
     }
 
@@ -110,15 +112,31 @@ impl Scheduler {
         }
     }
 
-    /// A request from an actor arrived at a gate: park it until it is chosen.
-    pub async fn arrive(&self, call: CallId, from: Component, to: Component, op: &str) {
+    /// The driver crashed: every request it had in flight and held here dies
+    /// with it. Recorded here, in arrival order, so the history does not depend
+    /// on which dying connection the OS reports first.
+    pub fn cut_parked_from(&self, from: Component) {
+        let mut s = self.lock();
+        let (dead, keep): (Vec<Parked>, Vec<Parked>) = s.parked.drain(..).partition(|p| p.from == from);
+        s.parked = keep;
+        for p in dead {
+            self.history.reply(p.call, drivelab_fakes::history::Outcome::NoReply { reason: "the caller crashed while the request was held".into() });
+            let _ = p.go.send(false);
+        }
+        drop(s);
+        self.changed.notify_waiters();
+    }
+
+    /// A request (or reply) from an actor arrived at a gate: park it until it
+    /// is chosen. Returns false if its caller died meanwhile.
+    pub async fn arrive(&self, call: CallId, from: Component, to: Component, op: &str) -> bool {
         let rx = {
             let mut s = self.lock();
             if s.total == 0 {
-                return;
+                return true;
             }
             let (go, rx) = oneshot::channel();
-            s.parked.push(Parked { call, label: format!("{from}->{to} {op}"), go });
+            s.parked.push(Parked { call, from, label: format!("{from}->{to} {op}"), go });
             self.release_if_quiet(&mut s);
             rx
         };
@@ -128,6 +146,9 @@ impl Scheduler {
         let guard = Unpark { sched: self, call };
         let waited = tokio::time::timeout(WATCHDOG, rx).await;
         std::mem::forget(guard);
+        if let Ok(Ok(go)) = waited {
+            return go;
+        }
         if waited.is_err() {
             // Nobody released us in time: something outside the gates is holding an actor.
             let mut s = self.lock();
@@ -139,6 +160,7 @@ impl Scheduler {
                 });
             }
         }
+        true
     }
 
     fn release_if_quiet(&self, s: &mut State) {
@@ -154,7 +176,7 @@ impl Scheduler {
             component: Component::Lab,
             text: format!("scheduler released call #{} ({}), choice {} of {n} waiting", p.call.0, p.label, i + 1),
         });
-        let _ = p.go.send(());
+        let _ = p.go.send(true);
     }
 }
 

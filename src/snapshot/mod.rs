@@ -58,6 +58,38 @@ impl Normalizer {
         label
     }
 
+    /// Like [`Normalizer::text`], then labels any remaining run of 16+ lowercase
+    /// hex digits (names a driver derived from random ids, e.g. `key-<sha256>`)
+    /// as `<hex-N>` in order of appearance, so two runs of one seed compare equal.
+    pub fn text_all(&mut self, text: &str) -> String {
+        let known = self.text(text);
+        let bytes = known.as_bytes();
+        let mut out = String::with_capacity(known.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            let is_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+            if is_hex(bytes[i]) && (i == 0 || !bytes[i - 1].is_ascii_alphanumeric()) {
+                let mut j = i;
+                while j < bytes.len() && is_hex(bytes[j]) {
+                    j += 1;
+                }
+                let boundary = j == bytes.len() || !bytes[j].is_ascii_alphanumeric();
+                if j - i >= 16 && boundary {
+                    out.push_str(&self.id("hex", &known[i..j]));
+                    i = j;
+                    continue;
+                }
+                out.push_str(&known[i..j]);
+                i = j;
+                continue;
+            }
+            let ch = known[i..].chars().next().unwrap_or(' ');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+        out
+    }
+
     /// `text` with every known secret and id replaced by its label.
     pub fn text(&self, text: &str) -> String {
         let mut out = text.to_string();
@@ -248,7 +280,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     let mut cps: Vec<String> = input.checkpoints.iter().map(|(kind, o)| format!("  {kind} {}", checkpoint_line(o, norm))).collect();
     cps.sort();
     out.extend(cps.into_iter().map(|l| l + "\n"));
-    norm.text(&out)
+    norm.text_all(&out)
 }
 
 fn sorted(objs: &[Value], norm: &Normalizer) -> Vec<Value> {
@@ -368,6 +400,13 @@ mod tests {
         assert_eq!(n.id("uid", "9999-ffff"), "<uid-2>");
         assert_eq!(n.id("key", "AKIA1"), "<key-1>");
         assert_eq!(n.text("bucket-1234-abcd and ba-9999-ffff"), "bucket-<uid-1> and ba-<uid-2>");
+    }
+
+    #[test]
+    fn leftover_hex_runs_are_labelled_in_order() {
+        let mut n = Normalizer::default();
+        let t = n.text_all("key-0123456789abcdef0123 then key-fedcba9876543210 then key-0123456789abcdef0123 and cafe");
+        assert_eq!(t, "key-<hex-1> then key-<hex-2> then key-<hex-1> and cafe");
     }
 
     #[test]
