@@ -6,7 +6,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 REPORT_DIR ?= reports/e2e
 
-.PHONY: e2e test test-rust py-deps browser-deps build validate mutants sweep clean-reports
+.PHONY: e2e test test-rust py-deps browser-deps build validate mutants sweep clean-reports bench bench-check
 
 build:
 	$(CARGO) build --locked --bins
@@ -46,3 +46,14 @@ test-rust:
 clean-reports:
 	rm -rf reports/e2e
 
+# Benchmarks (release build; see docs/bench.md). `bench` prints the table and
+# writes reports/bench.json; `bench-check` re-measures ratios only (never
+# absolute times) against the committed reports/bench.json.
+BENCH := target/release/drivelab-bench
+bench:
+	$(CARGO) build --locked --release -p drivelab-bench
+	$(BENCH) --out reports/bench.json
+
+bench-check:
+	$(CARGO) build --locked --release -p drivelab-bench
+	$(BENCH) check --against reports/bench.json

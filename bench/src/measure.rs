@@ -1,0 +1,131 @@
+//! Measuring primitives: medians, process CPU time and peak RSS (getrusage,
+//! /proc/self/status), and running one measurement in a fresh child process so
+//! that each peak-RSS figure belongs to that measurement alone.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+/// Median of a sample (the mean of the middle two for an even count).
+pub fn median(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The `p`-quantile (0..=1) by nearest rank; used for spread columns only.
+pub fn quantile(xs: &[f64], p: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() - 1) as f64 * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+fn tv(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 / 1e6
+}
+
+/// User + system CPU seconds of this process so far (all threads).
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct we hand it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Peak resident set of this process in MiB: VmHWM, or ru_maxrss if /proc is absent.
+pub fn peak_rss_mib() -> f64 {
+    if let Ok(s) = std::fs::read_to_string("/proc/self/status") {
+        if let Some(kb) = s
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        {
+            return kb / 1024.0;
+        }
+    }
+    // SAFETY: as above.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_maxrss as f64 / 1024.0 // Linux reports KiB
+}
+
+/// Run this binary again as `drivelab-bench child <args>` and parse the JSON
+/// object it prints as its last stdout line. A fresh process per measurement:
+/// peak RSS is monotonic within a process, so sharing one would blur sizes.
+pub fn child(args: &[&str], timeout: Duration) -> anyhow::Result<Value> {
+    let exe = std::env::current_exe().context("locating the bench binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("child").args(args);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit());
+    let proc = cmd.spawn().context("spawning a bench child")?;
+    // A plain watchdog thread: the child's own work must not be slowed by ours.
+    let pid = proc.id();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if rx.recv_timeout(timeout).is_err() {
+            // SAFETY: kill(2) on the pid of a child we spawned and still own.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            true
+        } else {
+            false
+        }
+    });
+    let out = proc.wait_with_output().context("waiting for a bench child")?;
+    let _ = tx.send(());
+    let killed = watchdog.join().unwrap_or(false);
+    if killed {
+        bail!("child {args:?} exceeded {}s and was killed", timeout.as_secs());
+    }
+    if !out.status.success() {
+        bail!("child {args:?} failed: {}", out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("child printed no JSON")?;
+    serde_json::from_str(last).with_context(|| format!("child printed bad JSON: {last}"))
+}
+
+/// Least-squares slope of ln(y) on ln(x): the growth exponent (1 = linear).
+pub fn loglog_slope(points: &[(f64, f64)]) -> f64 {
+    let pts: Vec<(f64, f64)> = points.iter().filter(|(x, y)| *x > 0.0 && *y > 0.0).map(|(x, y)| (x.ln(), y.ln())).collect();
+    let n = pts.len() as f64;
+    if pts.len() < 2 {
+        return f64::NAN;
+    }
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    sxy / sxx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_slope() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        let lin: Vec<(f64, f64)> = [10.0, 100.0, 1000.0].iter().map(|&x| (x, 3.0 * x)).collect();
+        assert!((loglog_slope(&lin) - 1.0).abs() < 1e-9);
+        let quad: Vec<(f64, f64)> = [10.0, 100.0, 1000.0].iter().map(|&x| (x, x * x)).collect();
+        assert!((loglog_slope(&quad) - 2.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,320 @@
+//! Per-call overhead: the same DriverGrantBucketAccess (a new account each
+//! time, one bucket made first) through the lab's full path, against a bare
+//! tonic client whose driver talks to the trivial stub in `stub.rs`, plus two
+//! intermediate paths that split the difference into its parts.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use base64::Engine as _;
+use cosi_s3::DriverConfig;
+use drivelab_fakes::clock::SimClock;
+use drivelab_fakes::cosi_sidecar::{connect_unix, CosiSidecar, DriverReply, DriverRequest};
+use drivelab_fakes::gate::{CallSpec, Delivery, Gate, GateHook, Verdict};
+use drivelab_fakes::history::{CallId, Component, History, Outcome};
+use drivelab_fakes::kube::{Kind, KubeFake};
+use drivelab_fakes::s3::{S3Config, S3Fake};
+use drivelab_fakes::serve::{loopback, Listener};
+use drivelab_fakes::store::{MemStore, SledStore, Store};
+use drivelab_proto::cosi::provisioner_client::ProvisionerClient;
+use drivelab_proto::cosi::{AuthenticationType, DriverCreateBucketRequest, DriverGrantBucketAccessRequest};
+use serde_json::{json, Value};
+use tonic::transport::Channel;
+
+use crate::measure::{median, quantile};
+use crate::stub::Stub;
+
+const ADMIN_NS: &str = "drivelab-system";
+const ADMIN_SECRET: &str = "s3-admin";
+const ADMIN_KEY: &str = "drivelab-admin";
+const ADMIN_SECRET_KEY: &str = "bench-admin-secret-0123456789abcdefghij";
+const STATE_NS: &str = "cosi-s3-system";
+const BUCKET: &str = "bench-bucket";
+
+/// The driver under test on a runtime of its own (1 worker), as the engine runs it.
+struct DriverRt {
+    rt: Option<tokio::runtime::Runtime>,
+    socket: PathBuf,
+}
+
+impl DriverRt {
+    async fn start(kube_url: String, socket: &Path) -> anyhow::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("driver").enable_all().build()?;
+        let config = DriverConfig { kube_url, state_namespace: STATE_NS.into(), mutants: vec![] };
+        let path = socket.to_path_buf();
+        rt.spawn(async move { cosi_s3::serve_unix(config, &path, std::future::pending()).await });
+        for _ in 0..500 {
+            if tokio::net::UnixStream::connect(socket).await.is_ok() {
+                return Ok(Self { rt: Some(rt), socket: socket.to_path_buf() });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        rt.shutdown_background();
+        bail!("driver did not open {}", socket.display())
+    }
+}
+
+impl Drop for DriverRt {
+    fn drop(&mut self) {
+        // Never drop a runtime inside async context; shut it down instead.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// What the engine's LabHook does on a call when no fault is armed: lock and
+/// count per component.operation. (LabHook itself is private to the engine.)
+#[derive(Default)]
+struct IdleHook {
+    counts: Mutex<BTreeMap<(Component, String), u32>>,
+}
+
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl GateHook for IdleHook {
+    fn before<'a>(&'a self, _id: CallId, call: &'a CallSpec) -> Boxed<'a, Verdict> {
+        Box::pin(async move {
+            *self.counts.lock().unwrap().entry((call.to, call.op.clone())).or_insert(0) += 1;
+            Verdict::Proceed
+        })
+    }
+    fn after<'a>(&'a self, _id: CallId, _call: &'a CallSpec, _o: &'a Outcome) -> Boxed<'a, Delivery> {
+        Box::pin(async move {
+            let _guard = self.counts.lock().unwrap();
+            Delivery::Deliver
+        })
+    }
+}
+
+/// The lab's fakes, wired as `engine::fakes::FakeSet` wires them, over sled or memory.
+struct LabFakes {
+    _dir: tempfile::TempDir,
+    kube: KubeFake,
+    history: History,
+    hook: Arc<IdleHook>,
+    s3_url: String,
+    kube_url: String,
+    _listeners: Vec<Listener>,
+}
+
+impl LabFakes {
+    async fn start(sled_backed: bool) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("drivelab-bench-").tempdir()?;
+        let history = History::new(SimClock::new());
+        let hook = Arc::new(IdleHook::default());
+        let (s3_store, kube_store): (Arc<dyn Store>, Arc<dyn Store>) = if sled_backed {
+            let db = sled::Config::new().path(dir.path().join("state")).open()?;
+            (Arc::new(SledStore::open(&db, "s3")?), Arc::new(SledStore::open(&db, "kube")?))
+        } else {
+            (Arc::new(MemStore::default()), Arc::new(MemStore::default()))
+        };
+        let s3 = S3Fake::new(
+            s3_store,
+            gate(&history, &hook),
+            S3Config { admin_access_key: ADMIN_KEY.into(), admin_secret_key: ADMIN_SECRET_KEY.into(), region: "us-east-1".into() },
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+        let kube = KubeFake::new(kube_store, gate(&history, &hook), 7).map_err(|e| anyhow!("{e}"))?;
+        let s3_l = s3.serve(loopback()).await?;
+        let kube_l = kube.serve(loopback()).await?;
+        kube.create(Kind::Secret, admin_secret()).map_err(|e| anyhow!("admin secret: {e}"))?;
+        Ok(Self {
+            _dir: dir,
+            kube,
+            history,
+            hook,
+            s3_url: s3_l.url(),
+            kube_url: kube_l.url(),
+            _listeners: vec![s3_l, kube_l],
+        })
+    }
+}
+
+fn gate(history: &History, hook: &Arc<IdleHook>) -> Gate {
+    let g = Gate::new(history.clone());
+    g.set_hook(hook.clone());
+    g
+}
+
+fn admin_secret() -> Value {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": ADMIN_SECRET, "namespace": ADMIN_NS},
+        "type": "Opaque",
+        "data": {"accessKey": b64(ADMIN_KEY), "secretKey": b64(ADMIN_SECRET_KEY)},
+    })
+}
+
+fn params(endpoint: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("endpoint".to_string(), endpoint.to_string()),
+        ("objectStoreUserSecretName".to_string(), ADMIN_SECRET.to_string()),
+        ("objectStoreUserSecretNamespace".to_string(), ADMIN_NS.to_string()),
+    ])
+}
+
+/// One way of sending the grant.
+enum Path_ {
+    /// Fake sidecar → gate → history → driver → gated S3/admin + kube fakes.
+    Sidecar { sidecar: CosiSidecar, endpoint: String },
+    /// A plain tonic client → driver (whose backend is whatever it was started against).
+    Bare { client: ProvisionerClient<Channel>, endpoint: String },
+}
+
+impl Path_ {
+    async fn create_bucket(&self) -> anyhow::Result<()> {
+        match self {
+            Path_::Sidecar { sidecar, endpoint } => {
+                let ex = sidecar
+                    .replay(DriverRequest::Create { name: BUCKET.into(), parameters: params(endpoint) }, None, None)
+                    .await;
+                match ex.reply {
+                    DriverReply::Created { .. } => Ok(()),
+                    other => bail!("create through the sidecar: {other:?}"),
+                }
+            }
+            Path_::Bare { client, endpoint } => {
+                client
+                    .clone()
+                    .driver_create_bucket(DriverCreateBucketRequest { name: BUCKET.into(), parameters: params(endpoint).into_iter().collect() })
+                    .await
+                    .context("bare create")?;
+                Ok(())
+            }
+        }
+    }
+
+    /// One grant for a fresh account; its wall time.
+    async fn grant(&self, account: &str) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        match self {
+            Path_::Sidecar { sidecar, endpoint } => {
+                let req = DriverRequest::Grant {
+                    bucket_id: BUCKET.into(),
+                    name: account.into(),
+                    auth: AuthenticationType::Key as i32,
+                    parameters: params(endpoint),
+                };
+                let ex = sidecar.replay(req, None, None).await;
+                let d = t.elapsed();
+                match ex.reply {
+                    DriverReply::Granted { .. } => Ok(d),
+                    other => bail!("grant through the sidecar: {other:?}"),
+                }
+            }
+            Path_::Bare { client, endpoint } => {
+                let r = client
+                    .clone()
+                    .driver_grant_bucket_access(DriverGrantBucketAccessRequest {
+                        bucket_id: BUCKET.into(),
+                        name: account.into(),
+                        authentication_type: AuthenticationType::Key as i32,
+                        parameters: params(endpoint).into_iter().collect(),
+                    })
+                    .await;
+                let d = t.elapsed();
+                r.context("bare grant")?;
+                Ok(d)
+            }
+        }
+    }
+}
+
+/// Latencies of one path, in microseconds.
+pub struct Series {
+    /// Short id used in the JSON.
+    pub id: &'static str,
+    /// What the path is.
+    pub what: &'static str,
+    /// Each call's wall time.
+    pub us: Vec<f64>,
+}
+
+impl Series {
+    /// `{median_us, p10_us, p90_us, n}`.
+    pub fn summary(&self) -> Value {
+        json!({
+            "what": self.what,
+            "median_us": median(&self.us),
+            "p10_us": quantile(&self.us, 0.1),
+            "p90_us": quantile(&self.us, 0.9),
+            "n": self.us.len(),
+        })
+    }
+}
+
+/// Everything `run` measured.
+pub struct PerCall {
+    /// lab, lab-driver-direct, mem-fakes-direct, bare (in that order).
+    pub series: Vec<Series>,
+    /// Gate calls the lab path made per grant (history entries / grants).
+    pub gated_calls_per_grant: f64,
+}
+
+/// Measure: `rounds` rounds, each `batch` grants per path, paths interleaved
+/// so that drift (page cache, CPU frequency, other tenants) hits all alike.
+pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<PerCall> {
+    let dir = tempfile::Builder::new().prefix("drivelab-bench-sock-").tempdir()?;
+
+    // The lab's full path, and the same driver reached without the sidecar.
+    let lab = LabFakes::start(true).await?;
+    let lab_driver = DriverRt::start(lab.kube_url.clone(), &dir.path().join("lab.sock")).await?;
+    let slot = Arc::new(RwLock::new(lab.kube.clone()));
+    let sidecar = CosiSidecar::connect(&lab_driver.socket, slot, gate(&lab.history, &lab.hook)).await?;
+    let via_sidecar = Path_::Sidecar { sidecar, endpoint: lab.s3_url.clone() };
+    let lab_direct = Path_::Bare { client: ProvisionerClient::new(connect_unix(&lab_driver.socket).await?), endpoint: lab.s3_url.clone() };
+
+    // The same fakes over memory instead of sled, reached directly.
+    let mem = LabFakes::start(false).await?;
+    let mem_driver = DriverRt::start(mem.kube_url.clone(), &dir.path().join("mem.sock")).await?;
+    let mem_direct = Path_::Bare { client: ProvisionerClient::new(connect_unix(&mem_driver.socket).await?), endpoint: mem.s3_url.clone() };
+
+    // The bare baseline: the stub answers admin, S3 and kube.
+    let stub = Stub::default();
+    let stub_url = stub.serve().await?;
+    stub.put_object("secrets", ADMIN_NS, ADMIN_SECRET, admin_secret());
+    let bare_driver = DriverRt::start(stub_url.clone(), &dir.path().join("bare.sock")).await?;
+    let bare = Path_::Bare { client: ProvisionerClient::new(connect_unix(&bare_driver.socket).await?), endpoint: stub_url };
+
+    let paths: [(&'static str, &'static str, &Path_); 4] = [
+        ("lab", "sidecar -> gate+history -> driver -> gated S3/admin + kube fakes (sled)", &via_sidecar),
+        ("lab_driver_direct", "bare client -> driver -> gated fakes (sled): no sidecar", &lab_direct),
+        ("mem_fakes_direct", "bare client -> driver -> gated fakes (MemStore): no sidecar, no sled", &mem_direct),
+        ("bare", "bare client -> driver -> trivial axum stub", &bare),
+    ];
+    // lab and lab_driver_direct share a driver and fakes, so one bucket does for both.
+    via_sidecar.create_bucket().await?;
+    mem_direct.create_bucket().await?;
+    bare.create_bucket().await?;
+
+    let mut series: Vec<Series> = paths.iter().map(|(id, what, _)| Series { id, what, us: Vec::new() }).collect();
+    let mut n = 0usize;
+    for round in 0..(rounds + 1) {
+        for (i, (id, _, p)) in paths.iter().enumerate() {
+            let count = if round == 0 { warmup } else { batch };
+            for _ in 0..count {
+                n += 1;
+                let d = p.grant(&format!("ba-bench-{id}-{n}")).await?;
+                if round > 0 {
+                    series[i].us.push(d.as_secs_f64() * 1e6);
+                }
+            }
+        }
+    }
+    // How many gated calls one lab grant is: each is a Call and a Reply event,
+    // and a replay adds one Note.
+    let before = lab.history.len();
+    for k in 0..5 {
+        via_sidecar.grant(&format!("ba-bench-count-{k}")).await?;
+    }
+    let gated_calls_per_grant = ((lab.history.len() - before) as f64 - 5.0) / 2.0 / 5.0;
+    drop((lab_driver, mem_driver, bare_driver));
+    Ok(PerCall { series, gated_calls_per_grant })
+}
