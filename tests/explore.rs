@@ -60,6 +60,7 @@ async fn fifty_random_schedules_run_twice_give_identical_histories() {
                 .map(|_| GenFault { target: (next() as usize) % targets.len(), nth: 1 + (next() % 2) as u32, kind: kinds[(next() % 4) as usize] })
                 .collect(),
             merges: if next() % 2 == 0 { vec![1] } else { vec![] },
+            dups: if next() % 3 == 0 { vec![(2, explore::Dup::Same)] } else { vec![] },
         };
         let s = explore::apply(&scn, &targets, &sched);
         let a = engine::run(&s, &RunOptions::default()).await.unwrap();

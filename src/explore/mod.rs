@@ -70,6 +70,40 @@ pub struct Schedule {
     pub faults: Vec<GenFault>,
     /// Step indices `i` whose step runs concurrently with step `i + 1`.
     pub merges: Vec<usize>,
+    /// Duplicate deliveries: after step `i`, its driver request again, as is or altered.
+    pub dups: Vec<(usize, Dup)>,
+}
+
+/// How a duplicated request differs from the original.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dup {
+    /// The same request (a retry after a lost reply, a network duplicate).
+    Same,
+    /// Same name, different parameters (the spec wants ALREADY_EXISTS).
+    ChangedParameters,
+    /// A grant with UnknownAuthenticationType (the spec wants INVALID_ARGUMENT).
+    UnknownAuth,
+}
+
+const DUPS: [Dup; 3] = [Dup::Same, Dup::ChangedParameters, Dup::UnknownAuth];
+
+fn dup_of(step: &Step, how: Dup) -> Option<Step> {
+    use crate::scenario::{RetryOp, RetryStep};
+    let (op, name, namespace) = match step {
+        Step::CreateBucketClaim(c) => (RetryOp::CreateBucketClaim, c.name.clone(), c.namespace.clone()),
+        Step::GrantAccess(a) => (RetryOp::GrantAccess, a.name.clone(), a.namespace.clone()),
+        Step::RevokeAccess(o) => (RetryOp::RevokeAccess, o.name.clone(), o.namespace.clone()),
+        Step::DeleteBucketClaim(o) => (RetryOp::DeleteBucketClaim, o.name.clone(), o.namespace.clone()),
+        _ => return None,
+    };
+    let creates = matches!(op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess);
+    let (parameters, authentication_type) = match how {
+        Dup::Same => (None, None),
+        Dup::ChangedParameters if creates => (Some([("drivelab-explore".to_string(), "changed".to_string())].into_iter().collect()), None),
+        Dup::UnknownAuth if op == RetryOp::GrantAccess => (None, Some("Unknown".to_string())),
+        _ => return None,
+    };
+    Some(Step::Retry(RetryStep { op, name, namespace, parameters, authentication_type }))
 }
 
 /// The shrunk failure, written to disk.
@@ -141,7 +175,15 @@ fn concurrent_ok(s: &Step) -> bool {
 pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scenario {
     let mut s = base.clone();
     s.seed = Some(sched.seed);
-    let steps: Vec<Located<Step>> = base.steps.iter().filter(|l| !matches!(l.value, Step::Expect(_))).cloned().collect();
+    let mut steps: Vec<Located<Step>> = Vec::new();
+    for (i, l) in base.steps.iter().filter(|l| !matches!(l.value, Step::Expect(_))).enumerate() {
+        steps.push(l.clone());
+        for (_, how) in sched.dups.iter().filter(|(d, _)| *d == i) {
+            if let Some(d) = dup_of(&l.value, *how) {
+                steps.push(Located { value: d, line: l.line, col: l.col });
+            }
+        }
+    }
     let merges: BTreeSet<usize> = sched.merges.iter().copied().collect();
     let mut out: Vec<Located<Step>> = Vec::new();
     let mut i = 0;
@@ -238,11 +280,13 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
         any::<u64>(),
         proptest::collection::vec((proptest::sample::select(weighted), 1u32..=3, 0..KINDS.len()), 0..=3),
         proptest::collection::vec(0..n_steps, 0..=2),
+        proptest::collection::vec((0..n_steps, 0..DUPS.len()), 0..=2),
     )
-        .prop_map(|(seed, faults, merges)| Schedule {
+        .prop_map(|(seed, faults, merges, dups)| Schedule {
             seed: seed % 1_000_000,
             faults: faults.into_iter().map(|(target, nth, k)| GenFault { target, nth, kind: KINDS[k] }).collect(),
             merges,
+            dups: dups.into_iter().map(|(i, d)| (i, DUPS[d])).collect(),
         });
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&opts.seed.to_le_bytes());
@@ -332,6 +376,14 @@ async fn finish_shrinking(base: &Scenario, targets: &[FaultTarget], mut sched: S
         for i in (0..sched.faults.len()).rev() {
             let mut t = sched.clone();
             t.faults.remove(i);
+            if fails(base, targets, &t, opts).await {
+                sched = t;
+                progress = true;
+            }
+        }
+        for i in (0..sched.dups.len()).rev() {
+            let mut t = sched.clone();
+            t.dups.remove(i);
             if fails(base, targets, &t, opts).await {
                 sched = t;
                 progress = true;
