@@ -151,7 +151,9 @@ pub fn spec_codes(obs: &Observations) -> Verdict {
         n += 1;
         let code = r.retried.reply.code_name();
         let op = r.retried.request.op();
-        if r.changed_request && matches!(op, DriverOp::CreateBucket | DriverOp::GrantBucketAccess) && code != "ALREADY_EXISTS" {
+        // An unknown auth type makes the request invalid before it can conflict.
+        let invalid = matches!(&r.retried.request, DriverRequest::Grant { auth, .. } if *auth == AuthenticationType::UnknownAuthenticationType as i32);
+        if r.changed_request && !invalid && matches!(op, DriverOp::CreateBucket | DriverOp::GrantBucketAccess) && code != "ALREADY_EXISTS" {
             v.fail(
                 format!("{} {} with incompatible parameters answered {code}, spec wants ALREADY_EXISTS", op.rpc(), r.retried.request.key()),
                 [r.original.call, r.retried.call],

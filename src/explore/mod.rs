@@ -413,8 +413,10 @@ async fn finish_shrinking(base: &Scenario, targets: &[FaultTarget], mut sched: S
 
 async fn write_found(base: &Scenario, targets: &[FaultTarget], sched: &Schedule, opts: &ExploreOptions) -> anyhow::Result<Found> {
     let mut scn = apply(base, targets, sched);
-    scn.name = format!("{}-found-{}", base.name, sched.seed);
-    let file = opts.out_dir.join(format!("{}-{}.yaml", base.name, sched.seed));
+    // Named after what it was hunting, so two hunts that shrink to one seed do not collide.
+    let hunted: String = opts.mutants.iter().map(|m| format!("-{}", m.name())).collect();
+    scn.name = format!("{}{hunted}-found-{}", base.name, sched.seed);
+    let file = opts.out_dir.join(format!("{}{hunted}-{}.yaml", base.name, sched.seed));
     // The mutant stays on the command line, not in the file: the correct driver
     // must pass this schedule (a regression scenario for `make e2e`), and
     // `make mutants` replays it against every mutant.

@@ -92,19 +92,28 @@ impl Normalizer {
 
     /// `text` with every known secret and id replaced by its label.
     pub fn text(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        // Secrets first and longest first, so no fragment of one survives.
-        let mut secrets: Vec<&(String, String)> = self.secrets.iter().collect();
-        secrets.sort_by_key(|(r, _)| std::cmp::Reverse(r.len()));
-        for (raw, label) in secrets {
-            out = out.replace(raw.as_str(), label);
+        // One pass over the text (leftmost-longest, so no fragment of a longer
+        // id or secret survives a shorter match); secrets win over ids.
+        let mut patterns: Vec<&str> = Vec::new();
+        let mut labels: Vec<&str> = Vec::new();
+        for (raw, label) in &self.secrets {
+            patterns.push(raw);
+            labels.push(label);
         }
-        let mut ids: Vec<(&String, &String)> = self.labels.iter().collect();
-        ids.sort_by_key(|(r, _)| std::cmp::Reverse(r.len()));
-        for (raw, label) in ids {
-            out = out.replace(raw.as_str(), label);
+        for (raw, label) in &self.labels {
+            if !self.secrets.iter().any(|(r, _)| r == raw) {
+                patterns.push(raw);
+                labels.push(label);
+            }
         }
-        out
+        if patterns.is_empty() {
+            return text.to_string();
+        }
+        match aho_corasick::AhoCorasick::builder().match_kind(aho_corasick::MatchKind::LeftmostLongest).build(&patterns) {
+            Ok(ac) => ac.replace_all(text, &labels),
+            // Only fails on absurd pattern sets; never write unlabelled text.
+            Err(_) => "<snapshot could not be labelled>".to_string(),
+        }
     }
 }
 
