@@ -344,8 +344,8 @@ impl drivelab_fakes::gate::GateHook for RejectCreates {
         _id: drivelab_fakes::history::CallId,
         _call: &'a drivelab_fakes::gate::CallSpec,
         _outcome: &'a Outcome,
-    ) -> futures_util::future::BoxFuture<'a, ()> {
-        Box::pin(async {})
+    ) -> futures_util::future::BoxFuture<'a, drivelab_fakes::gate::Delivery> {
+        Box::pin(async { drivelab_fakes::gate::Delivery::Deliver })
     }
 }
 
