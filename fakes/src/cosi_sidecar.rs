@@ -726,6 +726,15 @@ impl CosiSidecar {
         };
         match tokio::time::timeout(CALL_TIMEOUT, fut).await {
             Ok(Ok(reply)) => reply,
+            // A dead peer shows up as UNKNOWN or UNAVAILABLE with varying text,
+            // depending on how the OS reported the broken connection; the real
+            // sidecar treats all of them alike, and the history must not vary.
+            Ok(Err(status))
+                if matches!(status.code(), tonic::Code::Unknown | tonic::Code::Unavailable)
+                    && std::error::Error::source(&status).is_some() =>
+            {
+                DriverReply::Failed { code: tonic::Code::Unavailable, message: "transport: connection to the driver lost".into() }
+            }
             Ok(Err(status)) => DriverReply::Failed { code: status.code(), message: status.message().to_string() },
             Err(_) => DriverReply::Failed {
                 code: tonic::Code::DeadlineExceeded,

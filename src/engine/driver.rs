@@ -59,6 +59,15 @@ impl InProcessDriver {
         }
     }
 
+    /// Kill every task of the driver and wait until they are all gone, so none
+    /// of them can still act on what happens next.
+    pub async fn kill_and_wait(&self) {
+        let rt = self.runtime.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(rt) = rt {
+            let _ = tokio::task::spawn_blocking(move || rt.shutdown_timeout(Duration::from_secs(5))).await;
+        }
+    }
+
     /// Kill it and start it again from its persisted state (its checkpoints).
     pub async fn crash_and_restart(&self) -> anyhow::Result<()> {
         self.kill();

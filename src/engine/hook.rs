@@ -89,9 +89,10 @@ impl LabHook {
         }
     }
 
-    /// The driver is about to be killed: its held requests die with it.
-    pub fn driver_crashing(&self) {
-        self.sched.cut_parked_from(Component::Driver);
+    /// The driver is about to be killed: its held requests die with it (see
+    /// [`Scheduler::take_parked_from`] for why they are returned, not woken).
+    pub fn driver_crashing(&self) -> super::schedule::HeldRequests {
+        self.sched.take_parked_from(Component::Driver)
     }
 
     /// Give the hook its way back into the engine (crash, restart).

@@ -180,11 +180,11 @@ impl LabControl for Control {
             // Spawned: the hook runs inside a request whose client is the driver we
             // kill, so the server may drop this future half way; the restart must finish.
             let Some(driver) = self.driver.upgrade() else { return };
-            if let Some(h) = self.hook.upgrade() {
-                h.driver_crashing();
-            }
+            let held = self.hook.upgrade().map(|h| h.driver_crashing());
             let history = self.history.clone();
             let done = tokio::spawn(async move {
+                driver.kill_and_wait().await;
+                drop(held);
                 if let Err(e) = driver.crash_and_restart().await {
                     history.record(EventKind::Note { component: Component::Lab, text: format!("driver did not come back: {e:#}") });
                 }

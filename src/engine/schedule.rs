@@ -14,7 +14,7 @@ use tokio::sync::{oneshot, Notify};
 
 /// Real-time wait after which a parked request is released anyway, so a driver
 /// that blocks on something other than a gate cannot hang the lab.
-pub const WATCHDOG: Duration = Duration::from_secs(2);
+pub const WATCHDOG: Duration = Duration::from_secs(10);
 
 struct Parked {
     call: CallId,
@@ -112,19 +112,22 @@ impl Scheduler {
         }
     }
 
-    /// The driver crashed: every request it had in flight and held here dies
-    /// with it. Recorded here, in arrival order, so the history does not depend
-    /// on which dying connection the OS reports first.
-    pub fn cut_parked_from(&self, from: Component) {
+    /// The driver is crashing: every request it had held here dies with it.
+    /// Their replies are recorded now, in call order (so the history does not
+    /// depend on which dying connection the OS reports first), and they are
+    /// returned unwoken: drop the returned value only once the driver is fully
+    /// dead, so none of its tasks can react to the cut.
+    pub fn take_parked_from(&self, from: Component) -> HeldRequests {
         let mut s = self.lock();
-        let (dead, keep): (Vec<Parked>, Vec<Parked>) = s.parked.drain(..).partition(|p| p.from == from);
+        let (mut dead, keep): (Vec<Parked>, Vec<Parked>) = s.parked.drain(..).partition(|p| p.from == from);
         s.parked = keep;
-        for p in dead {
+        dead.sort_by_key(|p| p.call);
+        for p in &dead {
             self.history.reply(p.call, drivelab_fakes::history::Outcome::NoReply { reason: "the caller crashed while the request was held".into() });
-            let _ = p.go.send(false);
         }
         drop(s);
         self.changed.notify_waiters();
+        HeldRequests(dead)
     }
 
     /// A request (or reply) from an actor arrived at a gate: park it until it
@@ -146,8 +149,11 @@ impl Scheduler {
         let guard = Unpark { sched: self, call };
         let waited = tokio::time::timeout(WATCHDOG, rx).await;
         std::mem::forget(guard);
-        if let Ok(Ok(go)) = waited {
-            return go;
+        match waited {
+            Ok(Ok(go)) => return go,
+            // Taken by a crash of its caller: it never proceeds.
+            Ok(Err(_)) => return false,
+            Err(_) => {}
         }
         if waited.is_err() {
             // Nobody released us in time: something outside the gates is holding an actor.
@@ -168,6 +174,9 @@ impl Scheduler {
         if s.total == 0 || s.started < s.total || running > 0 || s.parked.is_empty() {
             return;
         }
+        // Choose among the parked in call-id order, not arrival order: after a
+        // crash several replies arrive at once, in whatever order the OS reports.
+        s.parked.sort_by_key(|p| p.call);
         let n = s.parked.len();
         let i = s.rng.random_range(0..n);
         let p = s.parked.remove(i);
@@ -179,6 +188,10 @@ impl Scheduler {
         let _ = p.go.send(true);
     }
 }
+
+/// Requests of a crashed caller, held until it is fully dead (dropping this
+/// wakes them to be cut).
+pub struct HeldRequests(#[allow(dead_code)] Vec<Parked>);
 
 /// Removes a parked request whose future was dropped before it was released.
 struct Unpark<'a> {
