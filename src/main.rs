@@ -174,8 +174,8 @@ fn main() -> ExitCode {
             }
             Command::MergeReports { dirs, out } => match report::merge(&dirs, &out) {
                 Ok(reports) => {
-                    print!("{}", report::cli::final_table(&reports));
-                    println!("merged {} scenario reports into {}", reports.len(), out.display());
+                    drivelab::out!("{}", report::cli::final_table(&reports));
+                    drivelab::outln!("merged {} scenario reports into {}", reports.len(), out.display());
                     ExitCode::from(report::cli::exit_code(&reports))
                 }
                 Err(e) => {
@@ -186,19 +186,19 @@ fn main() -> ExitCode {
             Command::Validate { paths } => validate(paths),
             Command::Mutants | Command::List { what: ListWhat::Mutants, .. } => {
                 for m in Mutant::all() {
-                    println!("{:28} {}", m.name(), m.describe());
+                    drivelab::outln!("{:28} {}", m.name(), m.describe());
                 }
                 ExitCode::SUCCESS
             }
             Command::List { what: ListWhat::Faults, .. } => {
-                print!("{}", report::cli::list_faults());
+                drivelab::out!("{}", report::cli::list_faults());
                 ExitCode::SUCCESS
             }
             Command::List { what: ListWhat::Scenarios, paths } => {
                 let paths = if paths.is_empty() { vec![PathBuf::from("scenarios")] } else { paths };
                 match load_all(&paths, None, None) {
                     Ok(s) => {
-                        print!("{}", report::cli::list_scenarios(&s));
+                        drivelab::out!("{}", report::cli::list_scenarios(&s));
                         ExitCode::SUCCESS
                     }
                     Err(c) => c,
@@ -206,7 +206,7 @@ fn main() -> ExitCode {
             }
             Command::List { what: ListWhat::Invariants | ListWhat::Checks, .. } => {
                 for i in drivelab::scenario::Invariant::cosi_defaults() {
-                    println!("{:24} {}", i.id(), i.claim());
+                    drivelab::outln!("{:24} {}", i.id(), i.claim());
                 }
                 ExitCode::SUCCESS
             }
@@ -272,7 +272,7 @@ fn load_all(paths: &[PathBuf], filter: Option<&str>, partition: Option<report::c
 fn validate(paths: Vec<PathBuf>) -> ExitCode {
     match load_all(&paths, None, None) {
         Ok(s) => {
-            println!("{} scenario(s) valid", s.len());
+            drivelab::outln!("{} scenario(s) valid", s.len());
             ExitCode::SUCCESS
         }
         Err(c) => c,
@@ -300,14 +300,14 @@ async fn run(
         progress.clear();
         let r = match result {
             Ok(o) => {
-                print!("{}", report::console(&o));
+                drivelab::out!("{}", report::console(&o));
                 report::ScenarioReport::from_outcome(&o)
             }
             Err(e) => {
                 let seed = opts.seed.or(scn.seed).unwrap_or(engine::DEFAULT_SEED);
                 let replay = engine::replay_command(&scn.path, seed, &opts.mutants);
-                println!("ERROR {} ({}): {e:#}", scn.name, scn.path.display());
-                println!("  replay: {replay}");
+                drivelab::outln!("ERROR {} ({}): {e:#}", scn.name, scn.path.display());
+                drivelab::outln!("  replay: {replay}");
                 let names = opts.mutants.iter().map(|m| m.name().to_string()).collect();
                 report::ScenarioReport::from_error(&scn.name, &scn.path.display().to_string(), seed, names, replay, format!("{e:#}"))
             }
@@ -327,9 +327,9 @@ async fn run(
             eprintln!("drivelab: writing the report index in {}: {e}", dir.display());
         }
     }
-    print!("{}", report::cli::final_table(&reports));
+    drivelab::out!("{}", report::cli::final_table(&reports));
     let passed = reports.iter().filter(|r| r.passed).count();
-    println!("\n{passed} passed, {} failed", reports.len() - passed);
+    drivelab::outln!("\n{passed} passed, {} failed", reports.len() - passed);
     ExitCode::from(report::cli::exit_code(&reports))
 }
 
@@ -356,24 +356,24 @@ async fn sweep(
                 Ok(o) if o.passed() => passed += 1,
                 Ok(o) => {
                     failed += 1;
-                    print!("{}", report::console(&o));
+                    drivelab::out!("{}", report::console(&o));
                     bad.push(seed);
                 }
                 Err(e) => {
                     failed += 1;
-                    println!("ERROR {} seed {seed}: {e:#}\n  replay: {}", scn.name, engine::replay_command(&scn.path, seed, &mutants));
+                    drivelab::outln!("ERROR {} seed {seed}: {e:#}\n  replay: {}", scn.name, engine::replay_command(&scn.path, seed, &mutants));
                     bad.push(seed);
                 }
             }
         }
         if bad.is_empty() {
-            println!("PASS {} under seeds {from}..{}", scn.name, from + n - 1);
+            drivelab::outln!("PASS {} under seeds {from}..{}", scn.name, from + n - 1);
         } else {
-            println!("FAIL {} under seeds {:?}", scn.name, bad);
+            drivelab::outln!("FAIL {} under seeds {:?}", scn.name, bad);
         }
     }
-    println!("\nsweep of {} scenarios x {n} seeds in {:.1}s", scenarios.len(), started.elapsed().as_secs_f64());
-    println!("{passed} passed, {failed} failed");
+    drivelab::outln!("\nsweep of {} scenarios x {n} seeds in {:.1}s", scenarios.len(), started.elapsed().as_secs_f64());
+    drivelab::outln!("{passed} passed, {failed} failed");
     if failed > 0 {
         ExitCode::from(1)
     } else {
@@ -394,22 +394,22 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
             Ok(o) if o.passed() => {}
             Ok(o) => {
                 baseline_ok = false;
-                print!("{}", report::console(&o));
+                drivelab::out!("{}", report::console(&o));
             }
             Err(e) => {
                 baseline_ok = false;
-                println!("ERROR {}: {e:#}", scn.name);
+                drivelab::outln!("ERROR {}: {e:#}", scn.name);
             }
         }
     }
     if !baseline_ok {
-        println!("\nthe correct driver fails the suite: fix that before reading any kill table");
+        drivelab::outln!("\nthe correct driver fails the suite: fix that before reading any kill table");
         return ExitCode::from(1);
     }
     let mutants: Vec<Mutant> = if only.is_empty() { Mutant::all().to_vec() } else { only };
     let mut survivors = Vec::new();
-    println!("| mutant | killed by (scenario → invariant) |");
-    println!("|---|---|");
+    drivelab::outln!("| mutant | killed by (scenario → invariant) |");
+    drivelab::outln!("|---|---|");
     for m in &mutants {
         let mut kills: Vec<String> = Vec::new();
         for scn in &scenarios {
@@ -428,21 +428,21 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
         }
         if kills.is_empty() {
             survivors.push(m.name());
-            println!("| {} | **SURVIVED** |", m.name());
+            drivelab::outln!("| {} | **SURVIVED** |", m.name());
         } else {
             let shown: Vec<&str> = kills.iter().take(4).map(String::as_str).collect();
             let more = if kills.len() > 4 { format!("<br>(+{} more scenarios)", kills.len() - 4) } else { String::new() };
-            println!("| {} | {}{more} |", m.name(), shown.join("<br>"));
+            drivelab::outln!("| {} | {}{more} |", m.name(), shown.join("<br>"));
         }
     }
     let killed = mutants.len() - survivors.len();
-    println!("\n{killed} of {} mutants killed", mutants.len());
+    drivelab::outln!("\n{killed} of {} mutants killed", mutants.len());
     if survivors.is_empty() {
-        println!("{killed} passed, 0 failed");
+        drivelab::outln!("{killed} passed, 0 failed");
         ExitCode::SUCCESS
     } else {
-        println!("survivors: {}", survivors.join(", "));
-        println!("{killed} passed, {} failed", survivors.len());
+        drivelab::outln!("survivors: {}", survivors.join(", "));
+        drivelab::outln!("{killed} passed, {} failed", survivors.len());
         ExitCode::from(1)
     }
 }

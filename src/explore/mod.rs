@@ -437,7 +437,7 @@ async fn write_found(base: &Scenario, targets: &[FaultTarget], sched: &Schedule,
 
 /// Print the report the CLI shows.
 pub fn print(report: &ExploreReport) {
-    println!(
+    crate::outln!(
         "explored {} schedules in {:.1}s ({} duplicates skipped): {} distinct call orders, {} fault placements over {} interception points",
         report.cases_run,
         report.elapsed.as_secs_f64(),
@@ -447,18 +447,18 @@ pub fn print(report: &ExploreReport) {
         report.targets.len()
     );
     if report.reference_failures > 0 {
-        println!("{} schedules broke the correct driver too (not counted against the mutant: run explore without --mutant)", report.reference_failures);
+        crate::outln!("{} schedules broke the correct driver too (not counted against the mutant: run explore without --mutant)", report.reference_failures);
     }
     match &report.found {
-        None => println!("no invariant failed"),
+        None => crate::outln!("no invariant failed"),
         Some(f) => {
-            println!(
+            crate::outln!(
                 "FOUND after {:.1}s: {} — shrunk and written to {}",
                 report.first_failure_after.unwrap_or_default().as_secs_f64(),
                 f.failed.join(", "),
                 f.path.display()
             );
-            print!("{}", crate::report::console(&f.outcome));
+            crate::out!("{}", crate::report::console(&f.outcome));
         }
     }
 }
