@@ -6,7 +6,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 REPORT_DIR ?= reports/e2e
 
-.PHONY: e2e test test-rust py-deps browser-deps build validate mutants sweep clean-reports bench bench-check
+.PHONY: e2e test test-rust py-deps browser-deps build validate mutants sweep clean-reports bench bench-check bench-explore
 
 build:
 	$(CARGO) build --locked --bins
@@ -53,6 +53,10 @@ BENCH := target/release/drivelab-bench
 bench:
 	$(CARGO) build --locked --release -p drivelab-bench
 	$(BENCH) --out reports/bench.json
+
+# Explorer figures (issue 6): schedules/min and median time to first detection per mutant.
+bench-explore: build
+	scripts/bench-explore.sh
 
 bench-check:
 	$(CARGO) build --locked --release -p drivelab-bench

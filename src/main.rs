@@ -98,6 +98,9 @@ enum Command {
         /// Where a found scenario is written.
         #[arg(long, default_value = "scenarios/found")]
         out_dir: PathBuf,
+        /// Stop at the first failure without shrinking or writing (time-to-detection measurements).
+        #[arg(long)]
+        detect_only: bool,
     },
     /// against every mutant; print mutant → killing scenario → invariant; exit 1
     /// if the correct driver fails anything or any mutant survives.
@@ -211,7 +214,9 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Command::Mutate { paths, mutants, seed } => mutate(paths, mutants, seed).await,
-            Command::Explore { scenario, cases, seed, time_budget, mutants, out_dir } => explore(scenario, cases, seed, time_budget, mutants, out_dir).await,
+            Command::Explore { scenario, cases, seed, time_budget, mutants, out_dir, detect_only } => {
+                explore(scenario, cases, seed, time_budget, mutants, out_dir, detect_only).await
+            }
             Command::Driver { which: DriverCommand::CosiS3 { endpoint, kube_url, state_namespace, mutants } } => {
                 let endpoint = endpoint
                     .or_else(|| std::env::var("COSI_ENDPOINT").ok())
@@ -448,7 +453,7 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
 }
 
 /// `drivelab explore`.
-async fn explore(path: PathBuf, cases: u32, seed: u64, budget: String, mutants: Vec<Mutant>, out_dir: PathBuf) -> ExitCode {
+async fn explore(path: PathBuf, cases: u32, seed: u64, budget: String, mutants: Vec<Mutant>, out_dir: PathBuf, detect_only: bool) -> ExitCode {
     let scn = match scenario::load(&path) {
         Ok(s) => s,
         Err(e) => {
@@ -460,11 +465,11 @@ async fn explore(path: PathBuf, cases: u32, seed: u64, budget: String, mutants: 
         eprintln!("drivelab: --time-budget `{budget}` is not a duration (e.g. 60s, 5m)");
         return ExitCode::from(2);
     };
-    let opts = drivelab::explore::ExploreOptions { cases, seed, time_budget, mutants, out_dir };
+    let opts = drivelab::explore::ExploreOptions { cases, seed, time_budget, mutants, out_dir, detect_only };
     match drivelab::explore::explore(&scn, &opts).await {
         Ok(r) => {
             drivelab::explore::print(&r);
-            if r.found.is_some() {
+            if r.found.is_some() || r.first_failure_after.is_some() {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS

@@ -24,6 +24,7 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
         time_budget: Duration::from_secs(240),
         mutants: vec![Mutant::UserBeforeCheckpoint],
         out_dir: dir.path().to_path_buf(),
+        detect_only: false,
     };
     let report = explore::explore(&base("cosi/happy-path.yaml"), &opts).await.unwrap();
     let found = report.found.expect("explore should find the crash window user-before-checkpoint leaves");

@@ -31,6 +31,8 @@ pub struct ExploreOptions {
     pub mutants: Vec<Mutant>,
     /// Where found scenarios are written.
     pub out_dir: PathBuf,
+    /// Stop at the first failure: no shrinking, no file (for measuring time to detection).
+    pub detect_only: bool,
 }
 
 /// The kinds of fault the explorer places.
@@ -290,7 +292,8 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
         });
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&opts.seed.to_le_bytes());
-    let config = Config { cases: opts.cases, failure_persistence: None, max_shrink_iters: 200, ..Config::default() };
+    let shrink = if opts.detect_only { 0 } else { 200 };
+    let config = Config { cases: opts.cases, failure_persistence: None, max_shrink_iters: shrink, ..Config::default() };
     let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
     let cov = Mutex::new(Coverage::default());
     let result = runner.run(&strategy, |sched| {
@@ -335,6 +338,7 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
     let found = match result {
         Ok(()) => None,
         Err(TestError::Abort(why)) => return Err(anyhow!("exploration aborted: {why}")),
+        Err(TestError::Fail(..)) if opts.detect_only => None,
         Err(TestError::Fail(_, sched)) => {
             let sched = finish_shrinking(base, &targets, sched, opts).await;
             Some(write_found(base, &targets, &sched, opts).await?)
@@ -450,6 +454,10 @@ pub fn print(report: &ExploreReport) {
         crate::outln!("{} schedules broke the correct driver too (not counted against the mutant: run explore without --mutant)", report.reference_failures);
     }
     match &report.found {
+        None if report.first_failure_after.is_some() => crate::outln!(
+            "FOUND after {:.1}s (detect-only: not shrunk, nothing written)",
+            report.first_failure_after.unwrap_or_default().as_secs_f64()
+        ),
         None => crate::outln!("no invariant failed"),
         Some(f) => {
             crate::outln!(
