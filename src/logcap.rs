@@ -61,10 +61,20 @@ pub fn init(echo: bool) {
 /// As `init`, with one JSON object per line when `json` (`--log-format json`),
 /// for CI log collectors; the capture (and so no-secret-leak) sees the same text.
 pub fn init_with(echo: bool, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     if json {
-        let _ = tracing_subscriber::fmt().json().with_env_filter(filter).with_ansi(false).with_writer(Capture { echo }).try_init();
+        let _ = tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(Capture { echo })
+            .try_init();
     } else {
-        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(Capture { echo }).try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(Capture { echo })
+            .try_init();
     }
 }

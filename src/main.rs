@@ -9,7 +9,11 @@ use cosi_s3::Mutant;
 use drivelab::{engine, report, scenario};
 
 #[derive(Parser)]
-#[command(name = "drivelab", version, about = "A simulated lab for conformance testing of storage drivers")]
+#[command(
+    name = "drivelab",
+    version,
+    about = "A simulated lab for conformance testing of storage drivers"
+)]
 struct Cli {
     /// Echo logs to stderr (they are always captured for the checks).
     #[arg(short, long, global = true)]
@@ -160,7 +164,11 @@ fn parse_mutant(s: &str) -> Result<Mutant, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     drivelab::logcap::init_with(cli.verbose, cli.log_format == LogFormat::Json);
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("drivelab: cannot start the runtime: {e}");
@@ -169,16 +177,42 @@ fn main() -> ExitCode {
     };
     rt.block_on(async move {
         match cli.command {
-            Command::Run { paths, seed, seeds: None, mutants, report_dir, filter, partition } => {
-                run(paths, seed, mutants, report_dir, filter, partition).await
-            }
-            Command::Run { paths, seed, seeds: Some(n), mutants, report_dir: _, filter, partition } => {
-                sweep(paths, seed.unwrap_or(engine::DEFAULT_SEED), n, mutants, filter, partition).await
+            Command::Run {
+                paths,
+                seed,
+                seeds: None,
+                mutants,
+                report_dir,
+                filter,
+                partition,
+            } => run(paths, seed, mutants, report_dir, filter, partition).await,
+            Command::Run {
+                paths,
+                seed,
+                seeds: Some(n),
+                mutants,
+                report_dir: _,
+                filter,
+                partition,
+            } => {
+                sweep(
+                    paths,
+                    seed.unwrap_or(engine::DEFAULT_SEED),
+                    n,
+                    mutants,
+                    filter,
+                    partition,
+                )
+                .await
             }
             Command::MergeReports { dirs, out } => match report::merge(&dirs, &out) {
                 Ok(reports) => {
                     drivelab::out!("{}", report::cli::final_table(&reports));
-                    drivelab::outln!("merged {} scenario reports into {}", reports.len(), out.display());
+                    drivelab::outln!(
+                        "merged {} scenario reports into {}",
+                        reports.len(),
+                        out.display()
+                    );
                     ExitCode::from(report::cli::exit_code(&reports))
                 }
                 Err(e) => {
@@ -187,18 +221,32 @@ fn main() -> ExitCode {
                 }
             },
             Command::Validate { paths } => validate(paths),
-            Command::Mutants | Command::List { what: ListWhat::Mutants, .. } => {
+            Command::Mutants
+            | Command::List {
+                what: ListWhat::Mutants,
+                ..
+            } => {
                 for m in Mutant::all() {
                     drivelab::outln!("{:28} {}", m.name(), m.describe());
                 }
                 ExitCode::SUCCESS
             }
-            Command::List { what: ListWhat::Faults, .. } => {
+            Command::List {
+                what: ListWhat::Faults,
+                ..
+            } => {
                 drivelab::out!("{}", report::cli::list_faults());
                 ExitCode::SUCCESS
             }
-            Command::List { what: ListWhat::Scenarios, paths } => {
-                let paths = if paths.is_empty() { vec![PathBuf::from("scenarios")] } else { paths };
+            Command::List {
+                what: ListWhat::Scenarios,
+                paths,
+            } => {
+                let paths = if paths.is_empty() {
+                    vec![PathBuf::from("scenarios")]
+                } else {
+                    paths
+                };
                 match load_all(&paths, None, None) {
                     Ok(s) => {
                         drivelab::out!("{}", report::cli::list_scenarios(&s));
@@ -207,17 +255,49 @@ fn main() -> ExitCode {
                     Err(c) => c,
                 }
             }
-            Command::List { what: ListWhat::Invariants | ListWhat::Checks, .. } => {
+            Command::List {
+                what: ListWhat::Invariants | ListWhat::Checks,
+                ..
+            } => {
                 for i in drivelab::scenario::Invariant::cosi_defaults() {
                     drivelab::outln!("{:24} {}", i.id(), i.claim());
                 }
                 ExitCode::SUCCESS
             }
-            Command::Mutate { paths, mutants, seed } => mutate(paths, mutants, seed).await,
-            Command::Explore { scenario, cases, seed, time_budget, mutants, out_dir, detect_only } => {
-                explore(scenario, cases, seed, time_budget, mutants, out_dir, detect_only).await
+            Command::Mutate {
+                paths,
+                mutants,
+                seed,
+            } => mutate(paths, mutants, seed).await,
+            Command::Explore {
+                scenario,
+                cases,
+                seed,
+                time_budget,
+                mutants,
+                out_dir,
+                detect_only,
+            } => {
+                explore(
+                    scenario,
+                    cases,
+                    seed,
+                    time_budget,
+                    mutants,
+                    out_dir,
+                    detect_only,
+                )
+                .await
             }
-            Command::Driver { which: DriverCommand::CosiS3 { endpoint, kube_url, state_namespace, mutants } } => {
+            Command::Driver {
+                which:
+                    DriverCommand::CosiS3 {
+                        endpoint,
+                        kube_url,
+                        state_namespace,
+                        mutants,
+                    },
+            } => {
                 let endpoint = endpoint
                     .or_else(|| std::env::var("COSI_ENDPOINT").ok())
                     .unwrap_or_else(|| "unix:///var/lib/cosi/cosi.sock".into());
@@ -225,7 +305,11 @@ fn main() -> ExitCode {
                     eprintln!("drivelab: --endpoint must be unix:///path, got {endpoint}");
                     return ExitCode::from(2);
                 };
-                let config = cosi_s3::DriverConfig { kube_url, state_namespace, mutants };
+                let config = cosi_s3::DriverConfig {
+                    kube_url,
+                    state_namespace,
+                    mutants,
+                };
                 let shutdown = async {
                     let _ = tokio::signal::ctrl_c().await;
                 };
@@ -241,7 +325,11 @@ fn main() -> ExitCode {
     })
 }
 
-fn load_all(paths: &[PathBuf], filter: Option<&str>, partition: Option<report::cli::Partition>) -> Result<Vec<scenario::Scenario>, ExitCode> {
+fn load_all(
+    paths: &[PathBuf],
+    filter: Option<&str>,
+    partition: Option<report::cli::Partition>,
+) -> Result<Vec<scenario::Scenario>, ExitCode> {
     let files = match scenario::discover(paths) {
         Ok(f) => report::cli::select(f, filter, partition),
         Err(e) => {
@@ -253,7 +341,14 @@ fn load_all(paths: &[PathBuf], filter: Option<&str>, partition: Option<report::c
         if filter.is_some() || partition.is_some() {
             eprintln!("drivelab: note: --filter/--partition selected no scenario file");
         }
-        eprintln!("drivelab: no scenario files (*.yaml) under {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+        eprintln!(
+            "drivelab: no scenario files (*.yaml) under {}",
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         return Err(ExitCode::from(2));
     }
     let mut out = Vec::new();
@@ -314,7 +409,14 @@ async fn run(
                 drivelab::outln!("ERROR {} ({}): {e:#}", scn.name, scn.path.display());
                 drivelab::outln!("  replay: {replay}");
                 let names = opts.mutants.iter().map(|m| m.name().to_string()).collect();
-                report::ScenarioReport::from_error(&scn.name, &scn.path.display().to_string(), seed, names, replay, format!("{e:#}"))
+                report::ScenarioReport::from_error(
+                    &scn.name,
+                    &scn.path.display().to_string(),
+                    seed,
+                    names,
+                    replay,
+                    format!("{e:#}"),
+                )
             }
         };
         if let Some(dir) = &report_dir {
@@ -327,9 +429,16 @@ async fn run(
     if let Some(dir) = &report_dir {
         let names: Vec<String> = opts.mutants.iter().map(|m| m.name().to_string()).collect();
         let replay = report::cli::replay_all(&paths, seed, &names, filter.as_deref(), partition);
-        let title = paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ");
+        let title = paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ");
         if let Err(e) = report::write_index(dir, &report::RunMeta { title, replay }, &reports) {
-            eprintln!("drivelab: writing the report index in {}: {e}", dir.display());
+            eprintln!(
+                "drivelab: writing the report index in {}: {e}",
+                dir.display()
+            );
         }
     }
     drivelab::out!("{}", report::cli::final_table(&reports));
@@ -356,7 +465,10 @@ async fn sweep(
     for scn in &scenarios {
         let mut bad = Vec::new();
         for seed in from..from.saturating_add(n) {
-            let opts = engine::RunOptions { seed: Some(seed), mutants: mutants.clone() };
+            let opts = engine::RunOptions {
+                seed: Some(seed),
+                mutants: mutants.clone(),
+            };
             match engine::run(scn, &opts).await {
                 Ok(o) if o.passed() => passed += 1,
                 Ok(o) => {
@@ -366,7 +478,11 @@ async fn sweep(
                 }
                 Err(e) => {
                     failed += 1;
-                    drivelab::outln!("ERROR {} seed {seed}: {e:#}\n  replay: {}", scn.name, engine::replay_command(&scn.path, seed, &mutants));
+                    drivelab::outln!(
+                        "ERROR {} seed {seed}: {e:#}\n  replay: {}",
+                        scn.name,
+                        engine::replay_command(&scn.path, seed, &mutants)
+                    );
                     bad.push(seed);
                 }
             }
@@ -377,7 +493,11 @@ async fn sweep(
             drivelab::outln!("FAIL {} under seeds {:?}", scn.name, bad);
         }
     }
-    drivelab::outln!("\nsweep of {} scenarios x {n} seeds in {:.1}s", scenarios.len(), started.elapsed().as_secs_f64());
+    drivelab::outln!(
+        "\nsweep of {} scenarios x {n} seeds in {:.1}s",
+        scenarios.len(),
+        started.elapsed().as_secs_f64()
+    );
     drivelab::outln!("{passed} passed, {failed} failed");
     if failed > 0 {
         ExitCode::from(1)
@@ -395,7 +515,15 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
     // Kills only mean something if the correct driver passes everything.
     let mut baseline_ok = true;
     for scn in &scenarios {
-        match engine::run(scn, &engine::RunOptions { seed, mutants: vec![] }).await {
+        match engine::run(
+            scn,
+            &engine::RunOptions {
+                seed,
+                mutants: vec![],
+            },
+        )
+        .await
+        {
             Ok(o) if o.passed() => {}
             Ok(o) => {
                 baseline_ok = false;
@@ -408,19 +536,38 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
         }
     }
     if !baseline_ok {
-        drivelab::outln!("\nthe correct driver fails the suite: fix that before reading any kill table");
+        drivelab::outln!(
+            "\nthe correct driver fails the suite: fix that before reading any kill table"
+        );
         return ExitCode::from(1);
     }
-    let mutants: Vec<Mutant> = if only.is_empty() { Mutant::all().to_vec() } else { only };
+    let mutants: Vec<Mutant> = if only.is_empty() {
+        Mutant::all().to_vec()
+    } else {
+        only
+    };
     let mut survivors = Vec::new();
     drivelab::outln!("| mutant | killed by (scenario → invariant) |");
     drivelab::outln!("|---|---|");
     for m in &mutants {
         let mut kills: Vec<String> = Vec::new();
         for scn in &scenarios {
-            match engine::run(scn, &engine::RunOptions { seed, mutants: vec![*m] }).await {
+            match engine::run(
+                scn,
+                &engine::RunOptions {
+                    seed,
+                    mutants: vec![*m],
+                },
+            )
+            .await
+            {
                 Ok(o) => {
-                    let mut what: Vec<&str> = o.verdicts.iter().filter(|v| !v.passed).map(|v| v.invariant).collect();
+                    let mut what: Vec<&str> = o
+                        .verdicts
+                        .iter()
+                        .filter(|v| !v.passed)
+                        .map(|v| v.invariant)
+                        .collect();
                     if !o.expect_failures.is_empty() {
                         what.push("expect");
                     }
@@ -436,7 +583,11 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
             drivelab::outln!("| {} | **SURVIVED** |", m.name());
         } else {
             let shown: Vec<&str> = kills.iter().take(4).map(String::as_str).collect();
-            let more = if kills.len() > 4 { format!("<br>(+{} more scenarios)", kills.len() - 4) } else { String::new() };
+            let more = if kills.len() > 4 {
+                format!("<br>(+{} more scenarios)", kills.len() - 4)
+            } else {
+                String::new()
+            };
             drivelab::outln!("| {} | {}{more} |", m.name(), shown.join("<br>"));
         }
     }
@@ -453,7 +604,15 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
 }
 
 /// `drivelab explore`.
-async fn explore(path: PathBuf, cases: u32, seed: u64, budget: String, mutants: Vec<Mutant>, out_dir: PathBuf, detect_only: bool) -> ExitCode {
+async fn explore(
+    path: PathBuf,
+    cases: u32,
+    seed: u64,
+    budget: String,
+    mutants: Vec<Mutant>,
+    out_dir: PathBuf,
+    detect_only: bool,
+) -> ExitCode {
     let scn = match scenario::load(&path) {
         Ok(s) => s,
         Err(e) => {
@@ -465,7 +624,14 @@ async fn explore(path: PathBuf, cases: u32, seed: u64, budget: String, mutants: 
         eprintln!("drivelab: --time-budget `{budget}` is not a duration (e.g. 60s, 5m)");
         return ExitCode::from(2);
     };
-    let opts = drivelab::explore::ExploreOptions { cases, seed, time_budget, mutants, out_dir, detect_only };
+    let opts = drivelab::explore::ExploreOptions {
+        cases,
+        seed,
+        time_budget,
+        mutants,
+        out_dir,
+        detect_only,
+    };
     match drivelab::explore::explore(&scn, &opts).await {
         Ok(r) => {
             drivelab::explore::print(&r);

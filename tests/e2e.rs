@@ -10,7 +10,9 @@ use drivelab::scenario;
 use drivelab_fakes::history::EventKind;
 
 fn scenario_path(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(rel)
 }
 
 async fn run(rel: &str, mutants: &[Mutant]) -> RunOutcome {
@@ -20,13 +22,23 @@ async fn run(rel: &str, mutants: &[Mutant]) -> RunOutcome {
 async fn run_seeded(rel: &str, seed: Option<u64>, mutants: &[Mutant]) -> RunOutcome {
     drivelab::logcap::init(false);
     let scn = scenario::load(&scenario_path(rel)).unwrap_or_else(|e| panic!("{e}"));
-    engine::run(&scn, &RunOptions { seed, mutants: mutants.to_vec() })
-        .await
-        .unwrap_or_else(|e| panic!("{rel}: {e:#}"))
+    engine::run(
+        &scn,
+        &RunOptions {
+            seed,
+            mutants: mutants.to_vec(),
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{rel}: {e:#}"))
 }
 
 fn failed_checks(o: &RunOutcome) -> Vec<&'static str> {
-    o.verdicts.iter().filter(|v| !v.passed).map(|v| v.invariant).collect()
+    o.verdicts
+        .iter()
+        .filter(|v| !v.passed)
+        .map(|v| v.invariant)
+        .collect()
 }
 
 fn summary(o: &RunOutcome) -> String {
@@ -35,10 +47,15 @@ fn summary(o: &RunOutcome) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scenario_passes_against_the_reference_driver() {
-    let files = scenario::discover(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")]).unwrap();
+    let files =
+        scenario::discover(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")]).unwrap();
     assert!(files.len() >= 8);
     for f in files {
-        let rel = f.strip_prefix(scenario_path("")).unwrap().to_string_lossy().into_owned();
+        let rel = f
+            .strip_prefix(scenario_path(""))
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let o = run(&rel, &[]).await;
         assert!(o.passed(), "{}", summary(&o));
         insta::assert_snapshot!(o.scenario.clone(), o.snapshot.clone());
@@ -80,29 +97,64 @@ async fn rotate_on_retry_breaks_idempotent_replay_and_no_rotation() {
 async fn shared_policy_breaks_least_privilege() {
     // One bucket: the shared policy grants the same thing, so only the count shows it.
     let o = run("cosi/two-accesses-one-claim.yaml", &[Mutant::SharedPolicy]).await;
-    assert!(o.expect_failures.iter().any(|f| f.message.contains("policies")), "{}", summary(&o));
+    assert!(
+        o.expect_failures
+            .iter()
+            .any(|f| f.message.contains("policies")),
+        "{}",
+        summary(&o)
+    );
     let o = run("cosi/two-claims-isolated.yaml", &[Mutant::SharedPolicy]).await;
-    assert!(failed_checks(&o).contains(&"least-privilege"), "{}", summary(&o));
+    assert!(
+        failed_checks(&o).contains(&"least-privilege"),
+        "{}",
+        summary(&o)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spec_code_mutants_fail_their_expectations() {
     let o = run("cosi/unknown-auth-type.yaml", &[Mutant::UnknownAuthAsKey]).await;
     assert!(!o.expect_failures.is_empty(), "{}", summary(&o));
-    let o = run("cosi/incompatible-parameters.yaml", &[Mutant::IgnoreIncompatibleParams]).await;
-    assert!(o.expect_failures.iter().any(|f| f.message.contains("ALREADY_EXISTS")), "{}", summary(&o));
+    let o = run(
+        "cosi/incompatible-parameters.yaml",
+        &[Mutant::IgnoreIncompatibleParams],
+    )
+    .await;
+    assert!(
+        o.expect_failures
+            .iter()
+            .any(|f| f.message.contains("ALREADY_EXISTS")),
+        "{}",
+        summary(&o)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racy_scenario_same_seed_gives_byte_identical_history() {
-    for rel in ["cosi/concurrent-grants.yaml", "cosi/grant-races-revoke.yaml"] {
+    for rel in [
+        "cosi/concurrent-grants.yaml",
+        "cosi/grant-races-revoke.yaml",
+    ] {
         let a = run_seeded(rel, Some(7), &[]).await;
         let b = run_seeded(rel, Some(7), &[]).await;
         assert!(a.passed(), "{}", summary(&a));
         if a.history_text != b.history_text {
-            let (x, y): (Vec<&str>, Vec<&str>) = (a.history_text.lines().collect(), b.history_text.lines().collect());
-            let i = x.iter().zip(&y).position(|(p, q)| p != q).unwrap_or(x.len().min(y.len()));
-            panic!("{rel}: histories differ first at line {}: {:?} vs {:?}", i + 1, x.get(i), y.get(i));
+            let (x, y): (Vec<&str>, Vec<&str>) = (
+                a.history_text.lines().collect(),
+                b.history_text.lines().collect(),
+            );
+            let i = x
+                .iter()
+                .zip(&y)
+                .position(|(p, q)| p != q)
+                .unwrap_or(x.len().min(y.len()));
+            panic!(
+                "{rel}: histories differ first at line {}: {:?} vs {:?}",
+                i + 1,
+                x.get(i),
+                y.get(i)
+            );
         }
     }
 }
@@ -117,15 +169,32 @@ async fn different_seeds_find_different_interleavings() {
             .history
             .iter()
             .filter_map(|e| match &e.kind {
-                EventKind::Call { from, to, op, subject, .. } if *to != drivelab_fakes::history::Component::S3 => {
+                EventKind::Call {
+                    from,
+                    to,
+                    op,
+                    subject,
+                    ..
+                } if *to != drivelab_fakes::history::Component::S3 => {
                     Some(format!("{from}->{to} {op} {}", subject.len()))
                 }
                 _ => None,
             })
             .collect();
-        orders.insert(o.history_text.lines().filter(|l| l.contains("scheduler released")).collect::<Vec<_>>().join("\n") + &order.join(","));
+        orders.insert(
+            o.history_text
+                .lines()
+                .filter(|l| l.contains("scheduler released"))
+                .collect::<Vec<_>>()
+                .join("\n")
+                + &order.join(","),
+        );
     }
-    assert!(orders.len() >= 2, "six seeds gave only {} interleaving(s)", orders.len());
+    assert!(
+        orders.len() >= 2,
+        "six seeds gave only {} interleaving(s)",
+        orders.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,8 +208,16 @@ async fn faults_fire_where_aimed() {
             _ => None,
         })
         .collect();
-    assert!(faults.iter().any(|f| f.starts_with("crash_driver: s3admin.add_user occurrence 1")), "{faults:?}");
-    assert!(faults.iter().any(|f| f.contains("driver killed")), "{faults:?}");
+    assert!(
+        faults
+            .iter()
+            .any(|f| f.starts_with("crash_driver: s3admin.add_user occurrence 1")),
+        "{faults:?}"
+    );
+    assert!(
+        faults.iter().any(|f| f.contains("driver killed")),
+        "{faults:?}"
+    );
     // The grant converged after the crash, with one user.
     assert!(o.passed(), "{}", summary(&o));
 }

@@ -11,7 +11,12 @@ use drivelab::explore::{self, ExploreOptions, GenFault, GenKind, Schedule};
 use drivelab::scenario::{self, Invariant};
 
 fn base(rel: &str) -> scenario::Scenario {
-    scenario::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(rel)).unwrap_or_else(|e| panic!("{e}"))
+    scenario::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("scenarios")
+            .join(rel),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,16 +31,39 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
         out_dir: dir.path().to_path_buf(),
         detect_only: false,
     };
-    let report = explore::explore(&base("cosi/happy-path.yaml"), &opts).await.unwrap();
-    let found = report.found.expect("explore should find the crash window user-before-checkpoint leaves");
-    assert!(!found.failed.is_empty(), "the found file must fail when replayed");
+    let report = explore::explore(&base("cosi/happy-path.yaml"), &opts)
+        .await
+        .unwrap();
+    let found = report
+        .found
+        .expect("explore should find the crash window user-before-checkpoint leaves");
+    assert!(
+        !found.failed.is_empty(),
+        "the found file must fail when replayed"
+    );
     // `drivelab run FILE --mutant …`, twice: the same failure, the same history.
     let file = scenario::load(&found.path).unwrap();
-    let again = engine::run(&file, &RunOptions { seed: None, mutants: vec![Mutant::UserBeforeCheckpoint] }).await.unwrap();
-    assert!(explore::same_failure(&found.outcome, &again), "replay differs:\n{}", drivelab::report::console(&again));
+    let again = engine::run(
+        &file,
+        &RunOptions {
+            seed: None,
+            mutants: vec![Mutant::UserBeforeCheckpoint],
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        explore::same_failure(&found.outcome, &again),
+        "replay differs:\n{}",
+        drivelab::report::console(&again)
+    );
     // The correct driver survives the same schedule.
     let reference = engine::run(&file, &RunOptions::default()).await.unwrap();
-    assert!(reference.passed(), "{}", drivelab::report::console(&reference));
+    assert!(
+        reference.passed(),
+        "{}",
+        drivelab::report::console(&reference)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,10 +71,16 @@ async fn fifty_random_schedules_run_twice_give_identical_histories() {
     drivelab::logcap::init(false);
     let mut scn = base("cosi/two-accesses-one-claim.yaml");
     // The twin lab of unpredictable-secrets doubles the cost and adds nothing here.
-    scn.invariants.retain(|i| *i != Invariant::UnpredictableSecrets);
+    scn.invariants
+        .retain(|i| *i != Invariant::UnpredictableSecrets);
     let baseline = engine::run(&scn, &RunOptions::default()).await.unwrap();
     let targets = explore::targets_of(&baseline);
-    let kinds = [GenKind::CrashAfter, GenKind::CrashBefore, GenKind::Unavailable, GenKind::DropResponse];
+    let kinds = [
+        GenKind::CrashAfter,
+        GenKind::CrashBefore,
+        GenKind::Unavailable,
+        GenKind::DropResponse,
+    ];
     let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = || {
         rng ^= rng << 13;
@@ -60,7 +94,11 @@ async fn fifty_random_schedules_run_twice_give_identical_histories() {
         // the driver's HTTP client deciding whether to retry on a fresh pooled
         // connection, which the lab cannot order (see the closing note of
         // issue 6). Lost replies are covered sequentially; concurrency with crashes.
-        let kinds: &[GenKind] = if merges.is_empty() { &kinds } else { &kinds[..3] };
+        let kinds: &[GenKind] = if merges.is_empty() {
+            &kinds
+        } else {
+            &kinds[..3]
+        };
         let seed = next() % 10_000;
         let nfaults = next() % 3;
         let mut faults = Vec::new();
@@ -74,14 +112,25 @@ async fn fifty_random_schedules_run_twice_give_identical_histories() {
             seed,
             faults,
             merges,
-            dups: if next() % 3 == 0 { vec![(2, explore::Dup::Same)] } else { vec![] },
+            dups: if next() % 3 == 0 {
+                vec![(2, explore::Dup::Same)]
+            } else {
+                vec![]
+            },
         };
         let s = explore::apply(&scn, &targets, &sched);
         let a = engine::run(&s, &RunOptions::default()).await.unwrap();
         let b = engine::run(&s, &RunOptions::default()).await.unwrap();
         if a.history_text != b.history_text {
-            let (x, y): (Vec<&str>, Vec<&str>) = (a.history_text.lines().collect(), b.history_text.lines().collect());
-            let i = x.iter().zip(&y).position(|(p, q)| p != q).unwrap_or(x.len().min(y.len()));
+            let (x, y): (Vec<&str>, Vec<&str>) = (
+                a.history_text.lines().collect(),
+                b.history_text.lines().collect(),
+            );
+            let i = x
+                .iter()
+                .zip(&y)
+                .position(|(p, q)| p != q)
+                .unwrap_or(x.len().min(y.len()));
             let from = i.saturating_sub(12);
             panic!(
                 "case {case} ({sched:?}) is nondeterministic; first difference at line {}:\n--- run 1\n{}\n--- run 2\n{}",

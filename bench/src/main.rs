@@ -55,13 +55,18 @@ fn main() -> ExitCode {
 }
 
 fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
 }
 
 /// The engine needs a multi-thread runtime (the driver has its own as well);
 /// two workers, as `drivelab run` uses.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
 }
 
 fn run_child(args: &[String]) -> anyhow::Result<Value> {
@@ -71,8 +76,14 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
     let rt = runtime()?;
     match args.first().map(String::as_str) {
         Some("percall") => {
-            let rounds: usize = flag(args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(8);
-            let batch: usize = flag(args, "--batch").map(|s| s.parse()).transpose()?.unwrap_or(40);
+            let rounds: usize = flag(args, "--rounds")
+                .map(|s| s.parse())
+                .transpose()?
+                .unwrap_or(8);
+            let batch: usize = flag(args, "--batch")
+                .map(|s| s.parse())
+                .transpose()?
+                .unwrap_or(40);
             let pc = rt.block_on(percall::run(rounds, batch, 20))?;
             let mut series = serde_json::Map::new();
             for s in &pc.series {
@@ -121,10 +132,16 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Valu
             continue;
         }
         // Predict this size from the last two before paying for it.
-        let pts: Vec<(f64, f64)> =
-            points.iter().map(|p| (p["n"].as_f64().unwrap(), p["wall_s"].as_f64().unwrap())).collect();
+        let pts: Vec<(f64, f64)> = points
+            .iter()
+            .map(|p| (p["n"].as_f64().unwrap(), p["wall_s"].as_f64().unwrap()))
+            .collect();
         if let Some(&(ln, lt)) = pts.last() {
-            let k = if pts.len() >= 2 { loglog_slope(&pts[pts.len() - 2..]).max(1.0) } else { 1.0 };
+            let k = if pts.len() >= 2 {
+                loglog_slope(&pts[pts.len() - 2..]).max(1.0)
+            } else {
+                1.0
+            };
             let predicted = lt * (n as f64 / ln).powf(k);
             let left = BUDGET.saturating_sub(started.elapsed()).as_secs_f64() - 30.0; // 30 s for the suite's margin
             if predicted > SIZE_CAP.as_secs_f64() || predicted > left {
@@ -134,8 +151,13 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Valu
             }
         }
         eprintln!("[bench] growth N={n} ...");
-        let left = BUDGET.saturating_sub(started.elapsed()).max(Duration::from_secs(10));
-        match child(&["growth", &n.to_string()], left.min(SIZE_CAP + Duration::from_secs(30))) {
+        let left = BUDGET
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(10));
+        match child(
+            &["growth", &n.to_string()],
+            left.min(SIZE_CAP + Duration::from_secs(30)),
+        ) {
             Ok(v) => points.push(v),
             Err(e) => capped.push(json!({"n": n, "why": format!("{e:#}")})),
         }
@@ -148,7 +170,10 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Valu
             .collect()
     };
     // Memory above the fixed cost of one lab: the growth that matters.
-    let base_rss = points.first().and_then(|p| p["peak_rss_mib"].as_f64()).unwrap_or(0.0);
+    let base_rss = points
+        .first()
+        .and_then(|p| p["peak_rss_mib"].as_f64())
+        .unwrap_or(0.0);
     let extra_rss: Vec<(f64, f64)> = xy("peak_rss_mib", usize::MAX)
         .into_iter()
         .skip(1)
@@ -157,8 +182,14 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Valu
     let per_step: Vec<Value> = points
         .windows(2)
         .map(|w| {
-            let (n0, t0) = (w[0]["n"].as_f64().unwrap(), w[0]["wall_s"].as_f64().unwrap());
-            let (n1, t1) = (w[1]["n"].as_f64().unwrap(), w[1]["wall_s"].as_f64().unwrap());
+            let (n0, t0) = (
+                w[0]["n"].as_f64().unwrap(),
+                w[0]["wall_s"].as_f64().unwrap(),
+            );
+            let (n1, t1) = (
+                w[1]["n"].as_f64().unwrap(),
+                w[1]["wall_s"].as_f64().unwrap(),
+            );
             json!({"from": n0, "to": n1, "exponent": (t1 / t0).ln() / (n1 / n0).ln()})
         })
         .collect();
@@ -179,7 +210,10 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
     let out = PathBuf::from(flag(args, "--out").unwrap_or_else(|| "reports/bench.json".into()));
     let quick = args.iter().any(|a| a == "--quick");
-    let max_n: usize = flag(args, "--max-n").map(|s| s.parse()).transpose()?.unwrap_or(if quick { 1000 } else { 10000 });
+    let max_n: usize = flag(args, "--max-n")
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(if quick { 1000 } else { 10000 });
 
     eprintln!("[bench] suite: scenarios/ through drivelab::engine::run ...");
     let suite = child(&["suite", "scenarios"], Duration::from_secs(120))?;
@@ -199,8 +233,13 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n").with_context(|| format!("writing {}", out.display()))?;
-    eprintln!("[bench] wrote {} in {:.0}s", out.display(), started.elapsed().as_secs_f64());
+    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    eprintln!(
+        "[bench] wrote {} in {:.0}s",
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -218,24 +257,47 @@ fn print_table(r: &Value) {
     let s = &pc["raw"]["series"];
     let mut rows: Vec<(String, String, String, &str)> = Vec::new();
     let ratio = f(&pc["ratios"]["lab_over_bare"]);
-    rows.push(("per-call: lab / bare median (DriverGrantBucketAccess)".into(), format!("{ratio:.2}x"), format!("<= {TARGET_RATIO}x"), ok(ratio <= TARGET_RATIO)));
+    rows.push((
+        "per-call: lab / bare median (DriverGrantBucketAccess)".into(),
+        format!("{ratio:.2}x"),
+        format!("<= {TARGET_RATIO}x"),
+        ok(ratio <= TARGET_RATIO),
+    ));
     for (id, label) in [
         ("lab", "  lab path median"),
         ("lab_driver_direct", "  same driver+fakes, no sidecar"),
         ("mem_fakes_direct", "  fakes on MemStore, no sidecar"),
         ("bare", "  bare client + stub backend"),
     ] {
-        rows.push((label.into(), format!("{:.0} us", f(&s[id]["median_us"])), "-".into(), ""));
+        rows.push((
+            label.into(),
+            format!("{:.0} us", f(&s[id]["median_us"])),
+            "-".into(),
+            "",
+        ));
     }
-    rows.push(("  gated calls per lab grant".into(), format!("{:.1}", f(&pc["raw"]["gated_calls_per_grant"])), "-".into(), ""));
+    rows.push((
+        "  gated calls per lab grant".into(),
+        format!("{:.1}", f(&pc["raw"]["gated_calls_per_grant"])),
+        "-".into(),
+        "",
+    ));
     let su = &r["suite"];
     rows.push((
-        format!("suite: {} scenarios ({} passed), wall", su["scenarios"], su["passed"]),
+        format!(
+            "suite: {} scenarios ({} passed), wall",
+            su["scenarios"], su["passed"]
+        ),
         format!("{:.2} s", f(&su["wall_s"])),
         format!("<= {TARGET_SUITE_S} s"),
         ok(f(&su["wall_s"]) <= TARGET_SUITE_S),
     ));
-    rows.push(("suite: CPU (user+sys)".into(), format!("{:.2} s", f(&su["cpu_s"])), "-".into(), ""));
+    rows.push((
+        "suite: CPU (user+sys)".into(),
+        format!("{:.2} s", f(&su["cpu_s"])),
+        "-".into(),
+        "",
+    ));
     rows.push((
         "suite: peak RSS".into(),
         format!("{:.0} MiB", f(&su["peak_rss_mib"])),
@@ -244,30 +306,70 @@ fn print_table(r: &Value) {
     ));
     let vc = &r["virtual_clock"];
     rows.push((
-        format!("virtual clock: {} back-offs, {:.0} s virtual, wall", vc["backoffs"], f(&vc["virtual_s"])),
+        format!(
+            "virtual clock: {} back-offs, {:.0} s virtual, wall",
+            vc["backoffs"],
+            f(&vc["virtual_s"])
+        ),
         format!("{:.1} ms", f(&vc["wall_ms"])),
         format!("< {TARGET_VIRTUAL_MS} ms"),
         ok(f(&vc["wall_ms"]) < TARGET_VIRTUAL_MS && vc["backoffs"].as_u64().unwrap_or(0) >= 10),
     ));
-    rows.push(("  same scenario, no back-off (auth Key)".into(), format!("{:.1} ms", f(&vc["baseline_wall_ms"])), "-".into(), ""));
+    rows.push((
+        "  same scenario, no back-off (auth Key)".into(),
+        format!("{:.1} ms", f(&vc["baseline_wall_ms"])),
+        "-".into(),
+        "",
+    ));
     let g = &r["growth"];
     for p in g["points"].as_array().into_iter().flatten() {
         rows.push((
             format!("growth N={}: wall / peak RSS", p["n"]),
-            format!("{:.2} s / {:.0} MiB", f(&p["wall_s"]), f(&p["peak_rss_mib"])),
+            format!(
+                "{:.2} s / {:.0} MiB",
+                f(&p["wall_s"]),
+                f(&p["peak_rss_mib"])
+            ),
             "-".into(),
             "",
         ));
     }
     for c in g["capped"].as_array().into_iter().flatten() {
-        rows.push((format!("growth N={}: not run", c["n"]), c["predicted_wall_s"].as_f64().map(|p| format!("~{p:.0} s predicted")).unwrap_or_else(|| c["why"].as_str().unwrap_or("").to_string()), "-".into(), "CAPPED"));
+        rows.push((
+            format!("growth N={}: not run", c["n"]),
+            c["predicted_wall_s"]
+                .as_f64()
+                .map(|p| format!("~{p:.0} s predicted"))
+                .unwrap_or_else(|| c["why"].as_str().unwrap_or("").to_string()),
+            "-".into(),
+            "CAPPED",
+        ));
     }
     let e = f(&g["exponent_wall"]);
-    rows.push(("growth: fitted exponent, wall (log-log)".into(), format!("{e:.2}"), format!("<= {TARGET_EXPONENT}"), ok(e <= TARGET_EXPONENT)));
-    for d in g["exponent_wall_per_decade"].as_array().into_iter().flatten() {
-        rows.push((format!("  N {} -> {}", d["from"], d["to"]), format!("{:.2}", f(&d["exponent"])), "-".into(), ""));
+    rows.push((
+        "growth: fitted exponent, wall (log-log)".into(),
+        format!("{e:.2}"),
+        format!("<= {TARGET_EXPONENT}"),
+        ok(e <= TARGET_EXPONENT),
+    ));
+    for d in g["exponent_wall_per_decade"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        rows.push((
+            format!("  N {} -> {}", d["from"], d["to"]),
+            format!("{:.2}", f(&d["exponent"])),
+            "-".into(),
+            "",
+        ));
     }
-    rows.push(("growth: fitted exponent, RSS above N=10".into(), format!("{:.2}", f(&g["exponent_rss_above_base"])), "-".into(), ""));
+    rows.push((
+        "growth: fitted exponent, RSS above N=10".into(),
+        format!("{:.2}", f(&g["exponent_rss_above_base"])),
+        "-".into(),
+        "",
+    ));
 
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(10);
@@ -283,26 +385,47 @@ fn print_table(r: &Value) {
 /// committed report. Absolute times are never compared: only how the lab
 /// compares with its own baselines, and how it grows.
 fn check(args: &[String]) -> anyhow::Result<bool> {
-    let against = PathBuf::from(flag(args, "--against").unwrap_or_else(|| "reports/bench.json".into()));
-    let margin: f64 = flag(args, "--margin").map(|s| s.parse()).transpose()?.unwrap_or(1.5);
-    let committed: Value = serde_json::from_str(&std::fs::read_to_string(&against).with_context(|| format!("reading {}", against.display()))?)?;
+    let against =
+        PathBuf::from(flag(args, "--against").unwrap_or_else(|| "reports/bench.json".into()));
+    let margin: f64 = flag(args, "--margin")
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(1.5);
+    let committed: Value = serde_json::from_str(
+        &std::fs::read_to_string(&against)
+            .with_context(|| format!("reading {}", against.display()))?,
+    )?;
     let (per_call, _vc, growth) = measure_ratios(1000, Instant::now())?;
     let mut good = true;
-    println!("{:44} {:>10} {:>10} {:>10}", "ratio", "committed", "now", "limit");
+    println!(
+        "{:44} {:>10} {:>10} {:>10}",
+        "ratio", "committed", "now", "limit"
+    );
     for key in ["lab_over_bare", "lab_over_lab_driver_direct"] {
-        let was = committed["per_call"]["ratios"][key].as_f64().context("committed report has no per-call ratios")?;
+        let was = committed["per_call"]["ratios"][key]
+            .as_f64()
+            .context("committed report has no per-call ratios")?;
         let now = per_call["ratios"][key].as_f64().unwrap_or(f64::NAN);
         let limit = was * margin;
         let pass = now <= limit;
         good &= pass;
-        println!("{key:44} {was:>10.2} {now:>10.2} {limit:>10.2} {}", ok(pass));
+        println!(
+            "{key:44} {was:>10.2} {now:>10.2} {limit:>10.2} {}",
+            ok(pass)
+        );
     }
     // Exponents are logs of ratios; a generous margin is an additive one.
-    let was = committed["growth"]["exponent_wall_10_1000"].as_f64().context("committed report has no growth exponent")?;
+    let was = committed["growth"]["exponent_wall_10_1000"]
+        .as_f64()
+        .context("committed report has no growth exponent")?;
     let now = growth["exponent_wall_10_1000"].as_f64().unwrap_or(f64::NAN);
     let limit = was + 0.35;
     let pass = now <= limit;
     good &= pass;
-    println!("{:44} {was:>10.2} {now:>10.2} {limit:>10.2} {}", "growth exponent (N 10..1000)", ok(pass));
+    println!(
+        "{:44} {was:>10.2} {now:>10.2} {limit:>10.2} {}",
+        "growth exponent (N 10..1000)",
+        ok(pass)
+    );
     Ok(good)
 }

@@ -73,7 +73,8 @@ pub fn child(args: &[&str], timeout: Duration) -> anyhow::Result<Value> {
     let exe = std::env::current_exe().context("locating the bench binary")?;
     let mut cmd = Command::new(exe);
     cmd.arg("child").args(args);
-    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit());
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
     let proc = cmd.spawn().context("spawning a bench child")?;
     // A plain watchdog thread: the child's own work must not be slowed by ours.
     let pid = proc.id();
@@ -87,23 +88,36 @@ pub fn child(args: &[&str], timeout: Duration) -> anyhow::Result<Value> {
             false
         }
     });
-    let out = proc.wait_with_output().context("waiting for a bench child")?;
+    let out = proc
+        .wait_with_output()
+        .context("waiting for a bench child")?;
     let _ = tx.send(());
     let killed = watchdog.join().unwrap_or(false);
     if killed {
-        bail!("child {args:?} exceeded {}s and was killed", timeout.as_secs());
+        bail!(
+            "child {args:?} exceeded {}s and was killed",
+            timeout.as_secs()
+        );
     }
     if !out.status.success() {
         bail!("child {args:?} failed: {}", out.status);
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let last = text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("child printed no JSON")?;
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("child printed no JSON")?;
     serde_json::from_str(last).with_context(|| format!("child printed bad JSON: {last}"))
 }
 
 /// Least-squares slope of ln(y) on ln(x): the growth exponent (1 = linear).
 pub fn loglog_slope(points: &[(f64, f64)]) -> f64 {
-    let pts: Vec<(f64, f64)> = points.iter().filter(|(x, y)| *x > 0.0 && *y > 0.0).map(|(x, y)| (x.ln(), y.ln())).collect();
+    let pts: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|(x, y)| *x > 0.0 && *y > 0.0)
+        .map(|(x, y)| (x.ln(), y.ln()))
+        .collect();
     let n = pts.len() as f64;
     if pts.len() < 2 {
         return f64::NAN;
@@ -123,7 +137,10 @@ mod tests {
     fn median_and_slope() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        let lin: Vec<(f64, f64)> = [10.0, 100.0, 1000.0].iter().map(|&x| (x, 3.0 * x)).collect();
+        let lin: Vec<(f64, f64)> = [10.0, 100.0, 1000.0]
+            .iter()
+            .map(|&x| (x, 3.0 * x))
+            .collect();
         assert!((loglog_slope(&lin) - 1.0).abs() < 1e-9);
         let quad: Vec<(f64, f64)> = [10.0, 100.0, 1000.0].iter().map(|&x| (x, x * x)).collect();
         assert!((loglog_slope(&quad) - 2.0).abs() < 1e-9);

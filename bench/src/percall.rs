@@ -22,7 +22,9 @@ use drivelab_fakes::s3::{S3Config, S3Fake};
 use drivelab_fakes::serve::{loopback, Listener};
 use drivelab_fakes::store::{MemStore, SledStore, Store};
 use drivelab_proto::cosi::provisioner_client::ProvisionerClient;
-use drivelab_proto::cosi::{AuthenticationType, DriverCreateBucketRequest, DriverGrantBucketAccessRequest};
+use drivelab_proto::cosi::{
+    AuthenticationType, DriverCreateBucketRequest, DriverGrantBucketAccessRequest,
+};
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 
@@ -44,13 +46,24 @@ struct DriverRt {
 
 impl DriverRt {
     async fn start(kube_url: String, socket: &Path) -> anyhow::Result<Self> {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("driver").enable_all().build()?;
-        let config = DriverConfig { kube_url, state_namespace: STATE_NS.into(), mutants: vec![] };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("driver")
+            .enable_all()
+            .build()?;
+        let config = DriverConfig {
+            kube_url,
+            state_namespace: STATE_NS.into(),
+            mutants: vec![],
+        };
         let path = socket.to_path_buf();
         rt.spawn(async move { cosi_s3::serve_unix(config, &path, std::future::pending()).await });
         for _ in 0..500 {
             if tokio::net::UnixStream::connect(socket).await.is_ok() {
-                return Ok(Self { rt: Some(rt), socket: socket.to_path_buf() });
+                return Ok(Self {
+                    rt: Some(rt),
+                    socket: socket.to_path_buf(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -80,11 +93,21 @@ type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 impl GateHook for IdleHook {
     fn before<'a>(&'a self, _id: CallId, call: &'a CallSpec) -> Boxed<'a, Verdict> {
         Box::pin(async move {
-            *self.counts.lock().unwrap().entry((call.to, call.op.clone())).or_insert(0) += 1;
+            *self
+                .counts
+                .lock()
+                .unwrap()
+                .entry((call.to, call.op.clone()))
+                .or_insert(0) += 1;
             Verdict::Proceed
         })
     }
-    fn after<'a>(&'a self, _id: CallId, _call: &'a CallSpec, _o: &'a Outcome) -> Boxed<'a, Delivery> {
+    fn after<'a>(
+        &'a self,
+        _id: CallId,
+        _call: &'a CallSpec,
+        _o: &'a Outcome,
+    ) -> Boxed<'a, Delivery> {
         Box::pin(async move {
             let _guard = self.counts.lock().unwrap();
             Delivery::Deliver
@@ -105,25 +128,36 @@ struct LabFakes {
 
 impl LabFakes {
     async fn start(sled_backed: bool) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("drivelab-bench-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("drivelab-bench-")
+            .tempdir()?;
         let history = History::new(SimClock::new());
         let hook = Arc::new(IdleHook::default());
         let (s3_store, kube_store): (Arc<dyn Store>, Arc<dyn Store>) = if sled_backed {
             let db = sled::Config::new().path(dir.path().join("state")).open()?;
-            (Arc::new(SledStore::open(&db, "s3")?), Arc::new(SledStore::open(&db, "kube")?))
+            (
+                Arc::new(SledStore::open(&db, "s3")?),
+                Arc::new(SledStore::open(&db, "kube")?),
+            )
         } else {
             (Arc::new(MemStore::default()), Arc::new(MemStore::default()))
         };
         let s3 = S3Fake::new(
             s3_store,
             gate(&history, &hook),
-            S3Config { admin_access_key: ADMIN_KEY.into(), admin_secret_key: ADMIN_SECRET_KEY.into(), region: "us-east-1".into() },
+            S3Config {
+                admin_access_key: ADMIN_KEY.into(),
+                admin_secret_key: ADMIN_SECRET_KEY.into(),
+                region: "us-east-1".into(),
+            },
         )
         .map_err(|e| anyhow!("{e}"))?;
-        let kube = KubeFake::new(kube_store, gate(&history, &hook), 7).map_err(|e| anyhow!("{e}"))?;
+        let kube =
+            KubeFake::new(kube_store, gate(&history, &hook), 7).map_err(|e| anyhow!("{e}"))?;
         let s3_l = s3.serve(loopback()).await?;
         let kube_l = kube.serve(loopback()).await?;
-        kube.create(Kind::Secret, admin_secret()).map_err(|e| anyhow!("admin secret: {e}"))?;
+        kube.create(Kind::Secret, admin_secret())
+            .map_err(|e| anyhow!("admin secret: {e}"))?;
         Ok(Self {
             _dir: dir,
             kube,
@@ -155,17 +189,29 @@ fn admin_secret() -> Value {
 fn params(endpoint: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("endpoint".to_string(), endpoint.to_string()),
-        ("objectStoreUserSecretName".to_string(), ADMIN_SECRET.to_string()),
-        ("objectStoreUserSecretNamespace".to_string(), ADMIN_NS.to_string()),
+        (
+            "objectStoreUserSecretName".to_string(),
+            ADMIN_SECRET.to_string(),
+        ),
+        (
+            "objectStoreUserSecretNamespace".to_string(),
+            ADMIN_NS.to_string(),
+        ),
     ])
 }
 
 /// One way of sending the grant.
 enum Path_ {
     /// Fake sidecar → gate → history → driver → gated S3/admin + kube fakes.
-    Sidecar { sidecar: CosiSidecar, endpoint: String },
+    Sidecar {
+        sidecar: CosiSidecar,
+        endpoint: String,
+    },
     /// A plain tonic client → driver (whose backend is whatever it was started against).
-    Bare { client: ProvisionerClient<Channel>, endpoint: String },
+    Bare {
+        client: ProvisionerClient<Channel>,
+        endpoint: String,
+    },
 }
 
 impl Path_ {
@@ -173,7 +219,14 @@ impl Path_ {
         match self {
             Path_::Sidecar { sidecar, endpoint } => {
                 let ex = sidecar
-                    .replay(DriverRequest::Create { name: BUCKET.into(), parameters: params(endpoint) }, None, None)
+                    .replay(
+                        DriverRequest::Create {
+                            name: BUCKET.into(),
+                            parameters: params(endpoint),
+                        },
+                        None,
+                        None,
+                    )
                     .await;
                 match ex.reply {
                     DriverReply::Created { .. } => Ok(()),
@@ -183,7 +236,10 @@ impl Path_ {
             Path_::Bare { client, endpoint } => {
                 client
                     .clone()
-                    .driver_create_bucket(DriverCreateBucketRequest { name: BUCKET.into(), parameters: params(endpoint).into_iter().collect() })
+                    .driver_create_bucket(DriverCreateBucketRequest {
+                        name: BUCKET.into(),
+                        parameters: params(endpoint).into_iter().collect(),
+                    })
                     .await
                     .context("bare create")?;
                 Ok(())
@@ -261,32 +317,59 @@ pub struct PerCall {
 /// Measure: `rounds` rounds, each `batch` grants per path, paths interleaved
 /// so that drift (page cache, CPU frequency, other tenants) hits all alike.
 pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<PerCall> {
-    let dir = tempfile::Builder::new().prefix("drivelab-bench-sock-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("drivelab-bench-sock-")
+        .tempdir()?;
 
     // The lab's full path, and the same driver reached without the sidecar.
     let lab = LabFakes::start(true).await?;
     let lab_driver = DriverRt::start(lab.kube_url.clone(), &dir.path().join("lab.sock")).await?;
     let slot = Arc::new(RwLock::new(lab.kube.clone()));
-    let sidecar = CosiSidecar::connect(&lab_driver.socket, slot, gate(&lab.history, &lab.hook)).await?;
-    let via_sidecar = Path_::Sidecar { sidecar, endpoint: lab.s3_url.clone() };
-    let lab_direct = Path_::Bare { client: ProvisionerClient::new(connect_unix(&lab_driver.socket).await?), endpoint: lab.s3_url.clone() };
+    let sidecar =
+        CosiSidecar::connect(&lab_driver.socket, slot, gate(&lab.history, &lab.hook)).await?;
+    let via_sidecar = Path_::Sidecar {
+        sidecar,
+        endpoint: lab.s3_url.clone(),
+    };
+    let lab_direct = Path_::Bare {
+        client: ProvisionerClient::new(connect_unix(&lab_driver.socket).await?),
+        endpoint: lab.s3_url.clone(),
+    };
 
     // The same fakes over memory instead of sled, reached directly.
     let mem = LabFakes::start(false).await?;
     let mem_driver = DriverRt::start(mem.kube_url.clone(), &dir.path().join("mem.sock")).await?;
-    let mem_direct = Path_::Bare { client: ProvisionerClient::new(connect_unix(&mem_driver.socket).await?), endpoint: mem.s3_url.clone() };
+    let mem_direct = Path_::Bare {
+        client: ProvisionerClient::new(connect_unix(&mem_driver.socket).await?),
+        endpoint: mem.s3_url.clone(),
+    };
 
     // The bare baseline: the stub answers admin, S3 and kube.
     let stub = Stub::default();
     let stub_url = stub.serve().await?;
     stub.put_object("secrets", ADMIN_NS, ADMIN_SECRET, admin_secret());
     let bare_driver = DriverRt::start(stub_url.clone(), &dir.path().join("bare.sock")).await?;
-    let bare = Path_::Bare { client: ProvisionerClient::new(connect_unix(&bare_driver.socket).await?), endpoint: stub_url };
+    let bare = Path_::Bare {
+        client: ProvisionerClient::new(connect_unix(&bare_driver.socket).await?),
+        endpoint: stub_url,
+    };
 
     let paths: [(&'static str, &'static str, &Path_); 4] = [
-        ("lab", "sidecar -> gate+history -> driver -> gated S3/admin + kube fakes (sled)", &via_sidecar),
-        ("lab_driver_direct", "bare client -> driver -> gated fakes (sled): no sidecar", &lab_direct),
-        ("mem_fakes_direct", "bare client -> driver -> gated fakes (MemStore): no sidecar, no sled", &mem_direct),
+        (
+            "lab",
+            "sidecar -> gate+history -> driver -> gated S3/admin + kube fakes (sled)",
+            &via_sidecar,
+        ),
+        (
+            "lab_driver_direct",
+            "bare client -> driver -> gated fakes (sled): no sidecar",
+            &lab_direct,
+        ),
+        (
+            "mem_fakes_direct",
+            "bare client -> driver -> gated fakes (MemStore): no sidecar, no sled",
+            &mem_direct,
+        ),
         ("bare", "bare client -> driver -> trivial axum stub", &bare),
     ];
     // lab and lab_driver_direct share a driver and fakes, so one bucket does for both.
@@ -294,7 +377,14 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
     mem_direct.create_bucket().await?;
     bare.create_bucket().await?;
 
-    let mut series: Vec<Series> = paths.iter().map(|(id, what, _)| Series { id, what, us: Vec::new() }).collect();
+    let mut series: Vec<Series> = paths
+        .iter()
+        .map(|(id, what, _)| Series {
+            id,
+            what,
+            us: Vec::new(),
+        })
+        .collect();
     let mut n = 0usize;
     for round in 0..(rounds + 1) {
         for (i, (id, _, p)) in paths.iter().enumerate() {
@@ -316,5 +406,8 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
     }
     let gated_calls_per_grant = ((lab.history.len() - before) as f64 - 5.0) / 2.0 / 5.0;
     drop((lab_driver, mem_driver, bare_driver));
-    Ok(PerCall { series, gated_calls_per_grant })
+    Ok(PerCall {
+        series,
+        gated_calls_per_grant,
+    })
 }

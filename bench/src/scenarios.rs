@@ -91,7 +91,9 @@ pub async fn virtual_clock(reps: usize) -> anyhow::Result<Value> {
     let grants = out
         .history
         .iter()
-        .filter(|e| matches!(&e.kind, EventKind::Call { op, .. } if op == "DriverGrantBucketAccess"))
+        .filter(
+            |e| matches!(&e.kind, EventKind::Call { op, .. } if op == "DriverGrantBucketAccess"),
+        )
         .count();
     let requeues = out
         .history
@@ -128,14 +130,20 @@ steps:
 "
     );
     for i in 0..n {
-        s.push_str(&format!("  - grant_access: {{ name: app-{i}, claim: photos, class: readwrite }}\n"));
+        s.push_str(&format!(
+            "  - grant_access: {{ name: app-{i}, claim: photos, class: readwrite }}\n"
+        ));
     }
     s
 }
 
 /// The growth scenario at size `n`, once (a fresh child per size).
 pub async fn growth(n: usize) -> anyhow::Result<Value> {
-    let scn = scenario::parse(&PathBuf::from(format!("<bench>/growth-{n}.yaml")), &growth_text(n)).map_err(|e| anyhow!("{e}"))?;
+    let scn = scenario::parse(
+        &PathBuf::from(format!("<bench>/growth-{n}.yaml")),
+        &growth_text(n),
+    )
+    .map_err(|e| anyhow!("{e}"))?;
     let rss0 = peak_rss_mib();
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     let out = engine::run(&scn, &RunOptions::default()).await?;

@@ -32,7 +32,9 @@ impl Stub {
     pub async fn serve(&self) -> anyhow::Result<String> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let app = axum::Router::new().fallback(handle).with_state(self.clone());
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(self.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -45,7 +47,8 @@ impl Stub {
         s.rv += 1;
         let mut obj = obj;
         obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
-        s.objects.insert((plural.into(), ns.into(), name.into()), obj);
+        s.objects
+            .insert((plural.into(), ns.into(), name.into()), obj);
     }
 }
 
@@ -58,7 +61,10 @@ fn reply(status: StatusCode, body: Value) -> Response {
 }
 
 fn empty(status: StatusCode) -> Response {
-    Response::builder().status(status).body(Body::empty()).unwrap()
+    Response::builder()
+        .status(status)
+        .body(Body::empty())
+        .unwrap()
 }
 
 fn admin_error(status: StatusCode, code: &str) -> Response {
@@ -69,7 +75,9 @@ fn s3_error(status: StatusCode, code: &str) -> Response {
     Response::builder()
         .status(status)
         .header("content-type", "application/xml")
-        .body(Body::from(format!("<Error><Code>{code}</Code><Message>{code}</Message></Error>")))
+        .body(Body::from(format!(
+            "<Error><Code>{code}</Code><Message>{code}</Message></Error>"
+        )))
         .unwrap()
 }
 
@@ -126,7 +134,9 @@ async fn handle(State(stub): State<Stub>, method: Method, uri: Uri, body: Bytes)
     match method {
         Method::HEAD if s.buckets.contains(&bucket) => empty(StatusCode::OK),
         Method::HEAD => empty(StatusCode::NOT_FOUND),
-        Method::PUT if s.buckets.contains(&bucket) => s3_error(StatusCode::CONFLICT, "BucketAlreadyOwnedByYou"),
+        Method::PUT if s.buckets.contains(&bucket) => {
+            s3_error(StatusCode::CONFLICT, "BucketAlreadyOwnedByYou")
+        }
         Method::PUT => {
             s.buckets.insert(bucket);
             empty(StatusCode::OK)
@@ -139,7 +149,13 @@ async fn handle(State(stub): State<Stub>, method: Method, uri: Uri, body: Bytes)
     }
 }
 
-fn admin(s: &mut Inner, method: &Method, op: &str, q: &HashMap<String, String>, body: &[u8]) -> Response {
+fn admin(
+    s: &mut Inner,
+    method: &Method,
+    op: &str,
+    q: &HashMap<String, String>,
+    body: &[u8],
+) -> Response {
     let arg = |k: &str| q.get(k).cloned().unwrap_or_default();
     match (method.clone(), op) {
         (Method::PUT, "add-user") => {
@@ -147,7 +163,10 @@ fn admin(s: &mut Inner, method: &Method, op: &str, q: &HashMap<String, String>, 
             empty(StatusCode::OK)
         }
         (Method::GET, "user-info") => match s.users.get(&arg("accessKey")) {
-            Some(p) => reply(StatusCode::OK, json!({"policyName": p, "status": "enabled"})),
+            Some(p) => reply(
+                StatusCode::OK,
+                json!({"policyName": p, "status": "enabled"}),
+            ),
             None => admin_error(StatusCode::NOT_FOUND, "XMinioAdminNoSuchUser"),
         },
         (Method::DELETE, "remove-user") => match s.users.remove(&arg("accessKey")) {
@@ -187,7 +206,13 @@ fn admin(s: &mut Inner, method: &Method, op: &str, q: &HashMap<String, String>, 
 }
 
 /// `{ns}/{plural}[/{name}]` for configmaps and secrets.
-fn kube(s: &mut Inner, method: &Method, rest: &str, q: &HashMap<String, String>, body: &[u8]) -> Response {
+fn kube(
+    s: &mut Inner,
+    method: &Method,
+    rest: &str,
+    q: &HashMap<String, String>,
+    body: &[u8],
+) -> Response {
     let parts: Vec<&str> = rest.split('/').collect();
     let (ns, plural, name) = match parts.as_slice() {
         [ns, plural] => (*ns, *plural, None),
@@ -211,7 +236,10 @@ fn kube(s: &mut Inner, method: &Method, rest: &str, q: &HashMap<String, String>,
                 .get("labelSelector")
                 .map(|sel| {
                     sel.split(',')
-                        .filter_map(|t| t.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+                        .filter_map(|t| {
+                            t.split_once('=')
+                                .map(|(k, v)| (k.to_string(), v.to_string()))
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
@@ -219,7 +247,10 @@ fn kube(s: &mut Inner, method: &Method, rest: &str, q: &HashMap<String, String>,
                 .objects
                 .iter()
                 .filter(|((p, n, _), _)| p == plural && n == ns)
-                .filter(|(_, o)| want.iter().all(|(k, v)| o["metadata"]["labels"][k].as_str() == Some(v)))
+                .filter(|(_, o)| {
+                    want.iter()
+                        .all(|(k, v)| o["metadata"]["labels"][k].as_str() == Some(v))
+                })
                 .map(|(_, o)| o.clone())
                 .collect();
             reply(
@@ -229,8 +260,13 @@ fn kube(s: &mut Inner, method: &Method, rest: &str, q: &HashMap<String, String>,
             )
         }
         (Method::POST, None) => {
-            let Ok(mut obj) = serde_json::from_slice::<Value>(body) else { return kube_status(400, "BadRequest") };
-            let n = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let Ok(mut obj) = serde_json::from_slice::<Value>(body) else {
+                return kube_status(400, "BadRequest");
+            };
+            let n = obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             if s.objects.contains_key(&key(&n)) {
                 return kube_status(409, "AlreadyExists");
             }
@@ -244,8 +280,12 @@ fn kube(s: &mut Inner, method: &Method, rest: &str, q: &HashMap<String, String>,
             reply(StatusCode::CREATED, obj)
         }
         (Method::PUT, Some(n)) => {
-            let Ok(mut obj) = serde_json::from_slice::<Value>(body) else { return kube_status(400, "BadRequest") };
-            let Some(cur) = s.objects.get(&key(n)) else { return kube_status(404, "NotFound") };
+            let Ok(mut obj) = serde_json::from_slice::<Value>(body) else {
+                return kube_status(400, "BadRequest");
+            };
+            let Some(cur) = s.objects.get(&key(n)) else {
+                return kube_status(404, "NotFound");
+            };
             let cur_rv = cur["metadata"]["resourceVersion"].clone();
             if let Some(rv) = obj["metadata"]["resourceVersion"].as_str() {
                 if Some(rv) != cur_rv.as_str() {
@@ -261,7 +301,9 @@ fn kube(s: &mut Inner, method: &Method, rest: &str, q: &HashMap<String, String>,
             reply(StatusCode::OK, obj)
         }
         (Method::DELETE, Some(n)) => {
-            let Some(cur) = s.objects.get(&key(n)) else { return kube_status(404, "NotFound") };
+            let Some(cur) = s.objects.get(&key(n)) else {
+                return kube_status(404, "NotFound");
+            };
             let pre: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
             if let Some(rv) = pre["preconditions"]["resourceVersion"].as_str() {
                 if Some(rv) != cur["metadata"]["resourceVersion"].as_str() {

@@ -8,13 +8,18 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// A point on the virtual time axis, in milliseconds since the run began.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct VTime(pub u64);
 
 impl VTime {
     /// This instant plus a duration (saturating).
     pub fn after(self, d: Duration) -> VTime {
-        VTime(self.0.saturating_add(d.as_millis().min(u64::MAX as u128) as u64))
+        VTime(
+            self.0
+                .saturating_add(d.as_millis().min(u64::MAX as u128) as u64),
+        )
     }
 }
 

@@ -68,7 +68,10 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum SidecarError {
     /// The driver socket could not be reached.
     #[error("cannot connect to the driver at {path}: {source}")]
-    Connect { path: PathBuf, source: tonic::transport::Error },
+    Connect {
+        path: PathBuf,
+        source: tonic::transport::Error,
+    },
     /// DriverGetInfo failed.
     #[error("DriverGetInfo failed: {0}")]
     Info(tonic::Status),
@@ -77,7 +80,11 @@ pub enum SidecarError {
     Kube(#[from] KubeError),
     /// A COSI object is malformed (missing a required field).
     #[error("{kind} {name}: {what}")]
-    Malformed { kind: &'static str, name: String, what: String },
+    Malformed {
+        kind: &'static str,
+        name: String,
+        what: String,
+    },
 }
 
 /// What the engine should do with an object after one reconcile.
@@ -136,13 +143,27 @@ impl DriverOp {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DriverRequest {
     /// DriverCreateBucket
-    Create { name: String, parameters: BTreeMap<String, String> },
+    Create {
+        name: String,
+        parameters: BTreeMap<String, String>,
+    },
     /// DriverDeleteBucket (`delete_context` = the Bucket's parameters, as the v0.2 sidecar sends)
-    Delete { bucket_id: String, context: BTreeMap<String, String> },
+    Delete {
+        bucket_id: String,
+        context: BTreeMap<String, String>,
+    },
     /// DriverGrantBucketAccess
-    Grant { bucket_id: String, name: String, auth: i32, parameters: BTreeMap<String, String> },
+    Grant {
+        bucket_id: String,
+        name: String,
+        auth: i32,
+        parameters: BTreeMap<String, String>,
+    },
     /// DriverRevokeBucketAccess
-    Revoke { bucket_id: String, account_id: String },
+    Revoke {
+        bucket_id: String,
+        account_id: String,
+    },
 }
 
 impl DriverRequest {
@@ -186,7 +207,11 @@ pub enum DriverReply {
     /// Create answered OK.
     Created { bucket_id: String },
     /// Grant answered OK. `credentials` is None when the reply was malformed.
-    Granted { account_id: String, credentials: Option<S3Credentials>, credential_entries: usize },
+    Granted {
+        account_id: String,
+        credentials: Option<S3Credentials>,
+        credential_entries: usize,
+    },
     /// Delete/Revoke answered OK.
     Empty,
     /// A gRPC error.
@@ -279,11 +304,18 @@ impl CosiSidecar {
     pub async fn connect(socket: &Path, kube: KubeSlot, gate: Gate) -> Result<Self, SidecarError> {
         let channel = connect_unix(socket)
             .await
-            .map_err(|source| SidecarError::Connect { path: socket.to_path_buf(), source })?;
+            .map_err(|source| SidecarError::Connect {
+                path: socket.to_path_buf(),
+                source,
+            })?;
         let call = CallSpec::new(Component::Sidecar, Component::Driver, "DriverGetInfo", "");
         let (id, _) = gate.enter(&call).await;
         let mut identity = IdentityClient::new(channel.clone());
-        let res = tokio::time::timeout(CALL_TIMEOUT, identity.driver_get_info(DriverGetInfoRequest {})).await;
+        let res = tokio::time::timeout(
+            CALL_TIMEOUT,
+            identity.driver_get_info(DriverGetInfoRequest {}),
+        )
+        .await;
         let res = match res {
             Ok(r) => r,
             Err(_) => Err(tonic::Status::deadline_exceeded("DriverGetInfo timed out")),
@@ -306,13 +338,19 @@ impl CosiSidecar {
     pub async fn reconnect(&self) -> Result<(), SidecarError> {
         let channel = connect_unix(&self.socket)
             .await
-            .map_err(|source| SidecarError::Connect { path: self.socket.clone(), source })?;
+            .map_err(|source| SidecarError::Connect {
+                path: self.socket.clone(),
+                source,
+            })?;
         *lock(&self.provisioner) = ProvisionerClient::new(channel);
         Ok(())
     }
 
     fn kube(&self) -> KubeFake {
-        self.kube_slot.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.kube_slot
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The name the driver reported.
@@ -360,12 +398,32 @@ impl CosiSidecar {
         auth: Option<i32>,
     ) -> Exchange {
         let request = match (request, parameters, auth) {
-            (DriverRequest::Create { name, parameters: p }, over, _) => {
-                DriverRequest::Create { name, parameters: merged(p, over) }
-            }
-            (DriverRequest::Grant { bucket_id, name, auth: a, parameters: p }, over, new_auth) => {
-                DriverRequest::Grant { bucket_id, name, auth: new_auth.unwrap_or(a), parameters: merged(p, over) }
-            }
+            (
+                DriverRequest::Create {
+                    name,
+                    parameters: p,
+                },
+                over,
+                _,
+            ) => DriverRequest::Create {
+                name,
+                parameters: merged(p, over),
+            },
+            (
+                DriverRequest::Grant {
+                    bucket_id,
+                    name,
+                    auth: a,
+                    parameters: p,
+                },
+                over,
+                new_auth,
+            ) => DriverRequest::Grant {
+                bucket_id,
+                name,
+                auth: new_auth.unwrap_or(a),
+                parameters: merged(p, over),
+            },
             (other, _, _) => other,
         };
         self.send(request, true).await
@@ -403,7 +461,15 @@ impl CosiSidecar {
             return Ok(Step::Done);
         }
         let parameters = string_map(&bucket, &["spec", "parameters"]);
-        let ex = self.send(DriverRequest::Create { name: bucket_name.clone(), parameters }, false).await;
+        let ex = self
+            .send(
+                DriverRequest::Create {
+                    name: bucket_name.clone(),
+                    parameters,
+                },
+                false,
+            )
+            .await;
         match ex.reply {
             DriverReply::Created { bucket_id } if !bucket_id.is_empty() => {
                 self.kube().merge_patch(
@@ -415,8 +481,13 @@ impl CosiSidecar {
                 self.mark_claim_ready(ns, name, &bucket_name)?;
                 Ok(Step::Done)
             }
-            DriverReply::Created { .. } => Ok(Step::Retry("driver returned an empty bucket_id".into())),
-            other => Ok(Step::Retry(format!("DriverCreateBucket: {}", other.code_name()))),
+            DriverReply::Created { .. } => {
+                Ok(Step::Retry("driver returned an empty bucket_id".into()))
+            }
+            other => Ok(Step::Retry(format!(
+                "DriverCreateBucket: {}",
+                other.code_name()
+            ))),
         }
     }
 
@@ -427,14 +498,16 @@ impl CosiSidecar {
             name: format!("{ns}/{name}"),
             what: what.to_string(),
         };
-        let uid = str_at(claim, &["metadata", "uid"]).ok_or_else(|| malformed("no metadata.uid"))?;
+        let uid =
+            str_at(claim, &["metadata", "uid"]).ok_or_else(|| malformed("no metadata.uid"))?;
         let existing = str_at(claim, &["spec", "existingBucketName"]);
         let bucket_name = match &existing {
             Some(b) => b.clone(),
             None => format!("bucket-{uid}"),
         };
         if existing.is_none() {
-            let class_name = str_at(claim, &["spec", "bucketClassName"]).ok_or_else(|| malformed("no spec.bucketClassName"))?;
+            let class_name = str_at(claim, &["spec", "bucketClassName"])
+                .ok_or_else(|| malformed("no spec.bucketClassName"))?;
             let class = self
                 .kube()
                 .get(Kind::BucketClass, None, &class_name)?
@@ -457,7 +530,12 @@ impl CosiSidecar {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.kube().merge_patch(Kind::BucketClaim, Some(ns), name, json!({"status": {"bucketName": bucket_name}}))?;
+        self.kube().merge_patch(
+            Kind::BucketClaim,
+            Some(ns),
+            name,
+            json!({"status": {"bucketName": bucket_name}}),
+        )?;
         Ok(bucket_name)
     }
 
@@ -471,25 +549,46 @@ impl CosiSidecar {
         Ok(())
     }
 
-    async fn delete_claim(&self, ns: &str, name: &str, bucket_name: Option<&str>) -> Result<Step, SidecarError> {
+    async fn delete_claim(
+        &self,
+        ns: &str,
+        name: &str,
+        bucket_name: Option<&str>,
+    ) -> Result<Step, SidecarError> {
         if let Some(bucket_name) = bucket_name {
             if let Some(bucket) = self.kube().get(Kind::Bucket, None, bucket_name)? {
-                let policy = str_at(&bucket, &["spec", "deletionPolicy"]).unwrap_or_else(|| "Retain".into());
+                let policy =
+                    str_at(&bucket, &["spec", "deletionPolicy"]).unwrap_or_else(|| "Retain".into());
                 let bucket_id = str_at(&bucket, &["status", "bucketID"]);
                 if policy == "Delete" {
                     if let Some(bucket_id) = bucket_id {
                         let context = string_map(&bucket, &["spec", "parameters"]);
-                        let ex = self.send(DriverRequest::Delete { bucket_id, context }, false).await;
+                        let ex = self
+                            .send(DriverRequest::Delete { bucket_id, context }, false)
+                            .await;
                         match ex.reply {
                             DriverReply::Empty => {}
-                            DriverReply::Failed { code: tonic::Code::NotFound, .. } => {}
-                            other => return Ok(Step::Retry(format!("DriverDeleteBucket: {}", other.code_name()))),
+                            DriverReply::Failed {
+                                code: tonic::Code::NotFound,
+                                ..
+                            } => {}
+                            other => {
+                                return Ok(Step::Retry(format!(
+                                    "DriverDeleteBucket: {}",
+                                    other.code_name()
+                                )))
+                            }
                         }
                     }
                     self.kube().delete(Kind::Bucket, None, bucket_name)?;
                 } else {
                     // Retain: no driver call; the Bucket object stays, released from its claim.
-                    self.kube().merge_patch(Kind::Bucket, None, bucket_name, json!({"spec": {"bucketClaim": null}}))?;
+                    self.kube().merge_patch(
+                        Kind::Bucket,
+                        None,
+                        bucket_name,
+                        json!({"spec": {"bucketClaim": null}}),
+                    )?;
                 }
             }
         }
@@ -511,9 +610,20 @@ impl CosiSidecar {
         if deleting(&access) {
             if let Some(account_id) = account_id {
                 let bucket_id = str_at(&access, &["status", "bucketID"]).unwrap_or_default();
-                let ex = self.send(DriverRequest::Revoke { bucket_id, account_id }, false).await;
+                let ex = self
+                    .send(
+                        DriverRequest::Revoke {
+                            bucket_id,
+                            account_id,
+                        },
+                        false,
+                    )
+                    .await;
                 if let DriverReply::Failed { .. } = ex.reply {
-                    return Ok(Step::Retry(format!("DriverRevokeBucketAccess: {}", ex.reply.code_name())));
+                    return Ok(Step::Retry(format!(
+                        "DriverRevokeBucketAccess: {}",
+                        ex.reply.code_name()
+                    )));
                 }
             }
             if let Some(s) = secret_name {
@@ -529,24 +639,35 @@ impl CosiSidecar {
             return Ok(Step::Done);
         }
         self.ensure_finalizer(Kind::BucketAccess, ns, name, &access, ACCESS_FINALIZER)?;
-        let uid = str_at(&access, &["metadata", "uid"]).ok_or_else(|| malformed("no metadata.uid"))?;
-        let claim_name = str_at(&access, &["spec", "bucketClaimName"]).ok_or_else(|| malformed("no spec.bucketClaimName"))?;
-        let class_name =
-            str_at(&access, &["spec", "bucketAccessClassName"]).ok_or_else(|| malformed("no spec.bucketAccessClassName"))?;
+        let uid =
+            str_at(&access, &["metadata", "uid"]).ok_or_else(|| malformed("no metadata.uid"))?;
+        let claim_name = str_at(&access, &["spec", "bucketClaimName"])
+            .ok_or_else(|| malformed("no spec.bucketClaimName"))?;
+        let class_name = str_at(&access, &["spec", "bucketAccessClassName"])
+            .ok_or_else(|| malformed("no spec.bucketAccessClassName"))?;
         let secret_name = secret_name.ok_or_else(|| malformed("no spec.credentialsSecretName"))?;
         let Some(claim) = self.kube().get(Kind::BucketClaim, Some(ns), &claim_name)? else {
-            return Ok(Step::Retry(format!("bucketclaim {ns}/{claim_name} not found")));
+            return Ok(Step::Retry(format!(
+                "bucketclaim {ns}/{claim_name} not found"
+            )));
         };
         if !bool_at(&claim, &["status", "bucketReady"]) {
-            return Ok(Step::Retry(format!("bucketclaim {ns}/{claim_name} not ready")));
+            return Ok(Step::Retry(format!(
+                "bucketclaim {ns}/{claim_name} not ready"
+            )));
         }
         let bucket_name = str_at(&claim, &["status", "bucketName"]).unwrap_or_default();
         let Some(bucket) = self.kube().get(Kind::Bucket, None, &bucket_name)? else {
             return Ok(Step::Retry(format!("bucket {bucket_name} not found")));
         };
         let bucket_id = str_at(&bucket, &["status", "bucketID"]).unwrap_or_default();
-        let Some(class) = self.kube().get(Kind::BucketAccessClass, None, &class_name)? else {
-            return Ok(Step::Retry(format!("bucketaccessclass {class_name} not found")));
+        let Some(class) = self
+            .kube()
+            .get(Kind::BucketAccessClass, None, &class_name)?
+        else {
+            return Ok(Step::Retry(format!(
+                "bucketaccessclass {class_name} not found"
+            )));
         };
         let auth_name = str_at(&class, &["authenticationType"]).unwrap_or_default();
         let auth = match auth_name.as_str() {
@@ -562,17 +683,32 @@ impl CosiSidecar {
         };
         let ex = self.send(request, false).await;
         let (account_id, creds, entries) = match ex.reply {
-            DriverReply::Granted { account_id, credentials, credential_entries } => (account_id, credentials, credential_entries),
-            other => return Ok(Step::Retry(format!("DriverGrantBucketAccess: {}", other.code_name()))),
+            DriverReply::Granted {
+                account_id,
+                credentials,
+                credential_entries,
+            } => (account_id, credentials, credential_entries),
+            other => {
+                return Ok(Step::Retry(format!(
+                    "DriverGrantBucketAccess: {}",
+                    other.code_name()
+                )))
+            }
         };
         if account_id.is_empty() {
             return Ok(Step::Retry("driver returned an empty account_id".into()));
         }
         let Some(creds) = creds.filter(|_| entries == 1) else {
-            return Ok(Step::Retry(format!("driver returned {entries} credential entries, want exactly one (s3)")));
+            return Ok(Step::Retry(format!(
+                "driver returned {entries} credential entries, want exactly one (s3)"
+            )));
         };
         // Created once, never updated: an existing Secret is left as it is.
-        if self.kube().get(Kind::Secret, Some(ns), &secret_name)?.is_none() {
+        if self
+            .kube()
+            .get(Kind::Secret, Some(ns), &secret_name)?
+            .is_none()
+        {
             let info = json!({
                 "metadata": {"name": format!("bc-{uid}")},
                 "spec": {
@@ -612,24 +748,53 @@ impl CosiSidecar {
 
     /// Protect an object the sidecar has started working on, as the real one does,
     /// so that deleting it waits for the driver cleanup.
-    fn ensure_finalizer(&self, kind: Kind, ns: &str, name: &str, obj: &Value, finalizer: &str) -> Result<(), SidecarError> {
-        let mut list: Vec<Value> = at(obj, &["metadata", "finalizers"]).and_then(Value::as_array).cloned().unwrap_or_default();
+    fn ensure_finalizer(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        obj: &Value,
+        finalizer: &str,
+    ) -> Result<(), SidecarError> {
+        let mut list: Vec<Value> = at(obj, &["metadata", "finalizers"])
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         if list.iter().any(|f| f.as_str() == Some(finalizer)) {
             return Ok(());
         }
         list.push(json!(finalizer));
-        self.kube().merge_patch(kind, Some(ns), name, json!({"metadata": {"finalizers": list}}))?;
+        self.kube().merge_patch(
+            kind,
+            Some(ns),
+            name,
+            json!({"metadata": {"finalizers": list}}),
+        )?;
         Ok(())
     }
 
     /// Cleanup done: drop our finalizer so the API server completes the deletion.
     fn release(&self, kind: Kind, ns: &str, name: &str) -> Result<(), SidecarError> {
-        let Some(obj) = self.kube().get(kind, Some(ns), name)? else { return Ok(()) };
+        let Some(obj) = self.kube().get(kind, Some(ns), name)? else {
+            return Ok(());
+        };
         let list: Vec<Value> = at(&obj, &["metadata", "finalizers"])
             .and_then(Value::as_array)
-            .map(|l| l.iter().filter(|f| f.as_str() != Some(CLAIM_FINALIZER) && f.as_str() != Some(ACCESS_FINALIZER)).cloned().collect())
+            .map(|l| {
+                l.iter()
+                    .filter(|f| {
+                        f.as_str() != Some(CLAIM_FINALIZER) && f.as_str() != Some(ACCESS_FINALIZER)
+                    })
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
-        match self.kube().merge_patch(kind, Some(ns), name, json!({"metadata": {"finalizers": list}})) {
+        match self.kube().merge_patch(
+            kind,
+            Some(ns),
+            name,
+            json!({"metadata": {"finalizers": list}}),
+        ) {
             Ok(_) | Err(KubeError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -637,10 +802,18 @@ impl CosiSidecar {
 
     /// One driver RPC through the gate, recorded as an exchange.
     async fn send(&self, request: DriverRequest, replay: bool) -> Exchange {
-        let call = CallSpec::new(Component::Sidecar, Component::Driver, request.op().rpc(), request.key());
+        let call = CallSpec::new(
+            Component::Sidecar,
+            Component::Driver,
+            request.op().rpc(),
+            request.key(),
+        );
         let (id, verdict) = self.gate.enter(&call).await;
         let answered = match verdict {
-            Verdict::Reject(r) => Some(DriverReply::Failed { code: code_from_name(&r.code), message: r.message }),
+            Verdict::Reject(r) => Some(DriverReply::Failed {
+                code: code_from_name(&r.code),
+                message: r.message,
+            }),
             Verdict::Cut => {
                 self.gate.cut_before(id);
                 None
@@ -648,16 +821,28 @@ impl CosiSidecar {
             Verdict::Proceed => Some(self.rpc(&request).await),
         };
         let reply = match answered {
-            None => DriverReply::Failed { code: tonic::Code::Unavailable, message: CUT_MESSAGE.into() },
+            None => DriverReply::Failed {
+                code: tonic::Code::Unavailable,
+                message: CUT_MESSAGE.into(),
+            },
             Some(reply) => {
                 let outcome = match &reply {
-                    DriverReply::Failed { code, message } => Outcome::Grpc { code: code_name(*code), message: message.clone() },
-                    _ => Outcome::Grpc { code: "OK".into(), message: String::new() },
+                    DriverReply::Failed { code, message } => Outcome::Grpc {
+                        code: code_name(*code),
+                        message: message.clone(),
+                    },
+                    _ => Outcome::Grpc {
+                        code: "OK".into(),
+                        message: String::new(),
+                    },
                 };
                 match self.gate.leave(id, &call, outcome).await {
                     Delivery::Deliver => reply,
                     // The driver committed; the sidecar sees what a lost reply looks like.
-                    Delivery::Cut => DriverReply::Failed { code: tonic::Code::Unavailable, message: CUT_MESSAGE.into() },
+                    Delivery::Cut => DriverReply::Failed {
+                        code: tonic::Code::Unavailable,
+                        message: CUT_MESSAGE.into(),
+                    },
                 }
             }
         };
@@ -667,17 +852,30 @@ impl CosiSidecar {
                 text: format!("replayed {} for {}", request.op().rpc(), request.key()),
             });
         }
-        let ex = Exchange { call: id, request, reply, replay };
+        let ex = Exchange {
+            call: id,
+            request,
+            reply,
+            replay,
+        };
         lock(&self.exchanges).push(ex.clone());
         ex
     }
 
     async fn rpc(&self, request: &DriverRequest) -> DriverReply {
-        if self.redial.swap(false, std::sync::atomic::Ordering::SeqCst) && self.reconnect().await.is_err() {
+        if self.redial.swap(false, std::sync::atomic::Ordering::SeqCst)
+            && self.reconnect().await.is_err()
+        {
             self.redial.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         let reply = self.rpc_once(request).await;
-        if matches!(reply, DriverReply::Failed { code: tonic::Code::Unavailable | tonic::Code::Unknown, .. }) {
+        if matches!(
+            reply,
+            DriverReply::Failed {
+                code: tonic::Code::Unavailable | tonic::Code::Unknown,
+                ..
+            }
+        ) {
             self.redial.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         reply
@@ -688,14 +886,27 @@ impl CosiSidecar {
         let fut = async move {
             match request.clone() {
                 DriverRequest::Create { name, parameters } => client
-                    .driver_create_bucket(DriverCreateBucketRequest { name, parameters: parameters.into_iter().collect() })
+                    .driver_create_bucket(DriverCreateBucketRequest {
+                        name,
+                        parameters: parameters.into_iter().collect(),
+                    })
                     .await
-                    .map(|r| DriverReply::Created { bucket_id: r.into_inner().bucket_id }),
+                    .map(|r| DriverReply::Created {
+                        bucket_id: r.into_inner().bucket_id,
+                    }),
                 DriverRequest::Delete { bucket_id, context } => client
-                    .driver_delete_bucket(DriverDeleteBucketRequest { bucket_id, delete_context: context.into_iter().collect() })
+                    .driver_delete_bucket(DriverDeleteBucketRequest {
+                        bucket_id,
+                        delete_context: context.into_iter().collect(),
+                    })
                     .await
                     .map(|_| DriverReply::Empty),
-                DriverRequest::Grant { bucket_id, name, auth, parameters } => client
+                DriverRequest::Grant {
+                    bucket_id,
+                    name,
+                    auth,
+                    parameters,
+                } => client
                     .driver_grant_bucket_access(DriverGrantBucketAccessRequest {
                         bucket_id,
                         name,
@@ -707,14 +918,30 @@ impl CosiSidecar {
                         let r = r.into_inner();
                         let entries = r.credentials.len();
                         let credentials = r.credentials.get("s3").map(|c| S3Credentials {
-                            access_key_id: c.secrets.get("accessKeyID").cloned().unwrap_or_default(),
-                            secret: Secret::new(c.secrets.get("accessSecretKey").cloned().unwrap_or_default()),
+                            access_key_id: c
+                                .secrets
+                                .get("accessKeyID")
+                                .cloned()
+                                .unwrap_or_default(),
+                            secret: Secret::new(
+                                c.secrets
+                                    .get("accessSecretKey")
+                                    .cloned()
+                                    .unwrap_or_default(),
+                            ),
                             endpoint: c.secrets.get("endpoint").cloned().unwrap_or_default(),
                             region: c.secrets.get("region").cloned().unwrap_or_default(),
                         });
-                        DriverReply::Granted { account_id: r.account_id, credentials, credential_entries: entries }
+                        DriverReply::Granted {
+                            account_id: r.account_id,
+                            credentials,
+                            credential_entries: entries,
+                        }
                     }),
-                DriverRequest::Revoke { bucket_id, account_id } => client
+                DriverRequest::Revoke {
+                    bucket_id,
+                    account_id,
+                } => client
                     .driver_revoke_bucket_access(DriverRevokeBucketAccessRequest {
                         bucket_id,
                         account_id,
@@ -730,12 +957,20 @@ impl CosiSidecar {
             // depending on how the OS reported the broken connection; the real
             // sidecar treats all of them alike, and the history must not vary.
             Ok(Err(status))
-                if matches!(status.code(), tonic::Code::Unknown | tonic::Code::Unavailable)
-                    && std::error::Error::source(&status).is_some() =>
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unknown | tonic::Code::Unavailable
+                ) && std::error::Error::source(&status).is_some() =>
             {
-                DriverReply::Failed { code: tonic::Code::Unavailable, message: "transport: connection to the driver lost".into() }
+                DriverReply::Failed {
+                    code: tonic::Code::Unavailable,
+                    message: "transport: connection to the driver lost".into(),
+                }
             }
-            Ok(Err(status)) => DriverReply::Failed { code: status.code(), message: status.message().to_string() },
+            Ok(Err(status)) => DriverReply::Failed {
+                code: status.code(),
+                message: status.message().to_string(),
+            },
             Err(_) => DriverReply::Failed {
                 code: tonic::Code::DeadlineExceeded,
                 message: format!("no reply within {}s", CALL_TIMEOUT.as_secs()),
@@ -762,17 +997,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The gRPC code named `name` (`UNAVAILABLE`, ...); UNKNOWN for anything else.
 pub fn code_from_name(name: &str) -> tonic::Code {
-    (0..=16).map(tonic::Code::from_i32).find(|c| code_name(*c) == name).unwrap_or(tonic::Code::Unknown)
+    (0..=16)
+        .map(tonic::Code::from_i32)
+        .find(|c| code_name(*c) == name)
+        .unwrap_or(tonic::Code::Unknown)
 }
 
 fn grpc_outcome<T>(r: &Result<T, tonic::Status>) -> Outcome {
     match r {
-        Ok(_) => Outcome::Grpc { code: "OK".into(), message: String::new() },
-        Err(s) => Outcome::Grpc { code: code_name(s.code()), message: s.message().to_string() },
+        Ok(_) => Outcome::Grpc {
+            code: "OK".into(),
+            message: String::new(),
+        },
+        Err(s) => Outcome::Grpc {
+            code: code_name(s.code()),
+            message: s.message().to_string(),
+        },
     }
 }
 
-fn merged(mut base: BTreeMap<String, String>, over: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+fn merged(
+    mut base: BTreeMap<String, String>,
+    over: Option<&BTreeMap<String, String>>,
+) -> BTreeMap<String, String> {
     if let Some(o) = over {
         for (k, v) in o {
             base.insert(k.clone(), v.clone());
@@ -786,7 +1033,10 @@ fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
 }
 
 fn str_at(v: &Value, path: &[&str]) -> Option<String> {
-    at(v, path).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
+    at(v, path)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
 }
 
 fn bool_at(v: &Value, path: &[&str]) -> bool {
@@ -796,7 +1046,11 @@ fn bool_at(v: &Value, path: &[&str]) -> bool {
 fn string_map(v: &Value, path: &[&str]) -> BTreeMap<String, String> {
     at(v, path)
         .and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -29,8 +29,18 @@ pub struct CallSpec {
 
 impl CallSpec {
     /// Convenience constructor.
-    pub fn new(from: Component, to: Component, op: impl Into<String>, subject: impl Into<String>) -> Self {
-        Self { from, to, op: op.into(), subject: subject.into() }
+    pub fn new(
+        from: Component,
+        to: Component,
+        op: impl Into<String>,
+        subject: impl Into<String>,
+    ) -> Self {
+        Self {
+            from,
+            to,
+            op: op.into(),
+            subject: subject.into(),
+        }
     }
 }
 
@@ -71,7 +81,12 @@ pub trait GateHook: Send + Sync {
     /// Called before the callee runs (before it can commit anything).
     fn before<'a>(&'a self, id: CallId, call: &'a CallSpec) -> BoxFuture<'a, Verdict>;
     /// Called after the callee answered (it has committed), before the reply leaves.
-    fn after<'a>(&'a self, id: CallId, call: &'a CallSpec, outcome: &'a Outcome) -> BoxFuture<'a, Delivery>;
+    fn after<'a>(
+        &'a self,
+        id: CallId,
+        call: &'a CallSpec,
+        outcome: &'a Outcome,
+    ) -> BoxFuture<'a, Delivery>;
 }
 
 /// One interception point, shared by every request path of a component.
@@ -84,7 +99,10 @@ pub struct Gate {
 impl Gate {
     /// A gate that records into `history` and has no hook yet.
     pub fn new(history: History) -> Self {
-        Self { history, hook: Arc::default() }
+        Self {
+            history,
+            hook: Arc::default(),
+        }
     }
 
     /// The history this gate records into.
@@ -103,7 +121,9 @@ impl Gate {
 
     /// Record the call and ask the hook whether it proceeds.
     pub async fn enter(&self, call: &CallSpec) -> (CallId, Verdict) {
-        let id = self.history.call(call.from, call.to, &call.op, &call.subject);
+        let id = self
+            .history
+            .call(call.from, call.to, &call.op, &call.subject);
         let verdict = match self.current_hook() {
             Some(h) => h.before(id, call).await,
             None => Verdict::Proceed,
@@ -119,7 +139,9 @@ impl Gate {
         };
         let seen = match delivery {
             Delivery::Deliver => outcome,
-            Delivery::Cut => Outcome::NoReply { reason: format!("reply lost after {}", outcome.label()) },
+            Delivery::Cut => Outcome::NoReply {
+                reason: format!("reply lost after {}", outcome.label()),
+            },
         };
         self.history.reply(id, seen);
         delivery
@@ -129,7 +151,12 @@ impl Gate {
     pub fn cut_before(&self, id: CallId) {
         // The scheduler may already have recorded why (its caller crashed).
         if !self.history.has_reply(id) {
-            self.history.reply(id, Outcome::NoReply { reason: "connection cut before the callee saw the request".into() });
+            self.history.reply(
+                id,
+                Outcome::NoReply {
+                    reason: "connection cut before the callee saw the request".into(),
+                },
+            );
         }
     }
 }
@@ -169,7 +196,11 @@ pub async fn http_gate(
     };
     let outcome = Outcome::Http {
         status: resp.status().as_u16(),
-        code: resp.headers().get(ERROR_CODE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string),
+        code: resp
+            .headers()
+            .get(ERROR_CODE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
     };
     if tap.gate.leave(id, &call, outcome).await == Delivery::Cut {
         return sever(cut).await;
@@ -201,6 +232,7 @@ pub const ERROR_CODE_HEADER: &str = "x-drivelab-error-code";
 /// Build an empty body response (helper for renderers).
 pub fn empty(status: u16) -> Response {
     let mut r = Response::new(Body::empty());
-    *r.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    *r.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     r
 }

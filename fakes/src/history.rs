@@ -78,7 +78,10 @@ impl Outcome {
     /// A short label for reports: `200`, `404 NoSuchBucket`, `ALREADY_EXISTS`.
     pub fn label(&self) -> String {
         match self {
-            Outcome::Http { status, code: Some(c) } => format!("{status} {c}"),
+            Outcome::Http {
+                status,
+                code: Some(c),
+            } => format!("{status} {c}"),
             Outcome::Http { status, code: None } => status.to_string(),
             Outcome::Grpc { code, .. } => code.clone(),
             Outcome::NoReply { reason } => format!("no reply ({reason})"),
@@ -94,13 +97,23 @@ pub enum EventKind {
     Step { index: usize, name: String },
     /// A request left `from` for `to`. `subject` names the resource it is about
     /// (bucket, access key, object name); never a secret.
-    Call { id: CallId, from: Component, to: Component, op: String, subject: String },
+    Call {
+        id: CallId,
+        from: Component,
+        to: Component,
+        op: String,
+        subject: String,
+    },
     /// The reply to call `id`.
     Reply { id: CallId, outcome: Outcome },
     /// Free-form observation by a component (never carries secrets).
     Note { component: Component, text: String },
     /// The lab injected a fault (`call` is the call it hit, if any).
-    Fault { call: Option<CallId>, fault: String, detail: String },
+    Fault {
+        call: Option<CallId>,
+        fault: String,
+        detail: String,
+    },
 }
 
 /// One entry in the history.
@@ -131,7 +144,10 @@ pub struct History {
 impl History {
     /// An empty history stamped by `clock`.
     pub fn new(clock: SimClock) -> Self {
-        Self { inner: Arc::default(), clock }
+        Self {
+            inner: Arc::default(),
+            clock,
+        }
     }
 
     /// The clock this history stamps events with.
@@ -143,7 +159,11 @@ impl History {
     pub fn record(&self, kind: EventKind) -> u64 {
         let mut inner = self.lock();
         let seq = inner.events.len() as u64;
-        inner.events.push(Event { seq, at: self.clock.now(), kind });
+        inner.events.push(Event {
+            seq,
+            at: self.clock.now(),
+            kind,
+        });
         seq
     }
 
@@ -154,7 +174,13 @@ impl History {
             inner.next_call += 1;
             CallId(inner.next_call)
         };
-        self.record(EventKind::Call { id, from, to, op: op.to_string(), subject: subject.to_string() });
+        self.record(EventKind::Call {
+            id,
+            from,
+            to,
+            op: op.to_string(),
+            subject: subject.to_string(),
+        });
         id
     }
 
@@ -165,7 +191,11 @@ impl History {
 
     /// Whether a reply to `id` was recorded (scans back; used on rare fault paths).
     pub fn has_reply(&self, id: CallId) -> bool {
-        self.lock().events.iter().rev().any(|e| matches!(&e.kind, EventKind::Reply { id: r, .. } if *r == id))
+        self.lock()
+            .events
+            .iter()
+            .rev()
+            .any(|e| matches!(&e.kind, EventKind::Reply { id: r, .. } if *r == id))
     }
 
     /// A copy of every event so far, in order.
@@ -216,7 +246,13 @@ pub fn calls(events: &[Event]) -> Vec<CallRecord> {
     let mut index = std::collections::HashMap::new();
     for e in events {
         match &e.kind {
-            EventKind::Call { id, from, to, op, subject } => {
+            EventKind::Call {
+                id,
+                from,
+                to,
+                op,
+                subject,
+            } => {
                 index.insert(*id, out.len());
                 out.push(CallRecord {
                     id: *id,

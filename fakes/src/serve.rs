@@ -98,10 +98,12 @@ pub async fn serve_http(router: axum::Router, addr: SocketAddr) -> std::io::Resu
             };
             let cut = CutSwitch::default();
             let ext = cut.clone();
-            let svc = router.clone().map_request(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(ext.clone());
-                req
-            });
+            let svc = router.clone().map_request(
+                move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(ext.clone());
+                    req
+                },
+            );
             let svc = TowerToHyperService::new(svc);
             let mut set = conns.lock().unwrap_or_else(|p| p.into_inner());
             // Reap finished connections so the set does not grow without bound.
@@ -118,7 +120,11 @@ pub async fn serve_http(router: axum::Router, addr: SocketAddr) -> std::io::Resu
         }
         conns.lock().unwrap_or_else(|p| p.into_inner()).abort_all();
     });
-    Ok(Listener { addr, stop, task: Some(task) })
+    Ok(Listener {
+        addr,
+        stop,
+        task: Some(task),
+    })
 }
 
 /// The loopback address with an OS-chosen port.

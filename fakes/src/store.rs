@@ -16,7 +16,10 @@ pub enum StoreError {
     Backend(String),
     /// A stored value did not decode.
     #[error("stored value under {key:?} is corrupt: {source}")]
-    Corrupt { key: String, source: serde_json::Error },
+    Corrupt {
+        key: String,
+        source: serde_json::Error,
+    },
 }
 
 /// Ordered key/value storage; keys are UTF-8, values opaque bytes.
@@ -41,7 +44,10 @@ pub trait StoreExt: Store {
             None => Ok(None),
             Some(b) => serde_json::from_slice(&b)
                 .map(Some)
-                .map_err(|source| StoreError::Corrupt { key: key.to_string(), source }),
+                .map_err(|source| StoreError::Corrupt {
+                    key: key.to_string(),
+                    source,
+                }),
         }
     }
     /// Store `value` as JSON under `key`.
@@ -71,7 +77,9 @@ pub struct SledStore {
 impl SledStore {
     /// The tree `name` of `db`.
     pub fn open(db: &sled::Db, name: &str) -> Result<Self, StoreError> {
-        let tree = db.open_tree(name).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let tree = db
+            .open_tree(name)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
         Ok(Self { tree })
     }
 }

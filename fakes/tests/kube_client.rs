@@ -13,7 +13,10 @@ use drivelab_fakes::store::MemStore;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::ByteString;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch,
+    PatchParams, PostParams,
+};
 use kube::{Client, Config};
 use serde_json::json;
 
@@ -26,14 +29,24 @@ struct Lab {
 
 async fn lab() -> Lab {
     let history = History::new(SimClock::new());
-    let fake = KubeFake::new(std::sync::Arc::new(MemStore::default()), Gate::new(history.clone()), 42).expect("fake");
+    let fake = KubeFake::new(
+        std::sync::Arc::new(MemStore::default()),
+        Gate::new(history.clone()),
+        42,
+    )
+    .expect("fake");
     let listener = fake.serve(loopback()).await.expect("listen");
     let mut config = Config::new(listener.url().parse().expect("url"));
     config.default_namespace = "drv".into();
     // The fake ignores credentials, but a driver will send them.
     config.auth_info.token = Some("not-a-real-token".to_string().into());
     let client = Client::try_from(config).expect("client");
-    Lab { fake, history, client, _listener: listener }
+    Lab {
+        fake,
+        history,
+        client,
+        _listener: listener,
+    }
 }
 
 fn api_error(e: kube::Error) -> (u16, String) {
@@ -61,52 +74,118 @@ async fn configmap_checkpoint_round_trip_with_cas() {
     let cms: Api<ConfigMap> = Api::default_namespaced(lab.client.clone());
     let pp = PostParams::default();
 
-    let created = cms.create(&pp, &checkpoint("ckpt", "v1")).await.expect("create");
+    let created = cms
+        .create(&pp, &checkpoint("ckpt", "v1"))
+        .await
+        .expect("create");
     let rv1 = created.metadata.resource_version.clone().expect("rv");
     assert_eq!(created.metadata.namespace.as_deref(), Some("drv"));
     assert!(created.metadata.uid.is_some());
-    assert_eq!(api_error(cms.create(&pp, &checkpoint("ckpt", "again")).await.unwrap_err()), (409, "AlreadyExists".into()));
+    assert_eq!(
+        api_error(
+            cms.create(&pp, &checkpoint("ckpt", "again"))
+                .await
+                .unwrap_err()
+        ),
+        (409, "AlreadyExists".into())
+    );
 
     let got = cms.get("ckpt").await.expect("get");
-    assert_eq!(got.data.as_ref().and_then(|d| d.get("state")).map(String::as_str), Some("v1"));
-    assert_eq!(api_error(cms.get("nope").await.unwrap_err()), (404, "NotFound".into()));
+    assert_eq!(
+        got.data
+            .as_ref()
+            .and_then(|d| d.get("state"))
+            .map(String::as_str),
+        Some("v1")
+    );
+    assert_eq!(
+        api_error(cms.get("nope").await.unwrap_err()),
+        (404, "NotFound".into())
+    );
     assert!(cms.get_opt("nope").await.expect("get_opt").is_none());
 
-    cms.create(&pp, &ConfigMap { metadata: ObjectMeta { name: Some("other".into()), ..Default::default() }, ..Default::default() })
+    cms.create(
+        &pp,
+        &ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("other".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("create other");
+    let listed = cms
+        .list(&ListParams::default().labels("app=cosi-s3"))
         .await
-        .expect("create other");
-    let listed = cms.list(&ListParams::default().labels("app=cosi-s3")).await.expect("list");
+        .expect("list");
     assert_eq!(listed.items.len(), 1);
     assert!(listed.metadata.resource_version.is_some());
-    assert_eq!(cms.list(&ListParams::default()).await.expect("list all").items.len(), 2);
-    assert_eq!(cms.list(&ListParams::default().labels("app!=cosi-s3")).await.expect("list neg").items.len(), 1);
+    assert_eq!(
+        cms.list(&ListParams::default())
+            .await
+            .expect("list all")
+            .items
+            .len(),
+        2
+    );
+    assert_eq!(
+        cms.list(&ListParams::default().labels("app!=cosi-s3"))
+            .await
+            .expect("list neg")
+            .items
+            .len(),
+        1
+    );
 
     // Replace with the current resourceVersion succeeds and bumps it.
     let mut next = got.clone();
     next.data = Some(BTreeMap::from([("state".to_string(), "v2".to_string())]));
     let replaced = cms.replace("ckpt", &pp, &next).await.expect("replace");
-    assert_ne!(replaced.metadata.resource_version.as_deref(), Some(rv1.as_str()));
+    assert_ne!(
+        replaced.metadata.resource_version.as_deref(),
+        Some(rv1.as_str())
+    );
 
     // The same write again carries a stale resourceVersion: Conflict.
     let mut stale = got.clone();
-    stale.data = Some(BTreeMap::from([("state".to_string(), "lost-update".to_string())]));
+    stale.data = Some(BTreeMap::from([(
+        "state".to_string(),
+        "lost-update".to_string(),
+    )]));
     let err = cms.replace("ckpt", &pp, &stale).await.unwrap_err();
     assert_eq!(api_error(err), (409, "Conflict".into()));
-    assert_eq!(cms.get("ckpt").await.expect("get").data.unwrap()["state"], "v2");
+    assert_eq!(
+        cms.get("ckpt").await.expect("get").data.unwrap()["state"],
+        "v2"
+    );
 
     // Patches: merge, strategic (as merge), apply, and a merge patch used as CAS.
     let patched = cms
-        .patch("ckpt", &PatchParams::default(), &Patch::Merge(json!({"data": {"extra": "1"}})))
+        .patch(
+            "ckpt",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"extra": "1"}})),
+        )
         .await
         .expect("merge patch");
     assert_eq!(patched.data.as_ref().unwrap()["extra"], "1");
     let patched = cms
-        .patch("ckpt", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"labels": {"tier": "a"}}})))
+        .patch(
+            "ckpt",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"labels": {"tier": "a"}}})),
+        )
         .await
         .expect("strategic patch");
     assert_eq!(patched.metadata.labels.as_ref().unwrap()["tier"], "a");
     let err = cms
-        .patch("ckpt", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": rv1}, "data": {"x": "y"}})))
+        .patch(
+            "ckpt",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"resourceVersion": rv1}, "data": {"x": "y"}})),
+        )
         .await
         .unwrap_err();
     assert_eq!(api_error(err), (409, "Conflict".into()));
@@ -119,26 +198,57 @@ async fn configmap_checkpoint_round_trip_with_cas() {
         .await
         .expect("apply creates");
     assert_eq!(applied.data.unwrap()["a"], "b");
-    let err = cms.patch("nope", &PatchParams::default(), &Patch::Merge(json!({}))).await.unwrap_err();
+    let err = cms
+        .patch("nope", &PatchParams::default(), &Patch::Merge(json!({})))
+        .await
+        .unwrap_err();
     assert_eq!(api_error(err), (404, "NotFound".into()));
 
     // Delete with a stale precondition is refused; a plain delete answers with a Status.
-    let dp = DeleteParams { preconditions: Some(kube::api::Preconditions { resource_version: Some(rv1.clone()), uid: None }), ..Default::default() };
-    assert_eq!(api_error(cms.delete("ckpt", &dp).await.unwrap_err()), (409, "Conflict".into()));
-    let deleted = cms.delete("ckpt", &DeleteParams::default()).await.expect("delete");
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: Some(rv1.clone()),
+            uid: None,
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        api_error(cms.delete("ckpt", &dp).await.unwrap_err()),
+        (409, "Conflict".into())
+    );
+    let deleted = cms
+        .delete("ckpt", &DeleteParams::default())
+        .await
+        .expect("delete");
     assert!(deleted.is_right(), "core kinds answer delete with a Status");
-    assert_eq!(api_error(cms.delete("ckpt", &DeleteParams::default()).await.unwrap_err()), (404, "NotFound".into()));
+    assert_eq!(
+        api_error(
+            cms.delete("ckpt", &DeleteParams::default())
+                .await
+                .unwrap_err()
+        ),
+        (404, "NotFound".into())
+    );
 
     // The gate saw every call with op names and subjects, never a payload.
-    let ops: Vec<(String, String, Option<Outcome>)> =
-        calls(&lab.history.events()).into_iter().map(|c| (c.op, c.subject, c.outcome)).collect();
+    let ops: Vec<(String, String, Option<Outcome>)> = calls(&lab.history.events())
+        .into_iter()
+        .map(|c| (c.op, c.subject, c.outcome))
+        .collect();
     assert!(ops.contains(&(
         "replace_configmap".into(),
         "drv/ckpt".into(),
-        Some(Outcome::Http { status: 409, code: Some("Conflict".into()) })
+        Some(Outcome::Http {
+            status: 409,
+            code: Some("Conflict".into())
+        })
     )));
-    assert!(ops.iter().any(|(op, subject, _)| op == "list_configmaps" && subject == "drv"));
-    assert!(ops.iter().any(|(op, subject, _)| op == "create_configmap" && subject == "drv"));
+    assert!(ops
+        .iter()
+        .any(|(op, subject, _)| op == "list_configmaps" && subject == "drv"));
+    assert!(ops
+        .iter()
+        .any(|(op, subject, _)| op == "create_configmap" && subject == "drv"));
 }
 
 #[tokio::test]
@@ -147,9 +257,18 @@ async fn secrets_lease_and_all_namespace_list() {
     let secrets: Api<Secret> = Api::namespaced(lab.client.clone(), "drv");
     let pp = PostParams::default();
     let s = Secret {
-        metadata: ObjectMeta { name: Some("creds".into()), ..Default::default() },
-        string_data: Some(BTreeMap::from([("accessKey".to_string(), "AKIA".to_string())])),
-        data: Some(BTreeMap::from([("raw".to_string(), ByteString(vec![0, 159, 255]))])),
+        metadata: ObjectMeta {
+            name: Some("creds".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([(
+            "accessKey".to_string(),
+            "AKIA".to_string(),
+        )])),
+        data: Some(BTreeMap::from([(
+            "raw".to_string(),
+            ByteString(vec![0, 159, 255]),
+        )])),
         ..Default::default()
     };
     let created = secrets.create(&pp, &s).await.expect("create secret");
@@ -161,7 +280,16 @@ async fn secrets_lease_and_all_namespace_list() {
 
     let other: Api<Secret> = Api::namespaced(lab.client.clone(), "elsewhere");
     other
-        .create(&pp, &Secret { metadata: ObjectMeta { name: Some("creds".into()), ..Default::default() }, ..Default::default() })
+        .create(
+            &pp,
+            &Secret {
+                metadata: ObjectMeta {
+                    name: Some("creds".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
         .await
         .expect("same name, other namespace");
     let all: Api<Secret> = Api::all(lab.client.clone());
@@ -171,25 +299,53 @@ async fn secrets_lease_and_all_namespace_list() {
         .expect("list all")
         .items
         .into_iter()
-        .map(|s| format!("{}/{}", s.metadata.namespace.unwrap_or_default(), s.metadata.name.unwrap_or_default()))
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s.metadata.namespace.unwrap_or_default(),
+                s.metadata.name.unwrap_or_default()
+            )
+        })
         .collect();
     assert_eq!(names, ["drv/creds", "elsewhere/creds"]);
 
-    let bad = Secret { metadata: ObjectMeta { name: Some("Not_A_Name".into()), ..Default::default() }, ..Default::default() };
-    assert_eq!(api_error(secrets.create(&pp, &bad).await.unwrap_err()), (422, "Invalid".into()));
+    let bad = Secret {
+        metadata: ObjectMeta {
+            name: Some("Not_A_Name".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(
+        api_error(secrets.create(&pp, &bad).await.unwrap_err()),
+        (422, "Invalid".into())
+    );
 
     let leases: Api<Lease> = Api::namespaced(lab.client.clone(), "drv");
     let lease = Lease {
-        metadata: ObjectMeta { name: Some("leader".into()), ..Default::default() },
-        spec: Some(LeaseSpec { holder_identity: Some("a".into()), lease_duration_seconds: Some(15), ..Default::default() }),
+        metadata: ObjectMeta {
+            name: Some("leader".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("a".into()),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        }),
     };
     let l = leases.create(&pp, &lease).await.expect("create lease");
     assert_eq!(l.metadata.generation, Some(1));
     let mut taken = l.clone();
     taken.spec.as_mut().unwrap().holder_identity = Some("b".into());
-    leases.replace("leader", &pp, &taken).await.expect("take over");
+    leases
+        .replace("leader", &pp, &taken)
+        .await
+        .expect("take over");
     // A second contender still holding the old version loses.
-    assert_eq!(api_error(leases.replace("leader", &pp, &taken).await.unwrap_err()), (409, "Conflict".into()));
+    assert_eq!(
+        api_error(leases.replace("leader", &pp, &taken).await.unwrap_err()),
+        (409, "Conflict".into())
+    );
 }
 
 #[tokio::test]
@@ -202,17 +358,31 @@ async fn cosi_bucket_claim_via_dynamic_object() {
     let claim = DynamicObject::new("photos", &ar).data(json!({
         "spec": {"bucketClassName": "standard", "protocols": ["S3"]},
     }));
-    let created = claims.create(&PostParams::default(), &claim).await.expect("create claim");
+    let created = claims
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create claim");
     assert_eq!(created.metadata.generation, Some(1));
-    assert_eq!(created.types.as_ref().map(|t| t.kind.as_str()), Some("BucketClaim"));
+    assert_eq!(
+        created.types.as_ref().map(|t| t.kind.as_str()),
+        Some("BucketClaim")
+    );
 
     // Status goes through the status subresource; the main resource ignores it.
     let st = claims
-        .patch_status("photos", &PatchParams::default(), &Patch::Merge(json!({"status": {"bucketReady": true, "bucketName": "bc-1"}})))
+        .patch_status(
+            "photos",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"bucketReady": true, "bucketName": "bc-1"}})),
+        )
         .await
         .expect("patch status");
     assert_eq!(st.data["status"]["bucketReady"], true);
-    assert_eq!(st.metadata.generation, Some(1), "status changes do not bump generation");
+    assert_eq!(
+        st.metadata.generation,
+        Some(1),
+        "status changes do not bump generation"
+    );
     let main = claims
         .patch("photos", &PatchParams::default(), &Patch::Merge(json!({"status": {"bucketReady": false}, "metadata": {"finalizers": ["cosi.objectstorage.k8s.io/bucketclaim-protection"]}})))
         .await
@@ -221,29 +391,65 @@ async fn cosi_bucket_claim_via_dynamic_object() {
 
     let got = claims.get("photos").await.expect("get claim");
     assert_eq!(got.data["spec"]["bucketClassName"], "standard");
-    assert_eq!(claims.list(&ListParams::default()).await.expect("list").items.len(), 1);
+    assert_eq!(
+        claims
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        1
+    );
     let err = claims
-        .patch("photos", &PatchParams::default(), &Patch::Strategic(json!({"spec": {}})))
+        .patch(
+            "photos",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {}})),
+        )
         .await
         .unwrap_err();
-    assert_eq!(api_error(err).0, 415, "custom resources refuse strategic merge");
+    assert_eq!(
+        api_error(err).0,
+        415,
+        "custom resources refuse strategic merge"
+    );
 
     // Finalizers keep the claim until the sidecar removes them.
-    let marked = claims.delete("photos", &DeleteParams::default()).await.expect("delete");
-    let marked = marked.left().expect("custom resources answer delete with the object");
+    let marked = claims
+        .delete("photos", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let marked = marked
+        .left()
+        .expect("custom resources answer delete with the object");
     assert!(marked.metadata.deletion_timestamp.is_some());
-    assert!(lab.fake.get(Kind::BucketClaim, Some("drv"), "photos").expect("in-process get").is_some());
+    assert!(lab
+        .fake
+        .get(Kind::BucketClaim, Some("drv"), "photos")
+        .expect("in-process get")
+        .is_some());
     claims
-        .patch("photos", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .patch(
+            "photos",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
         .await
         .expect("drop finalizer");
     assert!(claims.get_opt("photos").await.expect("get_opt").is_none());
 
     // Cluster-scoped kinds, and the in-process API seeing HTTP writes.
-    let bucket_ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("objectstorage.k8s.io", "v1alpha1", "Bucket"), "buckets");
+    let bucket_ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("objectstorage.k8s.io", "v1alpha1", "Bucket"),
+        "buckets",
+    );
     let buckets: Api<DynamicObject> = Api::all_with(lab.client.clone(), &bucket_ar);
     buckets
-        .create(&PostParams::default(), &DynamicObject::new("bc-1", &bucket_ar).data(json!({"spec": {"driverName": "cosi-s3"}})))
+        .create(
+            &PostParams::default(),
+            &DynamicObject::new("bc-1", &bucket_ar)
+                .data(json!({"spec": {"driverName": "cosi-s3"}})),
+        )
         .await
         .expect("create bucket");
     let listed = lab.fake.list(Kind::Bucket, None).expect("in-process list");
@@ -254,14 +460,27 @@ async fn cosi_bucket_claim_via_dynamic_object() {
 #[tokio::test]
 async fn discovery_and_watch() {
     let lab = lab().await;
-    let discovery = kube::Discovery::new(lab.client.clone()).run().await.expect("discovery");
+    let discovery = kube::Discovery::new(lab.client.clone())
+        .run()
+        .await
+        .expect("discovery");
     let groups: Vec<String> = discovery.groups().map(|g| g.name().to_string()).collect();
-    assert!(groups.contains(&"objectstorage.k8s.io".to_string()), "{groups:?}");
-    assert!(groups.contains(&"coordination.k8s.io".to_string()), "{groups:?}");
+    assert!(
+        groups.contains(&"objectstorage.k8s.io".to_string()),
+        "{groups:?}"
+    );
+    assert!(
+        groups.contains(&"coordination.k8s.io".to_string()),
+        "{groups:?}"
+    );
     let (ar, caps) = discovery
         .groups()
         .find(|g| g.name() == "objectstorage.k8s.io")
-        .and_then(|g| g.recommended_resources().into_iter().find(|(ar, _)| ar.kind == "BucketAccess"))
+        .and_then(|g| {
+            g.recommended_resources()
+                .into_iter()
+                .find(|(ar, _)| ar.kind == "BucketAccess")
+        })
         .expect("BucketAccess discovered");
     assert_eq!(ar.plural, "bucketaccesses");
     assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
@@ -271,20 +490,34 @@ async fn discovery_and_watch() {
 
     // Watches are not served; the answer is an immediate Status, not a hang.
     let cms: Api<ConfigMap> = Api::default_namespaced(lab.client.clone());
-    let req = http::Request::get("/api/v1/namespaces/drv/configmaps?watch=true").body(Vec::new()).expect("request");
+    let req = http::Request::get("/api/v1/namespaces/drv/configmaps?watch=true")
+        .body(Vec::new())
+        .expect("request");
     let err = lab.client.request_text(req).await.unwrap_err();
     assert_eq!(api_error(err), (405, "MethodNotAllowed".into()));
-    assert!(cms.list(&ListParams::default()).await.expect("list").items.is_empty());
+    assert!(cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .is_empty());
 }
 
 #[tokio::test]
 async fn json_patch_and_bad_bodies_over_http() {
     let lab = lab().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(lab.client.clone());
-    cms.create(&PostParams::default(), &checkpoint("ckpt", "v1")).await.expect("create");
+    cms.create(&PostParams::default(), &checkpoint("ckpt", "v1"))
+        .await
+        .expect("create");
 
     let send = |method: &str, uri: &str, ctype: &str, body: Vec<u8>| {
-        http::Request::builder().method(method).uri(uri).header("content-type", ctype).body(body).expect("request")
+        http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", ctype)
+            .body(body)
+            .expect("request")
     };
     let path = "/api/v1/namespaces/drv/configmaps/ckpt";
     let ok = lab
@@ -300,23 +533,68 @@ async fn json_patch_and_bad_bodies_over_http() {
     assert!(ok.contains("\"v2\""));
     let failed_test = lab
         .client
-        .request_text(send("PATCH", path, "application/json-patch+json", br#"[{"op":"test","path":"/data/state","value":"v1"}]"#.to_vec()))
+        .request_text(send(
+            "PATCH",
+            path,
+            "application/json-patch+json",
+            br#"[{"op":"test","path":"/data/state","value":"v1"}]"#.to_vec(),
+        ))
         .await
         .unwrap_err();
     assert_eq!(api_error(failed_test), (422, "Invalid".into()));
 
     let cases: Vec<(&str, &str, &str, Vec<u8>, u16)> = vec![
-        ("POST", "/api/v1/namespaces/drv/configmaps", "application/json", vec![0xff, 0xfe], 400),
-        ("POST", "/api/v1/namespaces/drv/configmaps", "application/json", b"{not json".to_vec(), 400),
-        ("POST", "/api/v1/namespaces/drv/configmaps", "application/json", br#"{"metadata":{"name":"x","namespace":"other"}}"#.to_vec(), 400),
-        ("POST", "/api/v1/namespaces/drv/configmaps", "application/json", vec![b' '; 3 * 1024 * 1024 + 1], 413),
-        ("PUT", path, "application/json", br#"{"metadata":{"name":"different"}}"#.to_vec(), 400),
+        (
+            "POST",
+            "/api/v1/namespaces/drv/configmaps",
+            "application/json",
+            vec![0xff, 0xfe],
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/drv/configmaps",
+            "application/json",
+            b"{not json".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/drv/configmaps",
+            "application/json",
+            br#"{"metadata":{"name":"x","namespace":"other"}}"#.to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/drv/configmaps",
+            "application/json",
+            vec![b' '; 3 * 1024 * 1024 + 1],
+            413,
+        ),
+        (
+            "PUT",
+            path,
+            "application/json",
+            br#"{"metadata":{"name":"different"}}"#.to_vec(),
+            400,
+        ),
         ("PATCH", path, "text/plain", b"{}".to_vec(), 415),
         ("POST", path, "application/json", b"{}".to_vec(), 405),
-        ("GET", "/api/v1/namespaces/drv/pods", "application/json", Vec::new(), 404),
+        (
+            "GET",
+            "/api/v1/namespaces/drv/pods",
+            "application/json",
+            Vec::new(),
+            404,
+        ),
     ];
     for (method, uri, ctype, body, want) in cases {
-        let err = lab.client.request_text(send(method, uri, ctype, body)).await.unwrap_err();
+        let err = lab
+            .client
+            .request_text(send(method, uri, ctype, body))
+            .await
+            .unwrap_err();
         assert_eq!(api_error(err).0, want, "{method} {uri} {ctype}");
     }
 }
@@ -332,7 +610,11 @@ impl drivelab_fakes::gate::GateHook for RejectCreates {
     ) -> futures_util::future::BoxFuture<'a, drivelab_fakes::gate::Verdict> {
         use drivelab_fakes::gate::{Rejection, Verdict};
         let verdict = if call.op == "create_secret" {
-            Verdict::Reject(Rejection { http_status: 500, code: "InternalError".into(), message: "injected".into() })
+            Verdict::Reject(Rejection {
+                http_status: 500,
+                code: "InternalError".into(),
+                message: "injected".into(),
+            })
         } else {
             Verdict::Proceed
         };
@@ -354,10 +636,31 @@ async fn gate_rejection_is_a_status() {
     let lab = lab().await;
     lab.fake.gate().set_hook(std::sync::Arc::new(RejectCreates));
     let secrets: Api<Secret> = Api::default_namespaced(lab.client.clone());
-    let s = Secret { metadata: ObjectMeta { name: Some("s".into()), ..Default::default() }, ..Default::default() };
-    let err = secrets.create(&PostParams::default(), &s).await.unwrap_err();
+    let s = Secret {
+        metadata: ObjectMeta {
+            name: Some("s".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let err = secrets
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap_err();
     assert_eq!(api_error(err), (500, "InternalError".into()));
-    assert!(lab.fake.get(Kind::Secret, Some("drv"), "s").expect("get").is_none(), "rejected before the fake ran");
+    assert!(
+        lab.fake
+            .get(Kind::Secret, Some("drv"), "s")
+            .expect("get")
+            .is_none(),
+        "rejected before the fake ran"
+    );
     let last = calls(&lab.history.events()).pop().expect("a call");
-    assert_eq!(last.outcome, Some(Outcome::Http { status: 500, code: Some("InternalError".into()) }));
+    assert_eq!(
+        last.outcome,
+        Some(Outcome::Http {
+            status: 500,
+            code: Some("InternalError".into())
+        })
+    );
 }

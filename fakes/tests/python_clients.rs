@@ -21,7 +21,10 @@ fn python() -> String {
 async fn boto3_and_minio_admin_against_the_fake() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let probe = tokio::process::Command::new(python())
-        .args(["-c", "import boto3, botocore, minio, minio.minioadmin, pytest, argon2, Crypto"])
+        .args([
+            "-c",
+            "import boto3, botocore, minio, minio.minioadmin, pytest, argon2, Crypto",
+        ])
         .output()
         .await;
     match probe {
@@ -39,11 +42,23 @@ async fn boto3_and_minio_admin_against_the_fake() {
         region: "us-east-1".into(),
     };
     let history = History::new(SimClock::new());
-    let fake = S3Fake::new(Arc::new(MemStore::default()), Gate::new(history.clone()), config.clone()).unwrap();
+    let fake = S3Fake::new(
+        Arc::new(MemStore::default()),
+        Gate::new(history.clone()),
+        config.clone(),
+    )
+    .unwrap();
     let listener = fake.serve(loopback()).await.unwrap();
 
     let run = tokio::process::Command::new(python())
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_s3_clients.py"])
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/python/test_s3_clients.py",
+        ])
         .current_dir(&root)
         .env("S3_ENDPOINT", listener.url())
         .env("S3_ADMIN_ACCESS_KEY", &config.admin_access_key)
@@ -57,8 +72,15 @@ async fn boto3_and_minio_admin_against_the_fake() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}\n{stderr}");
-    assert!(out.status.success(), "pytest failed ({}):\n{stdout}\n{stderr}", out.status);
-    assert!(stdout.contains("passed") && !stdout.contains("skipped"), "pytest ran no test or skipped some:\n{stdout}");
+    assert!(
+        out.status.success(),
+        "pytest failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("passed") && !stdout.contains("skipped"),
+        "pytest ran no test or skipped some:\n{stdout}"
+    );
     // Every client request went through the gate.
     assert!(history.len() > 20, "only {} events recorded", history.len());
     listener.stop().await;

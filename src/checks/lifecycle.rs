@@ -12,7 +12,13 @@ use super::{Observations, Verdict};
 use crate::scenario::Invariant;
 
 /// Codes after which a stuck request is the caller's problem, not the driver's.
-const PERMANENT: &[&str] = &["INVALID_ARGUMENT", "UNIMPLEMENTED", "PERMISSION_DENIED", "OUT_OF_RANGE", "FAILED_PRECONDITION"];
+const PERMANENT: &[&str] = &[
+    "INVALID_ARGUMENT",
+    "UNIMPLEMENTED",
+    "PERMISSION_DENIED",
+    "OUT_OF_RANGE",
+    "FAILED_PRECONDITION",
+];
 
 fn recorded(obs: &Observations, id: &str) -> bool {
     !id.is_empty() && obs.checkpoint_text.contains(id)
@@ -24,33 +30,56 @@ pub fn no_orphans(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::NoOrphans);
     let b = &obs.backend;
     for key in b.users.keys() {
-        let live = obs.live.iter().any(|a| a.account_id == *key || a.credentials.as_ref().is_some_and(|c| c.0 == *key));
+        let live = obs
+            .live
+            .iter()
+            .any(|a| a.account_id == *key || a.credentials.as_ref().is_some_and(|c| c.0 == *key));
         if !live && !recorded(obs, key) {
             let calls = obs
                 .exchanges
                 .iter()
                 .filter(|e| matches!(&e.reply, DriverReply::Granted { account_id, credentials, .. } if account_id == key || credentials.as_ref().is_some_and(|c| c.access_key_id == *key)))
                 .map(|e| e.call);
-            v.fail(format!("backend user {key} belongs to no live BucketAccess and no checkpoint"), calls);
+            v.fail(
+                format!("backend user {key} belongs to no live BucketAccess and no checkpoint"),
+                calls,
+            );
         }
     }
     for (name, _) in b.driver_policies() {
         let attached = b.users.values().any(|u| u.policies.contains(name));
         if !attached && !recorded(obs, name) {
-            v.fail(format!("policy {name} is attached to no user and recorded in no checkpoint"), []);
+            v.fail(
+                format!("policy {name} is attached to no user and recorded in no checkpoint"),
+                [],
+            );
         }
     }
     for name in b.buckets.keys().filter(|n| !obs.lab_buckets.contains(n)) {
         let bound = obs.bucket_objects.iter().any(|(_, id)| id == name);
         if !bound && !recorded(obs, name) {
-            let calls = obs.exchanges.iter().filter(|e| e.request.op() == DriverOp::CreateBucket && e.request.key() == name).map(|e| e.call);
-            v.fail(format!("backend bucket {name} belongs to no Bucket object and no checkpoint"), calls);
+            let calls = obs
+                .exchanges
+                .iter()
+                .filter(|e| e.request.op() == DriverOp::CreateBucket && e.request.key() == name)
+                .map(|e| e.call);
+            v.fail(
+                format!("backend bucket {name} belongs to no Bucket object and no checkpoint"),
+                calls,
+            );
         }
     }
     for (claim, id) in &obs.ready_claims {
         if !id.is_empty() && !b.buckets.contains_key(id) {
-            let calls = obs.exchanges.iter().filter(|e| e.request.op() == DriverOp::CreateBucket).map(|e| e.call);
-            v.fail(format!("claim {claim} is ready but its bucket {id} does not exist in the backend"), calls);
+            let calls = obs
+                .exchanges
+                .iter()
+                .filter(|e| e.request.op() == DriverOp::CreateBucket)
+                .map(|e| e.call);
+            v.fail(
+                format!("claim {claim} is ready but its bucket {id} does not exist in the backend"),
+                calls,
+            );
         }
     }
     v.finish(format!(
@@ -73,14 +102,25 @@ pub fn owner_only_delete(obs: &Observations) -> Verdict {
         })
         .collect();
     let delete_calls = |id: &str| -> Vec<_> {
-        obs.exchanges.iter().filter(|e| e.request.op() == DriverOp::DeleteBucket && e.request.key() == id).map(|e| e.call).collect()
+        obs.exchanges
+            .iter()
+            .filter(|e| e.request.op() == DriverOp::DeleteBucket && e.request.key() == id)
+            .map(|e| e.call)
+            .collect()
     };
     for lab in &obs.lab_buckets {
         if !obs.backend.buckets.contains_key(lab) {
-            v.fail(format!("bucket {lab}, which the driver never created, was deleted"), delete_calls(lab));
+            v.fail(
+                format!("bucket {lab}, which the driver never created, was deleted"),
+                delete_calls(lab),
+            );
         }
     }
-    for gone in obs.seen_buckets.iter().filter(|b| !obs.backend.buckets.contains_key(*b) && !obs.lab_buckets.contains(b)) {
+    for gone in obs
+        .seen_buckets
+        .iter()
+        .filter(|b| !obs.backend.buckets.contains_key(*b) && !obs.lab_buckets.contains(b))
+    {
         let asked = !delete_calls(gone).is_empty();
         let ours = created.contains(&gone.as_str());
         if !(asked && ours) {
@@ -91,22 +131,42 @@ pub fn owner_only_delete(obs: &Observations) -> Verdict {
         }
     }
     // A user may only go when its own account was revoked.
-    let revoked: Vec<&str> = obs.exchanges.iter().filter(|e| e.request.op() == DriverOp::RevokeBucketAccess).map(|e| e.request.key()).collect();
-    for gone in obs.seen_users.iter().filter(|u| !obs.backend.users.contains_key(*u)) {
+    let revoked: Vec<&str> = obs
+        .exchanges
+        .iter()
+        .filter(|e| e.request.op() == DriverOp::RevokeBucketAccess)
+        .map(|e| e.request.key())
+        .collect();
+    for gone in obs
+        .seen_users
+        .iter()
+        .filter(|u| !obs.backend.users.contains_key(*u))
+    {
         let accounts: Vec<&str> = obs
             .exchanges
             .iter()
             .filter_map(|e| match &e.reply {
-                DriverReply::Granted { account_id, credentials: Some(c), .. } if c.access_key_id == *gone => Some(account_id.as_str()),
+                DriverReply::Granted {
+                    account_id,
+                    credentials: Some(c),
+                    ..
+                } if c.access_key_id == *gone => Some(account_id.as_str()),
                 _ => None,
             })
             .collect();
-        let asked = revoked.contains(&gone.as_str()) || accounts.iter().any(|a| revoked.contains(a));
+        let asked =
+            revoked.contains(&gone.as_str()) || accounts.iter().any(|a| revoked.contains(a));
         if !asked {
-            v.fail(format!("user {gone} disappeared, but no revoke named its account"), []);
+            v.fail(
+                format!("user {gone} disappeared, but no revoke named its account"),
+                [],
+            );
         }
     }
-    v.finish(format!("{} lab-owned buckets intact; every removal was of the driver's own, on request", obs.lab_buckets.len()))
+    v.finish(format!(
+        "{} lab-owned buckets intact; every removal was of the driver's own, on request",
+        obs.lab_buckets.len()
+    ))
 }
 
 /// After faults heal, nothing stays pending on a retryable error.
@@ -153,17 +213,38 @@ pub fn spec_codes(obs: &Observations) -> Verdict {
         let op = r.retried.request.op();
         // An unknown auth type makes the request invalid before it can conflict.
         let invalid = matches!(&r.retried.request, DriverRequest::Grant { auth, .. } if *auth == AuthenticationType::UnknownAuthenticationType as i32);
-        if r.changed_request && !invalid && matches!(op, DriverOp::CreateBucket | DriverOp::GrantBucketAccess) && code != "ALREADY_EXISTS" {
+        if r.changed_request
+            && !invalid
+            && matches!(op, DriverOp::CreateBucket | DriverOp::GrantBucketAccess)
+            && code != "ALREADY_EXISTS"
+        {
             v.fail(
-                format!("{} {} with incompatible parameters answered {code}, spec wants ALREADY_EXISTS", op.rpc(), r.retried.request.key()),
+                format!(
+                    "{} {} with incompatible parameters answered {code}, spec wants ALREADY_EXISTS",
+                    op.rpc(),
+                    r.retried.request.key()
+                ),
                 [r.original.call, r.retried.call],
             );
         }
-        if !r.changed_request && matches!(op, DriverOp::DeleteBucket | DriverOp::RevokeBucketAccess) && r.original.reply.code_name() == "OK" && code != "OK" {
-            v.fail(format!("{} {} again (already gone) answered {code}, spec wants OK", op.rpc(), r.retried.request.key()), [r.retried.call]);
+        if !r.changed_request
+            && matches!(op, DriverOp::DeleteBucket | DriverOp::RevokeBucketAccess)
+            && r.original.reply.code_name() == "OK"
+            && code != "OK"
+        {
+            v.fail(
+                format!(
+                    "{} {} again (already gone) answered {code}, spec wants OK",
+                    op.rpc(),
+                    r.retried.request.key()
+                ),
+                [r.retried.call],
+            );
         }
     }
-    v.finish(format!("{n} requests with a code the spec prescribes all answered it"))
+    v.finish(format!(
+        "{n} requests with a code the spec prescribes all answered it"
+    ))
 }
 
 /// Secrets are not derivable: long enough, not a hash of the names, different in a twin lab.
@@ -171,7 +252,15 @@ pub fn unpredictable_secrets(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::UnpredictableSecrets);
     let mut n = 0;
     for e in &obs.exchanges {
-        let (DriverRequest::Grant { name, .. }, DriverReply::Granted { account_id, credentials: Some(c), .. }) = (&e.request, &e.reply) else {
+        let (
+            DriverRequest::Grant { name, .. },
+            DriverReply::Granted {
+                account_id,
+                credentials: Some(c),
+                ..
+            },
+        ) = (&e.request, &e.reply)
+        else {
             continue;
         };
         n += 1;
@@ -179,7 +268,13 @@ pub fn unpredictable_secrets(obs: &Observations) -> Verdict {
         // 128 bits: at least 22 base62 characters or 32 hex digits.
         let hex = secret.bytes().all(|b| b.is_ascii_hexdigit());
         if (hex && secret.len() < 32) || secret.len() < 22 {
-            v.fail(format!("grant {name}: the secret is {} characters, under 128 bits", secret.len()), [e.call]);
+            v.fail(
+                format!(
+                    "grant {name}: the secret is {} characters, under 128 bits",
+                    secret.len()
+                ),
+                [e.call],
+            );
         }
         for input in [name.as_str(), account_id.as_str(), c.access_key_id.as_str()] {
             if derived_from(secret, input) {
@@ -192,8 +287,14 @@ pub fn unpredictable_secrets(obs: &Observations) -> Verdict {
             }
         }
     }
-    let twin = if obs.twin_secrets.is_some() { ", compared with a twin lab" } else { "" };
-    v.finish(format!("{n} secrets handed out, none short, derived or repeated{twin}"))
+    let twin = if obs.twin_secrets.is_some() {
+        ", compared with a twin lab"
+    } else {
+        ""
+    };
+    v.finish(format!(
+        "{n} secrets handed out, none short, derived or repeated{twin}"
+    ))
 }
 
 /// Is `secret` (a prefix of) the hex SHA-256 of `input`, alone or behind a common prefix?
@@ -202,8 +303,10 @@ fn derived_from(secret: &str, input: &str) -> bool {
         return false;
     }
     let lower = secret.to_ascii_lowercase();
-    ["", "cosi:", "cosi-s3:", "cosi-s3.drivelab.dev:"].iter().any(|p| {
-        let digest = hex::encode(Sha256::digest(format!("{p}{input}").as_bytes()));
-        digest.starts_with(&lower)
-    })
+    ["", "cosi:", "cosi-s3:", "cosi-s3.drivelab.dev:"]
+        .iter()
+        .any(|p| {
+            let digest = hex::encode(Sha256::digest(format!("{p}{input}").as_bytes()));
+            digest.starts_with(&lower)
+        })
 }

@@ -31,7 +31,9 @@ pub struct BackendState {
 impl BackendState {
     /// Policies someone (the driver) created or rewrote.
     pub fn driver_policies(&self) -> impl Iterator<Item = (&String, &serde_json::Value)> {
-        self.policies.iter().filter(|(k, _)| !self.builtin_policies.contains(*k))
+        self.policies
+            .iter()
+            .filter(|(k, _)| !self.builtin_policies.contains(*k))
     }
 }
 
@@ -161,7 +163,12 @@ pub struct Verdict {
 
 impl Verdict {
     pub(crate) fn new(invariant: Invariant) -> Self {
-        Self { invariant: invariant.id(), passed: true, details: Vec::new(), evidence: Vec::new() }
+        Self {
+            invariant: invariant.id(),
+            passed: true,
+            details: Vec::new(),
+            evidence: Vec::new(),
+        }
     }
     pub(crate) fn fail(&mut self, detail: String, calls: impl IntoIterator<Item = CallId>) {
         self.passed = false;
@@ -211,9 +218,16 @@ pub struct Stuck {
 
 fn granted(ex: &Exchange) -> Option<(&str, Option<(&str, &Secret)>)> {
     match &ex.reply {
-        DriverReply::Granted { account_id, credentials, .. } => {
-            Some((account_id.as_str(), credentials.as_ref().map(|c| (c.access_key_id.as_str(), &c.secret))))
-        }
+        DriverReply::Granted {
+            account_id,
+            credentials,
+            ..
+        } => Some((
+            account_id.as_str(),
+            credentials
+                .as_ref()
+                .map(|c| (c.access_key_id.as_str(), &c.secret)),
+        )),
         _ => None,
     }
 }
@@ -227,7 +241,10 @@ pub fn idempotent_replay(obs: &Observations) -> Verdict {
     let mut compared = 0usize;
     for ex in &obs.exchanges {
         let key = (ex.request.op(), ex.request.key().to_string());
-        let ok = matches!(ex.reply, DriverReply::Created { .. } | DriverReply::Granted { .. });
+        let ok = matches!(
+            ex.reply,
+            DriverReply::Created { .. } | DriverReply::Granted { .. }
+        );
         if !ok || !same_request_shape(ex, first.get(&key).copied()) {
             if ok {
                 first.entry(key).or_insert(ex);
@@ -240,16 +257,26 @@ pub fn idempotent_replay(obs: &Observations) -> Verdict {
         };
         compared += 1;
         match (&prev.reply, &ex.reply) {
-            (DriverReply::Created { bucket_id: a }, DriverReply::Created { bucket_id: b }) if a != b => v.fail(
-                format!("DriverCreateBucket {} answered bucket_id {a:?} then {b:?}", ex.request.key()),
-                [prev.call, ex.call],
-            ),
+            (DriverReply::Created { bucket_id: a }, DriverReply::Created { bucket_id: b })
+                if a != b =>
+            {
+                v.fail(
+                    format!(
+                        "DriverCreateBucket {} answered bucket_id {a:?} then {b:?}",
+                        ex.request.key()
+                    ),
+                    [prev.call, ex.call],
+                )
+            }
             _ => {}
         }
         if let (Some((a_id, a_cred)), Some((b_id, b_cred))) = (granted(prev), granted(ex)) {
             if a_id != b_id {
                 v.fail(
-                    format!("DriverGrantBucketAccess {} answered account {a_id:?} then {b_id:?}", ex.request.key()),
+                    format!(
+                        "DriverGrantBucketAccess {} answered account {a_id:?} then {b_id:?}",
+                        ex.request.key()
+                    ),
                     [prev.call, ex.call],
                 );
             }
@@ -257,7 +284,10 @@ pub fn idempotent_replay(obs: &Observations) -> Verdict {
                 (Some((ak, asec)), Some((bk, bsec))) => {
                     if ak != bk {
                         v.fail(
-                            format!("DriverGrantBucketAccess {} answered access key {ak:?} then {bk:?}", ex.request.key()),
+                            format!(
+                                "DriverGrantBucketAccess {} answered access key {ak:?} then {bk:?}",
+                                ex.request.key()
+                            ),
                             [prev.call, ex.call],
                         );
                     }
@@ -268,7 +298,13 @@ pub fn idempotent_replay(obs: &Observations) -> Verdict {
                         );
                     }
                 }
-                _ => v.fail(format!("DriverGrantBucketAccess {} answered without s3 credentials", ex.request.key()), [ex.call]),
+                _ => v.fail(
+                    format!(
+                        "DriverGrantBucketAccess {} answered without s3 credentials",
+                        ex.request.key()
+                    ),
+                    [ex.call],
+                ),
             }
         }
     }
@@ -295,12 +331,19 @@ pub fn idempotent_replay(obs: &Observations) -> Verdict {
         compared += 1;
         for change in diff_backend(&r.before, &r.after) {
             v.fail(
-                format!("step {}: retried {} {} changed the backend: {change}", r.step + 1, r.retried.request.op().rpc(), r.retried.request.key()),
+                format!(
+                    "step {}: retried {} {} changed the backend: {change}",
+                    r.step + 1,
+                    r.retried.request.op().rpc(),
+                    r.retried.request.key()
+                ),
                 [r.retried.call],
             );
         }
     }
-    v.finish(format!("{compared} repeated requests answered identically; retries left the backend unchanged"))
+    v.finish(format!(
+        "{compared} repeated requests answered identically; retries left the backend unchanged"
+    ))
 }
 
 /// Two exchanges are comparable only if the request was the same (a retry with
@@ -309,10 +352,24 @@ fn same_request_shape(ex: &Exchange, prev: Option<&Exchange>) -> bool {
     match prev {
         None => true,
         Some(p) => match (&p.request, &ex.request) {
-            (DriverRequest::Create { parameters: a, .. }, DriverRequest::Create { parameters: b, .. }) => a == b,
-            (DriverRequest::Grant { parameters: a, auth: x, bucket_id: ba, .. }, DriverRequest::Grant { parameters: b, auth: y, bucket_id: bb, .. }) => {
-                a == b && x == y && ba == bb
-            }
+            (
+                DriverRequest::Create { parameters: a, .. },
+                DriverRequest::Create { parameters: b, .. },
+            ) => a == b,
+            (
+                DriverRequest::Grant {
+                    parameters: a,
+                    auth: x,
+                    bucket_id: ba,
+                    ..
+                },
+                DriverRequest::Grant {
+                    parameters: b,
+                    auth: y,
+                    bucket_id: bb,
+                    ..
+                },
+            ) => a == b && x == y && ba == bb,
             _ => true,
         },
     }
@@ -332,7 +389,10 @@ pub fn diff_backend(a: &BackendState, b: &BackendState) -> Vec<String> {
                     out.push(format!("user {k} status {} -> {}", ua.status, ub.status));
                 }
                 if ua.policies != ub.policies {
-                    out.push(format!("user {k} policies {:?} -> {:?}", ua.policies, ub.policies));
+                    out.push(format!(
+                        "user {k} policies {:?} -> {:?}",
+                        ua.policies, ub.policies
+                    ));
                 }
             }
         }
@@ -365,7 +425,10 @@ pub fn unique_credentials(obs: &Observations) -> Verdict {
     let mut by_account: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut by_key: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for a in &obs.live {
-        by_account.entry(a.account_id.as_str()).or_default().push(&a.name);
+        by_account
+            .entry(a.account_id.as_str())
+            .or_default()
+            .push(&a.name);
         if let Some((k, _)) = &a.credentials {
             by_key.entry(k.as_str()).or_default().push(&a.name);
         }
@@ -378,18 +441,29 @@ pub fn unique_credentials(obs: &Observations) -> Verdict {
             .collect()
     };
     for (acct, names) in by_account.iter().filter(|(_, n)| n.len() > 1) {
-        v.fail(format!("accesses {} share account {acct:?}", names.join(", ")), grant_calls(names));
+        v.fail(
+            format!("accesses {} share account {acct:?}", names.join(", ")),
+            grant_calls(names),
+        );
     }
     for (key, names) in by_key.iter().filter(|(_, n)| n.len() > 1) {
-        v.fail(format!("accesses {} share access key {key:?}", names.join(", ")), grant_calls(names));
+        v.fail(
+            format!("accesses {} share access key {key:?}", names.join(", ")),
+            grant_calls(names),
+        );
     }
-    v.finish(format!("{} live accesses, all with distinct accounts and keys", obs.live.len()))
+    v.finish(format!(
+        "{} live accesses, all with distinct accounts and keys",
+        obs.live.len()
+    ))
 }
 
 pub(crate) fn grant_calls_for(obs: &Observations, account_name: &str) -> Vec<CallId> {
     obs.exchanges
         .iter()
-        .filter(|e| e.request.op() == DriverOp::GrantBucketAccess && e.request.key() == account_name)
+        .filter(|e| {
+            e.request.op() == DriverOp::GrantBucketAccess && e.request.key() == account_name
+        })
         .map(|e| e.call)
         .collect()
 }
@@ -398,31 +472,60 @@ pub(crate) fn grant_calls_for(obs: &Observations, account_name: &str) -> Vec<Cal
 pub fn least_privilege(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::LeastPrivilege);
     let mut n = 0;
-    for p in obs.probes.iter().filter(|p| p.purpose == ProbePurpose::Current) {
+    for p in obs
+        .probes
+        .iter()
+        .filter(|p| p.purpose == ProbePurpose::Current)
+    {
         n += 1;
         let ok = (200..300).contains(&p.status);
         let call = p.call.into_iter();
         if p.granted_bucket && !ok {
             v.fail(
-                format!("{} could not write its own bucket {}: {} {}", p.access, p.bucket, p.status, p.code.as_deref().unwrap_or("")),
+                format!(
+                    "{} could not write its own bucket {}: {} {}",
+                    p.access,
+                    p.bucket,
+                    p.status,
+                    p.code.as_deref().unwrap_or("")
+                ),
                 call,
             );
         } else if !p.granted_bucket && ok {
-            v.fail(format!("{} wrote bucket {}, which it was never granted", p.access, p.bucket), call);
+            v.fail(
+                format!(
+                    "{} wrote bucket {}, which it was never granted",
+                    p.access, p.bucket
+                ),
+                call,
+            );
         } else if !p.granted_bucket && p.code.as_deref() != Some("AccessDenied") {
             v.fail(
-                format!("{} on foreign bucket {} got {} {} instead of AccessDenied", p.access, p.bucket, p.status, p.code.as_deref().unwrap_or("")),
+                format!(
+                    "{} on foreign bucket {} got {} {} instead of AccessDenied",
+                    p.access,
+                    p.bucket,
+                    p.status,
+                    p.code.as_deref().unwrap_or("")
+                ),
                 call,
             );
         }
     }
     for a in &obs.live {
-        let Some((key, _)) = &a.credentials else { continue };
+        let Some((key, _)) = &a.credentials else {
+            continue;
+        };
         let now: BTreeMap<String, serde_json::Value> = obs
             .backend
             .users
             .get(key)
-            .map(|u| u.policies.iter().filter_map(|p| obs.backend.policies.get(p).map(|d| (p.clone(), d.clone()))).collect())
+            .map(|u| {
+                u.policies
+                    .iter()
+                    .filter_map(|p| obs.backend.policies.get(p).map(|d| (p.clone(), d.clone())))
+                    .collect()
+            })
             .unwrap_or_default();
         for (name, doc) in &a.policies_at_grant {
             match now.get(name) {
@@ -444,37 +547,65 @@ pub fn no_rotation(obs: &Observations) -> Verdict {
     let mut n = 0;
     for p in &obs.probes {
         n += 1;
-        if matches!(p.code.as_deref(), Some("SignatureDoesNotMatch" | "InvalidAccessKeyId")) {
+        if matches!(
+            p.code.as_deref(),
+            Some("SignatureDoesNotMatch" | "InvalidAccessKeyId")
+        ) {
             let what = match p.purpose {
                 ProbePurpose::Current => "the credentials in its Secret",
                 ProbePurpose::HandedOut => "credentials an earlier grant reply handed out",
             };
             v.fail(
-                format!("{}: {what} (key {}) no longer authenticate: {} {}", p.access, p.access_key, p.status, p.code.as_deref().unwrap_or("")),
+                format!(
+                    "{}: {what} (key {}) no longer authenticate: {} {}",
+                    p.access,
+                    p.access_key,
+                    p.status,
+                    p.code.as_deref().unwrap_or("")
+                ),
                 p.call.into_iter(),
             );
         }
     }
     for a in &obs.live {
         if a.credentials.is_none() {
-            v.fail(format!("{}: granted but its credentials Secret is missing or unreadable", a.name), grant_calls_for(obs, &a.account_name));
+            v.fail(
+                format!(
+                    "{}: granted but its credentials Secret is missing or unreadable",
+                    a.name
+                ),
+                grant_calls_for(obs, &a.account_name),
+            );
         }
     }
-    v.finish(format!("{n} signed requests with handed-out credentials all authenticated"))
+    v.finish(format!(
+        "{n} signed requests with handed-out credentials all authenticated"
+    ))
 }
 
 /// No secret value in any artifact.
 pub fn no_secret_leak(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::NoSecretLeak);
     // Very short values would match by accident; real secrets here are ≥ 16 chars.
-    let secrets: Vec<&Secret> = obs.secrets.iter().filter(|s| s.expose().len() >= 8).collect();
+    let secrets: Vec<&Secret> = obs
+        .secrets
+        .iter()
+        .filter(|s| s.expose().len() >= 8)
+        .collect();
     for (name, text) in &obs.artifacts {
         for (i, s) in secrets.iter().enumerate() {
             if let Some(pos) = text.find(s.expose()) {
                 let line = text[..pos].matches('\n').count() + 1;
-                v.fail(format!("{name}:{line}: contains secret #{} of this run", i + 1), []);
+                v.fail(
+                    format!("{name}:{line}: contains secret #{} of this run", i + 1),
+                    [],
+                );
             }
         }
     }
-    v.finish(format!("{} secrets searched for in {} artifacts; none found", secrets.len(), obs.artifacts.len()))
+    v.finish(format!(
+        "{} secrets searched for in {} artifacts; none found",
+        secrets.len(),
+        obs.artifacts.len()
+    ))
 }

@@ -4,26 +4,48 @@ use super::*;
 use drivelab_fakes::cosi_sidecar::S3Credentials;
 
 fn creds(key: &str, secret: &str) -> S3Credentials {
-    S3Credentials { access_key_id: key.into(), secret: Secret::new(secret), endpoint: "http://e".into(), region: "us-east-1".into() }
+    S3Credentials {
+        access_key_id: key.into(),
+        secret: Secret::new(secret),
+        endpoint: "http://e".into(),
+        region: "us-east-1".into(),
+    }
 }
 
 fn grant(call: u64, name: &str, account: &str, key: &str, secret: &str) -> Exchange {
     Exchange {
         call: CallId(call),
-        request: DriverRequest::Grant { bucket_id: "b1".into(), name: name.into(), auth: 1, parameters: Default::default() },
-        reply: DriverReply::Granted { account_id: account.into(), credentials: Some(creds(key, secret)), credential_entries: 1 },
+        request: DriverRequest::Grant {
+            bucket_id: "b1".into(),
+            name: name.into(),
+            auth: 1,
+            parameters: Default::default(),
+        },
+        reply: DriverReply::Granted {
+            account_id: account.into(),
+            credentials: Some(creds(key, secret)),
+            credential_entries: 1,
+        },
         replay: call > 1,
     }
 }
 
 fn user(secret: &str, policies: &[&str]) -> UserState {
-    UserState { secret: Secret::new(secret), status: "enabled".into(), policies: policies.iter().map(|s| s.to_string()).collect() }
+    UserState {
+        secret: Secret::new(secret),
+        status: "enabled".into(),
+        policies: policies.iter().map(|s| s.to_string()).collect(),
+    }
 }
 
 fn backend() -> BackendState {
     let mut b = BackendState::default();
-    b.users.insert("KEY1".into(), user("secret-one-aaaaaaaa", &["p1"]));
-    b.policies.insert("p1".into(), serde_json::json!({"Statement": [{"Effect": "Allow", "Resource": "arn:aws:s3:::b1/*"}]}));
+    b.users
+        .insert("KEY1".into(), user("secret-one-aaaaaaaa", &["p1"]));
+    b.policies.insert(
+        "p1".into(),
+        serde_json::json!({"Statement": [{"Effect": "Allow", "Resource": "arn:aws:s3:::b1/*"}]}),
+    );
     b.buckets.insert("b1".into(), vec![]);
     b
 }
@@ -55,7 +77,10 @@ fn probe(access: &str, bucket: &str, granted: bool, status: u16, code: Option<&s
 
 fn good() -> Observations {
     Observations {
-        exchanges: vec![grant(1, "ba-a", "KEY1", "KEY1", "secret-one-aaaaaaaa"), grant(2, "ba-a", "KEY1", "KEY1", "secret-one-aaaaaaaa")],
+        exchanges: vec![
+            grant(1, "ba-a", "KEY1", "KEY1", "secret-one-aaaaaaaa"),
+            grant(2, "ba-a", "KEY1", "KEY1", "secret-one-aaaaaaaa"),
+        ],
         retries: vec![RetryObservation {
             step: 2,
             original: grant(1, "ba-a", "KEY1", "KEY1", "secret-one-aaaaaaaa"),
@@ -66,7 +91,10 @@ fn good() -> Observations {
         }],
         live: vec![live("default/a", "KEY1", "KEY1", "secret-one-aaaaaaaa")],
         backend: backend(),
-        probes: vec![probe("default/a", "b1", true, 200, None), probe("default/a", "canary", false, 403, Some("AccessDenied"))],
+        probes: vec![
+            probe("default/a", "b1", true, 200, None),
+            probe("default/a", "canary", false, 403, Some("AccessDenied")),
+        ],
         secrets: vec![Secret::new("secret-one-aaaaaaaa")],
         artifacts: vec![("snapshot".into(), "key <key-1> secret <secret-A>".into())],
         lab_buckets: vec!["canary".into()],
@@ -89,13 +117,21 @@ fn all_checks_pass_on_a_good_run() {
     // 40 random-looking characters, as a real driver's secret.
     let strong = "Zq3v9TnKp0W7xYb2Lm5Rc8Hd1Fg4Js6Ua0Vk3Ne";
     for ex in &mut obs.exchanges {
-        if let DriverReply::Granted { credentials: Some(c), .. } = &mut ex.reply {
+        if let DriverReply::Granted {
+            credentials: Some(c),
+            ..
+        } = &mut ex.reply
+        {
             c.secret = Secret::new(strong);
         }
     }
     for r in &mut obs.retries {
         for ex in [&mut r.original, &mut r.retried] {
-            if let DriverReply::Granted { credentials: Some(c), .. } = &mut ex.reply {
+            if let DriverReply::Granted {
+                credentials: Some(c),
+                ..
+            } = &mut ex.reply
+            {
                 c.secret = Secret::new(strong);
             }
         }
@@ -115,28 +151,41 @@ fn idempotent_replay_fails_on_rotation_and_on_backend_change() {
     assert_eq!(v.evidence, vec![1, 2]);
 
     let mut obs = good();
-    obs.retries[0].after.users.insert("KEY1".into(), user("a-new-secret-bbbbbbb", &["p1"]));
+    obs.retries[0]
+        .after
+        .users
+        .insert("KEY1".into(), user("a-new-secret-bbbbbbb", &["p1"]));
     let v = idempotent_replay(&obs);
     assert!(!v.passed);
     assert!(v.details[0].contains("secret changed"), "{:?}", v.details);
 
     let mut obs = good();
-    obs.retries[0].retried.reply = DriverReply::Failed { code: tonic::Code::AlreadyExists, message: "exists".into() };
-    assert!(!idempotent_replay(&obs).passed, "a retry answered AlreadyExists must fail");
+    obs.retries[0].retried.reply = DriverReply::Failed {
+        code: tonic::Code::AlreadyExists,
+        message: "exists".into(),
+    };
+    assert!(
+        !idempotent_replay(&obs).passed,
+        "a retry answered AlreadyExists must fail"
+    );
 }
 
 #[test]
 fn idempotent_replay_accepts_already_exists_for_a_changed_request() {
     let mut obs = good();
     obs.retries[0].changed_request = true;
-    obs.retries[0].retried.reply = DriverReply::Failed { code: tonic::Code::AlreadyExists, message: "exists".into() };
+    obs.retries[0].retried.reply = DriverReply::Failed {
+        code: tonic::Code::AlreadyExists,
+        message: "exists".into(),
+    };
     assert!(idempotent_replay(&obs).passed);
 }
 
 #[test]
 fn unique_credentials_fails_on_a_shared_key() {
     let mut obs = good();
-    obs.live.push(live("default/b", "KEY2", "KEY1", "secret-one-aaaaaaaa"));
+    obs.live
+        .push(live("default/b", "KEY2", "KEY1", "secret-one-aaaaaaaa"));
     let v = unique_credentials(&obs);
     assert!(!v.passed);
     assert!(v.details[0].contains("KEY1"));
@@ -153,7 +202,10 @@ fn least_privilege_fails_on_foreign_write_and_on_overwritten_policy() {
     assert!(!least_privilege(&obs).passed);
 
     let mut obs = good();
-    obs.backend.policies.insert("p1".into(), serde_json::json!({"Statement": [{"Effect": "Allow", "Resource": "arn:aws:s3:::other/*"}]}));
+    obs.backend.policies.insert(
+        "p1".into(),
+        serde_json::json!({"Statement": [{"Effect": "Allow", "Resource": "arn:aws:s3:::other/*"}]}),
+    );
     let v = least_privilege(&obs);
     assert!(!v.passed);
     assert!(v.details[0].contains("replaced"), "{:?}", v.details);
@@ -162,7 +214,10 @@ fn least_privilege_fails_on_foreign_write_and_on_overwritten_policy() {
 #[test]
 fn no_rotation_fails_when_handed_out_credentials_stop_working() {
     let mut obs = good();
-    obs.probes.push(Probe { purpose: ProbePurpose::HandedOut, ..probe("default/a", "b1", true, 403, Some("SignatureDoesNotMatch")) });
+    obs.probes.push(Probe {
+        purpose: ProbePurpose::HandedOut,
+        ..probe("default/a", "b1", true, 403, Some("SignatureDoesNotMatch"))
+    });
     let v = no_rotation(&obs);
     assert!(!v.passed);
     assert_eq!(v.evidence, vec![9]);
@@ -175,7 +230,10 @@ fn no_rotation_fails_when_handed_out_credentials_stop_working() {
 #[test]
 fn no_secret_leak_fails_when_a_secret_is_written() {
     let mut obs = good();
-    obs.artifacts.push(("log".into(), "line one\nuser secret-one-aaaaaaaa created\n".into()));
+    obs.artifacts.push((
+        "log".into(),
+        "line one\nuser secret-one-aaaaaaaa created\n".into(),
+    ));
     let v = no_secret_leak(&obs);
     assert!(!v.passed);
     assert!(v.details[0].starts_with("log:2:"), "{:?}", v.details);
@@ -184,19 +242,30 @@ fn no_secret_leak_fails_when_a_secret_is_written() {
 #[test]
 fn no_orphans_fails_on_an_unowned_user_and_a_dangling_claim() {
     let mut obs = with_canary(good());
-    obs.backend.users.insert("STRAY".into(), user("stray-secret-cccccccc", &[]));
+    obs.backend
+        .users
+        .insert("STRAY".into(), user("stray-secret-cccccccc", &[]));
     let v = lifecycle::no_orphans(&obs);
     assert!(!v.passed);
-    assert!(v.details.iter().any(|d| d.contains("STRAY")), "{:?}", v.details);
+    assert!(
+        v.details.iter().any(|d| d.contains("STRAY")),
+        "{:?}",
+        v.details
+    );
 
     let mut obs = with_canary(good());
     obs.ready_claims = vec![("default/photos".into(), "gone-bucket".into())];
     assert!(!lifecycle::no_orphans(&obs).passed);
 
     let mut obs = with_canary(good());
-    obs.backend.users.insert("STRAY".into(), user("stray-secret-cccccccc", &[]));
+    obs.backend
+        .users
+        .insert("STRAY".into(), user("stray-secret-cccccccc", &[]));
     obs.checkpoint_text = "accessKeyID=STRAY\nstate=PendingCreate".into();
-    assert!(lifecycle::no_orphans(&obs).passed, "a user recorded in a checkpoint is owned");
+    assert!(
+        lifecycle::no_orphans(&obs).passed,
+        "a user recorded in a checkpoint is owned"
+    );
 }
 
 #[test]
@@ -208,7 +277,10 @@ fn owner_only_delete_fails_when_a_foreign_bucket_goes() {
 
     let mut obs = with_canary(good());
     obs.seen_buckets.insert("someone-elses".into());
-    assert!(!lifecycle::owner_only_delete(&obs).passed, "a bucket nobody asked to delete vanished");
+    assert!(
+        !lifecycle::owner_only_delete(&obs).passed,
+        "a bucket nobody asked to delete vanished"
+    );
 }
 
 #[test]
@@ -239,7 +311,10 @@ fn spec_codes_fails_when_unknown_auth_is_granted() {
 
     let mut obs = with_canary(good());
     obs.retries[0].changed_request = true;
-    assert!(!lifecycle::spec_codes(&obs).passed, "incompatible parameters answered OK");
+    assert!(
+        !lifecycle::spec_codes(&obs).passed,
+        "incompatible parameters answered OK"
+    );
 }
 
 #[test]
@@ -251,13 +326,24 @@ fn unpredictable_secrets_fails_on_derived_short_or_twin_secrets() {
     obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", &derived);
     let v = lifecycle::unpredictable_secrets(&obs);
     assert!(!v.passed);
-    assert!(v.details.iter().any(|d| d.contains("SHA-256")), "{:?}", v.details);
+    assert!(
+        v.details.iter().any(|d| d.contains("SHA-256")),
+        "{:?}",
+        v.details
+    );
 
     let random = "Zq3v9TnKp0W7xYb2Lm5Rc8Hd1Fg4Js6Ua0Vk3Ne";
     obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", random);
     assert!(lifecycle::unpredictable_secrets(&obs).passed);
-    obs.twin_secrets = Some([("ba-a".to_string(), Secret::new(random))].into_iter().collect());
-    assert!(!lifecycle::unpredictable_secrets(&obs).passed, "same secret in the twin lab");
+    obs.twin_secrets = Some(
+        [("ba-a".to_string(), Secret::new(random))]
+            .into_iter()
+            .collect(),
+    );
+    assert!(
+        !lifecycle::unpredictable_secrets(&obs).passed,
+        "same secret in the twin lab"
+    );
 
     obs.twin_secrets = None;
     obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", "short");

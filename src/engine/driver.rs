@@ -19,7 +19,11 @@ pub struct InProcessDriver {
 impl InProcessDriver {
     /// A driver that will serve on `socket` once started.
     pub fn new(config: DriverConfig, socket: &Path) -> Self {
-        Self { config, socket: socket.to_path_buf(), runtime: Mutex::new(None) }
+        Self {
+            config,
+            socket: socket.to_path_buf(),
+            runtime: Mutex::new(None),
+        }
     }
 
     /// Start it (on a fresh runtime) and wait until its socket accepts connections.
@@ -32,7 +36,10 @@ impl InProcessDriver {
             .context("starting the driver's runtime")?;
         let config = self.config.clone();
         let socket = self.socket.clone();
-        let task = rt.spawn(async move { cosi_s3::serve_unix(config, &socket, std::future::pending()).await });
+        let task =
+            rt.spawn(
+                async move { cosi_s3::serve_unix(config, &socket, std::future::pending()).await },
+            );
         *self.runtime.lock().unwrap_or_else(|p| p.into_inner()) = Some(rt);
         // Real time: the driver binds its socket on its own schedule.
         for _ in 0..2000 {
@@ -45,16 +52,27 @@ impl InProcessDriver {
                     Ok(Ok(())) => "it returned".to_string(),
                     Err(e) => e.to_string(),
                 };
-                return Err(anyhow!("the driver exited before opening its socket {}: {why}", self.socket.display()));
+                return Err(anyhow!(
+                    "the driver exited before opening its socket {}: {why}",
+                    self.socket.display()
+                ));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        Err(anyhow!("the driver did not open its socket {} within 20s", self.socket.display()))
+        Err(anyhow!(
+            "the driver did not open its socket {} within 20s",
+            self.socket.display()
+        ))
     }
 
     /// Kill every task of the driver now.
     pub fn kill(&self) {
-        if let Some(rt) = self.runtime.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(rt) = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             rt.shutdown_background();
         }
     }
@@ -62,9 +80,15 @@ impl InProcessDriver {
     /// Kill every task of the driver and wait until they are all gone, so none
     /// of them can still act on what happens next.
     pub async fn kill_and_wait(&self) {
-        let rt = self.runtime.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let rt = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(rt) = rt {
-            let _ = tokio::task::spawn_blocking(move || rt.shutdown_timeout(Duration::from_secs(5))).await;
+            let _ =
+                tokio::task::spawn_blocking(move || rt.shutdown_timeout(Duration::from_secs(5)))
+                    .await;
         }
     }
 

@@ -32,11 +32,20 @@ pub struct FakeSet {
 
 impl FakeSet {
     /// Open the stores and start both fakes on 127.0.0.1.
-    pub async fn start(db: sled::Db, s3_config: S3Config, kube_seed: u64, s3_gate: Gate, kube_gate: Gate) -> anyhow::Result<Arc<Self>> {
+    pub async fn start(
+        db: sled::Db,
+        s3_config: S3Config,
+        kube_seed: u64,
+        s3_gate: Gate,
+        kube_gate: Gate,
+    ) -> anyhow::Result<Arc<Self>> {
         let s3 = Self::new_s3(&db, &s3_config, &s3_gate)?;
         let kube = Self::new_kube(&db, kube_seed, &kube_gate)?;
         let s3_listener = s3.serve(loopback()).await.context("binding the S3 fake")?;
-        let kube_listener = kube.serve(loopback()).await.context("binding the Kubernetes fake")?;
+        let kube_listener = kube
+            .serve(loopback())
+            .await
+            .context("binding the Kubernetes fake")?;
         Ok(Arc::new(Self {
             s3_addr: s3_listener.addr,
             kube_addr: kube_listener.addr,
@@ -54,12 +63,14 @@ impl FakeSet {
 
     fn new_s3(db: &sled::Db, config: &S3Config, gate: &Gate) -> anyhow::Result<S3Fake> {
         let store: Arc<dyn Store> = Arc::new(SledStore::open(db, "s3")?);
-        S3Fake::new(store, gate.clone(), config.clone()).map_err(|e| anyhow!("starting the S3 fake: {e}"))
+        S3Fake::new(store, gate.clone(), config.clone())
+            .map_err(|e| anyhow!("starting the S3 fake: {e}"))
     }
 
     fn new_kube(db: &sled::Db, seed: u64, gate: &Gate) -> anyhow::Result<KubeFake> {
         let store: Arc<dyn Store> = Arc::new(SledStore::open(db, "kube")?);
-        KubeFake::new(store, gate.clone(), seed).map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))
+        KubeFake::new(store, gate.clone(), seed)
+            .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))
     }
 
     /// The S3 fake as it is now.
@@ -144,5 +155,8 @@ where
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    Err(anyhow!("could not listen on {addr} again after a restart: {}", last.map(|e| e.to_string()).unwrap_or_default()))
+    Err(anyhow!(
+        "could not listen on {addr} again after a restart: {}",
+        last.map(|e| e.to_string()).unwrap_or_default()
+    ))
 }

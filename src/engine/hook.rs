@@ -66,12 +66,21 @@ impl LabHook {
     /// A hook recording into `history`.
     pub fn new(history: History, sched: Scheduler) -> Self {
         let clock = history.clock().clone();
-        Self { state: Mutex::default(), busy: Arc::default(), history, clock, sched, control: Mutex::new(None) }
+        Self {
+            state: Mutex::default(),
+            busy: Arc::default(),
+            history,
+            clock,
+            sched,
+            control: Mutex::new(None),
+        }
     }
 
     /// A guard that marks a crash or restart in progress until dropped.
     pub fn maintenance(&self) -> Maintenance {
-        self.busy.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.busy
+            .0
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Maintenance(self.busy.clone())
     }
 
@@ -82,7 +91,9 @@ impl LabHook {
             let n = self.busy.1.notified();
             tokio::pin!(n);
             n.as_mut().enable();
-            if self.busy.0.load(std::sync::atomic::Ordering::SeqCst) == 0 || tokio::time::Instant::now() >= deadline {
+            if self.busy.0.load(std::sync::atomic::Ordering::SeqCst) == 0
+                || tokio::time::Instant::now() >= deadline
+            {
                 return;
             }
             let _ = tokio::time::timeout_at(deadline, n).await;
@@ -101,7 +112,10 @@ impl LabHook {
     }
 
     fn control(&self) -> Option<Arc<dyn LabControl>> {
-        self.control.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.control
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -111,7 +125,11 @@ impl LabHook {
     /// Arm a fault; occurrences are counted from now.
     pub fn arm(&self, spec: FaultSpec) {
         let mut s = self.lock();
-        let base = s.counts.get(&(spec.on.component, spec.on.op.clone())).copied().unwrap_or(0);
+        let base = s
+            .counts
+            .get(&(spec.on.component, spec.on.op.clone()))
+            .copied()
+            .unwrap_or(0);
         s.armed.push(Armed { spec, base });
     }
 
@@ -126,7 +144,9 @@ impl LabHook {
                 spec.from,
                 if spec.one_way { "->" } else { "<->" },
                 spec.to,
-                until.map(|u| format!(" until {u}")).unwrap_or_else(|| " until healed".into())
+                until
+                    .map(|u| format!(" until {u}"))
+                    .unwrap_or_else(|| " until healed".into())
             ),
         });
         self.lock().partitions.push(Partition { spec, until });
@@ -145,7 +165,11 @@ impl LabHook {
         });
         let healed = before - s.partitions.len();
         drop(s);
-        self.history.record(EventKind::Fault { call: None, fault: "heal".into(), detail: format!("{healed} partition(s) healed") });
+        self.history.record(EventKind::Fault {
+            call: None,
+            fault: "heal".into(),
+            detail: format!("{healed} partition(s) healed"),
+        });
     }
 
     /// Faults off and partitions healed (for the final convergence).
@@ -168,7 +192,11 @@ impl LabHook {
     }
 
     fn note(&self, call: CallId, fault: &str, detail: String) {
-        self.history.record(EventKind::Fault { call: Some(call), fault: fault.into(), detail });
+        self.history.record(EventKind::Fault {
+            call: Some(call),
+            fault: fault.into(),
+            detail,
+        });
     }
 }
 
@@ -211,7 +239,11 @@ impl GateHook for LabHook {
                 };
                 if self.blocked(&s, call.from, call.to) {
                     drop(s);
-                    self.note(id, "partition", format!("{} -> {} cut: request lost", call.from, call.to));
+                    self.note(
+                        id,
+                        "partition",
+                        format!("{} -> {} cut: request lost", call.from, call.to),
+                    );
                     return Verdict::Cut;
                 }
                 let mut verdict = Verdict::Proceed;
@@ -226,12 +258,28 @@ impl GateHook for LabHook {
                     if k < f.nth || k >= f.nth + f.times {
                         continue;
                     }
-                    fired.push((f.action.name(), format!("{} occurrence {k}, {:?}", f.on, f.when)));
+                    fired.push((
+                        f.action.name(),
+                        format!("{} occurrence {k}, {:?}", f.on, f.when),
+                    ));
                     match (&f.action, f.when) {
-                        (FaultAction::Error { status, code, message }, _) => {
-                            verdict = Verdict::Reject(Rejection { http_status: *status, code: code.clone(), message: message.clone() });
+                        (
+                            FaultAction::Error {
+                                status,
+                                code,
+                                message,
+                            },
+                            _,
+                        ) => {
+                            verdict = Verdict::Reject(Rejection {
+                                http_status: *status,
+                                code: code.clone(),
+                                message: message.clone(),
+                            });
                         }
-                        (FaultAction::Delay(d), _) => self.clock.advance_to(self.clock.now().after(*d)),
+                        (FaultAction::Delay(d), _) => {
+                            self.clock.advance_to(self.clock.now().after(*d))
+                        }
                         (FaultAction::CrashDriver, When::BeforeCommit) => {
                             crash = true;
                             verdict = Verdict::Cut;
@@ -264,7 +312,12 @@ impl GateHook for LabHook {
         })
     }
 
-    fn after<'a>(&'a self, id: CallId, call: &'a CallSpec, _outcome: &'a Outcome) -> BoxFuture<'a, Delivery> {
+    fn after<'a>(
+        &'a self,
+        id: CallId,
+        call: &'a CallSpec,
+        _outcome: &'a Outcome,
+    ) -> BoxFuture<'a, Delivery> {
         Box::pin(async move {
             if !in_scope(call) {
                 return Delivery::Deliver;
@@ -273,7 +326,14 @@ impl GateHook for LabHook {
                 // An actor's continuation is a scheduling point too: when a crash
                 // fails several in-flight calls at once, their replies are taken
                 // in seeded order, not in the order the OS reports them.
-                self.sched.arrive(id, Component::Sidecar, call.to, &format!("{} reply", call.op)).await;
+                self.sched
+                    .arrive(
+                        id,
+                        Component::Sidecar,
+                        call.to,
+                        &format!("{} reply", call.op),
+                    )
+                    .await;
             }
             let (pending, reply_cut) = {
                 let mut s = self.lock();
@@ -282,7 +342,11 @@ impl GateHook for LabHook {
             };
             let mut delivery = Delivery::Deliver;
             if reply_cut {
-                self.note(id, "partition", format!("{} -> {} cut: reply lost", call.to, call.from));
+                self.note(
+                    id,
+                    "partition",
+                    format!("{} -> {} cut: reply lost", call.to, call.from),
+                );
                 delivery = Delivery::Cut;
             }
             for action in pending {

@@ -11,7 +11,9 @@ use anyhow::{anyhow, Context};
 use base64::Engine as _;
 use cosi_s3::{DriverConfig, Mutant};
 use drivelab_fakes::clock::SimClock;
-use drivelab_fakes::cosi_sidecar::{CosiSidecar, DriverOp, DriverReply, DriverRequest, Exchange, Reconcile, Target};
+use drivelab_fakes::cosi_sidecar::{
+    CosiSidecar, DriverOp, DriverReply, DriverRequest, Exchange, Reconcile, Target,
+};
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, Event, EventKind, History};
 use drivelab_fakes::kube::{Kind, KubeFake};
@@ -22,8 +24,13 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 
-use crate::checks::{self, BackendState, LiveAccess, Observations, Probe, ProbePurpose, RetryObservation, Stuck, UserState, Verdict};
-use crate::scenario::{AccessStep, ClaimStep, Expectation, HealStep, Invariant, RetryOp, RetryStep, Scenario, Step};
+use crate::checks::{
+    self, BackendState, LiveAccess, Observations, Probe, ProbePurpose, RetryObservation, Stuck,
+    UserState, Verdict,
+};
+use crate::scenario::{
+    AccessStep, ClaimStep, Expectation, HealStep, Invariant, RetryOp, RetryStep, Scenario, Step,
+};
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
 mod driver;
@@ -176,17 +183,26 @@ impl LabControl for Control {
     fn crash_driver(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let busy = self.maintenance();
-            self.history.record(EventKind::Fault { call: None, fault: "crash_driver".into(), detail: "driver killed (all tasks), restarting".into() });
+            self.history.record(EventKind::Fault {
+                call: None,
+                fault: "crash_driver".into(),
+                detail: "driver killed (all tasks), restarting".into(),
+            });
             // Spawned: the hook runs inside a request whose client is the driver we
             // kill, so the server may drop this future half way; the restart must finish.
-            let Some(driver) = self.driver.upgrade() else { return };
+            let Some(driver) = self.driver.upgrade() else {
+                return;
+            };
             let held = self.hook.upgrade().map(|h| h.driver_crashing());
             let history = self.history.clone();
             let done = tokio::spawn(async move {
                 driver.kill_and_wait().await;
                 drop(held);
                 if let Err(e) = driver.crash_and_restart().await {
-                    history.record(EventKind::Note { component: Component::Lab, text: format!("driver did not come back: {e:#}") });
+                    history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: format!("driver did not come back: {e:#}"),
+                    });
                 }
                 drop(busy);
             });
@@ -196,9 +212,15 @@ impl LabControl for Control {
 
     fn restart(&self, component: Component) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            self.history.record(EventKind::Fault { call: None, fault: "restart".into(), detail: format!("{component} restarting (state kept, connections broken)") });
+            self.history.record(EventKind::Fault {
+                call: None,
+                fault: "restart".into(),
+                detail: format!("{component} restarting (state kept, connections broken)"),
+            });
             // Spawned: the restart breaks the very connection this hook may be running on.
-            let Some(fakes) = self.fakes.upgrade() else { return };
+            let Some(fakes) = self.fakes.upgrade() else {
+                return;
+            };
             let busy = self.maintenance();
             let done = tokio::spawn(async move {
                 let r = fakes.restart(component).await;
@@ -208,10 +230,16 @@ impl LabControl for Control {
             match done.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    self.history.record(EventKind::Note { component: Component::Lab, text: format!("restart failed: {e:#}") });
+                    self.history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: format!("restart failed: {e:#}"),
+                    });
                 }
                 Err(e) => {
-                    self.history.record(EventKind::Note { component: Component::Lab, text: format!("restart task failed: {e}") });
+                    self.history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: format!("restart task failed: {e}"),
+                    });
                 }
             }
         })
@@ -261,8 +289,14 @@ pub struct StepSnapshot {
 
 impl Lab {
     async fn start(scn: &Scenario, seed: u64, mutants: &[Mutant]) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("drivelab-").tempdir().context("creating the run directory")?;
-        let db = sled::Config::new().path(dir.path().join("state")).open().context("opening the lab's sled store")?;
+        let dir = tempfile::Builder::new()
+            .prefix("drivelab-")
+            .tempdir()
+            .context("creating the run directory")?;
+        let db = sled::Config::new()
+            .path(dir.path().join("state"))
+            .open()
+            .context("opening the lab's sled store")?;
         let clock = SimClock::new();
         let history = History::new(clock.clone());
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
@@ -305,13 +339,19 @@ impl Lab {
         let placeholders = [
             ("{s3_endpoint}", s3_url.clone()),
             ("{admin_secret_name}", ADMIN_SECRET_NAME.to_string()),
-            ("{admin_secret_namespace}", ADMIN_SECRET_NAMESPACE.to_string()),
+            (
+                "{admin_secret_namespace}",
+                ADMIN_SECRET_NAMESPACE.to_string(),
+            ),
         ];
         let params = |given: &BTreeMap<String, String>| -> Value {
             let mut p: BTreeMap<String, String> = BTreeMap::new();
             p.insert("endpoint".into(), s3_url.clone());
             p.insert("objectStoreUserSecretName".into(), ADMIN_SECRET_NAME.into());
-            p.insert("objectStoreUserSecretNamespace".into(), ADMIN_SECRET_NAMESPACE.into());
+            p.insert(
+                "objectStoreUserSecretNamespace".into(),
+                ADMIN_SECRET_NAMESPACE.into(),
+            );
             for (k, v) in given {
                 let mut v = v.clone();
                 for (ph, val) in &placeholders {
@@ -351,7 +391,11 @@ impl Lab {
         }
 
         let socket = dir.path().join("cosi.sock");
-        let config = DriverConfig { kube_url, state_namespace: DRIVER_STATE_NAMESPACE.into(), mutants: mutants.to_vec() };
+        let config = DriverConfig {
+            kube_url,
+            state_namespace: DRIVER_STATE_NAMESPACE.into(),
+            mutants: mutants.to_vec(),
+        };
         let driver = Arc::new(InProcessDriver::new(config, &socket));
         driver.start().await?;
         hook.set_control(Arc::new(Control {
@@ -410,7 +454,11 @@ impl Lab {
         let mut credential_secrets = Vec::new();
         for a in &accesses {
             let ns = str_at(a, &["metadata", "namespace"]);
-            if let Some(sec) = kube.get(Kind::Secret, Some(&ns), &str_at(a, &["spec", "credentialsSecretName"]))? {
+            if let Some(sec) = kube.get(
+                Kind::Secret,
+                Some(&ns),
+                &str_at(a, &["spec", "credentialsSecretName"]),
+            )? {
                 credential_secrets.push(sec);
             }
         }
@@ -448,7 +496,10 @@ impl Lab {
     async fn run_steps(&mut self, scn: &Scenario) -> anyhow::Result<()> {
         for (i, step) in scn.steps.iter().enumerate() {
             let at = format!("{}:{}:{}", scn.path.display(), step.line, step.col);
-            self.history.record(EventKind::Step { index: i, name: step.value.describe() });
+            self.history.record(EventKind::Step {
+                index: i,
+                name: step.value.describe(),
+            });
             let before = self.step_exchanges_from;
             if !matches!(step.value, Step::Expect(_)) {
                 self.step_exchanges_from = self.sidecar.exchange_count();
@@ -457,7 +508,11 @@ impl Lab {
                 Step::Expect(e) => {
                     self.step_exchanges_from = before;
                     for message in self.expect(e) {
-                        self.expect_failures.push(ExpectFailure { step: i + 1, at: at.clone(), message });
+                        self.expect_failures.push(ExpectFailure {
+                            step: i + 1,
+                            at: at.clone(),
+                            message,
+                        });
                     }
                 }
                 Step::Retry(r) => self.retry(i, r).await?,
@@ -466,8 +521,13 @@ impl Lab {
                 Step::Partition(p) => self.hook.partition(p.clone()),
                 Step::Heal(h) => self.heal(h),
                 Step::Restart(r) => {
-                    let c = crate::scenario::fault::parse_component(&r.component).unwrap_or(Component::S3);
-                    self.history.record(EventKind::Fault { call: None, fault: "restart".into(), detail: format!("{c} restarting (step)") });
+                    let c = crate::scenario::fault::parse_component(&r.component)
+                        .unwrap_or(Component::S3);
+                    self.history.record(EventKind::Fault {
+                        call: None,
+                        fault: "restart".into(),
+                        detail: format!("{c} restarting (step)"),
+                    });
                     self.fakes.restart(c).await?;
                 }
                 Step::CreateBackendBucket(b) => {
@@ -485,14 +545,21 @@ impl Lab {
             self.observe_backend();
             if !matches!(step.value, Step::Expect(_)) {
                 let text = self.render_snapshot()?;
-                self.step_snapshots.push(StepSnapshot { step: i, name: step.value.describe(), text });
+                self.step_snapshots.push(StepSnapshot {
+                    step: i,
+                    name: step.value.describe(),
+                    text,
+                });
             }
         }
         Ok(())
     }
 
     fn heal(&self, h: &HealStep) {
-        let parse = |s: &Option<String>| s.as_deref().and_then(crate::scenario::fault::parse_component);
+        let parse = |s: &Option<String>| {
+            s.as_deref()
+                .and_then(crate::scenario::fault::parse_component)
+        };
         match (parse(&h.from), parse(&h.to)) {
             (Some(a), Some(b)) => self.hook.heal(Some((a, b))),
             _ => self.hook.heal(None),
@@ -502,12 +569,22 @@ impl Lab {
     /// Remember every backend bucket and user that ever existed (owner-only-delete reads this).
     fn observe_backend(&mut self) {
         let s3 = self.fakes.s3();
-        self.seen_buckets.extend(s3.buckets().into_iter().map(|b| b.name));
-        self.seen_users.extend(s3.users().into_iter().map(|u| u.access_key));
+        self.seen_buckets
+            .extend(s3.buckets().into_iter().map(|b| b.name));
+        self.seen_users
+            .extend(s3.users().into_iter().map(|u| u.access_key));
     }
 
-    fn create_static_bucket(&mut self, scn: &Scenario, b: &crate::scenario::StaticBucketStep) -> anyhow::Result<()> {
-        let class = scn.bucket_classes.iter().find(|c| c.name == b.class).ok_or_else(|| anyhow!("no bucket class {}", b.class))?;
+    fn create_static_bucket(
+        &mut self,
+        scn: &Scenario,
+        b: &crate::scenario::StaticBucketStep,
+    ) -> anyhow::Result<()> {
+        let class = scn
+            .bucket_classes
+            .iter()
+            .find(|c| c.name == b.class)
+            .ok_or_else(|| anyhow!("no bucket class {}", b.class))?;
         self.kube()
             .create(
                 Kind::Bucket,
@@ -536,11 +613,17 @@ impl Lab {
             Step::GrantAccess(a) => self.create_access(a)?,
             Step::RevokeAccess(o) => {
                 self.mark_deleted(Kind::BucketAccess, &o.namespace, &o.name)?;
-                Target::Access { namespace: o.namespace.clone(), name: o.name.clone() }
+                Target::Access {
+                    namespace: o.namespace.clone(),
+                    name: o.name.clone(),
+                }
             }
             Step::DeleteBucketClaim(o) => {
                 self.mark_deleted(Kind::BucketClaim, &o.namespace, &o.name)?;
-                Target::Claim { namespace: o.namespace.clone(), name: o.name.clone() }
+                Target::Claim {
+                    namespace: o.namespace.clone(),
+                    name: o.name.clone(),
+                }
             }
             _ => return Ok(None),
         }))
@@ -581,14 +664,20 @@ impl Lab {
         }
         let mut results = Vec::new();
         for h in handles {
-            results.push(h.await.map_err(|e| anyhow!("a concurrent step panicked: {e}"))?);
+            results.push(
+                h.await
+                    .map_err(|e| anyhow!("a concurrent step panicked: {e}"))?,
+            );
         }
         self.sched.end();
         for (t, r) in results {
             match r.with_context(|| format!("reconciling {t}"))? {
                 Reconcile::Done => {}
                 Reconcile::Requeue { after, reason } => {
-                    self.history.record(EventKind::Note { component: Component::Sidecar, text: format!("requeue {t} in {}ms: {reason}", after.as_millis()) });
+                    self.history.record(EventKind::Note {
+                        component: Component::Sidecar,
+                        text: format!("requeue {t} in {}ms: {reason}", after.as_millis()),
+                    });
                     self.queue.push(self.clock.now().after(after), t);
                 }
             }
@@ -619,14 +708,21 @@ impl Lab {
             )
             .map_err(|e| anyhow!("creating BucketClaim {}/{}: {e}", c.namespace, c.name))?;
         self.uids.push(str_at(&obj, &["metadata", "uid"]));
-        Ok(Target::Claim { namespace: c.namespace.clone(), name: c.name.clone() })
+        Ok(Target::Claim {
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+        })
     }
 
     fn record_claim(&mut self, ns: &str, name: &str) -> anyhow::Result<()> {
         if let Some(claim) = self.kube().get(Kind::BucketClaim, Some(ns), name)? {
             let b = str_at(&claim, &["status", "bucketName"]);
             if !b.is_empty() {
-                let id = self.kube().get(Kind::Bucket, None, &b)?.map(|o| str_at(&o, &["status", "bucketID"])).unwrap_or_default();
+                let id = self
+                    .kube()
+                    .get(Kind::Bucket, None, &b)?
+                    .map(|o| str_at(&o, &["status", "bucketID"]))
+                    .unwrap_or_default();
                 // Retries address the bucket by the name the sidecar sent (create) or its id (delete).
                 self.bucket_of.insert(format!("{ns}/{name}"), b);
                 if !id.is_empty() {
@@ -638,7 +734,10 @@ impl Lab {
     }
 
     fn create_access(&mut self, a: &AccessStep) -> anyhow::Result<Target> {
-        let secret_name = a.credentials_secret.clone().unwrap_or_else(|| format!("{}-creds", a.name));
+        let secret_name = a
+            .credentials_secret
+            .clone()
+            .unwrap_or_else(|| format!("{}-creds", a.name));
         let obj = self
             .kube()
             .create(
@@ -657,13 +756,22 @@ impl Lab {
             .map_err(|e| anyhow!("creating BucketAccess {}/{}: {e}", a.namespace, a.name))?;
         let uid = str_at(&obj, &["metadata", "uid"]);
         self.uids.push(uid.clone());
-        self.account_of.insert(format!("{}/{}", a.namespace, a.name), (format!("ba-{uid}"), String::new()));
-        Ok(Target::Access { namespace: a.namespace.clone(), name: a.name.clone() })
+        self.account_of.insert(
+            format!("{}/{}", a.namespace, a.name),
+            (format!("ba-{uid}"), String::new()),
+        );
+        Ok(Target::Access {
+            namespace: a.namespace.clone(),
+            name: a.name.clone(),
+        })
     }
 
     fn record_access(&mut self, a: &AccessStep) -> anyhow::Result<()> {
         let key = format!("{}/{}", a.namespace, a.name);
-        let secret_name = a.credentials_secret.clone().unwrap_or_else(|| format!("{}-creds", a.name));
+        let secret_name = a
+            .credentials_secret
+            .clone()
+            .unwrap_or_else(|| format!("{}-creds", a.name));
         let account_id = self
             .kube()
             .get(Kind::BucketAccess, Some(&a.namespace), &a.name)?
@@ -678,7 +786,12 @@ impl Lab {
             let docs = backend
                 .users
                 .get(&creds.0)
-                .map(|u| u.policies.iter().filter_map(|p| backend.policies.get(p).map(|d| (p.clone(), d.clone()))).collect())
+                .map(|u| {
+                    u.policies
+                        .iter()
+                        .filter_map(|p| backend.policies.get(p).map(|d| (p.clone(), d.clone())))
+                        .collect()
+                })
                 .unwrap_or_default();
             self.policies_at_grant.insert(key, docs);
         }
@@ -687,7 +800,9 @@ impl Lab {
 
     fn mark_deleted(&mut self, kind: Kind, ns: &str, name: &str) -> anyhow::Result<()> {
         // As `kubectl delete`: the API server marks it; the sidecar's finalizer keeps it until cleanup.
-        self.kube().delete(kind, Some(ns), name).map_err(|e| anyhow!("deleting {ns}/{name}: {e}"))?;
+        self.kube()
+            .delete(kind, Some(ns), name)
+            .map_err(|e| anyhow!("deleting {ns}/{name}: {e}"))?;
         Ok(())
     }
 
@@ -702,17 +817,31 @@ impl Lab {
         let deadline = queue::deadline(&self.clock, within);
         while let Some((at, t)) = self.queue.pop_due(deadline) {
             self.clock.advance_to(at);
-            match self.sidecar.reconcile(&t).await.with_context(|| format!("reconciling {t}"))? {
+            match self
+                .sidecar
+                .reconcile(&t)
+                .await
+                .with_context(|| format!("reconciling {t}"))?
+            {
                 Reconcile::Done => {}
                 Reconcile::Requeue { after, reason } => {
-                    self.history.record(EventKind::Note { component: Component::Sidecar, text: format!("requeue {t} in {}ms: {reason}", after.as_millis()) });
+                    self.history.record(EventKind::Note {
+                        component: Component::Sidecar,
+                        text: format!("requeue {t} in {}ms: {reason}", after.as_millis()),
+                    });
                     self.queue.push(self.clock.now().after(after), t);
                 }
             }
         }
         for (at, t) in self.queue.pending() {
-            let msg = format!("{t} still pending at {} (next attempt at {at})", self.clock.now());
-            self.history.record(EventKind::Note { component: Component::Lab, text: format!("not converged: {msg}") });
+            let msg = format!(
+                "{t} still pending at {} (next attempt at {at})",
+                self.clock.now()
+            );
+            self.history.record(EventKind::Note {
+                component: Component::Lab,
+                text: format!("not converged: {msg}"),
+            });
             // One line per object: the latest window it missed.
             let prefix = format!("{t} ");
             self.not_converged.retain(|m| !m.starts_with(&prefix));
@@ -723,28 +852,56 @@ impl Lab {
     async fn retry(&mut self, step: usize, r: &RetryStep) -> anyhow::Result<()> {
         let obj = format!("{}/{}", r.namespace, r.name);
         let (op, key) = match r.op {
-            RetryOp::CreateBucketClaim => (DriverOp::CreateBucket, self.bucket_of.get(&obj).cloned()),
-            RetryOp::DeleteBucketClaim => (DriverOp::DeleteBucket, self.bucket_of.get(&format!("{obj}#id")).cloned()),
-            RetryOp::GrantAccess => (DriverOp::GrantBucketAccess, self.account_of.get(&obj).map(|a| a.0.clone())),
-            RetryOp::RevokeAccess => (DriverOp::RevokeBucketAccess, self.account_of.get(&obj).map(|a| a.1.clone())),
+            RetryOp::CreateBucketClaim => {
+                (DriverOp::CreateBucket, self.bucket_of.get(&obj).cloned())
+            }
+            RetryOp::DeleteBucketClaim => (
+                DriverOp::DeleteBucket,
+                self.bucket_of.get(&format!("{obj}#id")).cloned(),
+            ),
+            RetryOp::GrantAccess => (
+                DriverOp::GrantBucketAccess,
+                self.account_of.get(&obj).map(|a| a.0.clone()),
+            ),
+            RetryOp::RevokeAccess => (
+                DriverOp::RevokeBucketAccess,
+                self.account_of.get(&obj).map(|a| a.1.clone()),
+            ),
         };
         let original = key.and_then(|key| {
-            self.sidecar.exchanges().into_iter().rev().find(|e| !e.replay && e.request.op() == op && e.request.key() == key)
+            self.sidecar
+                .exchanges()
+                .into_iter()
+                .rev()
+                .find(|e| !e.replay && e.request.op() == op && e.request.key() == key)
         });
         let Some(original) = original else {
             self.expect_failures.push(ExpectFailure {
                 step: step + 1,
                 at: String::new(),
-                message: format!("retry {} {obj}: the sidecar never sent that request, nothing to retry", r.op.keyword()),
+                message: format!(
+                    "retry {} {obj}: the sidecar never sent that request, nothing to retry",
+                    r.op.keyword()
+                ),
             });
             return Ok(());
         };
         let auth = r.authentication_type.as_deref().map(auth_code);
         let before = self.backend();
-        let retried = self.sidecar.replay(original.request.clone(), r.parameters.as_ref(), auth).await;
+        let retried = self
+            .sidecar
+            .replay(original.request.clone(), r.parameters.as_ref(), auth)
+            .await;
         let after = self.backend();
         let changed_request = retried.request != original.request;
-        self.retries.push(RetryObservation { step, original, retried, before, after, changed_request });
+        self.retries.push(RetryObservation {
+            step,
+            original,
+            retried,
+            before,
+            after,
+            changed_request,
+        });
         Ok(())
     }
 
@@ -776,7 +933,10 @@ impl Lab {
                 .map(|o| bool_at(&o, &["status", "bucketReady"]))
                 .unwrap_or(false);
             if got != want {
-                fails.push(format!("claim {}/{claim}: bucketReady is {got}, expected {want}", e.namespace));
+                fails.push(format!(
+                    "claim {}/{claim}: bucketReady is {got}, expected {want}",
+                    e.namespace
+                ));
             }
         }
         if let (Some(access), Some(want)) = (&e.access, e.granted) {
@@ -788,7 +948,10 @@ impl Lab {
                 .map(|o| bool_at(&o, &["status", "accessGranted"]))
                 .unwrap_or(false);
             if got != want {
-                fails.push(format!("access {}/{access}: accessGranted is {got}, expected {want}", e.namespace));
+                fails.push(format!(
+                    "access {}/{access}: accessGranted is {got}, expected {want}",
+                    e.namespace
+                ));
             }
         }
         if let Some(counts) = &e.backend {
@@ -800,15 +963,35 @@ impl Lab {
                     }
                 }
             };
-            check(&mut fails, "buckets", counts.buckets, b.buckets.keys().filter(|k| !self.lab_buckets.contains(k)).count());
+            check(
+                &mut fails,
+                "buckets",
+                counts.buckets,
+                b.buckets
+                    .keys()
+                    .filter(|k| !self.lab_buckets.contains(k))
+                    .count(),
+            );
             check(&mut fails, "users", counts.users, b.users.len());
-            check(&mut fails, "policies", counts.policies, b.driver_policies().count());
+            check(
+                &mut fails,
+                "policies",
+                counts.policies,
+                b.driver_policies().count(),
+            );
         }
         if let Some(calls) = &e.driver_calls {
             for (rpc, want) in calls {
-                let got = self.sidecar.exchanges().iter().filter(|x| x.request.op().rpc() == rpc).count();
+                let got = self
+                    .sidecar
+                    .exchanges()
+                    .iter()
+                    .filter(|x| x.request.op().rpc() == rpc)
+                    .count();
                 if got != *want {
-                    fails.push(format!("the sidecar made {got} {rpc} calls, expected {want}"));
+                    fails.push(format!(
+                        "the sidecar made {got} {rpc} calls, expected {want}"
+                    ));
                 }
             }
         }
@@ -822,16 +1005,50 @@ impl Lab {
                 .s3()
                 .users()
                 .into_iter()
-                .map(|u| (u.access_key.clone(), UserState { secret: Secret::new(u.secret_key.clone()), status: u.status.clone(), policies: u.policies.clone() }))
+                .map(|u| {
+                    (
+                        u.access_key.clone(),
+                        UserState {
+                            secret: Secret::new(u.secret_key.clone()),
+                            status: u.status.clone(),
+                            policies: u.policies.clone(),
+                        },
+                    )
+                })
                 .collect(),
-            builtin_policies: self.fakes.s3().policies().into_iter().filter(|p| p.builtin).map(|p| p.name).collect(),
-            policies: self.fakes.s3().policies().into_iter().map(|p| (p.name, p.document)).collect(),
-            buckets: self.fakes.s3().buckets().into_iter().map(|b| (b.name, b.objects)).collect(),
+            builtin_policies: self
+                .fakes
+                .s3()
+                .policies()
+                .into_iter()
+                .filter(|p| p.builtin)
+                .map(|p| p.name)
+                .collect(),
+            policies: self
+                .fakes
+                .s3()
+                .policies()
+                .into_iter()
+                .map(|p| (p.name, p.document))
+                .collect(),
+            buckets: self
+                .fakes
+                .s3()
+                .buckets()
+                .into_iter()
+                .map(|b| (b.name, b.objects))
+                .collect(),
         }
     }
 
-    fn current_credentials(&self, ns: &str, secret_name: &str) -> anyhow::Result<Option<(String, Secret)>> {
-        let Some(sec) = self.kube().get(Kind::Secret, Some(ns), secret_name)? else { return Ok(None) };
+    fn current_credentials(
+        &self,
+        ns: &str,
+        secret_name: &str,
+    ) -> anyhow::Result<Option<(String, Secret)>> {
+        let Some(sec) = self.kube().get(Kind::Secret, Some(ns), secret_name)? else {
+            return Ok(None);
+        };
         Ok(snapshot::bucket_info(&sec).map(|info| {
             (
                 str_at(&info, &["spec", "secretS3", "accessKeyID"]),
@@ -850,7 +1067,10 @@ impl Lab {
     ) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
         // Faults off, partitions healed: does everything converge now?
         self.hook.disarm_all();
-        self.history.record(EventKind::Step { index: scn.steps.len(), name: "final convergence (faults healed)".into() });
+        self.history.record(EventKind::Step {
+            index: scn.steps.len(),
+            name: "final convergence (faults healed)".into(),
+        });
         self.drain(self.converge_within).await?;
         let stuck = self.stuck();
         self.observe_backend();
@@ -867,7 +1087,9 @@ impl Lab {
             if let Some(s) = self.kube().get(Kind::Secret, Some(&ns), &secret_name)? {
                 credential_secrets.push(s);
             }
-            if !bool_at(a, &["status", "accessGranted"]) || !str_at(a, &["metadata", "deletionTimestamp"]).is_empty() {
+            if !bool_at(a, &["status", "accessGranted"])
+                || !str_at(a, &["metadata", "deletionTimestamp"]).is_empty()
+            {
                 continue;
             }
             let key = format!("{ns}/{name}");
@@ -877,36 +1099,74 @@ impl Lab {
                 account_id: str_at(a, &["status", "accountID"]),
                 bucket_id: str_at(a, &["status", "bucketID"]),
                 credentials: self.current_credentials(&ns, &secret_name)?,
-                policies_at_grant: self.policies_at_grant.get(&key).cloned().unwrap_or_default(),
+                policies_at_grant: self
+                    .policies_at_grant
+                    .get(&key)
+                    .cloned()
+                    .unwrap_or_default(),
             });
         }
         let mut checkpoints = Vec::new();
-        for o in self.kube().list(Kind::Secret, Some(DRIVER_STATE_NAMESPACE))? {
+        for o in self
+            .kube()
+            .list(Kind::Secret, Some(DRIVER_STATE_NAMESPACE))?
+        {
             checkpoints.push(("secret", o));
         }
-        for o in self.kube().list(Kind::ConfigMap, Some(DRIVER_STATE_NAMESPACE))? {
+        for o in self
+            .kube()
+            .list(Kind::ConfigMap, Some(DRIVER_STATE_NAMESPACE))?
+        {
             checkpoints.push(("configmap", o));
         }
 
         // The snapshot first: probes below write objects, which are not the driver's doing.
         let mut norm = std::mem::take(&mut self.norm);
         let lab_buckets = self.lab_buckets.clone();
-        let checkpoint_text = checkpoints.iter().map(|(_, o)| checkpoint_text(o)).collect::<Vec<_>>().join("\n");
+        let checkpoint_text = checkpoints
+            .iter()
+            .map(|(_, o)| checkpoint_text(o))
+            .collect::<Vec<_>>()
+            .join("\n");
         let bucket_objects: Vec<(String, String)> = buckets
             .iter()
-            .map(|b| (str_at(b, &["metadata", "name"]), str_at(b, &["status", "bucketID"])))
+            .map(|b| {
+                (
+                    str_at(b, &["metadata", "name"]),
+                    str_at(b, &["status", "bucketID"]),
+                )
+            })
             .collect();
         let ready_claims: Vec<(String, String)> = claims
             .iter()
             .filter(|c| bool_at(c, &["status", "bucketReady"]))
             .map(|c| {
                 let bname = str_at(c, &["status", "bucketName"]);
-                let id = bucket_objects.iter().find(|(n, _)| *n == bname).map(|(_, id)| id.clone()).unwrap_or_default();
-                (format!("{}/{}", str_at(c, &["metadata", "namespace"]), str_at(c, &["metadata", "name"])), id)
+                let id = bucket_objects
+                    .iter()
+                    .find(|(n, _)| *n == bname)
+                    .map(|(_, id)| id.clone())
+                    .unwrap_or_default();
+                (
+                    format!(
+                        "{}/{}",
+                        str_at(c, &["metadata", "namespace"]),
+                        str_at(c, &["metadata", "name"])
+                    ),
+                    id,
+                )
             })
             .collect();
         let snapshot = snapshot::render(
-            &SnapshotInput { claims, buckets, accesses, credential_secrets, checkpoints, backend: &backend, lab_buckets: &lab_buckets },
+            &SnapshotInput {
+                claims,
+                buckets,
+                accesses,
+                credential_secrets,
+                checkpoints,
+                backend: &backend,
+                lab_buckets: &lab_buckets,
+            },
             &mut norm,
         );
 
@@ -914,21 +1174,43 @@ impl Lab {
         let exchanges: Vec<Exchange> = self.sidecar.exchanges();
         let mut handed_out: BTreeMap<String, Secret> = BTreeMap::new();
         for ex in &exchanges {
-            if let (DriverRequest::Grant { name, .. }, DriverReply::Granted { credentials: Some(c), .. }) = (&ex.request, &ex.reply) {
-                handed_out.entry(name.clone()).or_insert_with(|| c.secret.clone());
+            if let (
+                DriverRequest::Grant { name, .. },
+                DriverReply::Granted {
+                    credentials: Some(c),
+                    ..
+                },
+            ) = (&ex.request, &ex.reply)
+            {
+                handed_out
+                    .entry(name.clone())
+                    .or_insert_with(|| c.secret.clone());
             }
         }
         let mut secrets: Vec<Secret> = vec![self.admin_secret.clone()];
         secrets.extend(backend.users.values().map(|u| u.secret.clone()));
         for r in &self.retries {
-            secrets.extend(r.before.users.values().chain(r.after.users.values()).map(|u| u.secret.clone()));
+            secrets.extend(
+                r.before
+                    .users
+                    .values()
+                    .chain(r.after.users.values())
+                    .map(|u| u.secret.clone()),
+            );
         }
         for ex in &exchanges {
-            if let DriverReply::Granted { credentials: Some(c), .. } = &ex.reply {
+            if let DriverReply::Granted {
+                credentials: Some(c),
+                ..
+            } = &ex.reply
+            {
                 secrets.push(c.secret.clone());
             }
         }
-        secrets.extend(live.iter().filter_map(|a| a.credentials.as_ref().map(|c| c.1.clone())));
+        secrets.extend(
+            live.iter()
+                .filter_map(|a| a.credentials.as_ref().map(|c| c.1.clone())),
+        );
         secrets.sort();
         secrets.dedup();
         let history = self.history.events();
@@ -937,7 +1219,12 @@ impl Lab {
         // Keys of accesses gone by the end appear only in the history: label them
         // in exchange order (deterministic by seed).
         for ex in &exchanges {
-            if let DriverReply::Granted { account_id, credentials, .. } = &ex.reply {
+            if let DriverReply::Granted {
+                account_id,
+                credentials,
+                ..
+            } = &ex.reply
+            {
                 norm.id("account", account_id);
                 if let Some(c) = credentials {
                     norm.id("key", &c.access_key_id);
@@ -968,7 +1255,11 @@ impl Lab {
                 ("log".into(), logs),
             ],
         };
-        let verdicts = scn.invariants.iter().map(|i| checks::check(*i, &obs)).collect();
+        let verdicts = scn
+            .invariants
+            .iter()
+            .map(|i| checks::check(*i, &obs))
+            .collect();
         let outcome = RunOutcome {
             scenario: scn.name.clone(),
             path: scn.path.clone(),
@@ -998,7 +1289,14 @@ impl Lab {
                 let keys: Vec<String> = match &t {
                     Target::Claim { namespace, name } => {
                         let o = format!("{namespace}/{name}");
-                        [self.bucket_of.get(&o), self.bucket_of.get(&format!("{o}#id"))].into_iter().flatten().cloned().collect()
+                        [
+                            self.bucket_of.get(&o),
+                            self.bucket_of.get(&format!("{o}#id")),
+                        ]
+                        .into_iter()
+                        .flatten()
+                        .cloned()
+                        .collect()
                     }
                     Target::Access { namespace, name } => self
                         .account_of
@@ -1006,7 +1304,12 @@ impl Lab {
                         .map(|(a, b)| vec![a.clone(), b.clone()])
                         .unwrap_or_default(),
                 };
-                let mine: Vec<&Exchange> = exchanges.iter().filter(|e| !e.replay && keys.iter().any(|k| !k.is_empty() && k == e.request.key())).collect();
+                let mine: Vec<&Exchange> = exchanges
+                    .iter()
+                    .filter(|e| {
+                        !e.replay && keys.iter().any(|k| !k.is_empty() && k == e.request.key())
+                    })
+                    .collect();
                 Stuck {
                     target: t.to_string(),
                     last_op: mine.last().map(|e| e.request.op().rpc().to_string()),
@@ -1032,7 +1335,10 @@ impl Lab {
             if let Some((key, secret)) = &a.credentials {
                 for bucket in &targets {
                     let granted = *bucket == a.bucket_id;
-                    out.push(self.one_probe(a, key, secret, bucket, granted, ProbePurpose::Current).await);
+                    out.push(
+                        self.one_probe(a, key, secret, bucket, granted, ProbePurpose::Current)
+                            .await,
+                    );
                 }
             }
             let handed: Vec<(String, Secret)> = exchanges
@@ -1049,22 +1355,60 @@ impl Lab {
                     continue;
                 }
                 seen.push(secret.clone());
-                out.push(self.one_probe(a, &key, &secret, &a.bucket_id.clone(), true, ProbePurpose::HandedOut).await);
+                out.push(
+                    self.one_probe(
+                        a,
+                        &key,
+                        &secret,
+                        &a.bucket_id.clone(),
+                        true,
+                        ProbePurpose::HandedOut,
+                    )
+                    .await,
+                );
             }
         }
         out
     }
 
-    async fn one_probe(&mut self, a: &LiveAccess, key: &str, secret: &Secret, bucket: &str, granted: bool, purpose: ProbePurpose) -> Probe {
+    async fn one_probe(
+        &mut self,
+        a: &LiveAccess,
+        key: &str,
+        secret: &Secret,
+        bucket: &str,
+        granted: bool,
+        purpose: ProbePurpose,
+    ) -> Probe {
         let object = format!("drivelab-probe/{}", a.name.replace('/', "-"));
         let calls_before = self.history.len();
-        let reply = self.probe.put_object(key, secret.expose(), bucket, &object, b"drivelab probe".to_vec()).await;
-        let call = drivelab_fakes::history::calls(&self.history.events()[calls_before..]).last().map(|c| c.id);
+        let reply = self
+            .probe
+            .put_object(
+                key,
+                secret.expose(),
+                bucket,
+                &object,
+                b"drivelab probe".to_vec(),
+            )
+            .await;
+        let call = drivelab_fakes::history::calls(&self.history.events()[calls_before..])
+            .last()
+            .map(|c| c.id);
         let (status, code) = match reply {
             Ok(r) => (r.status, r.code),
             Err(e) => (0, Some(format!("probe failed: {e}"))),
         };
-        Probe { access: a.name.clone(), access_key: key.to_string(), bucket: bucket.to_string(), granted_bucket: granted, purpose, status, code, call }
+        Probe {
+            access: a.name.clone(),
+            access_key: key.to_string(),
+            bucket: bucket.to_string(),
+            granted_bucket: granted,
+            purpose,
+            status,
+            code,
+            call,
+        }
     }
 }
 
@@ -1076,7 +1420,11 @@ fn checkpoint_text(o: &Value) -> String {
         for (k, v) in data {
             let raw = v.as_str().unwrap_or("");
             let val = if is_secret {
-                base64::engine::general_purpose::STANDARD.decode(raw).ok().and_then(|b| String::from_utf8(b).ok()).unwrap_or_default()
+                base64::engine::general_purpose::STANDARD
+                    .decode(raw)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .unwrap_or_default()
             } else {
                 raw.to_string()
             };
@@ -1087,9 +1435,16 @@ fn checkpoint_text(o: &Value) -> String {
 }
 
 async fn create_lab_bucket(probe: &S3Probe, admin: &Secret, name: &str) -> anyhow::Result<()> {
-    let r = probe.create_bucket("drivelab-admin", admin.expose(), name).await.map_err(|e| anyhow!("creating lab bucket {name}: {e}"))?;
+    let r = probe
+        .create_bucket("drivelab-admin", admin.expose(), name)
+        .await
+        .map_err(|e| anyhow!("creating lab bucket {name}: {e}"))?;
     if !(200..300).contains(&r.status) {
-        return Err(anyhow!("creating lab bucket {name} answered {} {}", r.status, r.code.unwrap_or_default()));
+        return Err(anyhow!(
+            "creating lab bucket {name} answered {} {}",
+            r.status,
+            r.code.unwrap_or_default()
+        ));
     }
     Ok(())
 }
@@ -1105,13 +1460,22 @@ fn auth_code(name: &str) -> i32 {
 
 fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    (0..len).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+    (0..len)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 fn str_at(v: &Value, path: &[&str]) -> String {
-    path.iter().try_fold(v, |v, k| v.get(*k)).and_then(Value::as_str).unwrap_or("").to_string()
+    path.iter()
+        .try_fold(v, |v, k| v.get(*k))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
 }
 
 fn bool_at(v: &Value, path: &[&str]) -> bool {
-    path.iter().try_fold(v, |v, k| v.get(*k)).and_then(Value::as_bool).unwrap_or(false)
+    path.iter()
+        .try_fold(v, |v, k| v.get(*k))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
 }

@@ -60,7 +60,10 @@ mod tests {
     use super::*;
 
     fn claim(n: &str) -> Target {
-        Target::Claim { namespace: "default".into(), name: n.into() }
+        Target::Claim {
+            namespace: "default".into(),
+            name: n.into(),
+        }
     }
 
     #[test]

@@ -119,11 +119,17 @@ impl Scheduler {
     /// dead, so none of its tasks can react to the cut.
     pub fn take_parked_from(&self, from: Component) -> HeldRequests {
         let mut s = self.lock();
-        let (mut dead, keep): (Vec<Parked>, Vec<Parked>) = s.parked.drain(..).partition(|p| p.from == from);
+        let (mut dead, keep): (Vec<Parked>, Vec<Parked>) =
+            s.parked.drain(..).partition(|p| p.from == from);
         s.parked = keep;
         dead.sort_by_key(|p| p.call);
         for p in &dead {
-            self.history.reply(p.call, drivelab_fakes::history::Outcome::NoReply { reason: "the caller crashed while the request was held".into() });
+            self.history.reply(
+                p.call,
+                drivelab_fakes::history::Outcome::NoReply {
+                    reason: "the caller crashed while the request was held".into(),
+                },
+            );
         }
         drop(s);
         self.changed.notify_waiters();
@@ -139,7 +145,12 @@ impl Scheduler {
                 return true;
             }
             let (go, rx) = oneshot::channel();
-            s.parked.push(Parked { call, from, label: format!("{from}->{to} {op}"), go });
+            s.parked.push(Parked {
+                call,
+                from,
+                label: format!("{from}->{to} {op}"),
+                go,
+            });
             self.release_if_quiet(&mut s);
             rx
         };
@@ -162,7 +173,12 @@ impl Scheduler {
                 let p = s.parked.remove(i);
                 self.history.record(EventKind::Note {
                     component: Component::Lab,
-                    text: format!("scheduler watchdog released call #{} ({}) after {}s", p.call.0, p.label, WATCHDOG.as_secs()),
+                    text: format!(
+                        "scheduler watchdog released call #{} ({}) after {}s",
+                        p.call.0,
+                        p.label,
+                        WATCHDOG.as_secs()
+                    ),
                 });
             }
         }
@@ -183,7 +199,12 @@ impl Scheduler {
         s.releases += 1;
         self.history.record(EventKind::Note {
             component: Component::Lab,
-            text: format!("scheduler released call #{} ({}), choice {} of {n} waiting", p.call.0, p.label, i + 1),
+            text: format!(
+                "scheduler released call #{} ({}), choice {} of {n} waiting",
+                p.call.0,
+                p.label,
+                i + 1
+            ),
         });
         let _ = p.go.send(true);
     }

@@ -50,7 +50,13 @@ pub enum GenKind {
     Conflict,
 }
 
-const KINDS: [GenKind; 5] = [GenKind::CrashAfter, GenKind::DropResponse, GenKind::CrashBefore, GenKind::Unavailable, GenKind::Conflict];
+const KINDS: [GenKind; 5] = [
+    GenKind::CrashAfter,
+    GenKind::DropResponse,
+    GenKind::CrashBefore,
+    GenKind::Unavailable,
+    GenKind::Conflict,
+];
 
 /// One generated fault: index into the scenario's interception points.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -92,20 +98,41 @@ const DUPS: [Dup; 3] = [Dup::Same, Dup::ChangedParameters, Dup::UnknownAuth];
 fn dup_of(step: &Step, how: Dup) -> Option<Step> {
     use crate::scenario::{RetryOp, RetryStep};
     let (op, name, namespace) = match step {
-        Step::CreateBucketClaim(c) => (RetryOp::CreateBucketClaim, c.name.clone(), c.namespace.clone()),
+        Step::CreateBucketClaim(c) => (
+            RetryOp::CreateBucketClaim,
+            c.name.clone(),
+            c.namespace.clone(),
+        ),
         Step::GrantAccess(a) => (RetryOp::GrantAccess, a.name.clone(), a.namespace.clone()),
         Step::RevokeAccess(o) => (RetryOp::RevokeAccess, o.name.clone(), o.namespace.clone()),
-        Step::DeleteBucketClaim(o) => (RetryOp::DeleteBucketClaim, o.name.clone(), o.namespace.clone()),
+        Step::DeleteBucketClaim(o) => (
+            RetryOp::DeleteBucketClaim,
+            o.name.clone(),
+            o.namespace.clone(),
+        ),
         _ => return None,
     };
     let creates = matches!(op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess);
     let (parameters, authentication_type) = match how {
         Dup::Same => (None, None),
-        Dup::ChangedParameters if creates => (Some([("drivelab-explore".to_string(), "changed".to_string())].into_iter().collect()), None),
+        Dup::ChangedParameters if creates => (
+            Some(
+                [("drivelab-explore".to_string(), "changed".to_string())]
+                    .into_iter()
+                    .collect(),
+            ),
+            None,
+        ),
         Dup::UnknownAuth if op == RetryOp::GrantAccess => (None, Some("Unknown".to_string())),
         _ => return None,
     };
-    Some(Step::Retry(RetryStep { op, name, namespace, parameters, authentication_type }))
+    Some(Step::Retry(RetryStep {
+        op,
+        name,
+        namespace,
+        parameters,
+        authentication_type,
+    }))
 }
 
 /// The shrunk failure, written to disk.
@@ -159,17 +186,32 @@ pub fn targets_of(outcome: &RunOutcome) -> Vec<FaultTarget> {
     for e in &outcome.history {
         if let EventKind::Call { from, to, op, .. } = &e.kind {
             // DriverGetInfo happens once, at connect, before any fault is armed.
-            let faultable = *to != Component::Driver || scenario::fault::DRIVER_OPS.contains(&op.as_str());
-            if faultable && matches!(from, Component::Driver | Component::Sidecar) && matches!(to, Component::S3 | Component::S3Admin | Component::Kube | Component::Driver) {
+            let faultable =
+                *to != Component::Driver || scenario::fault::DRIVER_OPS.contains(&op.as_str());
+            if faultable
+                && matches!(from, Component::Driver | Component::Sidecar)
+                && matches!(
+                    to,
+                    Component::S3 | Component::S3Admin | Component::Kube | Component::Driver
+                )
+            {
                 t.insert((*to, op.clone()));
             }
         }
     }
-    t.into_iter().map(|(component, op)| FaultTarget { component, op }).collect()
+    t.into_iter()
+        .map(|(component, op)| FaultTarget { component, op })
+        .collect()
 }
 
 fn concurrent_ok(s: &Step) -> bool {
-    matches!(s, Step::CreateBucketClaim(_) | Step::GrantAccess(_) | Step::RevokeAccess(_) | Step::DeleteBucketClaim(_))
+    matches!(
+        s,
+        Step::CreateBucketClaim(_)
+            | Step::GrantAccess(_)
+            | Step::RevokeAccess(_)
+            | Step::DeleteBucketClaim(_)
+    )
 }
 
 /// The scenario a schedule describes: `base` minus its `expect` steps (the
@@ -178,11 +220,20 @@ pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scen
     let mut s = base.clone();
     s.seed = Some(sched.seed);
     let mut steps: Vec<Located<Step>> = Vec::new();
-    for (i, l) in base.steps.iter().filter(|l| !matches!(l.value, Step::Expect(_))).enumerate() {
+    for (i, l) in base
+        .steps
+        .iter()
+        .filter(|l| !matches!(l.value, Step::Expect(_)))
+        .enumerate()
+    {
         steps.push(l.clone());
         for (_, how) in sched.dups.iter().filter(|(d, _)| *d == i) {
             if let Some(d) = dup_of(&l.value, *how) {
-                steps.push(Located { value: d, line: l.line, col: l.col });
+                steps.push(Located {
+                    value: d,
+                    line: l.line,
+                    col: l.col,
+                });
             }
         }
     }
@@ -203,12 +254,18 @@ pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scen
             out.extend(group);
         } else {
             let (line, col) = (group[0].line, group[0].col);
-            out.push(Located { value: Step::Concurrent(group.into_iter().map(|l| l.value).collect()), line, col });
+            out.push(Located {
+                value: Step::Concurrent(group.into_iter().map(|l| l.value).collect()),
+                line,
+                col,
+            });
         }
     }
     s.steps = out;
     for f in &sched.faults {
-        let Some(on) = targets.get(f.target % targets.len().max(1)).cloned() else { continue };
+        let Some(on) = targets.get(f.target % targets.len().max(1)).cloned() else {
+            continue;
+        };
         let driver = on.component == Component::Driver;
         let (action, when) = match f.kind {
             GenKind::CrashAfter => (FaultAction::CrashDriver, When::AfterCommit),
@@ -217,7 +274,11 @@ pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scen
             GenKind::Unavailable => (
                 FaultAction::Error {
                     status: 503,
-                    code: if driver { "UNAVAILABLE".into() } else { "ServiceUnavailable".into() },
+                    code: if driver {
+                        "UNAVAILABLE".into()
+                    } else {
+                        "ServiceUnavailable".into()
+                    },
                     message: "injected by explore".into(),
                 },
                 When::BeforeCommit,
@@ -225,19 +286,33 @@ pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scen
             // Only where "taken" is an answer a real backend gives without lying
             // about state: another tenant owns the bucket name. Elsewhere, unavailable.
             GenKind::Conflict if on.component == Component::S3 && on.op == "create_bucket" => (
-                FaultAction::Error { status: 409, code: "BucketAlreadyExists".into(), message: "injected by explore".into() },
+                FaultAction::Error {
+                    status: 409,
+                    code: "BucketAlreadyExists".into(),
+                    message: "injected by explore".into(),
+                },
                 When::BeforeCommit,
             ),
             GenKind::Conflict => (
                 FaultAction::Error {
                     status: 503,
-                    code: if driver { "UNAVAILABLE".into() } else { "ServiceUnavailable".into() },
+                    code: if driver {
+                        "UNAVAILABLE".into()
+                    } else {
+                        "ServiceUnavailable".into()
+                    },
                     message: "injected by explore".into(),
                 },
                 When::BeforeCommit,
             ),
         };
-        s.faults.push(FaultSpec { action, on, nth: f.nth, times: 1, when });
+        s.faults.push(FaultSpec {
+            action,
+            on,
+            nth: f.nth,
+            times: 1,
+            when,
+        });
     }
     s
 }
@@ -254,7 +329,11 @@ fn call_order_hash(o: &RunOutcome) -> u64 {
 }
 
 fn failed_invariants(o: &RunOutcome) -> Vec<&'static str> {
-    o.verdicts.iter().filter(|v| !v.passed).map(|v| v.invariant).collect()
+    o.verdicts
+        .iter()
+        .filter(|v| !v.passed)
+        .map(|v| v.invariant)
+        .collect()
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -264,37 +343,69 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// Explore `base`. Must be called on a multi-thread tokio runtime.
 pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<ExploreReport> {
     let started = Instant::now();
-    let baseline = engine::run(base, &RunOptions { seed: base.seed, mutants: vec![] }).await.context("the baseline run")?;
+    let baseline = engine::run(
+        base,
+        &RunOptions {
+            seed: base.seed,
+            mutants: vec![],
+        },
+    )
+    .await
+    .context("the baseline run")?;
     let targets = targets_of(&baseline);
     if targets.is_empty() {
-        return Err(anyhow!("the scenario's baseline run made no calls a fault could hit"));
+        return Err(anyhow!(
+            "the scenario's baseline run made no calls a fault could hit"
+        ));
     }
     let n_steps = base.steps.len().max(1);
     // The sidecar→driver link is where ambiguous failures (a committed grant
     // whose reply is lost) live; give its four RPCs as much weight as the rest.
     let weighted: Vec<usize> = (0..targets.len())
         .flat_map(|i| {
-            let w = if targets[i].component == Component::Driver { (targets.len() / 4).max(1) } else { 1 };
+            let w = if targets[i].component == Component::Driver {
+                (targets.len() / 4).max(1)
+            } else {
+                1
+            };
             std::iter::repeat_n(i, w)
         })
         .collect();
     let strategy = (
         any::<u64>(),
-        proptest::collection::vec((proptest::sample::select(weighted), 1u32..=3, 0..KINDS.len()), 0..=3),
+        proptest::collection::vec(
+            (proptest::sample::select(weighted), 1u32..=3, 0..KINDS.len()),
+            0..=3,
+        ),
         proptest::collection::vec(0..n_steps, 0..=2),
         proptest::collection::vec((0..n_steps, 0..DUPS.len()), 0..=2),
     )
         .prop_map(|(seed, faults, merges, dups)| Schedule {
             seed: seed % 1_000_000,
-            faults: faults.into_iter().map(|(target, nth, k)| GenFault { target, nth, kind: KINDS[k] }).collect(),
+            faults: faults
+                .into_iter()
+                .map(|(target, nth, k)| GenFault {
+                    target,
+                    nth,
+                    kind: KINDS[k],
+                })
+                .collect(),
             merges,
             dups: dups.into_iter().map(|(i, d)| (i, DUPS[d])).collect(),
         });
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&opts.seed.to_le_bytes());
     let shrink = if opts.detect_only { 0 } else { 200 };
-    let config = Config { cases: opts.cases, failure_persistence: None, max_shrink_iters: shrink, ..Config::default() };
-    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
+    let config = Config {
+        cases: opts.cases,
+        failure_persistence: None,
+        max_shrink_iters: shrink,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new_with_rng(
+        config,
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    );
     let cov = Mutex::new(Coverage::default());
     let result = runner.run(&strategy, |sched| {
         if started.elapsed() > opts.time_budget {
@@ -311,16 +422,30 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
             }
         }
         let scn = apply(base, &targets, &sched);
-        let outcome = block_on(engine::run(&scn, &RunOptions { seed: scn.seed, mutants: opts.mutants.clone() }))
-            .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
+        let outcome = block_on(engine::run(
+            &scn,
+            &RunOptions {
+                seed: scn.seed,
+                mutants: opts.mutants.clone(),
+            },
+        ))
+        .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
         let mut failed = failed_invariants(&outcome);
         // Hunting a mutant: a schedule that breaks the correct driver too says
         // nothing about the mutant (it is a finding of its own, reported apart).
         if !failed.is_empty() && !opts.mutants.is_empty() {
-            let reference = block_on(engine::run(&scn, &RunOptions { seed: scn.seed, mutants: vec![] }))
-                .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
+            let reference = block_on(engine::run(
+                &scn,
+                &RunOptions {
+                    seed: scn.seed,
+                    mutants: vec![],
+                },
+            ))
+            .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
             if !failed_invariants(&reference).is_empty() {
-                cov.lock().unwrap_or_else(|p| p.into_inner()).reference_failures += 1;
+                cov.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .reference_failures += 1;
                 failed.clear();
             }
         }
@@ -358,9 +483,24 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
 }
 
 /// Does this schedule fail (for the mutant, and not for the correct driver)?
-async fn fails(base: &Scenario, targets: &[FaultTarget], sched: &Schedule, opts: &ExploreOptions) -> bool {
+async fn fails(
+    base: &Scenario,
+    targets: &[FaultTarget],
+    sched: &Schedule,
+    opts: &ExploreOptions,
+) -> bool {
     let scn = apply(base, targets, sched);
-    let Ok(o) = engine::run(&scn, &RunOptions { seed: scn.seed, mutants: opts.mutants.clone() }).await else { return false };
+    let Ok(o) = engine::run(
+        &scn,
+        &RunOptions {
+            seed: scn.seed,
+            mutants: opts.mutants.clone(),
+        },
+    )
+    .await
+    else {
+        return false;
+    };
     if failed_invariants(&o).is_empty() {
         return false;
     }
@@ -373,7 +513,12 @@ async fn fails(base: &Scenario, targets: &[FaultTarget], sched: &Schedule, opts:
 /// proptest's shrinking stops at the time budget; finish greedily: drop each
 /// fault and each merge, and move each fault to its first occurrence, while
 /// the case still fails. Fewest faults, fewest concurrent steps, earliest occurrence.
-async fn finish_shrinking(base: &Scenario, targets: &[FaultTarget], mut sched: Schedule, opts: &ExploreOptions) -> Schedule {
+async fn finish_shrinking(
+    base: &Scenario,
+    targets: &[FaultTarget],
+    mut sched: Schedule,
+    opts: &ExploreOptions,
+) -> Schedule {
     let mut progress = true;
     while progress {
         progress = false;
@@ -415,28 +560,63 @@ async fn finish_shrinking(base: &Scenario, targets: &[FaultTarget], mut sched: S
     sched
 }
 
-async fn write_found(base: &Scenario, targets: &[FaultTarget], sched: &Schedule, opts: &ExploreOptions) -> anyhow::Result<Found> {
+async fn write_found(
+    base: &Scenario,
+    targets: &[FaultTarget],
+    sched: &Schedule,
+    opts: &ExploreOptions,
+) -> anyhow::Result<Found> {
     let mut scn = apply(base, targets, sched);
     // Named after what it was hunting, so two hunts that shrink to one seed do not collide.
-    let hunted: String = opts.mutants.iter().map(|m| format!("-{}", m.name())).collect();
+    let hunted: String = opts
+        .mutants
+        .iter()
+        .map(|m| format!("-{}", m.name()))
+        .collect();
     scn.name = format!("{}{hunted}-found-{}", base.name, sched.seed);
-    let file = opts.out_dir.join(format!("{}{hunted}-{}.yaml", base.name, sched.seed));
+    let file = opts
+        .out_dir
+        .join(format!("{}{hunted}-{}.yaml", base.name, sched.seed));
     // The mutant stays on the command line, not in the file: the correct driver
     // must pass this schedule (a regression scenario for `make e2e`), and
     // `make mutants` replays it against every mutant.
-    let flags: String = opts.mutants.iter().map(|m| format!(" --mutant {}", m.name())).collect();
+    let flags: String = opts
+        .mutants
+        .iter()
+        .map(|m| format!(" --mutant {}", m.name()))
+        .collect();
     let header = vec![
-        format!("Found by `drivelab explore {}{flags}` (explorer seed {}), shrunk.", base.path.display(), opts.seed),
-        format!("Fails with{flags}: replay with `drivelab run {}{flags}`.", file.display()),
+        format!(
+            "Found by `drivelab explore {}{flags}` (explorer seed {}), shrunk.",
+            base.path.display(),
+            opts.seed
+        ),
+        format!(
+            "Fails with{flags}: replay with `drivelab run {}{flags}`.",
+            file.display()
+        ),
     ];
     let text = scenario::write::to_yaml(&scn, &header);
-    std::fs::create_dir_all(&opts.out_dir).with_context(|| format!("creating {}", opts.out_dir.display()))?;
+    std::fs::create_dir_all(&opts.out_dir)
+        .with_context(|| format!("creating {}", opts.out_dir.display()))?;
     std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
     // Replay from the file, exactly as a developer would.
-    let written = scenario::load(&file).map_err(|e| anyhow!("the written scenario does not parse: {e}"))?;
-    let outcome = engine::run(&written, &RunOptions { seed: None, mutants: opts.mutants.clone() }).await?;
+    let written =
+        scenario::load(&file).map_err(|e| anyhow!("the written scenario does not parse: {e}"))?;
+    let outcome = engine::run(
+        &written,
+        &RunOptions {
+            seed: None,
+            mutants: opts.mutants.clone(),
+        },
+    )
+    .await?;
     let failed = failed_invariants(&outcome);
-    Ok(Found { path: file, failed, outcome })
+    Ok(Found {
+        path: file,
+        failed,
+        outcome,
+    })
 }
 
 /// Print the report the CLI shows.

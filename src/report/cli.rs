@@ -19,9 +19,17 @@ pub struct Partition {
 
 /// Parse `k/n` with 1 ≤ k ≤ n.
 pub fn parse_partition(s: &str) -> Result<Partition, String> {
-    let (k, n) = s.split_once('/').ok_or_else(|| format!("--partition wants k/n (e.g. 2/4), got `{s}`"))?;
-    let k: usize = k.trim().parse().map_err(|_| format!("--partition: `{k}` is not a number"))?;
-    let n: usize = n.trim().parse().map_err(|_| format!("--partition: `{n}` is not a number"))?;
+    let (k, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("--partition wants k/n (e.g. 2/4), got `{s}`"))?;
+    let k: usize = k
+        .trim()
+        .parse()
+        .map_err(|_| format!("--partition: `{k}` is not a number"))?;
+    let n: usize = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("--partition: `{n}` is not a number"))?;
     if n == 0 || k == 0 || k > n {
         return Err(format!("--partition {s}: need 1 ≤ k ≤ n"));
     }
@@ -31,20 +39,35 @@ pub fn parse_partition(s: &str) -> Result<Partition, String> {
 /// Keep the files whose path or file stem contains `filter`, then shard k of
 /// n by index in sorted path order (round robin, so shards stay balanced and
 /// a file keeps its shard as long as the sorted list does not change).
-pub fn select(mut files: Vec<PathBuf>, filter: Option<&str>, partition: Option<Partition>) -> Vec<PathBuf> {
+pub fn select(
+    mut files: Vec<PathBuf>,
+    filter: Option<&str>,
+    partition: Option<Partition>,
+) -> Vec<PathBuf> {
     files.sort();
     files.dedup();
     if let Some(f) = filter {
         files.retain(|p| p.to_string_lossy().contains(f));
     }
     match partition {
-        Some(Partition { k, n }) => files.into_iter().enumerate().filter(|(i, _)| i % n == k - 1).map(|(_, p)| p).collect(),
+        Some(Partition { k, n }) => files
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % n == k - 1)
+            .map(|(_, p)| p)
+            .collect(),
         None => files,
     }
 }
 
 /// The run-level replay command for the index (never the report dir).
-pub fn replay_all(paths: &[PathBuf], seed: Option<u64>, mutants: &[String], filter: Option<&str>, partition: Option<Partition>) -> String {
+pub fn replay_all(
+    paths: &[PathBuf],
+    seed: Option<u64>,
+    mutants: &[String],
+    filter: Option<&str>,
+    partition: Option<Partition>,
+) -> String {
     let mut cmd = String::from("drivelab run");
     for p in paths {
         cmd.push(' ');
@@ -66,7 +89,10 @@ pub fn replay_all(paths: &[PathBuf], seed: Option<u64>, mutants: &[String], filt
 }
 
 fn shell_word(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c)) {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -102,17 +128,29 @@ pub struct Progress {
 impl Progress {
     /// Progress over `total` scenarios, on stderr.
     pub fn new(total: usize) -> Self {
-        Self { total, tty: std::io::stderr().is_terminal() }
+        Self {
+            total,
+            tty: std::io::stderr().is_terminal(),
+        }
     }
 
     /// Scenario `i` (0-based) of the total is starting.
     pub fn start(&self, i: usize, name: &str, failed_so_far: usize) {
         if self.tty {
             let width = 24;
-            let done = if self.total == 0 { width } else { i * width / self.total };
+            let done = if self.total == 0 {
+                width
+            } else {
+                i * width / self.total
+            };
             let bar: String = "#".repeat(done) + &"-".repeat(width - done.min(width));
             let mut e = std::io::stderr();
-            let _ = write!(e, "\r\x1b[2K[{bar}] {}/{} {failed_so_far} failed · running {name}", i + 1, self.total);
+            let _ = write!(
+                e,
+                "\r\x1b[2K[{bar}] {}/{} {failed_so_far} failed · running {name}",
+                i + 1,
+                self.total
+            );
             let _ = e.flush();
         }
     }
@@ -129,9 +167,18 @@ impl Progress {
 
 /// The final table of scenarios and verdicts.
 pub fn final_table(reports: &[ScenarioReport]) -> String {
-    let w = reports.iter().map(|r| r.scenario.chars().count()).max().unwrap_or(8).max(8);
+    let w = reports
+        .iter()
+        .map(|r| r.scenario.chars().count())
+        .max()
+        .unwrap_or(8)
+        .max(8);
     let mut s = String::new();
-    let _ = writeln!(s, "\n{:w$}  {:7}  {:>6}  failed", "scenario", "verdict", "seed");
+    let _ = writeln!(
+        s,
+        "\n{:w$}  {:7}  {:>6}  failed",
+        "scenario", "verdict", "seed"
+    );
     for r in reports {
         let verdict = if r.error.is_some() {
             "ERROR"
@@ -140,7 +187,13 @@ pub fn final_table(reports: &[ScenarioReport]) -> String {
         } else {
             "FAIL"
         };
-        let _ = writeln!(s, "{:w$}  {verdict:7}  {:>6}  {}", r.scenario, r.seed, r.failed_names().join(", "));
+        let _ = writeln!(
+            s,
+            "{:w$}  {verdict:7}  {:>6}  {}",
+            r.scenario,
+            r.seed,
+            r.failed_names().join(", ")
+        );
     }
     s
 }
@@ -180,7 +233,11 @@ pub fn list_faults() -> String {
 
 /// `drivelab list scenarios`: name, file and description of each.
 pub fn list_scenarios(scenarios: &[crate::scenario::Scenario]) -> String {
-    let w = scenarios.iter().map(|s| s.name.chars().count()).max().unwrap_or(8);
+    let w = scenarios
+        .iter()
+        .map(|s| s.name.chars().count())
+        .max()
+        .unwrap_or(8);
     let mut out = String::new();
     for s in scenarios {
         let _ = writeln!(out, "{:w$}  {}", s.name, s.path.display());
@@ -194,7 +251,9 @@ mod tests {
 
     #[test]
     fn partitions_cover_everything_once() {
-        let files: Vec<PathBuf> = (0..7).map(|i| PathBuf::from(format!("s/{i}.yaml"))).collect();
+        let files: Vec<PathBuf> = (0..7)
+            .map(|i| PathBuf::from(format!("s/{i}.yaml")))
+            .collect();
         let mut all = Vec::new();
         for k in 1..=3 {
             all.extend(select(files.clone(), None, Some(Partition { k, n: 3 })));
@@ -209,6 +268,9 @@ mod tests {
 
     #[test]
     fn strip() {
-        assert_eq!(strip_partition("drivelab run scenarios/ --partition 1/2 --seed 3"), "drivelab run scenarios/ --seed 3");
+        assert_eq!(
+            strip_partition("drivelab run scenarios/ --partition 1/2 --seed 3"),
+            "drivelab run scenarios/ --seed 3"
+        );
     }
 }

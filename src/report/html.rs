@@ -69,7 +69,17 @@ fn claims_table_html(rows: &[ClaimRow], link: bool) -> String {
     let scn = |names: &[String]| -> String {
         names
             .iter()
-            .map(|n| if link { format!("<a href=\"{0}/index.html\">{1}</a>", esc(&super::model::sanitize(n)), esc(n)) } else { esc(n) })
+            .map(|n| {
+                if link {
+                    format!(
+                        "<a href=\"{0}/index.html\">{1}</a>",
+                        esc(&super::model::sanitize(n)),
+                        esc(n)
+                    )
+                } else {
+                    esc(n)
+                }
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -94,13 +104,31 @@ fn claims_table_html(rows: &[ClaimRow], link: bool) -> String {
 pub fn index_page(meta: &RunMeta, reports: &[ScenarioReport], claims: &[ClaimRow]) -> String {
     let all_pass = reports.iter().all(|r| r.passed);
     let mut b = String::new();
-    let _ = writeln!(b, "<h1>drivelab run {} <span id=\"verdict\">{}</span></h1>", esc(&meta.title), verdict_badge(all_pass));
+    let _ = writeln!(
+        b,
+        "<h1>drivelab run {} <span id=\"verdict\">{}</span></h1>",
+        esc(&meta.title),
+        verdict_badge(all_pass)
+    );
     b.push_str("<dl class=\"lead\">\n");
-    let _ = writeln!(b, "<dt>driver under test</dt><dd>{}</dd>", esc(&super::drivers(reports)));
+    let _ = writeln!(
+        b,
+        "<dt>driver under test</dt><dd>{}</dd>",
+        esc(&super::drivers(reports))
+    );
     let _ = writeln!(b, "<dt>seed</dt><dd>{}</dd>", esc(&super::seeds(reports)));
-    let _ = writeln!(b, "<dt>replay</dt><dd><code>{}</code></dd>", esc(&meta.replay));
+    let _ = writeln!(
+        b,
+        "<dt>replay</dt><dd><code>{}</code></dd>",
+        esc(&meta.replay)
+    );
     let passed = reports.iter().filter(|r| r.passed).count();
-    let _ = writeln!(b, "<dt>scenarios</dt><dd>{passed} passed, {} failed, {} total</dd>", reports.len() - passed, reports.len());
+    let _ = writeln!(
+        b,
+        "<dt>scenarios</dt><dd>{passed} passed, {} failed, {} total</dd>",
+        reports.len() - passed,
+        reports.len()
+    );
     b.push_str("</dl>\n<h2>Claims</h2>\n");
     b.push_str(&claims_table_html(claims, true));
     b.push_str("<h2>Scenarios</h2>\n<table class=\"scenarios\">\n<tr><th>scenario</th><th>verdict</th><th>failed</th><th>seed</th><th>mutants</th><th>replay</th></tr>\n");
@@ -126,20 +154,48 @@ pub fn index_page(meta: &RunMeta, reports: &[ScenarioReport], claims: &[ClaimRow
 pub fn scenario_page(r: &ScenarioReport) -> String {
     let mut b = String::new();
     let _ = writeln!(b, "<p><a href=\"../index.html\">← all scenarios</a></p>");
-    let _ = writeln!(b, "<h1>{} <span id=\"verdict\">{}</span></h1>", esc(&r.scenario), verdict_badge(r.passed));
+    let _ = writeln!(
+        b,
+        "<h1>{} <span id=\"verdict\">{}</span></h1>",
+        esc(&r.scenario),
+        verdict_badge(r.passed)
+    );
     b.push_str("<dl class=\"lead\">\n");
-    let _ = writeln!(b, "<dt>driver under test</dt><dd>{}</dd>", esc(if r.driver.is_empty() { "(no DriverGetInfo answer)" } else { &r.driver }));
+    let _ = writeln!(
+        b,
+        "<dt>driver under test</dt><dd>{}</dd>",
+        esc(if r.driver.is_empty() {
+            "(no DriverGetInfo answer)"
+        } else {
+            &r.driver
+        })
+    );
     let _ = writeln!(b, "<dt>seed</dt><dd>{}</dd>", r.seed);
-    let mutants = if r.mutants.is_empty() { "none (the correct driver)".to_string() } else { r.mutants.join(", ") };
+    let mutants = if r.mutants.is_empty() {
+        "none (the correct driver)".to_string()
+    } else {
+        r.mutants.join(", ")
+    };
     let _ = writeln!(b, "<dt>mutants</dt><dd>{}</dd>", esc(&mutants));
     let _ = writeln!(b, "<dt>replay</dt><dd><code>{}</code></dd>", esc(&r.replay));
-    let _ = writeln!(b, "<dt>scenario file</dt><dd><code>{}</code></dd>", esc(&r.path));
+    let _ = writeln!(
+        b,
+        "<dt>scenario file</dt><dd><code>{}</code></dd>",
+        esc(&r.path)
+    );
     b.push_str("</dl>\n");
     if let Some(e) = &r.error {
-        let _ = writeln!(b, "<h2>Lab error</h2>\n<pre class=\"fail\">{}</pre>", esc(e));
+        let _ = writeln!(
+            b,
+            "<h2>Lab error</h2>\n<pre class=\"fail\">{}</pre>",
+            esc(e)
+        );
     }
     b.push_str("<h2>Claims</h2>\n");
-    b.push_str(&claims_table_html(&super::model::claims_table(std::slice::from_ref(r)), false));
+    b.push_str(&claims_table_html(
+        &super::model::claims_table(std::slice::from_ref(r)),
+        false,
+    ));
     // The picture before the tables: it is what a reviewer looks at first.
     if r.history.is_empty() {
         b.push_str("<h2>Timeline</h2>\n<p>(no history recorded)</p>\n");
@@ -155,8 +211,16 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
             "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
             if v.passed { "ok" } else { "broken" },
             esc(&v.invariant),
-            if v.passed { "<span class=\"pass\">pass</span>" } else { "<span class=\"fail\">FAIL</span>" },
-            v.details.iter().map(|d| esc(d)).collect::<Vec<_>>().join("<br>")
+            if v.passed {
+                "<span class=\"pass\">pass</span>"
+            } else {
+                "<span class=\"fail\">FAIL</span>"
+            },
+            v.details
+                .iter()
+                .map(|d| esc(d))
+                .collect::<Vec<_>>()
+                .join("<br>")
         );
     }
     b.push_str("</table>\n");
@@ -167,7 +231,11 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
         let _ = writeln!(b, "<p>not converged: {}</p>", esc(n));
     }
     for v in r.verdicts.iter().filter(|v| !v.passed) {
-        let _ = writeln!(b, "<h2 class=\"fail\" id=\"evidence-{0}\">Evidence: {0}</h2>", esc(&v.invariant));
+        let _ = writeln!(
+            b,
+            "<h2 class=\"fail\" id=\"evidence-{0}\">Evidence: {0}</h2>",
+            esc(&v.invariant)
+        );
         let _ = writeln!(b, "<p>Claim: {}</p>", esc(&v.claim));
         for d in &v.details {
             let _ = writeln!(b, "<p class=\"fail\">{}</p>", esc(d));
@@ -175,7 +243,11 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
         if v.slice.is_empty() {
             b.push_str("<p>(the check names no calls: it is about the final state)</p>\n");
         } else {
-            let _ = writeln!(b, "<h3>History slice</h3>\n<pre class=\"slice\">{}</pre>", esc(&v.slice.join("\n")));
+            let _ = writeln!(
+                b,
+                "<h3>History slice</h3>\n<pre class=\"slice\">{}</pre>",
+                esc(&v.slice.join("\n"))
+            );
         }
         for d in &v.diffs {
             let _ = writeln!(b, "<h3>Snapshot diff: {}</h3>", esc(&d.label));
@@ -202,13 +274,24 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
         let _ = writeln!(b, "<li>{}</li>", esc(&s.name));
     }
     b.push_str("</ol>\n");
-    let _ = writeln!(b, "<h2>Final ownership snapshot</h2>\n<pre class=\"snapshot\">{}</pre>", esc(&r.snapshot));
+    let _ = writeln!(
+        b,
+        "<h2>Final ownership snapshot</h2>\n<pre class=\"snapshot\">{}</pre>",
+        esc(&r.snapshot)
+    );
     b.push_str("<p>Full labelled history: <a href=\"history.json\">history.json</a>; all data: <a href=\"run.json\">run.json</a>.</p>\n");
     page(&format!("{} — drivelab", r.scenario), &b)
 }
 
-const LANE_ORDER: [Component; 7] =
-    [Component::Lab, Component::Sidecar, Component::Driver, Component::S3Admin, Component::S3, Component::Kube, Component::Workload];
+const LANE_ORDER: [Component; 7] = [
+    Component::Lab,
+    Component::Sidecar,
+    Component::Driver,
+    Component::S3Admin,
+    Component::S3,
+    Component::Kube,
+    Component::Workload,
+];
 const LANE_H: i64 = 46;
 const TOP: i64 = 34;
 const LEFT: i64 = 84;
@@ -240,8 +323,14 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
             }
         }
     }
-    let lanes: Vec<Component> = LANE_ORDER.iter().copied().filter(|c| present.contains(c)).collect();
-    let lane_y = |c: Component| -> i64 { TOP + 14 + lanes.iter().position(|l| *l == c).unwrap_or(0) as i64 * LANE_H };
+    let lanes: Vec<Component> = LANE_ORDER
+        .iter()
+        .copied()
+        .filter(|c| present.contains(c))
+        .collect();
+    let lane_y = |c: Component| -> i64 {
+        TOP + 14 + lanes.iter().position(|l| *l == c).unwrap_or(0) as i64 * LANE_H
+    };
     let lab_y = lane_y(Component::Lab);
 
     let mut x = LEFT + 10;
@@ -262,9 +351,19 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
         }
         match &e.kind {
             EventKind::Step { index, name } => steps.push((x, *index, name.clone())),
-            EventKind::Call { id, from, to, op, subject } => {
+            EventKind::Call {
+                id,
+                from,
+                to,
+                op,
+                subject,
+            } => {
                 let (y1, y2) = (lane_y(*from), lane_y(*to));
-                let (ok, no_reply, label) = replies.get(&id.0).cloned().unwrap_or((false, true, "no reply recorded".into()));
+                let (ok, no_reply, label) = replies.get(&id.0).cloned().unwrap_or((
+                    false,
+                    true,
+                    "no reply recorded".into(),
+                ));
                 let is_failing = failing.contains(&id.0);
                 let (stroke, width, dash, marker) = if is_failing {
                     ("#cf222e", 3, "", "ah-fail")
@@ -275,9 +374,17 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
                 } else {
                     ("#bc4c00", 1, "", "ah-err")
                 };
-                let title = format!("#{} [{}] {from} → {to} {op} {subject} ⇒ {label}", id.0, e.at);
+                let title = format!(
+                    "#{} [{}] {from} → {to} {op} {subject} ⇒ {label}",
+                    id.0, e.at
+                );
                 let class = if is_failing { "call failing" } else { "call" };
-                let _ = write!(body, "<g class=\"{class}\" data-call=\"{}\"><title>{}</title>", id.0, esc(&title));
+                let _ = write!(
+                    body,
+                    "<g class=\"{class}\" data-call=\"{}\"><title>{}</title>",
+                    id.0,
+                    esc(&title)
+                );
                 if y1 == y2 {
                     let _ = write!(body, "<circle cx=\"{x}\" cy=\"{y1}\" r=\"4\" fill=\"none\" stroke=\"{stroke}\" stroke-width=\"{width}\"/>");
                 } else {
@@ -287,13 +394,27 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
                 }
                 if is_failing && x - last_failing_label >= 30 {
                     last_failing_label = x;
-                    let _ = write!(body, "<text x=\"{}\" y=\"{}\" fill=\"#cf222e\" font-weight=\"bold\">#{}</text>", x + 3, y1.min(y2) - 3, id.0);
+                    let _ = write!(
+                        body,
+                        "<text x=\"{}\" y=\"{}\" fill=\"#cf222e\" font-weight=\"bold\">#{}</text>",
+                        x + 3,
+                        y1.min(y2) - 3,
+                        id.0
+                    );
                 }
                 body.push_str("</g>\n");
                 x += SLOT;
             }
-            EventKind::Fault { call, fault, detail } => {
-                let y = call.and_then(|c| calls.get(&c.0)).and_then(|(_, to, _)| LANE_ORDER.iter().find(|l| l.as_str() == to)).map(|c| lane_y(*c)).unwrap_or(lab_y);
+            EventKind::Fault {
+                call,
+                fault,
+                detail,
+            } => {
+                let y = call
+                    .and_then(|c| calls.get(&c.0))
+                    .and_then(|(_, to, _)| LANE_ORDER.iter().find(|l| l.as_str() == to))
+                    .map(|c| lane_y(*c))
+                    .unwrap_or(lab_y);
                 let title = format!("[{}] fault {fault}: {detail}", e.at);
                 let bottom = TOP + 14 + (lanes.len().max(1) as i64 - 1) * LANE_H + 10;
                 let _ = write!(
@@ -328,7 +449,13 @@ pub fn timeline_svg(r: &ScenarioReport) -> String {
         let show_label = steps.get(i + 1).is_none_or(|n| n.0 - sx >= 24);
         let end = steps.get(i + 1).map(|n| n.0).unwrap_or(x);
         let failing = failing_steps.contains(index);
-        let fill = if failing { "#ffebe9" } else if index % 2 == 0 { "#f6f8fa" } else { "#ffffff" };
+        let fill = if failing {
+            "#ffebe9"
+        } else if index % 2 == 0 {
+            "#f6f8fa"
+        } else {
+            "#ffffff"
+        };
         let class = if failing { "step failing-step" } else { "step" };
         let _ = write!(
             s,

@@ -40,7 +40,12 @@ fn suite(r: &ScenarioReport) -> (usize, usize, usize, String) {
     for v in &r.verdicts {
         tests += 1;
         if v.passed {
-            let _ = writeln!(cases, "    <testcase classname=\"{}\" name=\"{}\" time=\"0\"/>", esc(&class), esc(&v.invariant));
+            let _ = writeln!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"{}\" time=\"0\"/>",
+                esc(&class),
+                esc(&v.invariant)
+            );
         } else {
             failures += 1;
             let mut body = String::new();
@@ -61,7 +66,11 @@ fn suite(r: &ScenarioReport) -> (usize, usize, usize, String) {
                 }
             }
             let _ = writeln!(body, "\nreplay: {}", r.replay);
-            let message = v.details.first().cloned().unwrap_or_else(|| format!("{} failed", v.invariant));
+            let message = v
+                .details
+                .first()
+                .cloned()
+                .unwrap_or_else(|| format!("{} failed", v.invariant));
             let _ = writeln!(
                 cases,
                 "    <testcase classname=\"{}\" name=\"{}\" time=\"0\">\n      <failure message=\"{}\" type=\"invariant\">{}</failure>\n    </testcase>",
@@ -75,7 +84,11 @@ fn suite(r: &ScenarioReport) -> (usize, usize, usize, String) {
     if r.error.is_none() {
         tests += 1;
         if r.expect_failures.is_empty() {
-            let _ = writeln!(cases, "    <testcase classname=\"{}\" name=\"expectations\" time=\"0\"/>", esc(&class));
+            let _ = writeln!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"expectations\" time=\"0\"/>",
+                esc(&class)
+            );
         } else {
             failures += 1;
             let body = format!("{}\n\nreplay: {}", r.expect_failures.join("\n"), r.replay);

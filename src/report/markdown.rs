@@ -8,14 +8,24 @@ use super::model::{claims_table, ClaimRow, ScenarioReport};
 use super::RunMeta;
 
 fn cell(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;").replace('\n', "<br>")
+    s.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\n', "<br>")
 }
 
 /// The claims table in Markdown.
 pub fn claims_md(rows: &[ClaimRow]) -> String {
-    let mut s = String::from("| claim | decided by | verdict | established by | broken in |\n|---|---|---|---|---|\n");
+    let mut s = String::from(
+        "| claim | decided by | verdict | established by | broken in |\n|---|---|---|---|---|\n",
+    );
     for r in rows {
-        let says = if r.source == "scenario" { format!("{} *(stated by the scenario)*", cell(&r.says)) } else { cell(&r.says) };
+        let says = if r.source == "scenario" {
+            format!("{} *(stated by the scenario)*", cell(&r.says))
+        } else {
+            cell(&r.says)
+        };
         let _ = writeln!(
             s,
             "| {says} | `{}` | {} | {} | {} |",
@@ -32,14 +42,26 @@ pub fn claims_md(rows: &[ClaimRow]) -> String {
 pub fn run_summary(meta: &RunMeta, reports: &[ScenarioReport], claims: &[ClaimRow]) -> String {
     let mut md = String::new();
     let all = reports.iter().all(|r| r.passed);
-    let _ = writeln!(md, "# drivelab run {} — {}\n", meta.title, if all { "PASS" } else { "FAIL" });
+    let _ = writeln!(
+        md,
+        "# drivelab run {} — {}\n",
+        meta.title,
+        if all { "PASS" } else { "FAIL" }
+    );
     let _ = writeln!(md, "- driver under test: `{}`", super::drivers(reports));
     let _ = writeln!(md, "- seed: {}", super::seeds(reports));
     let _ = writeln!(md, "- replay: `{}`", meta.replay);
     let passed = reports.iter().filter(|r| r.passed).count();
-    let _ = writeln!(md, "- scenarios: {passed} passed, {} failed\n", reports.len() - passed);
+    let _ = writeln!(
+        md,
+        "- scenarios: {passed} passed, {} failed\n",
+        reports.len() - passed
+    );
     let _ = writeln!(md, "## Claims\n\n{}", claims_md(claims));
-    let _ = writeln!(md, "## Scenarios\n\n| scenario | verdict | failed | seed | replay |\n|---|---|---|---|---|");
+    let _ = writeln!(
+        md,
+        "## Scenarios\n\n| scenario | verdict | failed | seed | replay |\n|---|---|---|---|---|"
+    );
     for r in reports {
         let _ = writeln!(
             md,
@@ -58,7 +80,12 @@ pub fn run_summary(meta: &RunMeta, reports: &[ScenarioReport], claims: &[ClaimRo
 /// One scenario's summary.
 pub fn scenario_summary(r: &ScenarioReport) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "# {} — {}\n", r.scenario, if r.passed { "PASS" } else { "FAIL" });
+    let _ = writeln!(
+        md,
+        "# {} — {}\n",
+        r.scenario,
+        if r.passed { "PASS" } else { "FAIL" }
+    );
     let _ = writeln!(md, "- driver under test: `{}`", r.driver);
     let _ = writeln!(md, "- seed: {}", r.seed);
     if !r.mutants.is_empty() {
@@ -68,10 +95,23 @@ pub fn scenario_summary(r: &ScenarioReport) -> String {
     if let Some(e) = &r.error {
         let _ = writeln!(md, "## Lab error\n\n```\n{e}\n```\n");
     }
-    let _ = writeln!(md, "## Claims\n\n{}", claims_md(&claims_table(std::slice::from_ref(r))));
-    let _ = writeln!(md, "## Checks\n\n| invariant | verdict | detail |\n|---|---|---|");
+    let _ = writeln!(
+        md,
+        "## Claims\n\n{}",
+        claims_md(&claims_table(std::slice::from_ref(r)))
+    );
+    let _ = writeln!(
+        md,
+        "## Checks\n\n| invariant | verdict | detail |\n|---|---|---|"
+    );
     for v in &r.verdicts {
-        let _ = writeln!(md, "| {} | {} | {} |", v.invariant, if v.passed { "pass" } else { "**FAIL**" }, cell(&v.details.join("\n")));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} |",
+            v.invariant,
+            if v.passed { "pass" } else { "**FAIL**" },
+            cell(&v.details.join("\n"))
+        );
     }
     for f in &r.expect_failures {
         let _ = writeln!(md, "\n- expect failed: {f}");
@@ -85,7 +125,10 @@ pub fn scenario_summary(r: &ScenarioReport) -> String {
             let _ = writeln!(md, "- {d}");
         }
         if v.slice.is_empty() {
-            let _ = writeln!(md, "\n(the check names no calls: it is about the final state)");
+            let _ = writeln!(
+                md,
+                "\n(the check names no calls: it is about the final state)"
+            );
         } else {
             let _ = writeln!(md, "\nHistory slice:\n\n```\n{}\n```", v.slice.join("\n"));
         }
@@ -93,7 +136,12 @@ pub fn scenario_summary(r: &ScenarioReport) -> String {
             if d.lines.is_empty() {
                 let _ = writeln!(md, "\nSnapshot diff ({}): no change", d.label);
             } else {
-                let _ = writeln!(md, "\nSnapshot diff, {}:\n\n```diff\n{}\n```", d.label, d.lines.join("\n"));
+                let _ = writeln!(
+                    md,
+                    "\nSnapshot diff, {}:\n\n```diff\n{}\n```",
+                    d.label,
+                    d.lines.join("\n")
+                );
             }
         }
     }

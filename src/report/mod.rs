@@ -28,7 +28,15 @@ pub struct RunMeta {
 pub fn console(o: &RunOutcome) -> String {
     let mut s = String::new();
     let verdict = if o.passed() { "PASS" } else { "FAIL" };
-    let _ = writeln!(s, "{verdict} {} ({}) — driver {}, seed {}, {} events", o.scenario, o.path.display(), o.driver_name, o.seed, o.history.len());
+    let _ = writeln!(
+        s,
+        "{verdict} {} ({}) — driver {}, seed {}, {} events",
+        o.scenario,
+        o.path.display(),
+        o.driver_name,
+        o.seed,
+        o.history.len()
+    );
     for v in &o.verdicts {
         let mark = if v.passed { "ok  " } else { "FAIL" };
         let _ = writeln!(s, "  {mark} {}", v.invariant);
@@ -64,10 +72,16 @@ pub fn write_scenario(dir: &Path, r: &ScenarioReport) -> std::io::Result<()> {
     let d = dir.join(&r.dir);
     std::fs::create_dir_all(&d)?;
     std::fs::write(d.join("snapshot.txt"), &r.snapshot)?;
-    std::fs::write(d.join("history.json"), with_newline(serde_json::to_string_pretty(&r.history).unwrap_or_default()))?;
+    std::fs::write(
+        d.join("history.json"),
+        with_newline(serde_json::to_string_pretty(&r.history).unwrap_or_default()),
+    )?;
     std::fs::write(d.join("summary.md"), markdown::scenario_summary(r))?;
     std::fs::write(d.join("index.html"), html::scenario_page(r))?;
-    std::fs::write(d.join("run.json"), with_newline(serde_json::to_string_pretty(r).unwrap_or_default()))?;
+    std::fs::write(
+        d.join("run.json"),
+        with_newline(serde_json::to_string_pretty(r).unwrap_or_default()),
+    )?;
     std::fs::write(d.join("junit.xml"), junit::junit(std::slice::from_ref(r)))
 }
 
@@ -75,8 +89,14 @@ pub fn write_scenario(dir: &Path, r: &ScenarioReport) -> std::io::Result<()> {
 pub fn write_index(dir: &Path, meta: &RunMeta, reports: &[ScenarioReport]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let claims = claims_table(reports);
-    std::fs::write(dir.join("summary.md"), markdown::run_summary(meta, reports, &claims))?;
-    std::fs::write(dir.join("index.html"), html::index_page(meta, reports, &claims))?;
+    std::fs::write(
+        dir.join("summary.md"),
+        markdown::run_summary(meta, reports, &claims),
+    )?;
+    std::fs::write(
+        dir.join("index.html"),
+        html::index_page(meta, reports, &claims),
+    )?;
     std::fs::write(dir.join("junit.xml"), junit::junit(reports))?;
     // The index keeps verdicts and steps; each scenario's run.json has its history.
     let scenarios: Vec<serde_json::Value> = reports
@@ -102,7 +122,10 @@ pub fn write_index(dir: &Path, meta: &RunMeta, reports: &[ScenarioReport]) -> st
         "claims": claims,
         "scenarios": scenarios,
     });
-    std::fs::write(dir.join("run.json"), with_newline(serde_json::to_string_pretty(&doc).unwrap_or_default()))?;
+    std::fs::write(
+        dir.join("run.json"),
+        with_newline(serde_json::to_string_pretty(&doc).unwrap_or_default()),
+    )?;
     let meta_json = serde_json::to_string_pretty(meta).unwrap_or_default();
     std::fs::write(dir.join("meta.json"), with_newline(meta_json))
 }
@@ -115,7 +138,11 @@ pub fn load_reports(dirs: &[PathBuf]) -> Result<(Vec<ScenarioReport>, Vec<RunMet
     for d in dirs {
         let entries = std::fs::read_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
         let mut found = 0;
-        let mut subdirs: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        let mut subdirs: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
         subdirs.sort();
         for sub in subdirs {
             let f = sub.join("run.json");
@@ -123,13 +150,17 @@ pub fn load_reports(dirs: &[PathBuf]) -> Result<(Vec<ScenarioReport>, Vec<RunMet
                 continue;
             }
             let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
-            let r: ScenarioReport = serde_json::from_str(&text).map_err(|e| format!("{}: not a drivelab scenario report: {e}", f.display()))?;
+            let r: ScenarioReport = serde_json::from_str(&text)
+                .map_err(|e| format!("{}: not a drivelab scenario report: {e}", f.display()))?;
             found += 1;
             out.retain(|o| o.dir != r.dir);
             out.push(r);
         }
         if found == 0 {
-            return Err(format!("{}: no scenario reports (*/run.json) here; is it a --report-dir?", d.display()));
+            return Err(format!(
+                "{}: no scenario reports (*/run.json) here; is it a --report-dir?",
+                d.display()
+            ));
         }
         if let Ok(m) = std::fs::read_to_string(d.join("meta.json")) {
             if let Ok(m) = serde_json::from_str::<RunMeta>(&m) {
@@ -148,8 +179,14 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Vec<ScenarioReport>, String
         write_scenario(out, r).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     // Shards of one run share their replay command up to the --partition: drop it.
-    let replay = metas.first().map(|m| cli::strip_partition(&m.replay)).unwrap_or_default();
-    let title = metas.first().map(|m| cli::strip_partition(&m.title)).unwrap_or_else(|| "(merged)".into());
+    let replay = metas
+        .first()
+        .map(|m| cli::strip_partition(&m.replay))
+        .unwrap_or_default();
+    let title = metas
+        .first()
+        .map(|m| cli::strip_partition(&m.title))
+        .unwrap_or_else(|| "(merged)".into());
     let meta = RunMeta { title, replay };
     write_index(out, &meta, &reports).map_err(|e| format!("{}: {e}", out.display()))?;
     Ok(reports)
@@ -157,7 +194,11 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Vec<ScenarioReport>, String
 
 /// Driver names across scenarios, e.g. `cosi-s3.drivelab.dev`.
 pub fn drivers(reports: &[ScenarioReport]) -> String {
-    let mut d: Vec<&str> = reports.iter().map(|r| r.driver.as_str()).filter(|d| !d.is_empty()).collect();
+    let mut d: Vec<&str> = reports
+        .iter()
+        .map(|r| r.driver.as_str())
+        .filter(|d| !d.is_empty())
+        .collect();
     d.sort_unstable();
     d.dedup();
     if d.is_empty() {
@@ -175,7 +216,13 @@ pub fn seeds(reports: &[ScenarioReport]) -> String {
     match s.as_slice() {
         [] => "-".into(),
         [one] => one.to_string(),
-        many => format!("{} (per scenario; see the table)", many.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
+        many => format!(
+            "{} (per scenario; see the table)",
+            many.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

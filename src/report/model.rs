@@ -116,12 +116,25 @@ pub struct ClaimReport {
 
 /// The claim text of an invariant id (empty when unknown).
 pub fn claim_of(id: &str) -> String {
-    Invariant::cosi_defaults().iter().find(|i| i.id() == id).map(|i| i.claim().to_string()).unwrap_or_default()
+    Invariant::cosi_defaults()
+        .iter()
+        .find(|i| i.id() == id)
+        .map(|i| i.claim().to_string())
+        .unwrap_or_default()
 }
 
 /// Directory name for a scenario: safe on every file system, never `..`.
 pub fn sanitize(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     if s.is_empty() {
         "_".into()
     } else {
@@ -133,18 +146,29 @@ impl ScenarioReport {
     /// Build the report of a finished run.
     pub fn from_outcome(o: &RunOutcome) -> Self {
         // Only the labelled history is used: raw events may carry random ids.
-        let history: Vec<Event> = serde_json::from_str(&scrub_residual_ids(&o.history_text)).unwrap_or_default();
+        let history: Vec<Event> =
+            serde_json::from_str(&scrub_residual_ids(&o.history_text)).unwrap_or_default();
         // Check details and messages name raw ids; give them the history's labels.
         let labels = Relabel::from_histories(&o.history, &history);
         let steps: Vec<StepInfo> = history
             .iter()
             .filter_map(|e| match &e.kind {
-                EventKind::Step { index, name } => Some(StepInfo { index: *index, name: name.clone() }),
+                EventKind::Step { index, name } => Some(StepInfo {
+                    index: *index,
+                    name: name.clone(),
+                }),
                 _ => None,
             })
             .collect();
-        let step_snapshots: Vec<StepSnapshotReport> =
-            o.step_snapshots.iter().map(|s| StepSnapshotReport { step: s.step, name: s.name.clone(), text: s.text.clone() }).collect();
+        let step_snapshots: Vec<StepSnapshotReport> = o
+            .step_snapshots
+            .iter()
+            .map(|s| StepSnapshotReport {
+                step: s.step,
+                name: s.name.clone(),
+                text: s.text.clone(),
+            })
+            .collect();
         let mut verdicts = Vec::new();
         for v in &o.verdicts {
             let mut r = VerdictReport {
@@ -183,7 +207,11 @@ impl ScenarioReport {
             steps,
             verdicts,
             claims,
-            expect_failures: o.expect_failures.iter().map(|f| labels.apply(&format!("step {} ({}): {}", f.step, f.at, f.message))).collect(),
+            expect_failures: o
+                .expect_failures
+                .iter()
+                .map(|f| labels.apply(&format!("step {} ({}): {}", f.step, f.at, f.message)))
+                .collect(),
             not_converged: o.not_converged.iter().map(|n| labels.apply(n)).collect(),
             snapshot: o.snapshot.clone(),
             step_snapshots,
@@ -192,7 +220,14 @@ impl ScenarioReport {
     }
 
     /// The report of a run the lab could not finish.
-    pub fn from_error(name: &str, path: &str, seed: u64, mutants: Vec<String>, replay: String, error: String) -> Self {
+    pub fn from_error(
+        name: &str,
+        path: &str,
+        seed: u64,
+        mutants: Vec<String>,
+        replay: String,
+        error: String,
+    ) -> Self {
         ScenarioReport {
             scenario: name.to_string(),
             path: path.to_string(),
@@ -208,7 +243,12 @@ impl ScenarioReport {
 
     /// Invariant ids that failed, plus `expect` when an expectation did.
     pub fn failed_names(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.verdicts.iter().filter(|v| !v.passed).map(|v| v.invariant.clone()).collect();
+        let mut out: Vec<String> = self
+            .verdicts
+            .iter()
+            .filter(|v| !v.passed)
+            .map(|v| v.invariant.clone())
+            .collect();
         if !self.expect_failures.is_empty() {
             out.push("expect".into());
         }
@@ -220,7 +260,12 @@ impl ScenarioReport {
 
     /// Call ids named by any failed check (highlighted in the timeline).
     pub fn failing_calls(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.verdicts.iter().filter(|v| !v.passed).flat_map(|v| v.evidence.iter().copied()).collect();
+        let mut ids: Vec<u64> = self
+            .verdicts
+            .iter()
+            .filter(|v| !v.passed)
+            .flat_map(|v| v.evidence.iter().copied())
+            .collect();
         ids.sort_unstable();
         ids.dedup();
         ids
@@ -228,7 +273,11 @@ impl ScenarioReport {
 
     /// Steps (0-based) during which a failed check's evidence happened.
     pub fn failing_steps(&self) -> Vec<usize> {
-        let mut s: Vec<usize> = self.verdicts.iter().flat_map(|v| v.failing_steps.iter().copied()).collect();
+        let mut s: Vec<usize> = self
+            .verdicts
+            .iter()
+            .flat_map(|v| v.failing_steps.iter().copied())
+            .collect();
         s.sort_unstable();
         s.dedup();
         s
@@ -236,9 +285,20 @@ impl ScenarioReport {
 }
 
 fn decide_claim(says: &str, by: Vec<String>, verdicts: &[VerdictReport]) -> ClaimReport {
-    let unchecked: Vec<String> = by.iter().filter(|b| !verdicts.iter().any(|v| &v.invariant == *b)).cloned().collect();
-    let held = by.iter().all(|b| verdicts.iter().any(|v| &v.invariant == b && v.passed));
-    ClaimReport { says: says.to_string(), passed: held && unchecked.is_empty() && !by.is_empty(), by, unchecked }
+    let unchecked: Vec<String> = by
+        .iter()
+        .filter(|b| !verdicts.iter().any(|v| &v.invariant == *b))
+        .cloned()
+        .collect();
+    let held = by
+        .iter()
+        .all(|b| verdicts.iter().any(|v| &v.invariant == b && v.passed));
+    ClaimReport {
+        says: says.to_string(),
+        passed: held && unchecked.is_empty() && !by.is_empty(),
+        by,
+        unchecked,
+    }
 }
 
 /// One line per event, for slices and JUnit failure bodies.
@@ -246,16 +306,33 @@ pub fn event_line(e: &Event, calls: &BTreeMap<u64, (String, String, String)>) ->
     let t = format!("[{}]", e.at);
     match &e.kind {
         EventKind::Step { index, name } => format!("{t} step {}: {name}", index + 1),
-        EventKind::Call { id, from, to, op, subject } => {
-            let subj = if subject.is_empty() { String::new() } else { format!(" {subject}") };
+        EventKind::Call {
+            id,
+            from,
+            to,
+            op,
+            subject,
+        } => {
+            let subj = if subject.is_empty() {
+                String::new()
+            } else {
+                format!(" {subject}")
+            };
             format!("{t} #{} {from} → {to} {op}{subj}", id.0)
         }
         EventKind::Reply { id, outcome } => {
-            let what = calls.get(&id.0).map(|(_, _, op)| format!(" ({op})")).unwrap_or_default();
+            let what = calls
+                .get(&id.0)
+                .map(|(_, _, op)| format!(" ({op})"))
+                .unwrap_or_default();
             format!("{t} #{}{what} ← {}", id.0, outcome.label())
         }
         EventKind::Note { component, text } => format!("{t} note ({component}): {text}"),
-        EventKind::Fault { call, fault, detail } => match call {
+        EventKind::Fault {
+            call,
+            fault,
+            detail,
+        } => match call {
             Some(c) => format!("{t} FAULT {fault} on #{}: {detail}", c.0),
             None => format!("{t} FAULT {fault}: {detail}"),
         },
@@ -267,7 +344,9 @@ pub fn call_index(history: &[Event]) -> BTreeMap<u64, (String, String, String)> 
     history
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Call { id, from, to, op, .. } => Some((id.0, (from.to_string(), to.to_string(), op.clone()))),
+            EventKind::Call {
+                id, from, to, op, ..
+            } => Some((id.0, (from.to_string(), to.to_string(), op.clone()))),
             _ => None,
         })
         .collect()
@@ -289,16 +368,31 @@ pub fn evidence_slice(history: &[Event], evidence: &[u64]) -> Vec<String> {
     let first = history.iter().position(touches);
     let last = history.iter().rposition(touches);
     let (Some(first), Some(last)) = (first, last) else {
-        return vec![format!("(calls {} are not in the history)", evidence.iter().map(|c| format!("#{c}")).collect::<Vec<_>>().join(" "))];
+        return vec![format!(
+            "(calls {} are not in the history)",
+            evidence
+                .iter()
+                .map(|c| format!("#{c}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )];
     };
     let calls = call_index(history);
     let mut out = Vec::new();
     // The step the first evidence call ran in, so the slice says where it is.
-    if let Some(step) = history[..first].iter().rev().find(|e| matches!(e.kind, EventKind::Step { .. })) {
+    if let Some(step) = history[..first]
+        .iter()
+        .rev()
+        .find(|e| matches!(e.kind, EventKind::Step { .. }))
+    {
         out.push(event_line(step, &calls));
     }
     for e in &history[first..=last] {
-        let keep = touches(e) || matches!(e.kind, EventKind::Fault { .. } | EventKind::Note { .. } | EventKind::Step { .. });
+        let keep = touches(e)
+            || matches!(
+                e.kind,
+                EventKind::Fault { .. } | EventKind::Note { .. } | EventKind::Step { .. }
+            );
         if keep {
             out.push(event_line(e, &calls));
         }
@@ -329,18 +423,28 @@ pub fn failing_steps(history: &[Event], evidence: &[u64]) -> Vec<usize> {
 /// A diff per failing step (before it → after it); a step without a snapshot
 /// of its own (`expect:`, the final convergence) compares the last step with
 /// the final snapshot, once.
-fn snapshot_diffs(steps: &[StepSnapshotReport], final_snapshot: &str, failing: &[usize]) -> Vec<SnapshotDiff> {
+fn snapshot_diffs(
+    steps: &[StepSnapshotReport],
+    final_snapshot: &str,
+    failing: &[usize],
+) -> Vec<SnapshotDiff> {
     let mut out: Vec<SnapshotDiff> = Vec::new();
     let mut final_done = false;
     for &i in failing {
         match steps.iter().position(|s| s.step == i) {
             Some(pos) => {
                 let (before_label, before) = match pos.checked_sub(1).and_then(|p| steps.get(p)) {
-                    Some(b) => (format!("after step {} ({})", b.step + 1, b.name), b.text.as_str()),
+                    Some(b) => (
+                        format!("after step {} ({})", b.step + 1, b.name),
+                        b.text.as_str(),
+                    ),
                     None => ("before the first step".to_string(), ""),
                 };
                 let a = &steps[pos];
-                out.push(SnapshotDiff { label: format!("{before_label} → after step {} ({})", a.step + 1, a.name), lines: line_diff(before, &a.text, 3) });
+                out.push(SnapshotDiff {
+                    label: format!("{before_label} → after step {} ({})", a.step + 1, a.name),
+                    lines: line_diff(before, &a.text, 3),
+                });
             }
             None if !final_done => {
                 final_done = true;
@@ -358,10 +462,17 @@ fn snapshot_diffs(steps: &[StepSnapshotReport], final_snapshot: &str, failing: &
 fn last_vs_final(steps: &[StepSnapshotReport], final_snapshot: &str) -> SnapshotDiff {
     match steps.last() {
         Some(l) => SnapshotDiff {
-            label: format!("after step {} ({}) → final (after healing and the last convergence)", l.step + 1, l.name),
+            label: format!(
+                "after step {} ({}) → final (after healing and the last convergence)",
+                l.step + 1,
+                l.name
+            ),
             lines: line_diff(&l.text, final_snapshot, 3),
         },
-        None => SnapshotDiff { label: "final snapshot".into(), lines: line_diff("", final_snapshot, 3) },
+        None => SnapshotDiff {
+            label: "final snapshot".into(),
+            lines: line_diff("", final_snapshot, 3),
+        },
     }
 }
 
@@ -382,7 +493,11 @@ pub fn scrub_residual_ids(text: &str) -> String {
         let bounded = |b: Option<&u8>| b.is_none_or(|c| !c.is_ascii_alphanumeric());
         // Only a whole word of hex with at least one digit and one letter-free
         // stretch long enough to be random; `<digest-1>`-style labels are not hex runs.
-        if run.len() >= 16 && bounded(start.checked_sub(1).and_then(|p| bytes.get(p))) && bounded(bytes.get(i)) && run.bytes().any(|b| b.is_ascii_digit()) {
+        if run.len() >= 16
+            && bounded(start.checked_sub(1).and_then(|p| bytes.get(p)))
+            && bounded(bytes.get(i))
+            && run.bytes().any(|b| b.is_ascii_digit())
+        {
             let n = match seen.iter().position(|s| s == run) {
                 Some(p) => p + 1,
                 None => {
@@ -437,7 +552,8 @@ impl Relabel {
             map.remove(&c);
         }
         // Longest first, so an id that contains another is replaced whole.
-        let mut pairs: Vec<(String, String)> = map.into_iter().filter(|(k, _)| k.len() >= 6).collect();
+        let mut pairs: Vec<(String, String)> =
+            map.into_iter().filter(|(k, _)| k.len() >= 6).collect();
         pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
         Relabel { pairs }
     }
@@ -476,7 +592,9 @@ fn align(raw: &str, labelled: &str) -> Vec<(String, String)> {
     let mut pieces: Vec<(bool, &str)> = Vec::new();
     let mut rest = labelled;
     while let Some(start) = rest.find('<') {
-        let Some(len) = rest[start..].find('>') else { break };
+        let Some(len) = rest[start..].find('>') else {
+            break;
+        };
         let label = &rest[start..start + len + 1];
         let inner = &label[1..label.len() - 1];
         // Only `<word-…>` tokens are labels; other `<` are literal text.
@@ -542,7 +660,11 @@ pub fn line_diff(a: &str, b: &str, context: usize) -> Vec<String> {
     let mut lcs = vec![vec![0u32; m + 1]; n + 1];
     for i in (0..n).rev() {
         for j in (0..m).rev() {
-            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
         }
     }
     let mut ops: Vec<(char, &str)> = Vec::new();
@@ -564,7 +686,12 @@ pub fn line_diff(a: &str, b: &str, context: usize) -> Vec<String> {
     if ops.iter().all(|(k, _)| *k == ' ') {
         return Vec::new();
     }
-    let changed: Vec<usize> = ops.iter().enumerate().filter(|(_, (k, _))| *k != ' ').map(|(i, _)| i).collect();
+    let changed: Vec<usize> = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, (k, _))| *k != ' ')
+        .map(|(i, _)| i)
+        .collect();
     let near = |i: usize| changed.iter().any(|&c| c.abs_diff(i) <= context);
     let mut out = Vec::new();
     let mut skipped = false;
@@ -606,7 +733,10 @@ pub struct ClaimRow {
 /// documented order), then the scenarios' own claims grouped by wording.
 pub fn claims_table(reports: &[ScenarioReport]) -> Vec<ClaimRow> {
     let mut rows = Vec::new();
-    let mut ids: Vec<String> = Invariant::cosi_defaults().iter().map(|i| i.id().to_string()).collect();
+    let mut ids: Vec<String> = Invariant::cosi_defaults()
+        .iter()
+        .map(|i| i.id().to_string())
+        .collect();
     // Ids a newer engine reports that this list does not know yet still get a row.
     for r in reports {
         for v in &r.verdicts {
@@ -616,7 +746,14 @@ pub fn claims_table(reports: &[ScenarioReport]) -> Vec<ClaimRow> {
         }
     }
     for id in ids {
-        let mut row = ClaimRow { says: claim_of(&id), source: "invariant".into(), by: vec![id.clone()], holds: true, established_by: vec![], broken_in: vec![] };
+        let mut row = ClaimRow {
+            says: claim_of(&id),
+            source: "invariant".into(),
+            by: vec![id.clone()],
+            holds: true,
+            established_by: vec![],
+            broken_in: vec![],
+        };
         for r in reports {
             if let Some(v) = r.verdicts.iter().find(|v| v.invariant == id) {
                 if v.passed {
@@ -639,7 +776,14 @@ pub fn claims_table(reports: &[ScenarioReport]) -> Vec<ClaimRow> {
             let row = match pos {
                 Some(p) => &mut stated[p],
                 None => {
-                    stated.push(ClaimRow { says: c.says.clone(), source: "scenario".into(), by: c.by.clone(), holds: true, established_by: vec![], broken_in: vec![] });
+                    stated.push(ClaimRow {
+                        says: c.says.clone(),
+                        source: "scenario".into(),
+                        by: c.by.clone(),
+                        holds: true,
+                        established_by: vec![],
+                        broken_in: vec![],
+                    });
                     let last = stated.len() - 1;
                     &mut stated[last]
                 }
@@ -663,20 +807,32 @@ mod tests {
     #[test]
     fn diff_shows_rotation() {
         let d = line_diff("a\nsecret <secret-A>\nb\n", "a\nsecret <secret-B>\nb\n", 1);
-        assert_eq!(d, vec!["  a", "- secret <secret-A>", "+ secret <secret-B>", "  b"]);
+        assert_eq!(
+            d,
+            vec!["  a", "- secret <secret-A>", "+ secret <secret-B>", "  b"]
+        );
         assert!(line_diff("x\n", "x\n", 3).is_empty());
     }
 
     #[test]
     fn align_learns_labels() {
-        assert_eq!(align("ba-1234-abcd/x", "ba-<uid-2>/x"), vec![("1234-abcd".to_string(), "<uid-2>".to_string())]);
+        assert_eq!(
+            align("ba-1234-abcd/x", "ba-<uid-2>/x"),
+            vec![("1234-abcd".to_string(), "<uid-2>".to_string())]
+        );
         assert_eq!(align("a b", "a <key-1> c"), vec![]);
-        assert_eq!(align("k AKIA1 and s", "k <key-1> and s"), vec![("AKIA1".to_string(), "<key-1>".to_string())]);
+        assert_eq!(
+            align("k AKIA1 and s", "k <key-1> and s"),
+            vec![("AKIA1".to_string(), "<key-1>".to_string())]
+        );
     }
 
     #[test]
     fn residual_ids_are_labelled() {
-        assert_eq!(scrub_residual_ids("ns/key-01dad3456ea9c758 x 01dad3456ea9c758 é"), "ns/key-<id-1> x <id-1> é");
+        assert_eq!(
+            scrub_residual_ids("ns/key-01dad3456ea9c758 x 01dad3456ea9c758 é"),
+            "ns/key-<id-1> x <id-1> é"
+        );
         assert_eq!(scrub_residual_ids("deadbeefdeadbeefX"), "deadbeefdeadbeefX");
     }
 

@@ -29,7 +29,11 @@ pub enum FaultAction {
     /// The callee commits; the caller never sees the reply (connection drops).
     DropResponse,
     /// Answer with an error instead of calling the callee.
-    Error { status: u16, code: String, message: String },
+    Error {
+        status: u16,
+        code: String,
+        message: String,
+    },
     /// The call takes this long on the virtual clock.
     Delay(Duration),
     /// The callee (a fake) restarts: its state survives, its connections break.
@@ -88,22 +92,39 @@ pub fn parse_component(s: &str) -> Option<Component> {
 
 /// Parse `component.operation`.
 pub fn parse_target(s: &str) -> Result<FaultTarget, String> {
-    let (c, op) = s.split_once('.').ok_or_else(|| format!("`{s}` is not `component.operation`"))?;
-    let component = parse_component(c).ok_or_else(|| format!("unknown component `{c}` (sidecar, driver, s3, s3admin, kube)"))?;
+    let (c, op) = s
+        .split_once('.')
+        .ok_or_else(|| format!("`{s}` is not `component.operation`"))?;
+    let component = parse_component(c)
+        .ok_or_else(|| format!("unknown component `{c}` (sidecar, driver, s3, s3admin, kube)"))?;
     if component == Component::Sidecar {
-        return Err("faults hit the callee; the sidecar is never called (aim at `driver.<RPC>` instead)".into());
+        return Err(
+            "faults hit the callee; the sidecar is never called (aim at `driver.<RPC>` instead)"
+                .into(),
+        );
     }
     if op.is_empty() {
         return Err(format!("`{s}` names no operation"));
     }
     if component == Component::Driver && !DRIVER_OPS.contains(&op) {
-        return Err(format!("unknown driver RPC `{op}` (one of {})", DRIVER_OPS.join(", ")));
+        return Err(format!(
+            "unknown driver RPC `{op}` (one of {})",
+            DRIVER_OPS.join(", ")
+        ));
     }
-    Ok(FaultTarget { component, op: op.to_string() })
+    Ok(FaultTarget {
+        component,
+        op: op.to_string(),
+    })
 }
 
 /// The RPCs the sidecar makes.
-pub const DRIVER_OPS: &[&str] = &["DriverCreateBucket", "DriverDeleteBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess"];
+pub const DRIVER_OPS: &[&str] = &[
+    "DriverCreateBucket",
+    "DriverDeleteBucket",
+    "DriverGrantBucketAccess",
+    "DriverRevokeBucketAccess",
+];
 
 /// How a fault looks in the file (one key: the action).
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -178,21 +199,46 @@ pub struct RawDelay {
 
 /// gRPC code names a driver error fault may use.
 pub const GRPC_CODES: &[&str] = &[
-    "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE",
-    "DATA_LOSS", "UNAUTHENTICATED",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
 ];
 
 impl RawFault {
     /// Validate into a [`FaultSpec`]; the error text says what is wrong.
     pub fn resolve(&self) -> Result<FaultSpec, String> {
         let (on, nth, times, when, action) = match self {
-            RawFault::CrashDriver(a) => (&a.on, a.nth, a.times, a.when.unwrap_or(When::AfterCommit), FaultAction::CrashDriver),
+            RawFault::CrashDriver(a) => (
+                &a.on,
+                a.nth,
+                a.times,
+                a.when.unwrap_or(When::AfterCommit),
+                FaultAction::CrashDriver,
+            ),
             RawFault::DropResponse(a) => {
                 if a.when == Some(When::BeforeCommit) {
                     return Err("drop_response is after_commit by definition (the callee commits, the reply is lost)".into());
                 }
-                (&a.on, a.nth, a.times, When::AfterCommit, FaultAction::DropResponse)
+                (
+                    &a.on,
+                    a.nth,
+                    a.times,
+                    When::AfterCommit,
+                    FaultAction::DropResponse,
+                )
             }
             RawFault::Error(e) => (
                 &e.on,
@@ -202,13 +248,29 @@ impl RawFault {
                 FaultAction::Error {
                     status: e.status.unwrap_or(500),
                     code: e.code.clone(),
-                    message: e.message.clone().unwrap_or_else(|| format!("injected {}", e.code)),
+                    message: e
+                        .message
+                        .clone()
+                        .unwrap_or_else(|| format!("injected {}", e.code)),
                 },
             ),
-            RawFault::Restart(a) => (&a.on, a.nth, a.times, a.when.unwrap_or(When::AfterCommit), FaultAction::Restart),
+            RawFault::Restart(a) => (
+                &a.on,
+                a.nth,
+                a.times,
+                a.when.unwrap_or(When::AfterCommit),
+                FaultAction::Restart,
+            ),
             RawFault::Delay(d) => {
-                let by = super::parse_duration(&d.by).ok_or_else(|| format!("`{}` is not a duration (e.g. 500ms, 5s, 2m)", d.by))?;
-                (&d.on, d.nth, d.times, When::BeforeCommit, FaultAction::Delay(by))
+                let by = super::parse_duration(&d.by)
+                    .ok_or_else(|| format!("`{}` is not a duration (e.g. 500ms, 5s, 2m)", d.by))?;
+                (
+                    &d.on,
+                    d.nth,
+                    d.times,
+                    When::BeforeCommit,
+                    FaultAction::Delay(by),
+                )
             }
         };
         let on = parse_target(on)?;
@@ -217,10 +279,14 @@ impl RawFault {
         }
         if let FaultAction::Error { status, code, .. } = &action {
             if on.component == Component::Driver && !GRPC_CODES.contains(&code.as_str()) {
-                return Err(format!("`{code}` is not a gRPC code name (e.g. UNAVAILABLE, INTERNAL)"));
+                return Err(format!(
+                    "`{code}` is not a gRPC code name (e.g. UNAVAILABLE, INTERNAL)"
+                ));
             }
             if !(400..=599).contains(status) {
-                return Err(format!("status {status} is not an HTTP error status (400-599)"));
+                return Err(format!(
+                    "status {status} is not an HTTP error status (400-599)"
+                ));
             }
         }
         let nth = nth.unwrap_or(1);
@@ -228,7 +294,13 @@ impl RawFault {
         if nth == 0 || times == 0 {
             return Err("`nth` and `times` count from 1".into());
         }
-        Ok(FaultSpec { action, on, nth, times, when })
+        Ok(FaultSpec {
+            action,
+            on,
+            nth,
+            times,
+            when,
+        })
     }
 }
 
@@ -265,7 +337,11 @@ pub struct RawPartition {
 impl RawPartition {
     /// Validate.
     pub fn resolve(&self) -> Result<PartitionSpec, String> {
-        let c = |s: &str| parse_component(s).ok_or_else(|| format!("unknown component `{s}` (sidecar, driver, s3, s3admin, kube)"));
+        let c = |s: &str| {
+            parse_component(s).ok_or_else(|| {
+                format!("unknown component `{s}` (sidecar, driver, s3, s3admin, kube)")
+            })
+        };
         let from = c(&self.from)?;
         let to = c(&self.to)?;
         if from == to {
@@ -273,8 +349,15 @@ impl RawPartition {
         }
         let duration = match &self.duration {
             None => None,
-            Some(d) => Some(super::parse_duration(d).ok_or_else(|| format!("`{d}` is not a duration"))?),
+            Some(d) => {
+                Some(super::parse_duration(d).ok_or_else(|| format!("`{d}` is not a duration"))?)
+            }
         };
-        Ok(PartitionSpec { from, to, one_way: self.one_way, duration })
+        Ok(PartitionSpec {
+            from,
+            to,
+            one_way: self.one_way,
+            duration,
+        })
     }
 }

@@ -4,7 +4,9 @@
 use serde::Deserialize;
 
 /// An invariant the checks can evaluate.
-#[derive(Copy, Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Copy, Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Invariant {
     /// The same request again returns the same ids and secret and changes no backend state.

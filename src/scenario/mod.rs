@@ -178,8 +178,14 @@ impl Step {
     /// A one-line description for histories and reports.
     pub fn describe(&self) -> String {
         match self {
-            Step::CreateBucketClaim(c) => format!("create_bucket_claim {}/{} (class {})", c.namespace, c.name, c.class),
-            Step::GrantAccess(a) => format!("grant_access {}/{} to claim {} (class {})", a.namespace, a.name, a.claim, a.class),
+            Step::CreateBucketClaim(c) => format!(
+                "create_bucket_claim {}/{} (class {})",
+                c.namespace, c.name, c.class
+            ),
+            Step::GrantAccess(a) => format!(
+                "grant_access {}/{} to claim {} (class {})",
+                a.namespace, a.name, a.claim, a.class
+            ),
             Step::RevokeAccess(o) => format!("revoke_access {}/{}", o.namespace, o.name),
             Step::DeleteBucketClaim(o) => format!("delete_bucket_claim {}/{}", o.namespace, o.name),
             Step::Retry(r) => format!("retry {} {}", r.op.keyword(), r.name),
@@ -190,15 +196,23 @@ impl Step {
                 p.from,
                 if p.one_way { "->" } else { "<->" },
                 p.to,
-                p.duration.map(|d| format!(" for {}ms", d.as_millis())).unwrap_or_default()
+                p.duration
+                    .map(|d| format!(" for {}ms", d.as_millis()))
+                    .unwrap_or_default()
             ),
             Step::Heal(h) => match (&h.from, &h.to) {
                 (Some(a), Some(b)) => format!("heal {a} <-> {b}"),
                 _ => "heal all".to_string(),
             },
             Step::Restart(r) => format!("restart {}", r.component),
-            Step::Concurrent(v) => format!("concurrent [{}]", v.iter().map(Step::describe).collect::<Vec<_>>().join("; ")),
-            Step::CreateBucket(b) => format!("create_bucket {} for existing {}", b.name, b.existing_bucket_id),
+            Step::Concurrent(v) => format!(
+                "concurrent [{}]",
+                v.iter().map(Step::describe).collect::<Vec<_>>().join("; ")
+            ),
+            Step::CreateBucket(b) => format!(
+                "create_bucket {} for existing {}",
+                b.name, b.existing_bucket_id
+            ),
             Step::CreateBackendBucket(b) => format!("create_backend_bucket {}", b.name),
         }
     }
@@ -501,7 +515,14 @@ pub struct ScenarioError {
 
 impl fmt::Display for ScenarioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: error: {}", self.path.display(), self.line, self.col, self.message)?;
+        write!(
+            f,
+            "{}:{}:{}: error: {}",
+            self.path.display(),
+            self.line,
+            self.col,
+            self.message
+        )?;
         if let Some(h) = &self.hint {
             write!(f, "\n  hint: {h}")?;
         }
@@ -523,14 +544,19 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         message,
         hint: hint.map(str::to_string),
     };
-    let meta = std::fs::metadata(path).map_err(|e| err0(format!("cannot read the file: {e}"), None))?;
+    let meta =
+        std::fs::metadata(path).map_err(|e| err0(format!("cannot read the file: {e}"), None))?;
     if meta.len() > MAX_SCENARIO_BYTES {
         return Err(err0(
-            format!("file is {} bytes; scenarios are limited to {MAX_SCENARIO_BYTES}", meta.len()),
+            format!(
+                "file is {} bytes; scenarios are limited to {MAX_SCENARIO_BYTES}",
+                meta.len()
+            ),
             Some("split it into several scenarios"),
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| err0(format!("cannot read the file: {e}"), None))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| err0(format!("cannot read the file: {e}"), None))?;
     let text = String::from_utf8(bytes).map_err(|e| {
         let (line, col) = line_col_of_offset(&e.as_bytes()[..e.utf8_error().valid_up_to()]);
         ScenarioError {
@@ -553,9 +579,18 @@ fn line_col_of_offset(prefix: &[u8]) -> (u64, u64) {
 /// Parse and validate scenario text; `path` is used in messages.
 pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
     let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| {
-        let (line, col) = e.location().map(|l| (l.line(), l.column())).unwrap_or((0, 0));
+        let (line, col) = e
+            .location()
+            .map(|l| (l.line(), l.column()))
+            .unwrap_or((0, 0));
         let message = first_line(&e.without_snippet().to_string());
-        ScenarioError { path: path.to_path_buf(), line, col, hint: hint_for(&message), message }
+        ScenarioError {
+            path: path.to_path_buf(),
+            line,
+            col,
+            hint: hint_for(&message),
+            message,
+        }
     })?;
     Validator { path }.validate(raw)
 }
@@ -584,7 +619,12 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn err<T>(&self, at: &Spanned<T>, message: impl Into<String>, hint: Option<&str>) -> ScenarioError {
+    fn err<T>(
+        &self,
+        at: &Spanned<T>,
+        message: impl Into<String>,
+        hint: Option<&str>,
+    ) -> ScenarioError {
         ScenarioError {
             path: self.path.to_path_buf(),
             line: at.referenced.line(),
@@ -596,13 +636,21 @@ impl Validator<'_> {
 
     fn validate(&self, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         if raw.name.value.trim().is_empty() {
-            return Err(self.err(&raw.name, "`name` is empty", Some("give the scenario a short kebab-case name")));
+            return Err(self.err(
+                &raw.name,
+                "`name` is empty",
+                Some("give the scenario a short kebab-case name"),
+            ));
         }
         let mut bucket_classes = Vec::new();
         let mut seen = BTreeSet::new();
         for c in raw.bucket_classes {
             if !seen.insert(c.value.name.clone()) {
-                return Err(self.err(&c, format!("bucket class `{}` is defined twice", c.value.name), None));
+                return Err(self.err(
+                    &c,
+                    format!("bucket class `{}` is defined twice", c.value.name),
+                    None,
+                ));
             }
             bucket_classes.push(c.value);
         }
@@ -610,16 +658,27 @@ impl Validator<'_> {
         let mut seen = BTreeSet::new();
         for c in raw.bucket_access_classes {
             if !seen.insert(c.value.name.clone()) {
-                return Err(self.err(&c, format!("bucket access class `{}` is defined twice", c.value.name), None));
+                return Err(self.err(
+                    &c,
+                    format!("bucket access class `{}` is defined twice", c.value.name),
+                    None,
+                ));
             }
             access_classes.push(c.value);
         }
         if raw.steps.value.is_empty() {
-            return Err(self.err(&raw.steps, "`steps` is empty", Some("a scenario needs at least one step")));
+            return Err(self.err(
+                &raw.steps,
+                "`steps` is empty",
+                Some("a scenario needs at least one step"),
+            ));
         }
         let mut faults = Vec::new();
         for f in raw.faults {
-            let spec = f.value.resolve().map_err(|m| self.err(&f, m, Some("see scenarios/README.md, Faults")))?;
+            let spec = f
+                .value
+                .resolve()
+                .map_err(|m| self.err(&f, m, Some("see scenarios/README.md, Faults")))?;
             faults.push(spec);
         }
         let mut ctx = Ctx {
@@ -634,7 +693,11 @@ impl Validator<'_> {
         let mut invariants = Vec::new();
         for i in raw.invariants {
             if invariants.contains(&i.value) {
-                return Err(self.err(&i, format!("invariant `{}` is listed twice", i.value.id()), None));
+                return Err(self.err(
+                    &i,
+                    format!("invariant `{}` is listed twice", i.value.id()),
+                    None,
+                ));
             }
             invariants.push(i.value);
         }
@@ -644,7 +707,11 @@ impl Validator<'_> {
         let converge_within = match &raw.converge_within {
             None => Duration::from_secs(120),
             Some(s) => parse_duration(&s.value).ok_or_else(|| {
-                self.err(s, format!("`{}` is not a duration", s.value), Some("write e.g. 500ms, 30s, 2m, 1h"))
+                self.err(
+                    s,
+                    format!("`{}` is not a duration", s.value),
+                    Some("write e.g. 500ms, 30s, 2m, 1h"),
+                )
             })?,
         };
         Ok(Scenario {
@@ -661,10 +728,21 @@ impl Validator<'_> {
                 let mut out = Vec::new();
                 for c in raw.claims {
                     if c.value.by.is_empty() {
-                        return Err(self.err(&c, "a claim needs at least one invariant in `by`", Some("e.g. by: [idempotent-replay, no-rotation]")));
+                        return Err(self.err(
+                            &c,
+                            "a claim needs at least one invariant in `by`",
+                            Some("e.g. by: [idempotent-replay, no-rotation]"),
+                        ));
                     }
                     if let Some(i) = c.value.by.iter().find(|i| !invariants.contains(i)) {
-                        return Err(self.err(&c, format!("claim relies on `{}`, which this scenario does not check", i.id()), Some("add it to `invariants:` or remove the list to check all")));
+                        return Err(self.err(
+                            &c,
+                            format!(
+                                "claim relies on `{}`, which this scenario does not check",
+                                i.id()
+                            ),
+                            Some("add it to `invariants:` or remove the list to check all"),
+                        ));
                     }
                     out.push(c.value);
                 }
@@ -687,7 +765,12 @@ struct Ctx {
 }
 
 impl Validator<'_> {
-    fn step(&self, ctx: &mut Ctx, s: Spanned<RawStep>, nested: bool) -> Result<Located<Step>, ScenarioError> {
+    fn step(
+        &self,
+        ctx: &mut Ctx,
+        s: Spanned<RawStep>,
+        nested: bool,
+    ) -> Result<Located<Step>, ScenarioError> {
         let line = s.referenced.line();
         let col = s.referenced.column();
         let here = Spanned::new((), s.referenced, s.defined);
@@ -696,7 +779,10 @@ impl Validator<'_> {
                 if !ctx.bucket_classes.contains(&c.class) {
                     return Err(self.err(
                         &here,
-                        format!("claim `{}` uses bucket class `{}`, which is not defined", c.name, c.class),
+                        format!(
+                            "claim `{}` uses bucket class `{}`, which is not defined",
+                            c.name, c.class
+                        ),
                         Some("add it under `bucket_classes:`"),
                     ));
                 }
@@ -706,7 +792,11 @@ impl Validator<'_> {
                     }
                 }
                 if !ctx.claims.insert((c.namespace.clone(), c.name.clone())) {
-                    return Err(self.err(&here, format!("claim `{}/{}` is created twice", c.namespace, c.name), None));
+                    return Err(self.err(
+                        &here,
+                        format!("claim `{}/{}` is created twice", c.namespace, c.name),
+                        None,
+                    ));
                 }
                 check_dns(self, &here, &c.name)?;
                 Step::CreateBucketClaim(c)
@@ -715,32 +805,59 @@ impl Validator<'_> {
                 if !ctx.access_classes.contains(&a.class) {
                     return Err(self.err(
                         &here,
-                        format!("access `{}` uses bucket access class `{}`, which is not defined", a.name, a.class),
+                        format!(
+                            "access `{}` uses bucket access class `{}`, which is not defined",
+                            a.name, a.class
+                        ),
                         Some("add it under `bucket_access_classes:`"),
                     ));
                 }
                 if !ctx.claims.contains(&(a.namespace.clone(), a.claim.clone())) {
                     return Err(self.err(
                         &here,
-                        format!("access `{}` is for claim `{}/{}`, which no earlier step creates", a.name, a.namespace, a.claim),
+                        format!(
+                            "access `{}` is for claim `{}/{}`, which no earlier step creates",
+                            a.name, a.namespace, a.claim
+                        ),
                         Some("create the claim first with `create_bucket_claim`"),
                     ));
                 }
                 if !ctx.accesses.insert((a.namespace.clone(), a.name.clone())) {
-                    return Err(self.err(&here, format!("access `{}/{}` is granted twice", a.namespace, a.name), None));
+                    return Err(self.err(
+                        &here,
+                        format!("access `{}/{}` is granted twice", a.namespace, a.name),
+                        None,
+                    ));
                 }
                 check_dns(self, &here, &a.name)?;
                 Step::GrantAccess(a)
             }
             RawStep::RevokeAccess(o) => {
-                if !ctx.accesses.contains(&(o.namespace.clone(), o.name.clone())) {
-                    return Err(self.err(&here, format!("access `{}/{}` is not granted by an earlier step", o.namespace, o.name), None));
+                if !ctx
+                    .accesses
+                    .contains(&(o.namespace.clone(), o.name.clone()))
+                {
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "access `{}/{}` is not granted by an earlier step",
+                            o.namespace, o.name
+                        ),
+                        None,
+                    ));
                 }
                 Step::RevokeAccess(o)
             }
             RawStep::DeleteBucketClaim(o) => {
                 if !ctx.claims.contains(&(o.namespace.clone(), o.name.clone())) {
-                    return Err(self.err(&here, format!("claim `{}/{}` is not created by an earlier step", o.namespace, o.name), None));
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "claim `{}/{}` is not created by an earlier step",
+                            o.namespace, o.name
+                        ),
+                        None,
+                    ));
                 }
                 Step::DeleteBucketClaim(o)
             }
@@ -749,8 +866,12 @@ impl Validator<'_> {
                     return Err(self.err(&here, "`retry` cannot be part of `concurrent`", None));
                 }
                 let known = match r.op {
-                    RetryOp::CreateBucketClaim | RetryOp::DeleteBucketClaim => ctx.claims.contains(&(r.namespace.clone(), r.name.clone())),
-                    RetryOp::GrantAccess | RetryOp::RevokeAccess => ctx.accesses.contains(&(r.namespace.clone(), r.name.clone())),
+                    RetryOp::CreateBucketClaim | RetryOp::DeleteBucketClaim => {
+                        ctx.claims.contains(&(r.namespace.clone(), r.name.clone()))
+                    }
+                    RetryOp::GrantAccess | RetryOp::RevokeAccess => ctx
+                        .accesses
+                        .contains(&(r.namespace.clone(), r.name.clone())),
                 };
                 if !known {
                     return Err(self.err(
@@ -759,31 +880,58 @@ impl Validator<'_> {
                         Some("a retry re-sends a request an earlier step made; put it after that step"),
                     ));
                 }
-                if r.parameters.is_some() && !matches!(r.op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess) {
-                    return Err(self.err(&here, "`parameters` only applies to create_bucket_claim and grant_access retries", None));
+                if r.parameters.is_some()
+                    && !matches!(r.op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess)
+                {
+                    return Err(self.err(
+                        &here,
+                        "`parameters` only applies to create_bucket_claim and grant_access retries",
+                        None,
+                    ));
                 }
                 if r.authentication_type.is_some() && r.op != RetryOp::GrantAccess {
-                    return Err(self.err(&here, "`authentication_type` only applies to grant_access retries", None));
+                    return Err(self.err(
+                        &here,
+                        "`authentication_type` only applies to grant_access retries",
+                        None,
+                    ));
                 }
                 Step::Retry(r)
             }
             RawStep::Expect(e) => {
                 if nested {
-                    return Err(self.err(&here, "`expect` cannot be part of `concurrent`; put it after the block", None));
+                    return Err(self.err(
+                        &here,
+                        "`expect` cannot be part of `concurrent`; put it after the block",
+                        None,
+                    ));
                 }
                 self.expectation(&here, &e)?;
                 Step::Expect(e)
             }
-            RawStep::Fault(f) => Step::Fault(f.resolve().map_err(|m| self.err(&here, m, Some("see scenarios/README.md, Faults")))?),
-            RawStep::Partition(p) => Step::Partition(p.resolve().map_err(|m| self.err(&here, m, None))?),
+            RawStep::Fault(f) => Step::Fault(
+                f.resolve()
+                    .map_err(|m| self.err(&here, m, Some("see scenarios/README.md, Faults")))?,
+            ),
+            RawStep::Partition(p) => {
+                Step::Partition(p.resolve().map_err(|m| self.err(&here, m, None))?)
+            }
             RawStep::Heal(h) => {
                 for side in [&h.from, &h.to].into_iter().flatten() {
                     if fault::parse_component(side).is_none() {
-                        return Err(self.err(&here, format!("unknown component `{side}`"), Some("sidecar, driver, s3, s3admin, kube")));
+                        return Err(self.err(
+                            &here,
+                            format!("unknown component `{side}`"),
+                            Some("sidecar, driver, s3, s3admin, kube"),
+                        ));
                     }
                 }
                 if h.from.is_some() != h.to.is_some() {
-                    return Err(self.err(&here, "`heal` takes both `from` and `to`, or neither (heal all)", None));
+                    return Err(self.err(
+                        &here,
+                        "`heal` takes both `from` and `to`, or neither (heal all)",
+                        None,
+                    ));
                 }
                 Step::Heal(h)
             }
@@ -803,7 +951,13 @@ impl Validator<'_> {
                 let mut out = Vec::new();
                 for i in inner {
                     let l = self.step(ctx, i, true)?;
-                    if !matches!(l.value, Step::CreateBucketClaim(_) | Step::GrantAccess(_) | Step::RevokeAccess(_) | Step::DeleteBucketClaim(_)) {
+                    if !matches!(
+                        l.value,
+                        Step::CreateBucketClaim(_)
+                            | Step::GrantAccess(_)
+                            | Step::RevokeAccess(_)
+                            | Step::DeleteBucketClaim(_)
+                    ) {
                         return Err(ScenarioError {
                             path: self.path.to_path_buf(),
                             line: l.line,
@@ -818,32 +972,70 @@ impl Validator<'_> {
             }
             RawStep::CreateBucket(b) => {
                 if !ctx.bucket_classes.contains(&b.class) {
-                    return Err(self.err(&here, format!("bucket `{}` uses bucket class `{}`, which is not defined", b.name, b.class), None));
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "bucket `{}` uses bucket class `{}`, which is not defined",
+                            b.name, b.class
+                        ),
+                        None,
+                    ));
                 }
                 if !ctx.static_buckets.insert(b.name.clone()) {
-                    return Err(self.err(&here, format!("bucket `{}` is created twice", b.name), None));
+                    return Err(self.err(
+                        &here,
+                        format!("bucket `{}` is created twice", b.name),
+                        None,
+                    ));
                 }
                 Step::CreateBucket(b)
             }
             RawStep::CreateBackendBucket(b) => {
                 if cosi_s3::config::validate_bucket_name("name", &b.name).is_err() {
-                    return Err(self.err(&here, format!("`{}` is not a valid S3 bucket name", b.name), Some("3-63 lowercase letters, digits, '-' and '.'")));
+                    return Err(self.err(
+                        &here,
+                        format!("`{}` is not a valid S3 bucket name", b.name),
+                        Some("3-63 lowercase letters, digits, '-' and '.'"),
+                    ));
                 }
                 Step::CreateBackendBucket(b)
             }
         };
-        Ok(Located { value: step, line, col })
+        Ok(Located {
+            value: step,
+            line,
+            col,
+        })
     }
 
     fn expectation(&self, here: &Spanned<()>, e: &Expectation) -> Result<(), ScenarioError> {
         if e.ready.is_some() != e.claim.is_some() {
-            return Err(self.err(here, "`ready` and `claim` go together", Some("write `claim: NAME` and `ready: true|false`")));
+            return Err(self.err(
+                here,
+                "`ready` and `claim` go together",
+                Some("write `claim: NAME` and `ready: true|false`"),
+            ));
         }
         if e.granted.is_some() != e.access.is_some() {
-            return Err(self.err(here, "`granted` and `access` go together", Some("write `access: NAME` and `granted: true|false`")));
+            return Err(self.err(
+                here,
+                "`granted` and `access` go together",
+                Some("write `access: NAME` and `granted: true|false`"),
+            ));
         }
-        if e.code.is_none() && e.claim.is_none() && e.access.is_none() && e.backend.is_none() && e.driver_calls.is_none() {
-            return Err(self.err(here, "`expect` asserts nothing", Some("give at least one of code, claim/ready, access/granted, backend, driver_calls")));
+        if e.code.is_none()
+            && e.claim.is_none()
+            && e.access.is_none()
+            && e.backend.is_none()
+            && e.driver_calls.is_none()
+        {
+            return Err(self.err(
+                here,
+                "`expect` asserts nothing",
+                Some(
+                    "give at least one of code, claim/ready, access/granted, backend, driver_calls",
+                ),
+            ));
         }
         if let Some(calls) = &e.driver_calls {
             for k in calls.keys() {
@@ -859,13 +1051,19 @@ impl Validator<'_> {
 fn check_dns(v: &Validator<'_>, at: &Spanned<()>, name: &str) -> Result<(), ScenarioError> {
     let ok = !name.is_empty()
         && name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-');
     if ok {
         Ok(())
     } else {
-        Err(v.err(at, format!("`{name}` is not a valid Kubernetes object name"), Some("use at most 63 lowercase letters, digits and '-'")))
+        Err(v.err(
+            at,
+            format!("`{name}` is not a valid Kubernetes object name"),
+            Some("use at most 63 lowercase letters, digits and '-'"),
+        ))
     }
 }
 

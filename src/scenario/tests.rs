@@ -35,7 +35,10 @@ fn a_good_file_parses_with_defaults() {
 
 #[test]
 fn unknown_key_is_an_error_with_its_position() {
-    let text = GOOD.replace("  - { name: rw, authentication_type: Key }", "  - { name: rw, authentication_type: Key, colour: red }");
+    let text = GOOD.replace(
+        "  - { name: rw, authentication_type: Key }",
+        "  - { name: rw, authentication_type: Key, colour: red }",
+    );
     let e = p(&text).unwrap_err();
     assert_eq!(e.line, 6, "{e}");
     assert!(e.col > 0, "{e}");
@@ -59,7 +62,11 @@ fn bad_values_are_errors() {
     assert!(e.message.contains("Sometimes"), "{e}");
     let e = p(&GOOD.replace("code: OK", "code: MAYBE")).unwrap_err();
     assert_eq!(e.line, 11, "{e}");
-    let e = p(&GOOD.replace("builtin: cosi-s3", "builtin: cosi-s3, mutants: [no-such-bug]")).unwrap_err();
+    let e = p(&GOOD.replace(
+        "builtin: cosi-s3",
+        "builtin: cosi-s3, mutants: [no-such-bug]",
+    ))
+    .unwrap_err();
     assert!(e.message.contains("no-such-bug"), "{e}");
 }
 
@@ -69,7 +76,11 @@ fn references_are_checked_at_the_step() {
     assert_eq!((e.line, e.message.contains("gold")), (8, true), "{e}");
     let e = p(&GOOD.replace("claim: photos, class: rw", "claim: videos, class: rw")).unwrap_err();
     assert_eq!(e.line, 9, "{e}");
-    let e = p(&GOOD.replace("  - retry: { op: grant_access, name: app }", "  - retry: { op: grant_access, name: other }")).unwrap_err();
+    let e = p(&GOOD.replace(
+        "  - retry: { op: grant_access, name: app }",
+        "  - retry: { op: grant_access, name: other }",
+    ))
+    .unwrap_err();
     assert_eq!(e.line, 10, "{e}");
 }
 
@@ -86,7 +97,15 @@ fn empty_expectations_and_durations_are_rejected() {
 
 #[test]
 fn garbage_never_panics() {
-    for text in ["", ":", "- - -", "name: [", "\u{0}\u{1}", "steps: 5", "name: x\ndriver: 7\nsteps: []"] {
+    for text in [
+        "",
+        ":",
+        "- - -",
+        "name: [",
+        "\u{0}\u{1}",
+        "steps: 5",
+        "name: x\ndriver: 7\nsteps: []",
+    ] {
         let e = p(text).unwrap_err();
         assert!(!e.message.is_empty());
     }
@@ -96,7 +115,11 @@ fn garbage_never_panics() {
 fn every_committed_scenario_is_valid() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
     let files = discover(&[root]).unwrap();
-    assert!(files.len() >= 8, "expected at least 8 scenarios, found {}", files.len());
+    assert!(
+        files.len() >= 8,
+        "expected at least 8 scenarios, found {}",
+        files.len()
+    );
     for f in files {
         load(&f).unwrap_or_else(|e| panic!("{e}"));
     }

@@ -10,8 +10,12 @@ use super::{FaultAction, FaultSpec, PartitionSpec, Scenario, Step, When};
 /// A YAML scalar, quoted whenever plain style could be misread.
 fn q(s: &str) -> String {
     let plain = !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-        && !matches!(s, "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "~")
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+        && !matches!(
+            s,
+            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "~"
+        )
         && !s.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '.');
     if plain {
         s.to_string()
@@ -21,7 +25,10 @@ fn q(s: &str) -> String {
 }
 
 fn map(m: &BTreeMap<String, String>) -> String {
-    let items: Vec<String> = m.iter().map(|(k, v)| format!("{}: {}", q(k), q(v))).collect();
+    let items: Vec<String> = m
+        .iter()
+        .map(|(k, v)| format!("{}: {}", q(k), q(v)))
+        .collect();
     format!("{{ {} }}", items.join(", "))
 }
 
@@ -31,7 +38,12 @@ fn duration(d: std::time::Duration) -> String {
 
 /// One fault as a flow mapping (`crash_driver: { ... }`).
 pub fn fault_yaml(f: &FaultSpec) -> String {
-    let aim = format!("on: {}, nth: {}, times: {}", q(&f.on.to_string()), f.nth, f.times);
+    let aim = format!(
+        "on: {}, nth: {}, times: {}",
+        q(&f.on.to_string()),
+        f.nth,
+        f.times
+    );
     let when = match f.when {
         When::BeforeCommit => "before_commit",
         When::AfterCommit => "after_commit",
@@ -41,14 +53,25 @@ pub fn fault_yaml(f: &FaultSpec) -> String {
         FaultAction::DropResponse => format!("drop_response: {{ {aim} }}"),
         FaultAction::Restart => format!("restart: {{ {aim}, when: {when} }}"),
         FaultAction::Delay(d) => format!("delay: {{ {aim}, by: {} }}", duration(*d)),
-        FaultAction::Error { status, code, message } => {
-            format!("error: {{ {aim}, status: {status}, code: {}, message: {} }}", q(code), q(message))
+        FaultAction::Error {
+            status,
+            code,
+            message,
+        } => {
+            format!(
+                "error: {{ {aim}, status: {status}, code: {}, message: {} }}",
+                q(code),
+                q(message)
+            )
         }
     }
 }
 
 fn partition_yaml(p: &PartitionSpec) -> String {
-    let mut s = format!("partition: {{ from: {}, to: {}, one_way: {}", p.from, p.to, p.one_way);
+    let mut s = format!(
+        "partition: {{ from: {}, to: {}, one_way: {}",
+        p.from, p.to, p.one_way
+    );
     if let Some(d) = p.duration {
         let _ = write!(s, ", for: {}", duration(d));
     }
@@ -59,7 +82,12 @@ fn partition_yaml(p: &PartitionSpec) -> String {
 fn step_yaml(step: &Step, indent: &str) -> String {
     match step {
         Step::CreateBucketClaim(c) => {
-            let mut s = format!("create_bucket_claim: {{ name: {}, class: {}, namespace: {}", q(&c.name), q(&c.class), q(&c.namespace));
+            let mut s = format!(
+                "create_bucket_claim: {{ name: {}, class: {}, namespace: {}",
+                q(&c.name),
+                q(&c.class),
+                q(&c.namespace)
+            );
             if let Some(b) = &c.existing_bucket {
                 let _ = write!(s, ", existing_bucket: {}", q(b));
             }
@@ -78,10 +106,23 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             }
             s + " }"
         }
-        Step::RevokeAccess(o) => format!("revoke_access: {{ name: {}, namespace: {} }}", q(&o.name), q(&o.namespace)),
-        Step::DeleteBucketClaim(o) => format!("delete_bucket_claim: {{ name: {}, namespace: {} }}", q(&o.name), q(&o.namespace)),
+        Step::RevokeAccess(o) => format!(
+            "revoke_access: {{ name: {}, namespace: {} }}",
+            q(&o.name),
+            q(&o.namespace)
+        ),
+        Step::DeleteBucketClaim(o) => format!(
+            "delete_bucket_claim: {{ name: {}, namespace: {} }}",
+            q(&o.name),
+            q(&o.namespace)
+        ),
         Step::Retry(r) => {
-            let mut s = format!("retry: {{ op: {}, name: {}, namespace: {}", r.op.keyword(), q(&r.name), q(&r.namespace));
+            let mut s = format!(
+                "retry: {{ op: {}, name: {}, namespace: {}",
+                r.op.keyword(),
+                q(&r.name),
+                q(&r.namespace)
+            );
             if let Some(p) = &r.parameters {
                 let _ = write!(s, ", parameters: {}", map(p));
             }
@@ -104,7 +145,11 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             parts.push(format!("namespace: {}", q(&e.namespace)));
             if let Some(b) = &e.backend {
                 let mut f = Vec::new();
-                for (k, v) in [("buckets", b.buckets), ("users", b.users), ("policies", b.policies)] {
+                for (k, v) in [
+                    ("buckets", b.buckets),
+                    ("users", b.users),
+                    ("policies", b.policies),
+                ] {
                     if let Some(v) = v {
                         f.push(format!("{k}: {v}"));
                     }
@@ -127,7 +172,11 @@ fn step_yaml(step: &Step, indent: &str) -> String {
         Step::Concurrent(steps) => {
             let mut s = "concurrent:".to_string();
             for st in steps {
-                let _ = write!(s, "\n{indent}    - {}", step_yaml(st, &format!("{indent}    ")));
+                let _ = write!(
+                    s,
+                    "\n{indent}    - {}",
+                    step_yaml(st, &format!("{indent}    "))
+                );
             }
             s
         }
@@ -137,7 +186,9 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&b.class),
             q(&b.existing_bucket_id)
         ),
-        Step::CreateBackendBucket(b) => format!("create_backend_bucket: {{ name: {} }}", q(&b.name)),
+        Step::CreateBackendBucket(b) => {
+            format!("create_backend_bucket: {{ name: {} }}", q(&b.name))
+        }
     }
 }
 
@@ -152,7 +203,11 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
         let _ = writeln!(out, "description: {}", q(s.description.trim()));
     }
     let mutants: Vec<&str> = s.driver.mutants.iter().map(|m| m.name()).collect();
-    let _ = writeln!(out, "driver: {{ builtin: cosi-s3, mutants: [{}] }}", mutants.join(", "));
+    let _ = writeln!(
+        out,
+        "driver: {{ builtin: cosi-s3, mutants: [{}] }}",
+        mutants.join(", ")
+    );
     if let Some(seed) = s.seed {
         let _ = writeln!(out, "seed: {seed}");
     }
@@ -164,7 +219,12 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
                 super::DeletionPolicy::Delete => "Delete",
                 super::DeletionPolicy::Retain => "Retain",
             };
-            let _ = writeln!(out, "  - {{ name: {}, deletion_policy: {policy}, parameters: {} }}", q(&c.name), map(&c.parameters));
+            let _ = writeln!(
+                out,
+                "  - {{ name: {}, deletion_policy: {policy}, parameters: {} }}",
+                q(&c.name),
+                map(&c.parameters)
+            );
         }
     }
     if !s.access_classes.is_empty() {

@@ -109,7 +109,10 @@ impl Normalizer {
         if patterns.is_empty() {
             return text.to_string();
         }
-        match aho_corasick::AhoCorasick::builder().match_kind(aho_corasick::MatchKind::LeftmostLongest).build(&patterns) {
+        match aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(&patterns)
+        {
             Ok(ac) => ac.replace_all(text, &labels),
             // Only fails on absurd pattern sets; never write unlabelled text.
             Err(_) => "<snapshot could not be labelled>".to_string(),
@@ -166,9 +169,18 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
         if let Some(info) = bucket_info(sec) {
             let key = s(&info, &["spec", "secretS3", "accessKeyID"]);
             norm.id("key", &key);
-            norm.secret(&Secret::new(s(&info, &["spec", "secretS3", "accessSecretKey"])));
+            norm.secret(&Secret::new(s(
+                &info,
+                &["spec", "secretS3", "accessSecretKey"],
+            )));
             // Policies in the order of the accesses that use them, not of random key order.
-            for p in input.backend.users.get(&key).map(|u| u.policies.clone()).unwrap_or_default() {
+            for p in input
+                .backend
+                .users
+                .get(&key)
+                .map(|u| u.policies.clone())
+                .unwrap_or_default()
+            {
                 norm.id("policy", &p);
             }
         }
@@ -232,11 +244,18 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     }
     let _ = writeln!(out, "credential secrets:");
     for sec in sorted(&input.credential_secrets, norm) {
-        let name = format!("{}/{}", s(&sec, &["metadata", "namespace"]), s(&sec, &["metadata", "name"]));
+        let name = format!(
+            "{}/{}",
+            s(&sec, &["metadata", "namespace"]),
+            s(&sec, &["metadata", "name"])
+        );
         match bucket_info(&sec) {
             Some(info) => {
                 let key = s(&info, &["spec", "secretS3", "accessKeyID"]);
-                let secret = norm.secret(&Secret::new(s(&info, &["spec", "secretS3", "accessSecretKey"])));
+                let secret = norm.secret(&Secret::new(s(
+                    &info,
+                    &["spec", "secretS3", "accessSecretKey"],
+                )));
                 let _ = writeln!(
                     out,
                     "  {name}: BucketInfo {} bucket {}, auth {}, key {}, secret {}, endpoint {}, region {}",
@@ -262,7 +281,13 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
         .map(|(k, u)| {
             let mut pols: Vec<String> = u.policies.iter().map(|p| norm.text(p)).collect();
             pols.sort();
-            format!("  {}: secret {}, {}, policies [{}]", norm.text(k), norm.secret(&u.secret), u.status, pols.join(", "))
+            format!(
+                "  {}: secret {}, {}, policies [{}]",
+                norm.text(k),
+                norm.secret(&u.secret),
+                u.status,
+                pols.join(", ")
+            )
         })
         .collect();
     users.sort();
@@ -286,7 +311,11 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     bks.sort();
     out.extend(bks.into_iter().map(|l| l + "\n"));
     let _ = writeln!(out, "driver checkpoints:");
-    let mut cps: Vec<String> = input.checkpoints.iter().map(|(kind, o)| format!("  {kind} {}", checkpoint_line(o, norm))).collect();
+    let mut cps: Vec<String> = input
+        .checkpoints
+        .iter()
+        .map(|(kind, o)| format!("  {kind} {}", checkpoint_line(o, norm)))
+        .collect();
     cps.sort();
     out.extend(cps.into_iter().map(|l| l + "\n"));
     norm.text_all(&out)
@@ -294,7 +323,13 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
 
 fn sorted(objs: &[Value], norm: &Normalizer) -> Vec<Value> {
     let mut v: Vec<Value> = objs.to_vec();
-    v.sort_by_key(|o| norm.text(&format!("{}/{}", s(o, &["metadata", "namespace"]), s(o, &["metadata", "name"]))));
+    v.sort_by_key(|o| {
+        norm.text(&format!(
+            "{}/{}",
+            s(o, &["metadata", "namespace"]),
+            s(o, &["metadata", "name"])
+        ))
+    });
     v
 }
 
@@ -333,14 +368,22 @@ fn policy_summary(doc: &Value) -> String {
                 match st.get(k) {
                     Some(Value::String(s)) => s.clone(),
                     Some(Value::Array(a)) => {
-                        let mut v: Vec<String> = a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect();
+                        let mut v: Vec<String> = a
+                            .iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect();
                         v.sort();
                         v.join(",")
                     }
                     _ => String::new(),
                 }
             };
-            parts.push(format!("{} [{}] on [{}]", list("Effect"), list("Action"), list("Resource")));
+            parts.push(format!(
+                "{} [{}] on [{}]",
+                list("Effect"),
+                list("Action"),
+                list("Resource")
+            ));
         }
     }
     if parts.is_empty() {
@@ -354,7 +397,10 @@ fn checkpoint_line(o: &Value, norm: &mut Normalizer) -> String {
     let name = s(o, &["metadata", "name"]);
     let mut fields: Vec<String> = Vec::new();
     let decode_secret = c(o, &["data"]).is_some() && s(o, &["kind"]) != "ConfigMap";
-    let data = c(o, &["data"]).and_then(Value::as_object).cloned().unwrap_or_default();
+    let data = c(o, &["data"])
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     for (k, v) in data {
         let raw = v.as_str().unwrap_or("").to_string();
         let value = if decode_secret {
@@ -408,7 +454,10 @@ mod tests {
         assert_eq!(n.id("uid", "1234-abcd"), "<uid-1>");
         assert_eq!(n.id("uid", "9999-ffff"), "<uid-2>");
         assert_eq!(n.id("key", "AKIA1"), "<key-1>");
-        assert_eq!(n.text("bucket-1234-abcd and ba-9999-ffff"), "bucket-<uid-1> and ba-<uid-2>");
+        assert_eq!(
+            n.text("bucket-1234-abcd and ba-9999-ffff"),
+            "bucket-<uid-1> and ba-<uid-2>"
+        );
     }
 
     #[test]

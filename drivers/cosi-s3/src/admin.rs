@@ -42,7 +42,11 @@ pub const ADMIN_NO_SUCH_POLICY: &str = "XMinioAdminNoSuchPolicy";
 pub const ADMIN_POLICY_ALREADY_APPLIED: &str = "XMinioAdminPolicyChangeAlreadyApplied";
 
 /// Query values: RFC 3986 unreserved stay, the rest is escaped, as SigV4 canonicalises.
-const QUERY: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+const QUERY: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// Admin credentials read from the class's Secret. Debug never prints the secret.
 #[derive(Clone)]
@@ -122,7 +126,9 @@ impl BackendError {
     /// Backend message (or the whole error) for passing on to the caller.
     pub fn message(&self) -> String {
         match self {
-            BackendError::Api { message, code, .. } if !message.is_empty() => format!("{code}: {message}"),
+            BackendError::Api { message, code, .. } if !message.is_empty() => {
+                format!("{code}: {message}")
+            }
             other => other.to_string(),
         }
     }
@@ -178,7 +184,11 @@ pub fn http_client() -> Client<HttpConnector, Full<Bytes>> {
 
 impl Backend {
     /// A client for `conn` signing with `creds`.
-    pub fn new(http: Client<HttpConnector, Full<Bytes>>, conn: Connection, creds: AdminCreds) -> Self {
+    pub fn new(
+        http: Client<HttpConnector, Full<Bytes>>,
+        conn: Connection,
+        creds: AdminCreds,
+    ) -> Self {
         Backend { http, conn, creds }
     }
 
@@ -190,15 +200,27 @@ impl Backend {
     /// Create or update a user; with the same secret this is a harmless repeat.
     pub async fn add_user(&self, access_key: &str, secret_key: &str) -> Result<(), BackendError> {
         let body = serde_json::json!({ "secretKey": secret_key, "status": "enabled" }).to_string();
-        self.admin(Method::PUT, "add-user", "add-user", &[("accessKey", access_key)], body.into_bytes())
-            .await
-            .map(drop)
+        self.admin(
+            Method::PUT,
+            "add-user",
+            "add-user",
+            &[("accessKey", access_key)],
+            body.into_bytes(),
+        )
+        .await
+        .map(drop)
     }
 
     /// Remove a user; a user already gone is success.
     pub async fn remove_user(&self, access_key: &str) -> Result<(), BackendError> {
         match self
-            .admin(Method::DELETE, "remove-user", "remove-user", &[("accessKey", access_key)], Vec::new())
+            .admin(
+                Method::DELETE,
+                "remove-user",
+                "remove-user",
+                &[("accessKey", access_key)],
+                Vec::new(),
+            )
             .await
         {
             Ok(_) => Ok(()),
@@ -210,7 +232,13 @@ impl Backend {
     /// The user and its attached policies, or None if there is no such user.
     pub async fn user_info(&self, access_key: &str) -> Result<Option<UserInfo>, BackendError> {
         match self
-            .admin(Method::GET, "user-info", "user-info", &[("accessKey", access_key)], Vec::new())
+            .admin(
+                Method::GET,
+                "user-info",
+                "user-info",
+                &[("accessKey", access_key)],
+                Vec::new(),
+            )
             .await
         {
             Ok(body) => {
@@ -236,7 +264,11 @@ impl Backend {
 
     /// Create or REPLACE a canned policy. Only ever called with a name this driver owns
     /// (except under the `shared-policy` mutant).
-    pub async fn add_canned_policy(&self, name: &str, document: &Value) -> Result<(), BackendError> {
+    pub async fn add_canned_policy(
+        &self,
+        name: &str,
+        document: &Value,
+    ) -> Result<(), BackendError> {
         self.admin(
             Method::PUT,
             "add-canned-policy",
@@ -251,7 +283,13 @@ impl Backend {
     /// The policy document, or None if there is no such policy.
     pub async fn info_canned_policy(&self, name: &str) -> Result<Option<Value>, BackendError> {
         match self
-            .admin(Method::GET, "info-canned-policy", "info-canned-policy", &[("name", name)], Vec::new())
+            .admin(
+                Method::GET,
+                "info-canned-policy",
+                "info-canned-policy",
+                &[("name", name)],
+                Vec::new(),
+            )
             .await
         {
             Ok(body) => {
@@ -269,7 +307,13 @@ impl Backend {
     /// Remove a canned policy; one already gone is success.
     pub async fn remove_canned_policy(&self, name: &str) -> Result<(), BackendError> {
         match self
-            .admin(Method::DELETE, "remove-canned-policy", "remove-canned-policy", &[("name", name)], Vec::new())
+            .admin(
+                Method::DELETE,
+                "remove-canned-policy",
+                "remove-canned-policy",
+                &[("name", name)],
+                Vec::new(),
+            )
             .await
         {
             Ok(_) => Ok(()),
@@ -285,7 +329,11 @@ impl Backend {
                 Method::PUT,
                 "set-user-or-group-policy",
                 "set-user-or-group-policy",
-                &[("policyName", policy), ("userOrGroup", user), ("isGroup", "false")],
+                &[
+                    ("policyName", policy),
+                    ("userOrGroup", user),
+                    ("isGroup", "false"),
+                ],
                 Vec::new(),
             )
             .await
@@ -307,12 +355,29 @@ impl Backend {
             )
             .into_bytes()
         };
-        self.call(Method::PUT, "CreateBucket", &format!("/{bucket}"), &[], body).await.map(drop)
+        self.call(
+            Method::PUT,
+            "CreateBucket",
+            &format!("/{bucket}"),
+            &[],
+            body,
+        )
+        .await
+        .map(drop)
     }
 
     /// HEAD /bucket: whether it exists.
     pub async fn bucket_exists(&self, bucket: &str) -> Result<bool, BackendError> {
-        match self.call(Method::HEAD, "HeadBucket", &format!("/{bucket}"), &[], Vec::new()).await {
+        match self
+            .call(
+                Method::HEAD,
+                "HeadBucket",
+                &format!("/{bucket}"),
+                &[],
+                Vec::new(),
+            )
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) if e.is(&[NO_SUCH_BUCKET]) => Ok(false),
             Err(e) => Err(e),
@@ -321,7 +386,16 @@ impl Backend {
 
     /// DELETE /bucket; a bucket already gone is success. BucketNotEmpty is returned as is.
     pub async fn delete_bucket(&self, bucket: &str) -> Result<(), BackendError> {
-        match self.call(Method::DELETE, "DeleteBucket", &format!("/{bucket}"), &[], Vec::new()).await {
+        match self
+            .call(
+                Method::DELETE,
+                "DeleteBucket",
+                &format!("/{bucket}"),
+                &[],
+                Vec::new(),
+            )
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if e.is(&[NO_SUCH_BUCKET]) => Ok(()),
             Err(e) => Err(e),
@@ -351,11 +425,15 @@ impl Backend {
         let req = self.signed_request(method.clone(), op, path, query, body)?;
         let endpoint = self.conn.endpoint.clone();
         let fut = async {
-            let resp = self.http.request(req).await.map_err(|e| BackendError::Transport {
-                op,
-                endpoint: endpoint.clone(),
-                detail: error_chain(&e),
-            })?;
+            let resp = self
+                .http
+                .request(req)
+                .await
+                .map_err(|e| BackendError::Transport {
+                    op,
+                    endpoint: endpoint.clone(),
+                    detail: error_chain(&e),
+                })?;
             let status = resp.status();
             let body = resp
                 .into_body()
@@ -371,7 +449,10 @@ impl Backend {
         };
         let (status, body) = tokio::time::timeout(CALL_TIMEOUT, fut)
             .await
-            .map_err(|_| BackendError::Timeout { op, endpoint: endpoint.clone() })??;
+            .map_err(|_| BackendError::Timeout {
+                op,
+                endpoint: endpoint.clone(),
+            })??;
         if status.is_success() {
             tracing::debug!(op, %status, "backend call ok");
             return Ok(body);
@@ -399,12 +480,20 @@ impl Backend {
         if !query.is_empty() {
             let q: Vec<String> = query
                 .iter()
-                .map(|(k, v)| format!("{}={}", utf8_percent_encode(k, QUERY), utf8_percent_encode(v, QUERY)))
+                .map(|(k, v)| {
+                    format!(
+                        "{}={}",
+                        utf8_percent_encode(k, QUERY),
+                        utf8_percent_encode(v, QUERY)
+                    )
+                })
                 .collect();
             uri.push('?');
             uri.push_str(&q.join("&"));
         }
-        let parsed: http::Uri = uri.parse().map_err(|e| local(format!("bad URL {uri}: {e}")))?;
+        let parsed: http::Uri = uri
+            .parse()
+            .map_err(|e| local(format!("bad URL {uri}: {e}")))?;
         let host = parsed
             .authority()
             .map(|a| a.as_str().to_string())
@@ -421,8 +510,14 @@ impl Backend {
             .body(Full::new(Bytes::from(body.clone())))
             .map_err(|e| local(format!("building the request: {e}")))?;
 
-        let identity: Identity =
-            Credentials::new(&self.creds.access_key, &self.creds.secret_key, None, None, "cosi-s3-admin-secret").into();
+        let identity: Identity = Credentials::new(
+            &self.creds.access_key,
+            &self.creds.secret_key,
+            None,
+            None,
+            "cosi-s3-admin-secret",
+        )
+        .into();
         let mut settings = SigningSettings::default();
         // S3 rules: no double encoding, no path normalisation, and the payload hash header.
         settings.percent_encoding_mode = PercentEncodingMode::Single;
@@ -442,8 +537,13 @@ impl Backend {
             .iter()
             .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v)))
             .collect();
-        let signable = SignableRequest::new(method.as_str(), &uri, headers.into_iter(), SignableBody::Bytes(&body))
-            .map_err(|e| local(format!("signing: {e}")))?;
+        let signable = SignableRequest::new(
+            method.as_str(),
+            &uri,
+            headers.into_iter(),
+            SignableBody::Bytes(&body),
+        )
+        .map_err(|e| local(format!("signing: {e}")))?;
         let (instructions, _sig) = sign(signable, &params)
             .map_err(|e| local(format!("signing: {e}")))?
             .into_parts();
@@ -458,14 +558,21 @@ fn is_no_such_user(e: &BackendError) -> bool {
 }
 
 fn is_no_such_policy(e: &BackendError) -> bool {
-    e.is(&[ADMIN_NO_SUCH_POLICY, "NoSuchPolicy", "XRustfsAdminNoSuchPolicy"])
-        || matches!(e, BackendError::Api { status: 404, code, .. } if code == "NotFound")
+    e.is(&[
+        ADMIN_NO_SUCH_POLICY,
+        "NoSuchPolicy",
+        "XRustfsAdminNoSuchPolicy",
+    ]) || matches!(e, BackendError::Api { status: 404, code, .. } if code == "NotFound")
 }
 
 /// info-canned-policy answers the bare document (v1) or `{"PolicyName","Policy":{..}}` (v2).
 fn unwrap_policy(v: Value) -> Value {
     match v.get("Policy").or_else(|| v.get("policy")) {
-        Some(Value::Object(_)) => v.get("Policy").or_else(|| v.get("policy")).cloned().unwrap_or(v),
+        Some(Value::Object(_)) => v
+            .get("Policy")
+            .or_else(|| v.get("policy"))
+            .cloned()
+            .unwrap_or(v),
         Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(v),
         _ => v,
     }
@@ -545,7 +652,10 @@ mod tests {
         let j = br#"{"Code":"XMinioAdminNoSuchUser","Message":"The specified user does not exist.","Resource":"/rustfs/admin/v3/user-info"}"#;
         assert_eq!(
             parse_error_body(j, StatusCode::NOT_FOUND, false),
-            (ADMIN_NO_SUCH_USER.to_string(), "The specified user does not exist.".to_string())
+            (
+                ADMIN_NO_SUCH_USER.to_string(),
+                "The specified user does not exist.".to_string()
+            )
         );
         let e = BackendError::Api {
             op: "user-info",
@@ -559,17 +669,32 @@ mod tests {
 
     #[test]
     fn bodiless_answers_fall_back_to_status() {
-        assert_eq!(parse_error_body(b"", StatusCode::NOT_FOUND, true).0, NO_SUCH_BUCKET);
-        assert_eq!(parse_error_body(b"", StatusCode::FORBIDDEN, true).0, "AccessDenied");
-        assert_eq!(parse_error_body(b"", StatusCode::SERVICE_UNAVAILABLE, false).0, "InternalError");
+        assert_eq!(
+            parse_error_body(b"", StatusCode::NOT_FOUND, true).0,
+            NO_SUCH_BUCKET
+        );
+        assert_eq!(
+            parse_error_body(b"", StatusCode::FORBIDDEN, true).0,
+            "AccessDenied"
+        );
+        assert_eq!(
+            parse_error_body(b"", StatusCode::SERVICE_UNAVAILABLE, false).0,
+            "InternalError"
+        );
     }
 
     #[test]
     fn policy_answers_are_unwrapped() {
         let doc = serde_json::json!({"Version":"2012-10-17","Statement":[]});
         assert_eq!(unwrap_policy(doc.clone()), doc);
-        assert_eq!(unwrap_policy(serde_json::json!({"PolicyName":"p","Policy":doc.clone()})), doc);
-        assert_eq!(unwrap_policy(serde_json::json!({"PolicyName":"p","Policy":doc.to_string()})), doc);
+        assert_eq!(
+            unwrap_policy(serde_json::json!({"PolicyName":"p","Policy":doc.clone()})),
+            doc
+        );
+        assert_eq!(
+            unwrap_policy(serde_json::json!({"PolicyName":"p","Policy":doc.to_string()})),
+            doc
+        );
     }
 
     #[test]
@@ -611,7 +736,10 @@ mod tests {
         assert_eq!(req.uri().query(), Some("accessKey=AK%201"));
         let h = req.headers();
         let auth = h["authorization"].to_str().unwrap();
-        assert!(auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"), "{auth}");
+        assert!(
+            auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"),
+            "{auth}"
+        );
         assert!(auth.contains("/us-east-1/s3/aws4_request"));
         assert!(auth.contains("x-amz-content-sha256"));
         assert_eq!(

@@ -218,7 +218,13 @@ fn code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-fn meta(name: &str, namespace: &str, kind: &str, full_name: &str, extra_labels: &[(&str, &str)]) -> ObjectMeta {
+fn meta(
+    name: &str,
+    namespace: &str,
+    kind: &str,
+    full_name: &str,
+    extra_labels: &[(&str, &str)],
+) -> ObjectMeta {
     let mut labels = BTreeMap::new();
     labels.insert(LABEL_MANAGED_BY.to_string(), crate::DRIVER_NAME.to_string());
     labels.insert(LABEL_KIND.to_string(), kind.to_string());
@@ -236,7 +242,11 @@ fn meta(name: &str, namespace: &str, kind: &str, full_name: &str, extra_labels: 
     }
 }
 
-fn field<'a>(data: &'a BTreeMap<String, String>, key: &str, obj: &str) -> Result<&'a str, DriverError> {
+fn field<'a>(
+    data: &'a BTreeMap<String, String>,
+    key: &str,
+    obj: &str,
+) -> Result<&'a str, DriverError> {
     data.get(key).map(String::as_str).ok_or_else(|| {
         DriverError::Internal(format!(
             "checkpoint {obj} has no `{key}`: it was edited by hand or written by another tool; inspect and delete it if it is stale"
@@ -245,7 +255,9 @@ fn field<'a>(data: &'a BTreeMap<String, String>, key: &str, obj: &str) -> Result
 }
 
 fn corrupt(obj: &str, key: &str) -> DriverError {
-    DriverError::Internal(format!("checkpoint {obj} has an invalid `{key}`; inspect and delete it if it is stale"))
+    DriverError::Internal(format!(
+        "checkpoint {obj} has an invalid `{key}`; inspect and delete it if it is stale"
+    ))
 }
 
 impl BucketRecord {
@@ -266,7 +278,8 @@ impl BucketRecord {
             state: State::parse(field(d, "state", obj)?).ok_or_else(|| corrupt(obj, "state"))?,
             bucket: field(d, "bucketName", obj)?.to_string(),
             params_hash: field(d, "parametersHash", obj)?.to_string(),
-            conn: serde_json::from_str(field(d, "connection", obj)?).map_err(|_| corrupt(obj, "connection"))?,
+            conn: serde_json::from_str(field(d, "connection", obj)?)
+                .map_err(|_| corrupt(obj, "connection"))?,
         })
     }
 }
@@ -311,7 +324,10 @@ impl GrantRecord {
     }
 
     fn from_data(obj: &str, d: &BTreeMap<String, String>) -> Result<Self, DriverError> {
-        let preferred = match (d.get("preferredAccessKey"), d.get("preferredAccessKeyOutcome").map(String::as_str)) {
+        let preferred = match (
+            d.get("preferredAccessKey"),
+            d.get("preferredAccessKeyOutcome").map(String::as_str),
+        ) {
             (None, None) => PreferredKey::NotRequested,
             (Some(k), Some("reserved")) => PreferredKey::Reserved(k.clone()),
             (Some(k), Some("taken")) => PreferredKey::Taken(k.clone()),
@@ -325,13 +341,15 @@ impl GrantRecord {
             access_key: field(d, "accessKeyID", obj)?.to_string(),
             secret_key: field(d, "accessSecretKey", obj)?.to_string(),
             policy_name: field(d, "policyName", obj)?.to_string(),
-            policy_kind: PolicyKind::parse(field(d, "policyKind", obj)?).ok_or_else(|| corrupt(obj, "policyKind"))?,
+            policy_kind: PolicyKind::parse(field(d, "policyKind", obj)?)
+                .ok_or_else(|| corrupt(obj, "policyKind"))?,
             access_mode: match field(d, "accessMode", obj)? {
                 "readwrite" => AccessMode::ReadWrite,
                 "readonly" => AccessMode::ReadOnly,
                 _ => return Err(corrupt(obj, "accessMode")),
             },
-            conn: serde_json::from_str(field(d, "connection", obj)?).map_err(|_| corrupt(obj, "connection"))?,
+            conn: serde_json::from_str(field(d, "connection", obj)?)
+                .map_err(|_| corrupt(obj, "connection"))?,
             preferred,
         })
     }
@@ -461,17 +479,26 @@ impl Checkpoints {
     }
 
     /// Read the checkpoint of `bucket`, if any.
-    pub async fn get_bucket(&self, bucket: &str) -> Result<Option<Versioned<BucketRecord>>, DriverError> {
+    pub async fn get_bucket(
+        &self,
+        bucket: &str,
+    ) -> Result<Option<Versioned<BucketRecord>>, DriverError> {
         let name = bucket_checkpoint_name(bucket);
         match self.configmaps().get_opt(&name).await {
             Ok(Some(cm)) => configmap_to_bucket(&cm).map(Some),
             Ok(None) => Ok(None),
-            Err(e) => Err(kube_err(&format!("reading checkpoint {}/{name}", self.namespace), e)),
+            Err(e) => Err(kube_err(
+                &format!("reading checkpoint {}/{name}", self.namespace),
+                e,
+            )),
         }
     }
 
     /// Create the checkpoint, or read the one already there (409 AlreadyExists).
-    pub async fn create_bucket(&self, rec: &BucketRecord) -> Result<Created<BucketRecord>, DriverError> {
+    pub async fn create_bucket(
+        &self,
+        rec: &BucketRecord,
+    ) -> Result<Created<BucketRecord>, DriverError> {
         let name = bucket_checkpoint_name(&rec.bucket);
         let cm = ConfigMap {
             metadata: meta(&name, &self.namespace, "bucket", &rec.bucket, &[]),
@@ -484,14 +511,22 @@ impl Checkpoints {
             Err(e) if code(&e) == Some(409) => match self.get_bucket(&rec.bucket).await? {
                 Some(v) => Ok(Created::Existing(v)),
                 // Deleted between our create and get: the caller retries.
-                None => Err(DriverError::Aborted(format!("{what}: checkpoint vanished during creation; retry"))),
+                None => Err(DriverError::Aborted(format!(
+                    "{what}: checkpoint vanished during creation; retry"
+                ))),
             },
-            Err(e) => Err(self.missing_namespace(&what, &e).unwrap_or_else(|| kube_err(&what, e))),
+            Err(e) => Err(self
+                .missing_namespace(&what, &e)
+                .unwrap_or_else(|| kube_err(&what, e))),
         }
     }
 
     /// Replace the checkpoint if it is still at `rv`.
-    pub async fn swap_bucket(&self, rv: &str, rec: &BucketRecord) -> Result<Swap<BucketRecord>, DriverError> {
+    pub async fn swap_bucket(
+        &self,
+        rv: &str,
+        rec: &BucketRecord,
+    ) -> Result<Swap<BucketRecord>, DriverError> {
         let name = bucket_checkpoint_name(&rec.bucket);
         let mut m = meta(&name, &self.namespace, "bucket", &rec.bucket, &[]);
         m.resource_version = Some(rv.to_string());
@@ -500,15 +535,25 @@ impl Checkpoints {
             data: Some(rec.to_data()?),
             ..Default::default()
         };
-        match self.configmaps().replace(&name, &PostParams::default(), &cm).await {
+        match self
+            .configmaps()
+            .replace(&name, &PostParams::default(), &cm)
+            .await
+        {
             Ok(cm) => configmap_to_bucket(&cm).map(Swap::Done),
             Err(e) if matches!(code(&e), Some(409) | Some(404)) => Ok(Swap::Conflict),
-            Err(e) => Err(kube_err(&format!("updating checkpoint {}/{name}", self.namespace), e)),
+            Err(e) => Err(kube_err(
+                &format!("updating checkpoint {}/{name}", self.namespace),
+                e,
+            )),
         }
     }
 
     /// Delete the checkpoint if it is still at `rv`; already gone is success.
-    pub async fn delete_bucket(&self, v: &Versioned<BucketRecord>) -> Result<Swap<()>, DriverError> {
+    pub async fn delete_bucket(
+        &self,
+        v: &Versioned<BucketRecord>,
+    ) -> Result<Swap<()>, DriverError> {
         let dp = precondition(&v.resource_version);
         match self.configmaps().delete(&v.name, &dp).await {
             Ok(_) => Ok(Swap::Done(Versioned {
@@ -522,43 +567,66 @@ impl Checkpoints {
                 record: (),
             })),
             Err(e) if code(&e) == Some(409) => Ok(Swap::Conflict),
-            Err(e) => Err(kube_err(&format!("deleting checkpoint {}/{}", self.namespace, v.name), e)),
+            Err(e) => Err(kube_err(
+                &format!("deleting checkpoint {}/{}", self.namespace, v.name),
+                e,
+            )),
         }
     }
 
     /// Every bucket checkpoint (only the `delete-unowned` mutant needs this).
     pub async fn list_buckets(&self) -> Result<Vec<Versioned<BucketRecord>>, DriverError> {
         let lp = ListParams::default().labels(&format!("{LABEL_KIND}=bucket"));
-        let list = self
-            .configmaps()
-            .list(&lp)
-            .await
-            .map_err(|e| kube_err(&format!("listing bucket checkpoints in {}", self.namespace), e))?;
+        let list = self.configmaps().list(&lp).await.map_err(|e| {
+            kube_err(
+                &format!("listing bucket checkpoints in {}", self.namespace),
+                e,
+            )
+        })?;
         list.items
             .iter()
-            .filter(|cm| cm.metadata.labels.as_ref().and_then(|l| l.get(LABEL_KIND)).map(String::as_str) == Some("bucket"))
+            .filter(|cm| {
+                cm.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_KIND))
+                    .map(String::as_str)
+                    == Some("bucket")
+            })
             .map(configmap_to_bucket)
             .collect()
     }
 
     /// Read the checkpoint of the grant for `account_name`, if any.
-    pub async fn get_grant(&self, account_name: &str) -> Result<Option<Versioned<GrantRecord>>, DriverError> {
+    pub async fn get_grant(
+        &self,
+        account_name: &str,
+    ) -> Result<Option<Versioned<GrantRecord>>, DriverError> {
         let name = grant_checkpoint_name(account_name);
         match self.secrets().get_opt(&name).await {
             Ok(Some(s)) => secret_to_grant(&s).map(Some),
             Ok(None) => Ok(None),
-            Err(e) => Err(kube_err(&format!("reading checkpoint {}/{name}", self.namespace), e)),
+            Err(e) => Err(kube_err(
+                &format!("reading checkpoint {}/{name}", self.namespace),
+                e,
+            )),
         }
     }
 
     /// Find the grant whose access key is `access_key` (revoke only gets the account id).
-    pub async fn find_grant_by_access_key(&self, access_key: &str) -> Result<Option<Versioned<GrantRecord>>, DriverError> {
-        let lp = ListParams::default().labels(&format!("{LABEL_KIND}=grant,{LABEL_ACCESS_KEY}={access_key}"));
-        let list = self
-            .secrets()
-            .list(&lp)
-            .await
-            .map_err(|e| kube_err(&format!("listing grant checkpoints in {}", self.namespace), e))?;
+    pub async fn find_grant_by_access_key(
+        &self,
+        access_key: &str,
+    ) -> Result<Option<Versioned<GrantRecord>>, DriverError> {
+        let lp = ListParams::default().labels(&format!(
+            "{LABEL_KIND}=grant,{LABEL_ACCESS_KEY}={access_key}"
+        ));
+        let list = self.secrets().list(&lp).await.map_err(|e| {
+            kube_err(
+                &format!("listing grant checkpoints in {}", self.namespace),
+                e,
+            )
+        })?;
         // Filter again here: correctness must not hang on the server honouring the selector.
         for s in list.items {
             let labels = s.metadata.labels.clone().unwrap_or_default();
@@ -597,7 +665,10 @@ impl Checkpoints {
     }
 
     /// Create the grant checkpoint, or read the one already there.
-    pub async fn create_grant(&self, rec: &GrantRecord) -> Result<Created<GrantRecord>, DriverError> {
+    pub async fn create_grant(
+        &self,
+        rec: &GrantRecord,
+    ) -> Result<Created<GrantRecord>, DriverError> {
         let s = self.grant_secret(None, rec)?;
         let name = grant_checkpoint_name(&rec.account_name);
         let what = format!("writing checkpoint {}/{name}", self.namespace);
@@ -605,20 +676,35 @@ impl Checkpoints {
             Ok(s) => secret_to_grant(&s).map(Created::New),
             Err(e) if code(&e) == Some(409) => match self.get_grant(&rec.account_name).await? {
                 Some(v) => Ok(Created::Existing(v)),
-                None => Err(DriverError::Aborted(format!("{what}: checkpoint vanished during creation; retry"))),
+                None => Err(DriverError::Aborted(format!(
+                    "{what}: checkpoint vanished during creation; retry"
+                ))),
             },
-            Err(e) => Err(self.missing_namespace(&what, &e).unwrap_or_else(|| kube_err(&what, e))),
+            Err(e) => Err(self
+                .missing_namespace(&what, &e)
+                .unwrap_or_else(|| kube_err(&what, e))),
         }
     }
 
     /// Replace the grant checkpoint if it is still at `rv`.
-    pub async fn swap_grant(&self, rv: &str, rec: &GrantRecord) -> Result<Swap<GrantRecord>, DriverError> {
+    pub async fn swap_grant(
+        &self,
+        rv: &str,
+        rec: &GrantRecord,
+    ) -> Result<Swap<GrantRecord>, DriverError> {
         let s = self.grant_secret(Some(rv), rec)?;
         let name = grant_checkpoint_name(&rec.account_name);
-        match self.secrets().replace(&name, &PostParams::default(), &s).await {
+        match self
+            .secrets()
+            .replace(&name, &PostParams::default(), &s)
+            .await
+        {
             Ok(s) => secret_to_grant(&s).map(Swap::Done),
             Err(e) if matches!(code(&e), Some(409) | Some(404)) => Ok(Swap::Conflict),
-            Err(e) => Err(kube_err(&format!("updating checkpoint {}/{name}", self.namespace), e)),
+            Err(e) => Err(kube_err(
+                &format!("updating checkpoint {}/{name}", self.namespace),
+                e,
+            )),
         }
     }
 
@@ -636,7 +722,10 @@ impl Checkpoints {
             Ok(_) => Ok(done()),
             Err(e) if code(&e) == Some(404) => Ok(done()),
             Err(e) if code(&e) == Some(409) => Ok(Swap::Conflict),
-            Err(e) => Err(kube_err(&format!("deleting checkpoint {}/{}", self.namespace, v.name), e)),
+            Err(e) => Err(kube_err(
+                &format!("deleting checkpoint {}/{}", self.namespace, v.name),
+                e,
+            )),
         }
     }
 
@@ -652,7 +741,10 @@ impl Checkpoints {
     }
 
     /// Read the reservation of `access_key`, if any.
-    pub async fn get_key_reservation(&self, access_key: &str) -> Result<Option<Versioned<KeyReservation>>, DriverError> {
+    pub async fn get_key_reservation(
+        &self,
+        access_key: &str,
+    ) -> Result<Option<Versioned<KeyReservation>>, DriverError> {
         let name = key_reservation_name(access_key);
         match self.configmaps().get_opt(&name).await {
             Ok(Some(cm)) => {
@@ -668,40 +760,66 @@ impl Checkpoints {
                 Ok(Some(v))
             }
             Ok(None) => Ok(None),
-            Err(e) => Err(kube_err(&format!("reading key reservation {}/{name}", self.namespace), e)),
+            Err(e) => Err(kube_err(
+                &format!("reading key reservation {}/{name}", self.namespace),
+                e,
+            )),
         }
     }
 
     /// Reserve a key: create the reservation (201: `New`, it is ours), or read
     /// the one already there (409: `Existing`, whoever it names holds it).
-    pub async fn create_key_reservation(&self, rec: &KeyReservation) -> Result<Created<KeyReservation>, DriverError> {
+    pub async fn create_key_reservation(
+        &self,
+        rec: &KeyReservation,
+    ) -> Result<Created<KeyReservation>, DriverError> {
         let cm = self.reservation_configmap(None, rec);
         let name = key_reservation_name(&rec.access_key);
         let what = format!("writing key reservation {}/{name}", self.namespace);
         match self.configmaps().create(&PostParams::default(), &cm).await {
             Ok(cm) => configmap_to_reservation(&cm).map(Created::New),
-            Err(e) if code(&e) == Some(409) => match self.get_key_reservation(&rec.access_key).await? {
-                Some(v) => Ok(Created::Existing(v)),
-                // Released between our create and get: the caller retries.
-                None => Err(DriverError::Aborted(format!("{what}: reservation vanished during creation; retry"))),
-            },
-            Err(e) => Err(self.missing_namespace(&what, &e).unwrap_or_else(|| kube_err(&what, e))),
+            Err(e) if code(&e) == Some(409) => {
+                match self.get_key_reservation(&rec.access_key).await? {
+                    Some(v) => Ok(Created::Existing(v)),
+                    // Released between our create and get: the caller retries.
+                    None => Err(DriverError::Aborted(format!(
+                        "{what}: reservation vanished during creation; retry"
+                    ))),
+                }
+            }
+            Err(e) => Err(self
+                .missing_namespace(&what, &e)
+                .unwrap_or_else(|| kube_err(&what, e))),
         }
     }
 
     /// Replace the reservation if it is still at `rv`.
-    pub async fn swap_key_reservation(&self, rv: &str, rec: &KeyReservation) -> Result<Swap<KeyReservation>, DriverError> {
+    pub async fn swap_key_reservation(
+        &self,
+        rv: &str,
+        rec: &KeyReservation,
+    ) -> Result<Swap<KeyReservation>, DriverError> {
         let cm = self.reservation_configmap(Some(rv), rec);
         let name = key_reservation_name(&rec.access_key);
-        match self.configmaps().replace(&name, &PostParams::default(), &cm).await {
+        match self
+            .configmaps()
+            .replace(&name, &PostParams::default(), &cm)
+            .await
+        {
             Ok(cm) => configmap_to_reservation(&cm).map(Swap::Done),
             Err(e) if matches!(code(&e), Some(409) | Some(404)) => Ok(Swap::Conflict),
-            Err(e) => Err(kube_err(&format!("updating key reservation {}/{name}", self.namespace), e)),
+            Err(e) => Err(kube_err(
+                &format!("updating key reservation {}/{name}", self.namespace),
+                e,
+            )),
         }
     }
 
     /// Delete the reservation if it is still at the version read; already gone is success.
-    pub async fn delete_key_reservation(&self, v: &Versioned<KeyReservation>) -> Result<Swap<()>, DriverError> {
+    pub async fn delete_key_reservation(
+        &self,
+        v: &Versioned<KeyReservation>,
+    ) -> Result<Swap<()>, DriverError> {
         // Never unconditional: the key may have been released and taken by
         // another account since we read it, and that reservation is not ours.
         let dp = precondition(&v.resource_version);
@@ -716,14 +834,23 @@ impl Checkpoints {
             Ok(_) => Ok(done()),
             Err(e) if code(&e) == Some(404) => Ok(done()),
             Err(e) if code(&e) == Some(409) => Ok(Swap::Conflict),
-            Err(e) => Err(kube_err(&format!("deleting key reservation {}/{}", self.namespace, v.name), e)),
+            Err(e) => Err(kube_err(
+                &format!("deleting key reservation {}/{}", self.namespace, v.name),
+                e,
+            )),
         }
     }
 
     /// Read the admin credentials Secret named by the class parameters.
-    pub async fn admin_credentials(&self, conn: &Connection) -> Result<crate::admin::AdminCreds, DriverError> {
+    pub async fn admin_credentials(
+        &self,
+        conn: &Connection,
+    ) -> Result<crate::admin::AdminCreds, DriverError> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &conn.secret_namespace);
-        let what = format!("admin Secret {}/{}", conn.secret_namespace, conn.secret_name);
+        let what = format!(
+            "admin Secret {}/{}",
+            conn.secret_namespace, conn.secret_name
+        );
         let s = match api.get_opt(&conn.secret_name).await {
             Ok(Some(s)) => s,
             Ok(None) => {
@@ -739,13 +866,20 @@ impl Checkpoints {
                 .as_ref()
                 .and_then(|d| d.get(key))
                 .map(|b| b.0.clone())
-                .or_else(|| s.string_data.as_ref().and_then(|d| d.get(key)).map(|v| v.clone().into_bytes()));
+                .or_else(|| {
+                    s.string_data
+                        .as_ref()
+                        .and_then(|d| d.get(key))
+                        .map(|v| v.clone().into_bytes())
+                });
             match raw.map(String::from_utf8) {
                 Some(Ok(v)) if !v.trim().is_empty() => Ok(v.trim().to_string()),
                 Some(Ok(_)) | None => Err(DriverError::FailedPrecondition(format!(
                     "{what} has no key `{key}`; it needs keys accessKey and secretKey"
                 ))),
-                Some(Err(_)) => Err(DriverError::FailedPrecondition(format!("{what}: key `{key}` is not UTF-8"))),
+                Some(Err(_)) => Err(DriverError::FailedPrecondition(format!(
+                    "{what}: key `{key}` is not UTF-8"
+                ))),
             }
         };
         Ok(crate::admin::AdminCreds {
@@ -798,18 +932,35 @@ mod tests {
         };
         let d = rec.to_data().unwrap();
         assert_eq!(GrantRecord::from_data("o", &d).unwrap(), rec);
-        assert!(!d.contains_key("preferredAccessKey"), "no new keys for grants without the parameter");
-        for p in [PreferredKey::Reserved("TEAMKEY".into()), PreferredKey::Taken("TEAMKEY".into())] {
-            let r = GrantRecord { preferred: p, ..rec.clone() };
-            assert_eq!(GrantRecord::from_data("o", &r.to_data().unwrap()).unwrap(), r);
+        assert!(
+            !d.contains_key("preferredAccessKey"),
+            "no new keys for grants without the parameter"
+        );
+        for p in [
+            PreferredKey::Reserved("TEAMKEY".into()),
+            PreferredKey::Taken("TEAMKEY".into()),
+        ] {
+            let r = GrantRecord {
+                preferred: p,
+                ..rec.clone()
+            };
+            assert_eq!(
+                GrantRecord::from_data("o", &r.to_data().unwrap()).unwrap(),
+                r
+            );
         }
         let mut half = d.clone();
         half.insert("preferredAccessKey".into(), "TEAMKEY".into());
-        assert!(GrantRecord::from_data("o", &half).is_err(), "a key without an outcome is corrupt");
+        assert!(
+            GrantRecord::from_data("o", &half).is_err(),
+            "a key without an outcome is corrupt"
+        );
         assert!(!format!("{rec:?}").contains("super-secret-value"));
         let mut broken = d.clone();
         broken.remove("accessSecretKey");
-        assert!(matches!(GrantRecord::from_data("o", &broken), Err(DriverError::Internal(s)) if s.contains("accessSecretKey")));
+        assert!(
+            matches!(GrantRecord::from_data("o", &broken), Err(DriverError::Internal(s)) if s.contains("accessSecretKey"))
+        );
     }
 
     #[test]
@@ -825,7 +976,10 @@ mod tests {
         let mut d = BTreeMap::new();
         d.insert("accessKey".to_string(), "K".to_string());
         d.insert("accountName".to_string(), "ba-1".to_string());
-        assert_eq!(KeyReservation::from_data("o", &d).unwrap().state, ReservationState::Held);
+        assert_eq!(
+            KeyReservation::from_data("o", &d).unwrap().state,
+            ReservationState::Held
+        );
         d.insert("state".to_string(), "Gone".to_string());
         assert!(KeyReservation::from_data("o", &d).is_err());
     }
@@ -838,6 +992,9 @@ mod tests {
             params_hash: "h".into(),
             conn: conn(),
         };
-        assert_eq!(BucketRecord::from_data("o", &rec.to_data().unwrap()).unwrap(), rec);
+        assert_eq!(
+            BucketRecord::from_data("o", &rec.to_data().unwrap()).unwrap(),
+            rec
+        );
     }
 }

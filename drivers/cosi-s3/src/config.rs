@@ -223,7 +223,11 @@ fn invalid(msg: impl Into<String>) -> DriverError {
     DriverError::InvalidArgument(msg.into())
 }
 
-fn required<'a>(params: &'a HashMap<String, String>, key: &str, what: &str) -> Result<&'a str, DriverError> {
+fn required<'a>(
+    params: &'a HashMap<String, String>,
+    key: &str,
+    what: &str,
+) -> Result<&'a str, DriverError> {
     match params.get(key).map(|v| v.trim()) {
         Some(v) if !v.is_empty() => Ok(v),
         _ => Err(invalid(format!(
@@ -234,7 +238,11 @@ fn required<'a>(params: &'a HashMap<String, String>, key: &str, what: &str) -> R
 
 /// Parse the connection parameters shared by BucketClass and BucketAccessClass.
 pub fn parse_connection(params: &HashMap<String, String>) -> Result<Connection, DriverError> {
-    let endpoint = required(params, P_ENDPOINT, "the S3 + admin base URL, e.g. http://127.0.0.1:9000")?;
+    let endpoint = required(
+        params,
+        P_ENDPOINT,
+        "the S3 + admin base URL, e.g. http://127.0.0.1:9000",
+    )?;
     let endpoint = validate_endpoint(endpoint)?;
     let secret_name = required(
         params,
@@ -285,7 +293,9 @@ pub fn parse_access(params: &HashMap<String, String>) -> Result<AccessParams, Dr
         None | Some("") => None,
         Some(p) => {
             if p.len() > MAX_STRING_BYTES
-                || !p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.=,@+".contains(c))
+                || !p
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.=,@+".contains(c))
             {
                 return Err(invalid(format!(
                     "BucketAccessClass parameter `{P_POLICY}` = {p:?} is not a canned policy name (letters, digits, -_.=,@+; at most 128 bytes)"
@@ -324,7 +334,9 @@ pub fn parse_access(params: &HashMap<String, String>) -> Result<AccessParams, Dr
 /// grant checkpoint carries the access key as a label for revoke's lookup.
 pub fn validate_access_key(param: &str, key: &str) -> Result<(), DriverError> {
     let ok = (MIN_ACCESS_KEY_LEN..=MAX_PREFERRED_ACCESS_KEY_LEN).contains(&key.len())
-        && key.bytes().all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c));
+        && key
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c));
     if ok {
         Ok(())
     } else {
@@ -393,7 +405,8 @@ pub fn is_dns_label(v: &str) -> bool {
     let b = v.as_bytes();
     !b.is_empty()
         && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
@@ -402,7 +415,8 @@ pub fn is_dns_label(v: &str) -> bool {
 pub fn validate_bucket_name(field: &str, name: &str) -> Result<(), DriverError> {
     let b = name.as_bytes();
     let ok = (3..=63).contains(&b.len())
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'.')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'.')
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
         && !name.contains("..")
@@ -443,7 +457,10 @@ pub fn check_map(field: &str, m: &HashMap<String, String>) -> Result<(), DriverE
 
 /// Stable digest of a parameter map: same parameters, same hash, whatever the order.
 pub fn params_hash(extra: &[(&str, &str)], params: &HashMap<String, String>) -> String {
-    let sorted: BTreeMap<&str, &str> = params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let sorted: BTreeMap<&str, &str> = params
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     let mut h = Sha256::new();
     for (k, v) in extra {
         h.update(k.as_bytes());
@@ -467,7 +484,10 @@ mod tests {
     use super::*;
 
     fn p(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn base() -> HashMap<String, String> {
@@ -506,7 +526,13 @@ mod tests {
 
     #[test]
     fn preferred_access_key_is_validated() {
-        for good in ["TEAMKEY", "abc", "a-b_c.d", "A1234567890123456789", " padded "] {
+        for good in [
+            "TEAMKEY",
+            "abc",
+            "a-b_c.d",
+            "A1234567890123456789",
+            " padded ",
+        ] {
             let mut m = base();
             m.insert("preferredAccessKey".into(), good.into());
             let a = parse_access(&m).unwrap_or_else(|e| panic!("{good:?}: {e}"));
@@ -514,9 +540,22 @@ mod tests {
         }
         let mut m = base();
         m.insert("preferredAccessKey".into(), "  ".into());
-        assert_eq!(parse_access(&m).unwrap().preferred_access_key, None, "blank means unset");
+        assert_eq!(
+            parse_access(&m).unwrap().preferred_access_key,
+            None,
+            "blank means unset"
+        );
         let long = "A".repeat(21);
-        for bad in ["ab", long.as_str(), "has space", "slash/key", "équipe", "key:1", "a\u{0}b", "=TEAM"] {
+        for bad in [
+            "ab",
+            long.as_str(),
+            "has space",
+            "slash/key",
+            "équipe",
+            "key:1",
+            "a\u{0}b",
+            "=TEAM",
+        ] {
             let mut m = base();
             m.insert("preferredAccessKey".into(), bad.into());
             let err = parse_access(&m).unwrap_err();
@@ -529,11 +568,18 @@ mod tests {
 
     #[test]
     fn missing_parameters_are_named() {
-        for key in ["endpoint", "objectStoreUserSecretName", "objectStoreUserSecretNamespace"] {
+        for key in [
+            "endpoint",
+            "objectStoreUserSecretName",
+            "objectStoreUserSecretNamespace",
+        ] {
             let mut m = base();
             m.remove(key);
             let err = parse_connection(&m).unwrap_err();
-            assert!(matches!(err, DriverError::InvalidArgument(ref s) if s.contains(key)), "{err}");
+            assert!(
+                matches!(err, DriverError::InvalidArgument(ref s) if s.contains(key)),
+                "{err}"
+            );
         }
     }
 
@@ -545,21 +591,32 @@ mod tests {
             ("endpoint", "http://x:1/path", "path"),
             ("adminApi", "minio", "madmin"),
             ("adminApi", "ceph", "adminApi"),
-            ("objectStoreUserSecretNamespace", "Bad_NS", "objectStoreUserSecretNamespace"),
+            (
+                "objectStoreUserSecretNamespace",
+                "Bad_NS",
+                "objectStoreUserSecretNamespace",
+            ),
             ("region", "us east", "region"),
         ];
         for (k, v, needle) in cases {
             let mut m = base();
             m.insert(k.to_string(), v.to_string());
             let err = parse_connection(&m).unwrap_err();
-            assert!(matches!(err, DriverError::InvalidArgument(ref s) if s.contains(needle)), "{k}={v}: {err}");
+            assert!(
+                matches!(err, DriverError::InvalidArgument(ref s) if s.contains(needle)),
+                "{k}={v}: {err}"
+            );
         }
         let mut m = base();
         m.insert("accessMode".into(), "admin".into());
-        assert!(matches!(parse_access(&m), Err(DriverError::InvalidArgument(s)) if s.contains("accessMode")));
+        assert!(
+            matches!(parse_access(&m), Err(DriverError::InvalidArgument(s)) if s.contains("accessMode"))
+        );
         let mut m = base();
         m.insert("policy".into(), "has space".into());
-        assert!(matches!(parse_access(&m), Err(DriverError::InvalidArgument(s)) if s.contains("policy")));
+        assert!(
+            matches!(parse_access(&m), Err(DriverError::InvalidArgument(s)) if s.contains("policy"))
+        );
         let mut m = base();
         m.insert("accessMode".into(), "readonly".into());
         m.insert("policy".into(), "team-a".into());
@@ -584,8 +641,18 @@ mod tests {
 
     #[test]
     fn bucket_names() {
-        assert!(validate_bucket_name("name", "bucket-0f6e7c1a-2b3c-4d5e-8f90-123456789abc").is_ok());
-        for bad in ["ab", "Upper", "-lead", "trail-", "a..b", "192.168.1.1", "under_score"] {
+        assert!(
+            validate_bucket_name("name", "bucket-0f6e7c1a-2b3c-4d5e-8f90-123456789abc").is_ok()
+        );
+        for bad in [
+            "ab",
+            "Upper",
+            "-lead",
+            "trail-",
+            "a..b",
+            "192.168.1.1",
+            "under_score",
+        ] {
             assert!(validate_bucket_name("name", bad).is_err(), "{bad}");
         }
     }
@@ -595,9 +662,18 @@ mod tests {
         let a = p(&[("x", "1"), ("y", "2")]);
         let b = p(&[("y", "2"), ("x", "1")]);
         assert_eq!(params_hash(&[], &a), params_hash(&[], &b));
-        assert_ne!(params_hash(&[], &a), params_hash(&[], &p(&[("x", "1"), ("y", "3")])));
-        assert_ne!(params_hash(&[("bucket", "b1")], &a), params_hash(&[("bucket", "b2")], &a));
-        assert_ne!(params_hash(&[], &p(&[("a", "bc")])), params_hash(&[], &p(&[("ab", "c")])));
+        assert_ne!(
+            params_hash(&[], &a),
+            params_hash(&[], &p(&[("x", "1"), ("y", "3")]))
+        );
+        assert_ne!(
+            params_hash(&[("bucket", "b1")], &a),
+            params_hash(&[("bucket", "b2")], &a)
+        );
+        assert_ne!(
+            params_hash(&[], &p(&[("a", "bc")])),
+            params_hash(&[], &p(&[("ab", "c")]))
+        );
     }
 
     #[test]

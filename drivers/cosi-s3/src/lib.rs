@@ -52,7 +52,9 @@ pub mod service;
 use std::path::Path;
 
 use anyhow::Context as _;
-use drivelab_proto::cosi::{identity_server::IdentityServer, provisioner_server::ProvisionerServer};
+use drivelab_proto::cosi::{
+    identity_server::IdentityServer, provisioner_server::ProvisionerServer,
+};
 
 pub use config::{DriverConfig, Mutant, DEFAULT_STATE_NAMESPACE};
 pub use error::DriverError;
@@ -74,7 +76,10 @@ pub async fn serve_unix(
     tonic::transport::Server::builder()
         .add_service(IdentityServer::new(driver.clone()))
         .add_service(ProvisionerServer::new(driver))
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            shutdown,
+        )
         .await
         .with_context(|| format!("serving on {}", socket.display()))?;
     // Leave no socket behind for the next start to trip over.

@@ -72,7 +72,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<A
         }
     }
     let endpoint = endpoint
-        .or_else(|| std::env::var("COSI_ENDPOINT").ok().filter(|s| !s.is_empty()))
+        .or_else(|| {
+            std::env::var("COSI_ENDPOINT")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
         .unwrap_or_else(|| "unix:///var/lib/cosi/cosi.sock".to_string());
     config.kube_url = match kube_url.or_else(|| std::env::var("KUBE_URL").ok().filter(|s| !s.is_empty())) {
         Some(u) => u,
@@ -143,7 +147,10 @@ mod tests {
         assert_eq!(a.socket, PathBuf::from("/tmp/x.sock"));
         assert_eq!(a.config.kube_url, "http://127.0.0.1:1");
         assert_eq!(a.config.state_namespace, "ns");
-        assert_eq!(a.config.mutants, vec![Mutant::SharedPolicy, Mutant::RotateOnRetry]);
+        assert_eq!(
+            a.config.mutants,
+            vec![Mutant::SharedPolicy, Mutant::RotateOnRetry]
+        );
     }
 
     #[test]

@@ -80,7 +80,9 @@ fn normalise(v: &Value) -> Value {
             m.iter()
                 .map(|(k, v)| {
                     let v = match (k.as_str(), v) {
-                        ("Action" | "Resource", Value::String(s)) => Value::Array(vec![Value::String(s.clone())]),
+                        ("Action" | "Resource", Value::String(s)) => {
+                            Value::Array(vec![Value::String(s.clone())])
+                        }
                         _ => v.clone(),
                     };
                     (k.clone(), normalise(&v))
@@ -106,7 +108,10 @@ mod tests {
     #[test]
     fn names_are_deterministic_dns_labels() {
         let a = grant_checkpoint_name("ba-0f6e7c1a-2b3c-4d5e-8f90-123456789abc");
-        assert_eq!(a, grant_checkpoint_name("ba-0f6e7c1a-2b3c-4d5e-8f90-123456789abc"));
+        assert_eq!(
+            a,
+            grant_checkpoint_name("ba-0f6e7c1a-2b3c-4d5e-8f90-123456789abc")
+        );
         assert_ne!(a, grant_checkpoint_name("ba-other"));
         assert_eq!(a.len(), "grant-".len() + 16);
         assert!(is_dns_label(&a));
@@ -122,15 +127,31 @@ mod tests {
         let d = policy_document("b1", AccessMode::ReadWrite);
         let st = &d["Statement"][0];
         assert_eq!(st["Effect"], "Allow");
-        assert_eq!(st["Resource"], json!(["arn:aws:s3:::b1", "arn:aws:s3:::b1/*"]));
-        let acts: Vec<&str> = st["Action"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        assert_eq!(
+            st["Resource"],
+            json!(["arn:aws:s3:::b1", "arn:aws:s3:::b1/*"])
+        );
+        let acts: Vec<&str> = st["Action"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
         assert_eq!(
             acts,
-            ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "s3:GetBucketLocation"]
+            [
+                "s3:GetObject",
+                "s3:PutObject",
+                "s3:DeleteObject",
+                "s3:ListBucket",
+                "s3:GetBucketLocation"
+            ]
         );
         let ro = policy_document("b1", AccessMode::ReadOnly);
         let acts = ro["Statement"][0]["Action"].as_array().unwrap();
-        assert!(!acts.iter().any(|a| a == "s3:PutObject" || a == "s3:DeleteObject"));
+        assert!(!acts
+            .iter()
+            .any(|a| a == "s3:PutObject" || a == "s3:DeleteObject"));
         assert!(d.to_string().matches("arn:aws:s3:::").count() == 2);
     }
 
@@ -146,7 +167,13 @@ mod tests {
             "Version": "2012-10-17"
         });
         assert!(same_document(&reordered, &want));
-        assert!(!same_document(&policy_document("b2", AccessMode::ReadOnly), &want));
-        assert!(!same_document(&policy_document("b1", AccessMode::ReadWrite), &want));
+        assert!(!same_document(
+            &policy_document("b2", AccessMode::ReadOnly),
+            &want
+        ));
+        assert!(!same_document(
+            &policy_document("b1", AccessMode::ReadWrite),
+            &want
+        ));
     }
 }

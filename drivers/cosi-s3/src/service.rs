@@ -9,10 +9,12 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use bytes::Bytes;
 use drivelab_proto::cosi::{
-    identity_server::Identity, protocol, provisioner_server::Provisioner, AuthenticationType, CredentialDetails,
-    DriverCreateBucketRequest, DriverCreateBucketResponse, DriverDeleteBucketRequest, DriverDeleteBucketResponse,
-    DriverGetInfoRequest, DriverGetInfoResponse, DriverGrantBucketAccessRequest, DriverGrantBucketAccessResponse,
-    DriverRevokeBucketAccessRequest, DriverRevokeBucketAccessResponse, Protocol, S3SignatureVersion, S3,
+    identity_server::Identity, protocol, provisioner_server::Provisioner, AuthenticationType,
+    CredentialDetails, DriverCreateBucketRequest, DriverCreateBucketResponse,
+    DriverDeleteBucketRequest, DriverDeleteBucketResponse, DriverGetInfoRequest,
+    DriverGetInfoResponse, DriverGrantBucketAccessRequest, DriverGrantBucketAccessResponse,
+    DriverRevokeBucketAccessRequest, DriverRevokeBucketAccessResponse, Protocol,
+    S3SignatureVersion, S3,
 };
 use http_body_util::Full;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -22,18 +24,21 @@ use sha2::{Digest, Sha256};
 use tonic::{Request, Response, Status};
 
 use crate::admin::{
-    self, Backend, BackendError, BUCKET_ALREADY_EXISTS, BUCKET_ALREADY_OWNED_BY_YOU, BUCKET_NOT_EMPTY, CALL_TIMEOUT,
+    self, Backend, BackendError, BUCKET_ALREADY_EXISTS, BUCKET_ALREADY_OWNED_BY_YOU,
+    BUCKET_NOT_EMPTY, CALL_TIMEOUT,
 };
 use crate::checkpoint::{
-    BucketRecord, Checkpoints, Created, GrantRecord, KeyReservation, PolicyKind, PreferredKey, ReservationState, State,
-    Swap,
+    BucketRecord, Checkpoints, Created, GrantRecord, KeyReservation, PolicyKind, PreferredKey,
+    ReservationState, State, Swap,
 };
 use crate::config::{
-    check_map, check_string, params_hash, parse_access, parse_connection, validate_bucket_name, Connection,
-    DriverConfig, Mutant,
+    check_map, check_string, params_hash, parse_access, parse_connection, validate_bucket_name,
+    Connection, DriverConfig, Mutant,
 };
 use crate::error::DriverError;
-use crate::policy::{generated_policy_name, policy_document, same_document, SHARED_POLICY_FALLBACK};
+use crate::policy::{
+    generated_policy_name, policy_document, same_document, SHARED_POLICY_FALLBACK,
+};
 
 /// Compare-and-swap rounds before giving up with Aborted (the sidecar retries).
 const MAX_CAS_ROUNDS: usize = 8;
@@ -45,7 +50,10 @@ pub const SECRET_KEY_LEN: usize = 40;
 /// How a new grant's access key was chosen.
 enum KeyChoice {
     /// Use this key; `preferred` is what goes into the checkpoint.
-    Use { access_key: String, preferred: PreferredKey },
+    Use {
+        access_key: String,
+        preferred: PreferredKey,
+    },
     /// A concurrent call for the same account wrote the checkpoint meanwhile: re-read it.
     Reread,
 }
@@ -66,10 +74,12 @@ impl CosiS3Driver {
     /// Build a driver. Does not contact Kubernetes or the backend yet (both are
     /// per call), so it starts even while the lab's fakes are still coming up.
     pub async fn new(config: DriverConfig) -> anyhow::Result<Self> {
-        let uri: http::Uri = config
-            .kube_url
-            .parse()
-            .with_context(|| format!("--kube-url {:?} is not a URL; use http://host:port", config.kube_url))?;
+        let uri: http::Uri = config.kube_url.parse().with_context(|| {
+            format!(
+                "--kube-url {:?} is not a URL; use http://host:port",
+                config.kube_url
+            )
+        })?;
         if uri.scheme_str() != Some("http") {
             anyhow::bail!(
                 "--kube-url {:?}: only http:// is supported (this build has no TLS stack)",
@@ -110,7 +120,10 @@ impl CosiS3Driver {
         Ok(Backend::new(self.inner.http.clone(), conn.clone(), creds))
     }
 
-    async fn create_bucket(&self, req: DriverCreateBucketRequest) -> Result<DriverCreateBucketResponse, DriverError> {
+    async fn create_bucket(
+        &self,
+        req: DriverCreateBucketRequest,
+    ) -> Result<DriverCreateBucketResponse, DriverError> {
         check_string("name", &req.name, true)?;
         check_map("parameters", &req.parameters)?;
         validate_bucket_name("name", &req.name)?;
@@ -134,7 +147,9 @@ impl CosiS3Driver {
                 Some(v) => (v, false),
                 None => {
                     // MUTANT already-exists-is-success: skips the ownership check.
-                    if !self.mutant(Mutant::AlreadyExistsIsSuccess) && backend.bucket_exists(name).await.map_err(be)? {
+                    if !self.mutant(Mutant::AlreadyExistsIsSuccess)
+                        && backend.bucket_exists(name).await.map_err(be)?
+                    {
                         return Err(not_ours(name, &conn));
                     }
                     match store.create_bucket(&want).await? {
@@ -188,7 +203,10 @@ impl CosiS3Driver {
         Err(cas_exhausted(name))
     }
 
-    async fn delete_bucket(&self, req: DriverDeleteBucketRequest) -> Result<DriverDeleteBucketResponse, DriverError> {
+    async fn delete_bucket(
+        &self,
+        req: DriverDeleteBucketRequest,
+    ) -> Result<DriverDeleteBucketResponse, DriverError> {
         check_string("bucket_id", &req.bucket_id, true)?;
         check_map("delete_context", &req.delete_context)?;
         let id = req.bucket_id.as_str();
@@ -197,7 +215,9 @@ impl CosiS3Driver {
         let mut current = store.get_bucket(id).await?;
         for _ in 0..MAX_CAS_ROUNDS {
             let Some(v) = current else {
-                return self.delete_without_checkpoint(id, &req.delete_context).await;
+                return self
+                    .delete_without_checkpoint(id, &req.delete_context)
+                    .await;
             };
             let conn = v.record.conn.clone();
             let backend = self.backend(&conn).await?;
@@ -234,11 +254,21 @@ impl CosiS3Driver {
             // class parameters, by any bucket it did create.
             let conn = match parse_connection(context) {
                 Ok(c) => Some(c),
-                Err(_) => self.inner.store.list_buckets().await?.into_iter().next().map(|v| v.record.conn),
+                Err(_) => self
+                    .inner
+                    .store
+                    .list_buckets()
+                    .await?
+                    .into_iter()
+                    .next()
+                    .map(|v| v.record.conn),
             };
             if let Some(conn) = conn {
                 let backend = self.backend(&conn).await?;
-                backend.delete_bucket(id).await.map_err(|e| e.into_driver(&conn))?;
+                backend
+                    .delete_bucket(id)
+                    .await
+                    .map_err(|e| e.into_driver(&conn))?;
             }
             return Ok(DriverDeleteBucketResponse {});
         }
@@ -249,7 +279,11 @@ impl CosiS3Driver {
             return Ok(DriverDeleteBucketResponse {});
         };
         let backend = self.backend(&conn).await?;
-        if backend.bucket_exists(id).await.map_err(|e| e.into_driver(&conn))? {
+        if backend
+            .bucket_exists(id)
+            .await
+            .map_err(|e| e.into_driver(&conn))?
+        {
             return Err(DriverError::FailedPrecondition(format!(
                 "bucket {id} exists on {} but this driver holds no checkpoint for it, so it did not create it (a static or foreign bucket): refusing to delete it; delete it by hand if it really should go",
                 conn.endpoint
@@ -258,7 +292,10 @@ impl CosiS3Driver {
         Ok(DriverDeleteBucketResponse {})
     }
 
-    async fn grant(&self, req: DriverGrantBucketAccessRequest) -> Result<DriverGrantBucketAccessResponse, DriverError> {
+    async fn grant(
+        &self,
+        req: DriverGrantBucketAccessRequest,
+    ) -> Result<DriverGrantBucketAccessResponse, DriverError> {
         check_string("bucket_id", &req.bucket_id, true)?;
         check_string("name", &req.name, true)?;
         check_map("parameters", &req.parameters)?;
@@ -282,7 +319,10 @@ impl CosiS3Driver {
         let bucket = req.bucket_id.as_str();
         let ap = parse_access(&req.parameters)?;
         let conn = ap.conn.clone();
-        let hash = params_hash(&[("bucketId", bucket), ("authenticationType", "Key")], &req.parameters);
+        let hash = params_hash(
+            &[("bucketId", bucket), ("authenticationType", "Key")],
+            &req.parameters,
+        );
         let backend = self.backend(&conn).await?;
         let be = |e: BackendError| e.into_driver(&conn);
         let store = &self.inner.store;
@@ -296,7 +336,12 @@ impl CosiS3Driver {
         }
         let (policy_name, policy_kind) = if self.mutant(Mutant::SharedPolicy) {
             // MUTANT shared-policy: one class-wide policy, replaced by every grant.
-            (ap.policy.clone().unwrap_or_else(|| SHARED_POLICY_FALLBACK.to_string()), PolicyKind::Shared)
+            (
+                ap.policy
+                    .clone()
+                    .unwrap_or_else(|| SHARED_POLICY_FALLBACK.to_string()),
+                PolicyKind::Shared,
+            )
         } else if let Some(p) = &ap.policy {
             if backend.info_canned_policy(p).await.map_err(be)?.is_none() {
                 return Err(DriverError::InvalidArgument(format!(
@@ -317,8 +362,14 @@ impl CosiS3Driver {
                     let (access_key, preferred) = if self.mutant(Mutant::UserBeforeCheckpoint) {
                         (derived_access_key(name), PreferredKey::NotRequested)
                     } else {
-                        match self.choose_access_key(&backend, name, ap.preferred_access_key.as_deref()).await? {
-                            KeyChoice::Use { access_key, preferred } => (access_key, preferred),
+                        match self
+                            .choose_access_key(&backend, name, ap.preferred_access_key.as_deref())
+                            .await?
+                        {
+                            KeyChoice::Use {
+                                access_key,
+                                preferred,
+                            } => (access_key, preferred),
                             KeyChoice::Reread => continue,
                         }
                     };
@@ -340,13 +391,21 @@ impl CosiS3Driver {
                         // MUTANT user-before-checkpoint: the backend mutation
                         // comes first, and a user without a checkpoint is
                         // mistaken for someone else's — stuck after a crash.
-                        if backend.user_info(&rec.access_key).await.map_err(be)?.is_some() {
+                        if backend
+                            .user_info(&rec.access_key)
+                            .await
+                            .map_err(be)?
+                            .is_some()
+                        {
                             return Err(DriverError::AlreadyExists(format!(
                                 "user {} already exists on the backend",
                                 rec.access_key
                             )));
                         }
-                        backend.add_user(&rec.access_key, &rec.secret_key).await.map_err(be)?;
+                        backend
+                            .add_user(&rec.access_key, &rec.secret_key)
+                            .await
+                            .map_err(be)?;
                     }
                     match store.create_grant(&rec).await? {
                         Created::New(v) => {
@@ -415,7 +474,12 @@ impl CosiS3Driver {
     /// Bring the backend to what the checkpoint says, touching only what is
     /// missing. `force_user` re-runs add-user with the persisted secret, which
     /// is harmless for a user that already has it.
-    async fn reconcile_grant(&self, backend: &Backend, rec: &GrantRecord, force_user: bool) -> Result<(), BackendError> {
+    async fn reconcile_grant(
+        &self,
+        backend: &Backend,
+        rec: &GrantRecord,
+        force_user: bool,
+    ) -> Result<(), BackendError> {
         let info = backend.user_info(&rec.access_key).await?;
         if info.is_none() || force_user {
             backend.add_user(&rec.access_key, &rec.secret_key).await?;
@@ -430,14 +494,21 @@ impl CosiS3Driver {
             PolicyKind::Shared => backend.add_canned_policy(&rec.policy_name, &want).await?,
             PolicyKind::External => {}
         }
-        let attached = info.as_ref().is_some_and(|i| i.policies.iter().any(|p| p == &rec.policy_name));
+        let attached = info
+            .as_ref()
+            .is_some_and(|i| i.policies.iter().any(|p| p == &rec.policy_name));
         if !attached {
-            backend.set_user_policy(&rec.policy_name, &rec.access_key).await?;
+            backend
+                .set_user_policy(&rec.policy_name, &rec.access_key)
+                .await?;
         }
         Ok(())
     }
 
-    async fn revoke(&self, req: DriverRevokeBucketAccessRequest) -> Result<DriverRevokeBucketAccessResponse, DriverError> {
+    async fn revoke(
+        &self,
+        req: DriverRevokeBucketAccessRequest,
+    ) -> Result<DriverRevokeBucketAccessResponse, DriverError> {
         check_string("bucket_id", &req.bucket_id, true)?;
         check_string("account_id", &req.account_id, true)?;
         check_map("revoke_access_context", &req.revoke_access_context)?;
@@ -466,9 +537,15 @@ impl CosiS3Driver {
             let account_name = v.record.account_name.as_str();
             // The user first: with it gone the policy grants nothing, and
             // servers that refuse to remove an attached policy are satisfied.
-            backend.remove_user(&v.record.access_key).await.map_err(be)?;
+            backend
+                .remove_user(&v.record.access_key)
+                .await
+                .map_err(be)?;
             if v.record.policy_kind == PolicyKind::Generated {
-                backend.remove_canned_policy(&v.record.policy_name).await.map_err(be)?;
+                backend
+                    .remove_canned_policy(&v.record.policy_name)
+                    .await
+                    .map_err(be)?;
             }
             match &v.record.preferred {
                 // The key must stay reserved until this checkpoint is gone: while
@@ -507,12 +584,18 @@ impl CosiS3Driver {
         preferred: Option<&str>,
     ) -> Result<KeyChoice, DriverError> {
         let Some(key) = preferred else {
-            return Ok(KeyChoice::Use { access_key: random_access_key()?, preferred: PreferredKey::NotRequested });
+            return Ok(KeyChoice::Use {
+                access_key: random_access_key()?,
+                preferred: PreferredKey::NotRequested,
+            });
         };
         if self.mutant(Mutant::SharedPreferredKey) {
             // MUTANT shared-preferred-key: takes the key without reserving it or
             // looking at the backend, so every grant asking for it shares it.
-            return Ok(KeyChoice::Use { access_key: key.to_string(), preferred: PreferredKey::NotRequested });
+            return Ok(KeyChoice::Use {
+                access_key: key.to_string(),
+                preferred: PreferredKey::NotRequested,
+            });
         }
         let store = &self.inner.store;
         let want = KeyReservation {
@@ -526,7 +609,10 @@ impl CosiS3Driver {
             Created::New(v) | Created::Existing(v) => v,
         };
         let taken = || -> Result<KeyChoice, DriverError> {
-            Ok(KeyChoice::Use { access_key: random_access_key()?, preferred: PreferredKey::Taken(key.to_string()) })
+            Ok(KeyChoice::Use {
+                access_key: random_access_key()?,
+                preferred: PreferredKey::Taken(key.to_string()),
+            })
         };
         if v.record.account_name != account || v.record.state != ReservationState::Held {
             tracing::info!(
@@ -540,7 +626,12 @@ impl CosiS3Driver {
         // We hold the reservation, and add-user only ever runs after the grant
         // checkpoint is written, so a backend user with this key is either our
         // concurrent twin's (its checkpoint exists by now) or not COSI's at all.
-        if backend.user_info(key).await.map_err(|e| e.into_driver(backend.conn()))?.is_some() {
+        if backend
+            .user_info(key)
+            .await
+            .map_err(|e| e.into_driver(backend.conn()))?
+            .is_some()
+        {
             if store.get_grant(account).await?.is_some() {
                 return Ok(KeyChoice::Reread);
             }
@@ -554,7 +645,10 @@ impl CosiS3Driver {
             store.delete_key_reservation(&v).await?;
             return taken();
         }
-        Ok(KeyChoice::Use { access_key: key.to_string(), preferred: PreferredKey::Reserved(key.to_string()) })
+        Ok(KeyChoice::Use {
+            access_key: key.to_string(),
+            preferred: PreferredKey::Reserved(key.to_string()),
+        })
     }
 
     /// Mark `account`'s reservation of `key` as Releasing (idempotent; a
@@ -570,7 +664,10 @@ impl CosiS3Driver {
             }
             let mut rec = v.record.clone();
             rec.state = ReservationState::Releasing;
-            match store.swap_key_reservation(&v.resource_version, &rec).await? {
+            match store
+                .swap_key_reservation(&v.resource_version, &rec)
+                .await?
+            {
                 Swap::Done(_) => return Ok(()),
                 Swap::Conflict => continue,
             }
@@ -680,9 +777,9 @@ fn random_string(alphabet: &[u8], len: usize) -> Result<String, DriverError> {
     let mut out = String::with_capacity(len);
     let mut buf = [0u8; 64];
     while out.len() < len {
-        OsRng
-            .try_fill_bytes(&mut buf)
-            .map_err(|e| DriverError::Unavailable(format!("the OS random number generator failed: {e}; retry")))?;
+        OsRng.try_fill_bytes(&mut buf).map_err(|e| {
+            DriverError::Unavailable(format!("the OS random number generator failed: {e}; retry"))
+        })?;
         for b in buf {
             if (b as usize) < limit && out.len() < len {
                 out.push(alphabet[b as usize % alphabet.len()] as char);
@@ -717,7 +814,9 @@ pub fn predictable_secret(account_name: &str) -> String {
 /// The `user-before-checkpoint` mutant's access key: derived from the name, as
 /// the field driver's was, so a retry finds the user its crashed attempt made.
 pub fn derived_access_key(account_name: &str) -> String {
-    let h = hex::encode(Sha256::digest(format!("cosi-s3-ak:{account_name}").as_bytes()));
+    let h = hex::encode(Sha256::digest(
+        format!("cosi-s3-ak:{account_name}").as_bytes(),
+    ));
     h[..ACCESS_KEY_LEN].to_ascii_uppercase()
 }
 
@@ -749,28 +848,40 @@ impl Provisioner for CosiS3Driver {
         &self,
         req: Request<DriverCreateBucketRequest>,
     ) -> Result<Response<DriverCreateBucketResponse>, Status> {
-        answer("DriverCreateBucket", self.create_bucket(req.into_inner()).await)
+        answer(
+            "DriverCreateBucket",
+            self.create_bucket(req.into_inner()).await,
+        )
     }
 
     async fn driver_delete_bucket(
         &self,
         req: Request<DriverDeleteBucketRequest>,
     ) -> Result<Response<DriverDeleteBucketResponse>, Status> {
-        answer("DriverDeleteBucket", self.delete_bucket(req.into_inner()).await)
+        answer(
+            "DriverDeleteBucket",
+            self.delete_bucket(req.into_inner()).await,
+        )
     }
 
     async fn driver_grant_bucket_access(
         &self,
         req: Request<DriverGrantBucketAccessRequest>,
     ) -> Result<Response<DriverGrantBucketAccessResponse>, Status> {
-        answer("DriverGrantBucketAccess", self.grant(req.into_inner()).await)
+        answer(
+            "DriverGrantBucketAccess",
+            self.grant(req.into_inner()).await,
+        )
     }
 
     async fn driver_revoke_bucket_access(
         &self,
         req: Request<DriverRevokeBucketAccessRequest>,
     ) -> Result<Response<DriverRevokeBucketAccessResponse>, Status> {
-        answer("DriverRevokeBucketAccess", self.revoke(req.into_inner()).await)
+        answer(
+            "DriverRevokeBucketAccess",
+            self.revoke(req.into_inner()).await,
+        )
     }
 }
 
@@ -792,7 +903,9 @@ mod tests {
         assert!((SECRET_KEY_LEN as f64) * 62f64.log2() >= 128.0);
         let ak = random_access_key().unwrap();
         assert_eq!(ak.len(), ACCESS_KEY_LEN);
-        assert!(ak.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
+        assert!(ak
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
     }
 
     #[test]
@@ -852,6 +965,9 @@ mod tests {
         let s = &r.credentials["s3"].secrets;
         let mut keys: Vec<_> = s.keys().map(String::as_str).collect();
         keys.sort();
-        assert_eq!(keys, ["accessKeyID", "accessSecretKey", "endpoint", "region"]);
+        assert_eq!(
+            keys,
+            ["accessKeyID", "accessSecretKey", "endpoint", "region"]
+        );
     }
 }

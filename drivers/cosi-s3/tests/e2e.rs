@@ -11,14 +11,15 @@ use cosi_s3::{DriverConfig, Mutant};
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::History;
-use drivelab_fakes::kube::{KubeFake, Kind};
+use drivelab_fakes::kube::{Kind, KubeFake};
 use drivelab_fakes::s3::{S3Config, S3Fake, S3Probe};
 use drivelab_fakes::serve::{loopback, Listener};
 use drivelab_fakes::store::{MemStore, Store};
 use drivelab_proto::cosi::{
     identity_client::IdentityClient, provisioner_client::ProvisionerClient, AuthenticationType,
-    DriverCreateBucketRequest, DriverDeleteBucketRequest, DriverGetInfoRequest, DriverGrantBucketAccessRequest,
-    DriverGrantBucketAccessResponse, DriverRevokeBucketAccessRequest,
+    DriverCreateBucketRequest, DriverDeleteBucketRequest, DriverGetInfoRequest,
+    DriverGrantBucketAccessRequest, DriverGrantBucketAccessResponse,
+    DriverRevokeBucketAccessRequest,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -46,7 +47,12 @@ struct Lab {
 impl Lab {
     async fn start(mutants: &[Mutant]) -> Lab {
         let gate = Gate::new(History::new(SimClock::new()));
-        let kube = KubeFake::new(Arc::new(MemStore::default()) as Arc<dyn Store>, gate.clone(), 1).unwrap();
+        let kube = KubeFake::new(
+            Arc::new(MemStore::default()) as Arc<dyn Store>,
+            gate.clone(),
+            1,
+        )
+        .unwrap();
         let s3 = S3Fake::new(
             Arc::new(MemStore::default()) as Arc<dyn Store>,
             gate,
@@ -113,7 +119,11 @@ impl Lab {
         p
     }
 
-    async fn create(&self, name: &str, params: HashMap<String, String>) -> Result<String, tonic::Status> {
+    async fn create(
+        &self,
+        name: &str,
+        params: HashMap<String, String>,
+    ) -> Result<String, tonic::Status> {
         let mut c = self.client.clone();
         c.driver_create_bucket(DriverCreateBucketRequest {
             name: name.into(),
@@ -152,7 +162,8 @@ impl Lab {
     }
 
     async fn grant(&self, bucket: &str, name: &str) -> Result<Creds, tonic::Status> {
-        self.grant_with(bucket, name, AuthenticationType::Key, self.params()).await
+        self.grant_with(bucket, name, AuthenticationType::Key, self.params())
+            .await
     }
 
     async fn revoke(&self, bucket: &str, account: &str) -> Result<(), tonic::Status> {
@@ -172,7 +183,13 @@ impl Lab {
 
     async fn can_put(&self, c: &Creds, bucket: &str) -> bool {
         self.probe()
-            .put_object(&c.access_key, &c.secret_key, bucket, "probe.txt", b"hello".to_vec())
+            .put_object(
+                &c.access_key,
+                &c.secret_key,
+                bucket,
+                "probe.txt",
+                b"hello".to_vec(),
+            )
             .await
             .unwrap()
             .is_success()
@@ -181,7 +198,13 @@ impl Lab {
     async fn remove_object(&self, bucket: &str, key: &str) {
         let r = self
             .probe()
-            .send("DELETE", &format!("/{bucket}/{key}"), ADMIN_AK, ADMIN_SK, Vec::new())
+            .send(
+                "DELETE",
+                &format!("/{bucket}/{key}"),
+                ADMIN_AK,
+                ADMIN_SK,
+                Vec::new(),
+            )
             .await
             .unwrap();
         assert!(r.is_success(), "delete object: {r:?}");
@@ -232,7 +255,9 @@ fn b64(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = String::new();
     for chunk in b.chunks(3) {
-        let n = (chunk[0] as u32) << 16 | (*chunk.get(1).unwrap_or(&0) as u32) << 8 | *chunk.get(2).unwrap_or(&0) as u32;
+        let n = (chunk[0] as u32) << 16
+            | (*chunk.get(1).unwrap_or(&0) as u32) << 8
+            | *chunk.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= chunk.len() {
                 out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
@@ -287,7 +312,11 @@ async fn happy_path_is_idempotent() {
 
     let b = "bucket-11111111-2222-3333-4444-555555555555";
     assert_eq!(lab.create(b, lab.params()).await.unwrap(), b);
-    assert_eq!(lab.create(b, lab.params()).await.unwrap(), b, "retry answers the same id");
+    assert_eq!(
+        lab.create(b, lab.params()).await.unwrap(),
+        b,
+        "retry answers the same id"
+    );
     assert!(lab.bucket_exists(b));
     let cps = lab.checkpoints(Kind::ConfigMap);
     assert_eq!(cps.len(), 1);
@@ -295,7 +324,11 @@ async fn happy_path_is_idempotent() {
 
     let mut other = lab.params();
     other.insert("region".into(), "eu-west-1".into());
-    assert_eq!(code(lab.create(b, other).await), Code::AlreadyExists, "same name, different params");
+    assert_eq!(
+        code(lab.create(b, other).await),
+        Code::AlreadyExists,
+        "same name, different params"
+    );
 
     let name = "ba-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
     let c1 = lab.grant(b, name).await.unwrap();
@@ -308,7 +341,10 @@ async fn happy_path_is_idempotent() {
     assert!(lab.can_put(&c1, b).await, "granted credentials work");
     let c2 = lab.grant(b, name).await.unwrap();
     assert_eq!(c1, c2, "retry returns the same account and secret");
-    assert!(lab.can_put(&c1, b).await, "and the first secret still works");
+    assert!(
+        lab.can_put(&c1, b).await,
+        "and the first secret still works"
+    );
 
     let mut ro = lab.params();
     ro.insert("accessMode".into(), "readonly".into());
@@ -317,11 +353,19 @@ async fn happy_path_is_idempotent() {
         Code::AlreadyExists,
         "same account name, different parameters"
     );
-    assert_eq!(code(lab.grant("bucket-other-bucket", name).await), Code::NotFound);
+    assert_eq!(
+        code(lab.grant("bucket-other-bucket", name).await),
+        Code::NotFound
+    );
 
     let grants = lab.checkpoints(Kind::Secret);
     assert_eq!(grants.len(), 1);
-    let user = lab.s3.users().into_iter().find(|u| u.access_key == c1.access_key).unwrap();
+    let user = lab
+        .s3
+        .users()
+        .into_iter()
+        .find(|u| u.access_key == c1.access_key)
+        .unwrap();
     assert_eq!(user.policies.len(), 1);
     assert!(user.policies[0].starts_with("cosi-"));
     let policy = user.policies[0].clone();
@@ -332,7 +376,11 @@ async fn happy_path_is_idempotent() {
     assert!(lab.checkpoints(Kind::Secret).is_empty());
     lab.revoke(b, &c1.account_id).await.unwrap();
 
-    assert_eq!(code(lab.delete(b, HashMap::new()).await), Code::FailedPrecondition, "not empty");
+    assert_eq!(
+        code(lab.delete(b, HashMap::new()).await),
+        Code::FailedPrecondition,
+        "not empty"
+    );
     assert!(lab.bucket_exists(b));
     lab.remove_object(b, "probe.txt").await;
     lab.delete(b, HashMap::new()).await.unwrap();
@@ -350,36 +398,91 @@ async fn grants_are_isolated_and_pending_checkpoints_resume() {
     let c1 = lab.grant(b1, "ba-1").await.unwrap();
     let c2 = lab.grant(b2, "ba-2").await.unwrap();
     assert_ne!(c1.access_key, c2.access_key);
-    assert!(lab.can_put(&c1, b1).await && lab.can_put(&c2, b2).await, "a later grant leaves the earlier intact");
-    assert!(!lab.can_put(&c1, b2).await && !lab.can_put(&c2, b1).await, "each reaches only its bucket");
+    assert!(
+        lab.can_put(&c1, b1).await && lab.can_put(&c2, b2).await,
+        "a later grant leaves the earlier intact"
+    );
+    assert!(
+        !lab.can_put(&c1, b2).await && !lab.can_put(&c2, b1).await,
+        "each reaches only its bucket"
+    );
 
     // A crash after add-user and before the promotion leaves PendingCreate: the
     // retry resumes with the persisted secret.
-    let mut cp = lab.checkpoints(Kind::Secret).into_iter().find(|s| s["metadata"]["annotations"]["cosi-s3.drivelab.dev/name"] == "ba-1").unwrap();
+    let mut cp = lab
+        .checkpoints(Kind::Secret)
+        .into_iter()
+        .find(|s| s["metadata"]["annotations"]["cosi-s3.drivelab.dev/name"] == "ba-1")
+        .unwrap();
     cp["data"]["state"] = json!(b64("PendingCreate"));
     lab.kube.replace(Kind::Secret, cp).unwrap();
     assert_eq!(lab.grant(b1, "ba-1").await.unwrap(), c1);
     assert!(lab.can_put(&c1, b1).await);
 
-    assert_eq!(code(lab.grant_with(b1, "ba-3", AuthenticationType::UnknownAuthenticationType, lab.params()).await), Code::InvalidArgument);
-    assert_eq!(code(lab.grant_with(b1, "ba-3", AuthenticationType::Iam, lab.params()).await), Code::Unimplemented);
+    assert_eq!(
+        code(
+            lab.grant_with(
+                b1,
+                "ba-3",
+                AuthenticationType::UnknownAuthenticationType,
+                lab.params()
+            )
+            .await
+        ),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(
+            lab.grant_with(b1, "ba-3", AuthenticationType::Iam, lab.params())
+                .await
+        ),
+        Code::Unimplemented
+    );
     let mut bad = lab.params();
     bad.insert("adminApi".into(), "minio".into());
-    assert_eq!(code(lab.grant_with(b1, "ba-3", AuthenticationType::Key, bad).await), Code::InvalidArgument);
+    assert_eq!(
+        code(
+            lab.grant_with(b1, "ba-3", AuthenticationType::Key, bad)
+                .await
+        ),
+        Code::InvalidArgument
+    );
     let mut ext = lab.params();
     ext.insert("policy".into(), "no-such-policy".into());
-    assert_eq!(code(lab.grant_with(b1, "ba-3", AuthenticationType::Key, ext).await), Code::InvalidArgument);
-    assert_eq!(code(lab.create(&"x".repeat(129), lab.params()).await), Code::InvalidArgument);
+    assert_eq!(
+        code(
+            lab.grant_with(b1, "ba-3", AuthenticationType::Key, ext)
+                .await
+        ),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(lab.create(&"x".repeat(129), lab.params()).await),
+        Code::InvalidArgument
+    );
 }
 
 #[tokio::test]
 async fn foreign_buckets_are_never_adopted_or_deleted() {
     let lab = Lab::start(&[]).await;
-    let r = lab.probe().create_bucket(ADMIN_AK, ADMIN_SK, "foreign-bucket").await.unwrap();
+    let r = lab
+        .probe()
+        .create_bucket(ADMIN_AK, ADMIN_SK, "foreign-bucket")
+        .await
+        .unwrap();
     assert!(r.is_success());
-    assert_eq!(code(lab.create("foreign-bucket", lab.params()).await), Code::AlreadyExists);
-    assert!(lab.checkpoints(Kind::ConfigMap).is_empty(), "no checkpoint claims it");
-    assert_eq!(code(lab.delete("foreign-bucket", lab.params()).await), Code::FailedPrecondition);
+    assert_eq!(
+        code(lab.create("foreign-bucket", lab.params()).await),
+        Code::AlreadyExists
+    );
+    assert!(
+        lab.checkpoints(Kind::ConfigMap).is_empty(),
+        "no checkpoint claims it"
+    );
+    assert_eq!(
+        code(lab.delete("foreign-bucket", lab.params()).await),
+        Code::FailedPrecondition
+    );
     lab.delete("foreign-bucket", HashMap::new()).await.unwrap();
     assert!(lab.bucket_exists("foreign-bucket"));
 }
@@ -391,8 +494,14 @@ async fn mutant_predictable_secret() {
     let lab = Lab::start(&[Mutant::PredictableSecret]).await;
     lab.create("bucket-m1", lab.params()).await.unwrap();
     let c = lab.grant("bucket-m1", "ba-m1").await.unwrap();
-    assert_eq!(c.secret_key, hex::encode(Sha256::digest(b"cosi-s3:ba-m1"))[..40]);
-    assert!(lab.can_put(&c, "bucket-m1").await, "it works, it is just computable");
+    assert_eq!(
+        c.secret_key,
+        hex::encode(Sha256::digest(b"cosi-s3:ba-m1"))[..40]
+    );
+    assert!(
+        lab.can_put(&c, "bucket-m1").await,
+        "it works, it is just computable"
+    );
 }
 
 #[tokio::test]
@@ -402,9 +511,19 @@ async fn mutant_user_before_checkpoint() {
     lab.grant("bucket-m2", "ba-m2").await.unwrap();
     // The crash between add-user and the checkpoint: the checkpoint never landed.
     for s in lab.checkpoints(Kind::Secret) {
-        lab.kube.delete(Kind::Secret, Some(STATE_NS), s["metadata"]["name"].as_str().unwrap()).unwrap();
+        lab.kube
+            .delete(
+                Kind::Secret,
+                Some(STATE_NS),
+                s["metadata"]["name"].as_str().unwrap(),
+            )
+            .unwrap();
     }
-    assert_eq!(code(lab.grant("bucket-m2", "ba-m2").await), Code::AlreadyExists, "stuck for ever");
+    assert_eq!(
+        code(lab.grant("bucket-m2", "ba-m2").await),
+        Code::AlreadyExists,
+        "stuck for ever"
+    );
 }
 
 #[tokio::test]
@@ -415,7 +534,10 @@ async fn mutant_shared_policy() {
     let c1 = lab.grant("bucket-s1", "ba-s1").await.unwrap();
     assert!(lab.can_put(&c1, "bucket-s1").await);
     let _c2 = lab.grant("bucket-s2", "ba-s2").await.unwrap();
-    assert!(!lab.can_put(&c1, "bucket-s1").await, "the second grant replaced the first's policy");
+    assert!(
+        !lab.can_put(&c1, "bucket-s1").await,
+        "the second grant replaced the first's policy"
+    );
 }
 
 #[tokio::test]
@@ -426,31 +548,52 @@ async fn mutant_rotate_on_retry() {
     let c2 = lab.grant("bucket-r1", "ba-r1").await.unwrap();
     assert_eq!(c1.access_key, c2.access_key);
     assert_ne!(c1.secret_key, c2.secret_key);
-    assert!(!lab.can_put(&c1, "bucket-r1").await, "credentials already handed out are dead");
+    assert!(
+        !lab.can_put(&c1, "bucket-r1").await,
+        "credentials already handed out are dead"
+    );
 }
 
 #[tokio::test]
 async fn mutant_already_exists_is_success() {
     let lab = Lab::start(&[Mutant::AlreadyExistsIsSuccess]).await;
-    lab.probe().create_bucket(ADMIN_AK, ADMIN_SK, "foreign-bucket").await.unwrap();
-    assert_eq!(lab.create("foreign-bucket", lab.params()).await.unwrap(), "foreign-bucket", "adopted");
+    lab.probe()
+        .create_bucket(ADMIN_AK, ADMIN_SK, "foreign-bucket")
+        .await
+        .unwrap();
+    assert_eq!(
+        lab.create("foreign-bucket", lab.params()).await.unwrap(),
+        "foreign-bucket",
+        "adopted"
+    );
 }
 
 #[tokio::test]
 async fn mutant_delete_unowned() {
     let lab = Lab::start(&[Mutant::DeleteUnowned]).await;
-    lab.probe().create_bucket(ADMIN_AK, ADMIN_SK, "foreign-bucket").await.unwrap();
+    lab.probe()
+        .create_bucket(ADMIN_AK, ADMIN_SK, "foreign-bucket")
+        .await
+        .unwrap();
     lab.delete("foreign-bucket", lab.params()).await.unwrap();
-    assert!(!lab.bucket_exists("foreign-bucket"), "deleted without proof of ownership");
+    assert!(
+        !lab.bucket_exists("foreign-bucket"),
+        "deleted without proof of ownership"
+    );
 }
 
 #[tokio::test]
 async fn mutant_unknown_auth_as_key() {
     let lab = Lab::start(&[Mutant::UnknownAuthAsKey]).await;
     lab.create("bucket-u1", lab.params()).await.unwrap();
-    lab.grant_with("bucket-u1", "ba-u1", AuthenticationType::UnknownAuthenticationType, lab.params())
-        .await
-        .unwrap();
+    lab.grant_with(
+        "bucket-u1",
+        "ba-u1",
+        AuthenticationType::UnknownAuthenticationType,
+        lab.params(),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -481,19 +624,32 @@ async fn binary_serves_and_survives_sigkill() {
     let mut child = spawn();
     let ch = connect(&socket).await;
     let mut p = ProvisionerClient::new(ch);
-    let req = DriverCreateBucketRequest { name: "bucket-proc".into(), parameters: lab.params() };
+    let req = DriverCreateBucketRequest {
+        name: "bucket-proc".into(),
+        parameters: lab.params(),
+    };
     p.driver_create_bucket(req.clone()).await.unwrap();
     child.kill().await.unwrap();
     // The respawn finds the stale socket, replaces it, and answers the retry from the checkpoint.
     let _child = spawn();
     let mut p = ProvisionerClient::new(connect(&socket).await);
-    assert_eq!(p.driver_create_bucket(req).await.unwrap().into_inner().bucket_id, "bucket-proc");
+    assert_eq!(
+        p.driver_create_bucket(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .bucket_id,
+        "bucket-proc"
+    );
 }
 
 #[tokio::test]
 async fn concurrent_retries_agree() {
     let lab = Lab::start(&[]).await;
-    let (a, b) = tokio::join!(lab.create("bucket-race", lab.params()), lab.create("bucket-race", lab.params()));
+    let (a, b) = tokio::join!(
+        lab.create("bucket-race", lab.params()),
+        lab.create("bucket-race", lab.params())
+    );
     assert_eq!(a.unwrap(), "bucket-race");
     assert_eq!(b.unwrap(), "bucket-race");
     let (g1, g2, g3) = tokio::join!(
@@ -503,7 +659,11 @@ async fn concurrent_retries_agree() {
     );
     let (g1, g2, g3) = (g1.unwrap(), g2.unwrap(), g3.unwrap());
     assert!(g1 == g2 && g2 == g3, "one account, one secret");
-    assert_eq!(lab.s3.users().len(), 1, "no user left behind by the losers of the race");
+    assert_eq!(
+        lab.s3.users().len(),
+        1,
+        "no user left behind by the losers of the race"
+    );
     assert_eq!(lab.checkpoints(Kind::Secret).len(), 1);
     assert!(lab.can_put(&g1, "bucket-race").await);
 }
@@ -517,8 +677,14 @@ impl Lab {
         p
     }
 
-    async fn grant_preferred(&self, bucket: &str, name: &str, key: &str) -> Result<Creds, tonic::Status> {
-        self.grant_with(bucket, name, AuthenticationType::Key, self.preferred(key)).await
+    async fn grant_preferred(
+        &self,
+        bucket: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Creds, tonic::Status> {
+        self.grant_with(bucket, name, AuthenticationType::Key, self.preferred(key))
+            .await
     }
 
     /// Key reservations in the state namespace: (accessKey, accountName, state).
@@ -536,7 +702,13 @@ impl Lab {
 
     async fn put_code(&self, c: &Creds, bucket: &str) -> Option<String> {
         self.probe()
-            .put_object(&c.access_key, &c.secret_key, bucket, "probe.txt", b"hello".to_vec())
+            .put_object(
+                &c.access_key,
+                &c.secret_key,
+                bucket,
+                "probe.txt",
+                b"hello".to_vec(),
+            )
             .await
             .unwrap()
             .code
@@ -568,35 +740,74 @@ async fn preferred_key_is_held_by_one_grant_at_a_time() {
     lab.create(b, lab.params()).await.unwrap();
 
     let c1 = lab.grant_preferred(b, "ba-p1", "TEAMKEY").await.unwrap();
-    assert_eq!(c1.access_key, "TEAMKEY", "the first grant gets the preferred key");
+    assert_eq!(
+        c1.access_key, "TEAMKEY",
+        "the first grant gets the preferred key"
+    );
     assert_eq!(c1.account_id, "TEAMKEY");
-    assert_eq!(lab.reservations(), vec![("TEAMKEY".into(), "ba-p1".into(), "Held".into())]);
-    assert_eq!(lab.grant_preferred(b, "ba-p1", "TEAMKEY").await.unwrap(), c1, "retry of the winner");
+    assert_eq!(
+        lab.reservations(),
+        vec![("TEAMKEY".into(), "ba-p1".into(), "Held".into())]
+    );
+    assert_eq!(
+        lab.grant_preferred(b, "ba-p1", "TEAMKEY").await.unwrap(),
+        c1,
+        "retry of the winner"
+    );
 
     let c2 = lab.grant_preferred(b, "ba-p2", "TEAMKEY").await.unwrap();
-    assert_ne!(c2.access_key, "TEAMKEY", "the key is taken: a random one instead");
+    assert_ne!(
+        c2.access_key, "TEAMKEY",
+        "the key is taken: a random one instead"
+    );
     assert_eq!(c2.access_key.len(), 20);
-    assert!(lab.can_put(&c1, b).await, "the first grant's credentials still work");
+    assert!(
+        lab.can_put(&c1, b).await,
+        "the first grant's credentials still work"
+    );
     assert!(lab.can_put(&c2, b).await);
-    assert_eq!(lab.grant_preferred(b, "ba-p2", "TEAMKEY").await.unwrap(), c2, "retry of the loser: same fallback key");
+    assert_eq!(
+        lab.grant_preferred(b, "ba-p2", "TEAMKEY").await.unwrap(),
+        c2,
+        "retry of the loser: same fallback key"
+    );
 
     // Same name, different preferred key: a different request.
-    assert_eq!(code(lab.grant_preferred(b, "ba-p2", "OTHERKEY").await), Code::AlreadyExists);
-    assert_eq!(code(lab.grant_preferred(b, "ba-p9", "no").await), Code::InvalidArgument);
+    assert_eq!(
+        code(lab.grant_preferred(b, "ba-p2", "OTHERKEY").await),
+        Code::AlreadyExists
+    );
+    assert_eq!(
+        code(lab.grant_preferred(b, "ba-p9", "no").await),
+        Code::InvalidArgument
+    );
 
     // Revoke of the winner frees the key; the loser's retry still answers its fallback key.
     lab.revoke(b, &c1.account_id).await.unwrap();
     assert!(!lab.user_exists("TEAMKEY"));
-    assert!(lab.reservations().is_empty(), "revoke released the reservation");
-    assert_eq!(lab.grant_preferred(b, "ba-p2", "TEAMKEY").await.unwrap(), c2, "whatever happens to the reservation");
+    assert!(
+        lab.reservations().is_empty(),
+        "revoke released the reservation"
+    );
+    assert_eq!(
+        lab.grant_preferred(b, "ba-p2", "TEAMKEY").await.unwrap(),
+        c2,
+        "whatever happens to the reservation"
+    );
     let c3 = lab.grant_preferred(b, "ba-p3", "TEAMKEY").await.unwrap();
     assert_eq!(c3.access_key, "TEAMKEY", "a third grant can have it now");
     assert!(lab.can_put(&c3, b).await && lab.can_put(&c2, b).await);
-    assert!(!lab.can_put(&c1, b).await, "the revoked secret does not come back with the key");
+    assert!(
+        !lab.can_put(&c1, b).await,
+        "the revoked secret does not come back with the key"
+    );
 
     // Revoke of the loser leaves the winner's reservation alone.
     lab.revoke(b, &c2.account_id).await.unwrap();
-    assert_eq!(lab.reservations(), vec![("TEAMKEY".into(), "ba-p3".into(), "Held".into())]);
+    assert_eq!(
+        lab.reservations(),
+        vec![("TEAMKEY".into(), "ba-p3".into(), "Held".into())]
+    );
     assert!(lab.can_put(&c3, b).await);
 }
 
@@ -626,7 +837,10 @@ async fn preferred_key_reservation_is_crash_safe() {
     let mut cm = lab
         .checkpoints(Kind::ConfigMap)
         .into_iter()
-        .find(|c| c["metadata"]["labels"]["cosi-s3.drivelab.dev/kind"] == "key" && c["data"]["accessKey"] == "HALFKEY")
+        .find(|c| {
+            c["metadata"]["labels"]["cosi-s3.drivelab.dev/kind"] == "key"
+                && c["data"]["accessKey"] == "HALFKEY"
+        })
         .unwrap();
     let grant = lab
         .checkpoints(Kind::Secret)
@@ -636,19 +850,34 @@ async fn preferred_key_reservation_is_crash_safe() {
     // The revoke's steps up to the crash: remove-user, mark Releasing, delete the checkpoint.
     let r = lab
         .probe()
-        .send("DELETE", "/rustfs/admin/v3/remove-user?accessKey=HALFKEY", ADMIN_AK, ADMIN_SK, Vec::new())
+        .send(
+            "DELETE",
+            "/rustfs/admin/v3/remove-user?accessKey=HALFKEY",
+            ADMIN_AK,
+            ADMIN_SK,
+            Vec::new(),
+        )
         .await
         .unwrap();
     assert!(r.is_success(), "remove-user: {r:?}");
     assert!(!lab.user_exists("HALFKEY"));
-    lab.kube.delete(Kind::Secret, Some(STATE_NS), grant["metadata"]["name"].as_str().unwrap()).unwrap();
+    lab.kube
+        .delete(
+            Kind::Secret,
+            Some(STATE_NS),
+            grant["metadata"]["name"].as_str().unwrap(),
+        )
+        .unwrap();
     cm["data"]["state"] = json!("Releasing");
     lab.kube.replace(Kind::ConfigMap, cm).unwrap();
     // A new grant may not take a key whose revoke is still in flight.
     let x = lab.grant_preferred(b, "ba-c3", "HALFKEY").await.unwrap();
     assert_ne!(x.access_key, "HALFKEY");
     lab.revoke(b, "HALFKEY").await.unwrap();
-    assert!(lab.reservations().iter().all(|(k, _, _)| k != "HALFKEY"), "the retried revoke released it");
+    assert!(
+        lab.reservations().iter().all(|(k, _, _)| k != "HALFKEY"),
+        "the retried revoke released it"
+    );
     let y = lab.grant_preferred(b, "ba-c4", "HALFKEY").await.unwrap();
     assert_eq!(y.access_key, "HALFKEY");
 }
@@ -661,16 +890,31 @@ async fn preferred_key_owned_outside_cosi_is_left_alone() {
     let c = lab.grant_preferred(b, "ba-f1", "WORKLOAD").await.unwrap();
     // Recreate the situation of a user made by hand: drop our checkpoint and reservation.
     for s in lab.checkpoints(Kind::Secret) {
-        lab.kube.delete(Kind::Secret, Some(STATE_NS), s["metadata"]["name"].as_str().unwrap()).unwrap();
+        lab.kube
+            .delete(
+                Kind::Secret,
+                Some(STATE_NS),
+                s["metadata"]["name"].as_str().unwrap(),
+            )
+            .unwrap();
     }
     for m in lab.checkpoints(Kind::ConfigMap) {
         if m["metadata"]["labels"]["cosi-s3.drivelab.dev/kind"] == "key" {
-            lab.kube.delete(Kind::ConfigMap, Some(STATE_NS), m["metadata"]["name"].as_str().unwrap()).unwrap();
+            lab.kube
+                .delete(
+                    Kind::ConfigMap,
+                    Some(STATE_NS),
+                    m["metadata"]["name"].as_str().unwrap(),
+                )
+                .unwrap();
         }
     }
     let other = lab.grant_preferred(b, "ba-f2", "WORKLOAD").await.unwrap();
     assert_ne!(other.access_key, "WORKLOAD");
-    assert!(lab.can_put(&c, b).await, "the existing user's secret was not replaced");
+    assert!(
+        lab.can_put(&c, b).await,
+        "the existing user's secret was not replaced"
+    );
     assert!(lab.reservations().is_empty());
 }
 
@@ -686,10 +930,20 @@ async fn concurrent_grants_share_no_preferred_key() {
         lab.grant_preferred(b, "ba-r4", "TEAMKEY"),
         lab.grant_preferred(b, "ba-r5", "TEAMKEY"),
     );
-    let all = [r1.unwrap(), r2.unwrap(), r3.unwrap(), r4.unwrap(), r5.unwrap()];
+    let all = [
+        r1.unwrap(),
+        r2.unwrap(),
+        r3.unwrap(),
+        r4.unwrap(),
+        r5.unwrap(),
+    ];
     let keys: std::collections::HashSet<_> = all.iter().map(|c| c.access_key.clone()).collect();
     assert_eq!(keys.len(), 5, "no two accesses share a key: {keys:?}");
-    assert_eq!(all.iter().filter(|c| c.access_key == "TEAMKEY").count(), 1, "exactly one got it");
+    assert_eq!(
+        all.iter().filter(|c| c.access_key == "TEAMKEY").count(),
+        1,
+        "exactly one got it"
+    );
     for c in &all {
         assert!(lab.can_put(c, b).await, "{} works", c.access_key);
     }
@@ -707,6 +961,10 @@ async fn mutant_shared_preferred_key() {
     assert_eq!(c1.access_key, c2.access_key, "both got the key");
     assert!(lab.reservations().is_empty(), "no reservation taken");
     let r = lab.put_code(&c1, b).await;
-    assert_eq!(r.as_deref(), Some("SignatureDoesNotMatch"), "the first grant's secret was replaced");
+    assert_eq!(
+        r.as_deref(),
+        Some("SignatureDoesNotMatch"),
+        "the first grant's secret was replaced"
+    );
     assert!(lab.can_put(&c2, b).await);
 }

@@ -41,20 +41,37 @@ enum Route {
     Discovery(Discovery),
     /// `.../{plural}`: list or create. `ns` is `None` for cluster-scoped kinds
     /// and for the all-namespaces list of namespaced ones.
-    Collection { kind: Kind, ns: Option<String> },
+    Collection {
+        kind: Kind,
+        ns: Option<String>,
+    },
     /// `.../{plural}/{name}[/status]`.
-    Item { kind: Kind, ns: Option<String>, name: String, status: bool },
+    Item {
+        kind: Kind,
+        ns: Option<String>,
+        name: String,
+        status: bool,
+    },
     Unknown,
 }
 
-const GROUPS: [(&str, &str); 2] = [("coordination.k8s.io", "v1"), ("objectstorage.k8s.io", "v1alpha1")];
+const GROUPS: [(&str, &str); 2] = [
+    ("coordination.k8s.io", "v1"),
+    ("objectstorage.k8s.io", "v1alpha1"),
+];
 
 fn known_group(g: &str) -> Option<&'static str> {
-    GROUPS.iter().find(|(name, _)| *name == g).map(|(name, _)| *name)
+    GROUPS
+        .iter()
+        .find(|(name, _)| *name == g)
+        .map(|(name, _)| *name)
 }
 
 fn known_group_version(g: &str, v: &str) -> Option<(&'static str, &'static str)> {
-    GROUPS.iter().find(|(name, ver)| *name == g && *ver == v).copied()
+    GROUPS
+        .iter()
+        .find(|(name, ver)| *name == g && *ver == v)
+        .copied()
 }
 
 fn parse_route(path: &str) -> Route {
@@ -64,10 +81,12 @@ fn parse_route(path: &str) -> Route {
         ["api", "v1"] => Route::Discovery(Discovery::CoreV1),
         ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
         ["apis"] => Route::Discovery(Discovery::Apis),
-        ["apis", g] => known_group(g).map_or(Route::Unknown, |g| Route::Discovery(Discovery::Group(g))),
-        ["apis", g, v] => {
-            known_group_version(g, v).map_or(Route::Unknown, |(g, v)| Route::Discovery(Discovery::GroupVersion(g, v)))
+        ["apis", g] => {
+            known_group(g).map_or(Route::Unknown, |g| Route::Discovery(Discovery::Group(g)))
         }
+        ["apis", g, v] => known_group_version(g, v).map_or(Route::Unknown, |(g, v)| {
+            Route::Discovery(Discovery::GroupVersion(g, v))
+        }),
         ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
         ["version"] => Route::Discovery(Discovery::Version),
         ["healthz"] | ["livez"] | ["readyz"] => Route::Discovery(Discovery::Health),
@@ -81,12 +100,20 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
         if name.is_empty() || (status && !kind.has_status_subresource()) {
             Route::Unknown
         } else {
-            Route::Item { kind, ns: ns.map(str::to_string), name: name.to_string(), status }
+            Route::Item {
+                kind,
+                ns: ns.map(str::to_string),
+                name: name.to_string(),
+                status,
+            }
         }
     };
     match rest {
         ["namespaces", ns, plural, tail @ ..] if !ns.is_empty() => match (kind(plural), tail) {
-            (Some(k), []) if k.namespaced() => Route::Collection { kind: k, ns: Some(ns.to_string()) },
+            (Some(k), []) if k.namespaced() => Route::Collection {
+                kind: k,
+                ns: Some(ns.to_string()),
+            },
             (Some(k), [name]) if k.namespaced() => item(k, Some(ns), name, false),
             (Some(k), [name, "status"]) if k.namespaced() => item(k, Some(ns), name, true),
             _ => Route::Unknown,
@@ -102,7 +129,10 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
 }
 
 fn is_watch(query: Option<&str>) -> bool {
-    query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1" || p == "watch"))
+    query.is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "watch=true" || p == "watch=1" || p == "watch")
+    })
 }
 
 /// Names an HTTP request for the history: `<verb>_<kind>` and `<namespace>/<name>`.
@@ -120,16 +150,31 @@ pub(crate) fn classify(parts: &http::request::Parts) -> CallSpec {
             // The name of a created object is in the body, which the gate does not see.
             (op, ns.unwrap_or_default())
         }
-        Route::Item { kind, ns, name, status } => {
+        Route::Item {
+            kind,
+            ns,
+            name,
+            status,
+        } => {
             let verb = match parts.method {
                 Method::GET => "get",
                 Method::PUT => "replace",
                 Method::PATCH => "patch",
                 Method::DELETE => "delete",
-                ref m => return CallSpec::new(Component::Driver, Component::Kube, format!("{}_{}", m.as_str().to_ascii_lowercase(), kind.singular()), subject_of(ns.as_deref(), &name)),
+                ref m => {
+                    return CallSpec::new(
+                        Component::Driver,
+                        Component::Kube,
+                        format!("{}_{}", m.as_str().to_ascii_lowercase(), kind.singular()),
+                        subject_of(ns.as_deref(), &name),
+                    )
+                }
             };
             let suffix = if status { "_status" } else { "" };
-            (format!("{verb}_{}{suffix}", kind.singular()), subject_of(ns.as_deref(), &name))
+            (
+                format!("{verb}_{}{suffix}", kind.singular()),
+                subject_of(ns.as_deref(), &name),
+            )
         }
         Route::Discovery(_) => ("discovery".to_string(), path.to_string()),
         Route::Unknown => ("unknown".to_string(), path.to_string()),
@@ -147,7 +192,11 @@ fn subject_of(ns: Option<&str>, name: &str) -> String {
 impl KubeFake {
     /// The HTTP API, with the gate layer applied.
     pub fn router(&self) -> Router {
-        let tap = HttpTap { gate: self.inner.gate.clone(), classify, render: render_rejection };
+        let tap = HttpTap {
+            gate: self.inner.gate.clone(),
+            classify,
+            render: render_rejection,
+        };
         Router::new()
             .fallback(handle)
             .with_state(self.clone())
@@ -155,7 +204,10 @@ impl KubeFake {
     }
 
     /// Serve the HTTP API on `addr` (e.g. [`crate::serve::loopback`]).
-    pub async fn serve(&self, addr: std::net::SocketAddr) -> std::io::Result<crate::serve::Listener> {
+    pub async fn serve(
+        &self,
+        addr: std::net::SocketAddr,
+    ) -> std::io::Result<crate::serve::Listener> {
         crate::serve::serve_http(self.router(), addr).await
     }
 }
@@ -188,13 +240,21 @@ impl Params {
         match self.get("dryRun") {
             None | Some("") => Ok(false),
             Some("All") => Ok(true),
-            Some(v) => Err(ApiError::bad_request(format!("Invalid dryRun value: {v:?}; supported values: \"All\""))),
+            Some(v) => Err(ApiError::bad_request(format!(
+                "Invalid dryRun value: {v:?}; supported values: \"All\""
+            ))),
         }
     }
 }
 
 async fn read_body(req: Request) -> Result<Vec<u8>, ApiError> {
-    let too_large = || ApiError::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {MAX_BODY}"));
+    let too_large = || {
+        ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {MAX_BODY}"),
+        )
+    };
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -212,7 +272,9 @@ async fn read_body(req: Request) -> Result<Vec<u8>, ApiError> {
             if limited {
                 Err(too_large())
             } else {
-                Err(ApiError::bad_request(format!("could not read the request body: {e}")))
+                Err(ApiError::bad_request(format!(
+                    "could not read the request body: {e}"
+                )))
             }
         }
     }
@@ -224,7 +286,9 @@ fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     if text.trim().is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
-    serde_json::from_str(text).map_err(|e| ApiError::bad_request(format!("the body of the request is not valid JSON: {e}")))
+    serde_json::from_str(text).map_err(|e| {
+        ApiError::bad_request(format!("the body of the request is not valid JSON: {e}"))
+    })
 }
 
 fn media_type(req: &Request) -> String {
@@ -259,37 +323,55 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
         Route::Unknown => Err(ApiError::not_found_path(&path)),
         Route::Discovery(d) => {
             if method != Method::GET {
-                return Err(ApiError::method_not_allowed(format!("{method} is not supported on {path}")));
+                return Err(ApiError::method_not_allowed(format!(
+                    "{method} is not supported on {path}"
+                )));
             }
-            let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1").to_string();
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("127.0.0.1")
+                .to_string();
             Ok(discovery(&d, &host))
         }
-        Route::Collection { kind, ns } => {
-            match method {
-                Method::GET => {
-                    if is_watch(req.uri().query()) {
-                        return Err(ApiError::method_not_allowed(format!(
-                            "watch is not supported by the drivelab kube fake; list {} instead",
-                            kind.plural()
-                        )));
-                    }
-                    list(fake, kind, ns.as_deref(), &params)
+        Route::Collection { kind, ns } => match method {
+            Method::GET => {
+                if is_watch(req.uri().query()) {
+                    return Err(ApiError::method_not_allowed(format!(
+                        "watch is not supported by the drivelab kube fake; list {} instead",
+                        kind.plural()
+                    )));
                 }
-                Method::POST if ns.is_some() || !kind.namespaced() => {
-                    require_json_body(&req)?;
-                    let opts = WriteOpts { http: true, status_only: false, dry_run: params.dry_run()? };
-                    let body = parse_json(&read_body(req).await?)?;
-                    let created = fake.create_in(kind, ns.as_deref(), body, opts)?;
-                    Ok(reply(StatusCode::CREATED, created))
-                }
-                _ => Err(ApiError::method_not_allowed(format!(
-                    "the server does not allow this method on the requested resource ({method} {path})"
-                ))),
+                list(fake, kind, ns.as_deref(), &params)
             }
-        }
-        Route::Item { kind, ns, name, status } => {
+            Method::POST if ns.is_some() || !kind.namespaced() => {
+                require_json_body(&req)?;
+                let opts = WriteOpts {
+                    http: true,
+                    status_only: false,
+                    dry_run: params.dry_run()?,
+                };
+                let body = parse_json(&read_body(req).await?)?;
+                let created = fake.create_in(kind, ns.as_deref(), body, opts)?;
+                Ok(reply(StatusCode::CREATED, created))
+            }
+            _ => Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({method} {path})"
+            ))),
+        },
+        Route::Item {
+            kind,
+            ns,
+            name,
+            status,
+        } => {
             let ns = ns.as_deref();
-            let opts = WriteOpts { http: true, status_only: status, dry_run: params.dry_run()? };
+            let opts = WriteOpts {
+                http: true,
+                status_only: status,
+                dry_run: params.dry_run()?,
+            };
             match method {
                 Method::GET => match fake.get_in(kind, ns, &name)? {
                     Some(o) => Ok(reply(StatusCode::OK, o)),
@@ -310,7 +392,12 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
     }
 }
 
-fn list(fake: &KubeFake, kind: Kind, ns: Option<&str>, params: &Params) -> Result<Response, ApiError> {
+fn list(
+    fake: &KubeFake,
+    kind: Kind,
+    ns: Option<&str>,
+    params: &Params,
+) -> Result<Response, ApiError> {
     let labels = LabelSelector::parse(params.get("labelSelector").unwrap_or(""))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let fields = FieldSelector::parse(params.get("fieldSelector").unwrap_or(""), kind)
@@ -325,7 +412,12 @@ fn list(fake: &KubeFake, kind: Kind, ns: Option<&str>, params: &Params) -> Resul
     };
     let (items, rv) = fake.list_in(kind, ns, &labels, &fields)?;
     let key = |o: &Value| {
-        let m = |f: &str| o.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).unwrap_or("").to_string();
+        let m = |f: &str| {
+            o.pointer(&format!("/metadata/{f}"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
         format!("{}/{}", m("namespace"), m("name"))
     };
     // Continue tokens are opaque to clients; ours is the last (namespace/name) served.
@@ -340,7 +432,10 @@ fn list(fake: &KubeFake, kind: Kind, ns: Option<&str>, params: &Params) -> Resul
         ),
     };
     let mut items: Vec<Value> = match &after {
-        Some(a) => items.into_iter().filter(|o| key(o).as_str() > a.as_str()).collect(),
+        Some(a) => items
+            .into_iter()
+            .filter(|o| key(o).as_str() > a.as_str())
+            .collect(),
         None => items,
     };
     let mut metadata = json!({"resourceVersion": rv.to_string()});
@@ -349,7 +444,8 @@ fn list(fake: &KubeFake, kind: Kind, ns: Option<&str>, params: &Params) -> Resul
             let remaining = items.len() - n;
             items.truncate(n);
             let last = items.last().map(&key).unwrap_or_default();
-            metadata["continue"] = json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last));
+            metadata["continue"] =
+                json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last));
             metadata["remainingItemCount"] = json!(remaining);
         }
     }
@@ -364,8 +460,17 @@ fn list(fake: &KubeFake, kind: Kind, ns: Option<&str>, params: &Params) -> Resul
     ))
 }
 
-async fn patch(fake: &KubeFake, kind: Kind, ns: Option<&str>, name: &str, params: &Params, opts: WriteOpts, req: Request) -> Result<Response, ApiError> {
-    const ACCEPTED: &str = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
+async fn patch(
+    fake: &KubeFake,
+    kind: Kind,
+    ns: Option<&str>,
+    name: &str,
+    params: &Params,
+    opts: WriteOpts,
+    req: Request,
+) -> Result<Response, ApiError> {
+    const ACCEPTED: &str =
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
     #[derive(PartialEq)]
     enum Format {
         Merge,
@@ -394,18 +499,31 @@ async fn patch(fake: &KubeFake, kind: Kind, ns: Option<&str>, name: &str, params
         Format::Json => PatchBody::Json(body),
         Format::Apply => {
             if body.get("apiVersion").is_none() || body.get("kind").is_none() {
-                return Err(ApiError::bad_request("apply patches must set apiVersion and kind"));
+                return Err(ApiError::bad_request(
+                    "apply patches must set apiVersion and kind",
+                ));
             }
             PatchBody::Apply(body)
         }
     };
     let is_apply = matches!(patch, PatchBody::Apply(_));
     let out = fake.patch_in(kind, ns, name, patch, opts)?;
-    let code = if is_apply && !existed { StatusCode::CREATED } else { StatusCode::OK };
+    let code = if is_apply && !existed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok(reply(code, out))
 }
 
-async fn delete(fake: &KubeFake, kind: Kind, ns: Option<&str>, name: &str, mut opts: WriteOpts, req: Request) -> Result<Response, ApiError> {
+async fn delete(
+    fake: &KubeFake,
+    kind: Kind,
+    ns: Option<&str>,
+    name: &str,
+    mut opts: WriteOpts,
+    req: Request,
+) -> Result<Response, ApiError> {
     let body = read_body(req).await?;
     let mut pre = Preconditions::default();
     if !body.iter().all(u8::is_ascii_whitespace) {
@@ -413,17 +531,30 @@ async fn delete(fake: &KubeFake, kind: Kind, ns: Option<&str>, name: &str, mut o
         if !v.is_object() {
             return Err(ApiError::bad_request("DeleteOptions must be a JSON object"));
         }
-        let s = |p: &str| v.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+        let s = |p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
         pre.uid = s("/preconditions/uid");
         pre.resource_version = s("/preconditions/resourceVersion");
         match v.get("dryRun") {
             None | Some(Value::Null) => {}
             Some(Value::Array(a)) if a.iter().all(|x| x == "All") => opts.dry_run |= !a.is_empty(),
-            Some(_) => return Err(ApiError::bad_request("DeleteOptions.dryRun: supported values: \"All\"")),
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "DeleteOptions.dryRun: supported values: \"All\"",
+                ))
+            }
         }
     }
     match fake.delete_in(kind, ns, name, &pre, opts)? {
-        None => Err(super::KubeError::NotFound { kind, name: name.to_string() }.into()),
+        None => Err(super::KubeError::NotFound {
+            kind,
+            name: name.to_string(),
+        }
+        .into()),
         Some(Deleted { object, gone }) => {
             // Built-in kinds answer an immediate delete with a Success Status;
             // custom resources (and anything kept by finalizers) with the object.
@@ -447,7 +578,10 @@ const RESOURCE_VERBS: [&str; 6] = ["create", "delete", "get", "list", "patch", "
 
 fn resource_entries(group: &str, version: &str) -> Vec<Value> {
     let mut out = Vec::new();
-    for k in Kind::ALL.into_iter().filter(|k| k.group() == group && k.version() == version) {
+    for k in Kind::ALL
+        .into_iter()
+        .filter(|k| k.group() == group && k.version() == version)
+    {
         let short: &[&str] = match k {
             Kind::ConfigMap => &["cm"],
             _ => &[],
@@ -496,7 +630,10 @@ fn discovery(d: &Discovery, host: &str) -> Response {
             "groups": GROUPS.iter().map(|(g, v)| group_doc(g, v)).collect::<Vec<_>>(),
         }),
         Discovery::Group(g) => {
-            let v = GROUPS.iter().find(|(name, _)| name == g).map_or("v1", |(_, v)| *v);
+            let v = GROUPS
+                .iter()
+                .find(|(name, _)| name == g)
+                .map_or("v1", |(_, v)| *v);
             let mut doc = group_doc(g, v);
             doc["kind"] = json!("APIGroup");
             doc["apiVersion"] = json!("v1");
@@ -521,7 +658,10 @@ fn discovery(d: &Discovery, host: &str) -> Response {
         }),
         Discovery::Health => {
             let mut r = Response::new(Body::from("ok"));
-            r.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
             return r;
         }
     };
@@ -536,21 +676,49 @@ mod tests {
     fn routes() {
         assert_eq!(
             parse_route("/api/v1/namespaces/ns/secrets/s"),
-            Route::Item { kind: Kind::Secret, ns: Some("ns".into()), name: "s".into(), status: false }
+            Route::Item {
+                kind: Kind::Secret,
+                ns: Some("ns".into()),
+                name: "s".into(),
+                status: false
+            }
         );
-        assert_eq!(parse_route("/api/v1/secrets"), Route::Collection { kind: Kind::Secret, ns: None });
+        assert_eq!(
+            parse_route("/api/v1/secrets"),
+            Route::Collection {
+                kind: Kind::Secret,
+                ns: None
+            }
+        );
         assert_eq!(parse_route("/api/v1/secrets/s"), Route::Unknown);
         assert_eq!(
             parse_route("/apis/objectstorage.k8s.io/v1alpha1/buckets/b/status"),
-            Route::Item { kind: Kind::Bucket, ns: None, name: "b".into(), status: true }
+            Route::Item {
+                kind: Kind::Bucket,
+                ns: None,
+                name: "b".into(),
+                status: true
+            }
         );
-        assert_eq!(parse_route("/apis/objectstorage.k8s.io/v1alpha1/bucketclasses/c/status"), Route::Unknown);
+        assert_eq!(
+            parse_route("/apis/objectstorage.k8s.io/v1alpha1/bucketclasses/c/status"),
+            Route::Unknown
+        );
         assert_eq!(
             parse_route("/apis/objectstorage.k8s.io/v1alpha1/namespaces/n/bucketclaims"),
-            Route::Collection { kind: Kind::BucketClaim, ns: Some("n".into()) }
+            Route::Collection {
+                kind: Kind::BucketClaim,
+                ns: Some("n".into())
+            }
         );
-        assert_eq!(parse_route("/apis/objectstorage.k8s.io/v1alpha1/namespaces/n/buckets"), Route::Unknown);
-        assert_eq!(parse_route("/apis/coordination.k8s.io/v1"), Route::Discovery(Discovery::GroupVersion("coordination.k8s.io", "v1")));
+        assert_eq!(
+            parse_route("/apis/objectstorage.k8s.io/v1alpha1/namespaces/n/buckets"),
+            Route::Unknown
+        );
+        assert_eq!(
+            parse_route("/apis/coordination.k8s.io/v1"),
+            Route::Discovery(Discovery::GroupVersion("coordination.k8s.io", "v1"))
+        );
         assert_eq!(parse_route("/apis/apps/v1"), Route::Unknown);
         assert_eq!(parse_route("/api/v1/namespaces/n/pods"), Route::Unknown);
     }
@@ -558,17 +726,44 @@ mod tests {
     #[test]
     fn classifies_ops() {
         let parts = |m: &str, uri: &str| {
-            let (p, _) = http::Request::builder().method(m).uri(uri).body(()).unwrap().into_parts();
+            let (p, _) = http::Request::builder()
+                .method(m)
+                .uri(uri)
+                .body(())
+                .unwrap()
+                .into_parts();
             classify(&p)
         };
         let c = parts("POST", "/api/v1/namespaces/drv/secrets");
-        assert_eq!((c.op.as_str(), c.subject.as_str()), ("create_secret", "drv"));
+        assert_eq!(
+            (c.op.as_str(), c.subject.as_str()),
+            ("create_secret", "drv")
+        );
         let c = parts("PUT", "/api/v1/namespaces/drv/configmaps/ckpt");
-        assert_eq!((c.op.as_str(), c.subject.as_str()), ("replace_configmap", "drv/ckpt"));
-        assert_eq!(parts("GET", "/api/v1/secrets?labelSelector=a%3Db").op, "list_secrets");
-        assert_eq!(parts("PATCH", "/apis/objectstorage.k8s.io/v1alpha1/namespaces/n/bucketclaims/c/status").op, "patch_bucketclaim_status");
-        assert_eq!(parts("GET", "/apis/objectstorage.k8s.io/v1alpha1/buckets/b").subject, "b");
-        assert_eq!(parts("GET", "/api/v1/namespaces/n/configmaps?watch=true").op, "watch_configmaps");
+        assert_eq!(
+            (c.op.as_str(), c.subject.as_str()),
+            ("replace_configmap", "drv/ckpt")
+        );
+        assert_eq!(
+            parts("GET", "/api/v1/secrets?labelSelector=a%3Db").op,
+            "list_secrets"
+        );
+        assert_eq!(
+            parts(
+                "PATCH",
+                "/apis/objectstorage.k8s.io/v1alpha1/namespaces/n/bucketclaims/c/status"
+            )
+            .op,
+            "patch_bucketclaim_status"
+        );
+        assert_eq!(
+            parts("GET", "/apis/objectstorage.k8s.io/v1alpha1/buckets/b").subject,
+            "b"
+        );
+        assert_eq!(
+            parts("GET", "/api/v1/namespaces/n/configmaps?watch=true").op,
+            "watch_configmaps"
+        );
         assert_eq!(parts("GET", "/apis").op, "discovery");
     }
 }

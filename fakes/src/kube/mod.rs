@@ -55,7 +55,10 @@ impl Kind {
 
     /// True for kinds that live in a namespace.
     pub fn namespaced(self) -> bool {
-        !matches!(self, Kind::BucketClass | Kind::BucketAccessClass | Kind::Bucket)
+        !matches!(
+            self,
+            Kind::BucketClass | Kind::BucketAccessClass | Kind::Bucket
+        )
     }
 
     /// The resource name in URLs (`secrets`, `bucketclaims`).
@@ -163,10 +166,19 @@ pub enum KubeError {
     AlreadyExists { kind: Kind, name: String },
     /// 409 Conflict (stale resourceVersion, failed precondition).
     #[error("Operation cannot be fulfilled on {} \"{name}\": {message}", kind.plural())]
-    Conflict { kind: Kind, name: String, message: String },
+    Conflict {
+        kind: Kind,
+        name: String,
+        message: String,
+    },
     /// 422 Invalid (field validation); `field` names the offending field path.
     #[error("{kind} \"{name}\" is invalid: {field}: {message}")]
-    Invalid { kind: Kind, name: String, field: String, message: String },
+    Invalid {
+        kind: Kind,
+        name: String,
+        field: String,
+        message: String,
+    },
     /// 400 BadRequest (malformed object, namespace/name mismatch with the request).
     #[error("{message}")]
     BadRequest { message: String },
@@ -205,5 +217,9 @@ pub(crate) type Result<T, E = KubeError> = std::result::Result<T, E>;
 
 /// Convenience: a fake over an in-memory store with a fresh gate (tests, explorers).
 pub fn in_memory(gate: Gate, seed: u64) -> Result<KubeFake> {
-    KubeFake::new(Arc::new(crate::store::MemStore::default()) as Arc<dyn Store>, gate, seed)
+    KubeFake::new(
+        Arc::new(crate::store::MemStore::default()) as Arc<dyn Store>,
+        gate,
+        seed,
+    )
 }

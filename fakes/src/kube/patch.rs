@@ -48,18 +48,23 @@ pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
     for (i, op) in ops.iter().enumerate() {
         apply_op(&mut doc, op).map_err(|e| match e {
             PatchError::Malformed(m) => PatchError::Malformed(format!("operation {i}: {m}")),
-            PatchError::NotApplicable(m) => PatchError::NotApplicable(format!("operation {i}: {m}")),
+            PatchError::NotApplicable(m) => {
+                PatchError::NotApplicable(format!("operation {i}: {m}"))
+            }
         })?;
     }
     Ok(doc)
 }
 
 fn field<'a>(op: &'a Value, name: &str) -> Result<&'a Value, PatchError> {
-    op.get(name).ok_or_else(|| PatchError::Malformed(format!("missing '{name}'")))
+    op.get(name)
+        .ok_or_else(|| PatchError::Malformed(format!("missing '{name}'")))
 }
 
 fn str_field<'a>(op: &'a Value, name: &str) -> Result<&'a str, PatchError> {
-    field(op, name)?.as_str().ok_or_else(|| PatchError::Malformed(format!("'{name}' must be a string")))
+    field(op, name)?
+        .as_str()
+        .ok_or_else(|| PatchError::Malformed(format!("'{name}' must be a string")))
 }
 
 fn apply_op(doc: &mut Value, op: &Value) -> Result<(), PatchError> {
@@ -76,7 +81,9 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), PatchError> {
         "move" => {
             let from = parse_pointer(str_field(op, "from")?)?;
             if path.len() > from.len() && path[..from.len()] == from[..] {
-                return Err(PatchError::NotApplicable("cannot move a value into one of its children".into()));
+                return Err(PatchError::NotApplicable(
+                    "cannot move a value into one of its children".into(),
+                ));
             }
             let v = remove(doc, &from)?;
             add(doc, &path, v)
@@ -98,7 +105,9 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), PatchError> {
                 )))
             }
         }
-        other => Err(PatchError::Malformed(format!("unexpected kind of operation: {other:?}"))),
+        other => Err(PatchError::Malformed(format!(
+            "unexpected kind of operation: {other:?}"
+        ))),
     }
 }
 
@@ -109,11 +118,16 @@ fn parse_pointer(p: &str) -> Result<Vec<String>, PatchError> {
     let rest = p
         .strip_prefix('/')
         .ok_or_else(|| PatchError::Malformed(format!("path {p:?} must start with '/'")))?;
-    Ok(rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect())
+    Ok(rest
+        .split('/')
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect())
 }
 
 fn render_pointer(path: &[String]) -> String {
-    path.iter().map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1"))).collect()
+    path.iter()
+        .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
+        .collect()
 }
 
 fn missing(path: &[String]) -> PatchError {
@@ -122,7 +136,10 @@ fn missing(path: &[String]) -> PatchError {
 
 fn array_index(token: &str, len: usize, allow_end: bool) -> Option<usize> {
     // RFC 6901: no leading zeros, no signs.
-    if token.is_empty() || (token.len() > 1 && token.starts_with('0')) || !token.bytes().all(|b| b.is_ascii_digit()) {
+    if token.is_empty()
+        || (token.len() > 1 && token.starts_with('0'))
+        || !token.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     let i: usize = token.parse().ok()?;
@@ -160,7 +177,11 @@ fn add(doc: &mut Value, path: &[String], value: Value) -> Result<(), PatchError>
             Ok(())
         }
         Value::Array(a) => {
-            let i = if last == "-" { a.len() } else { array_index(last, a.len(), true).ok_or_else(|| missing(path))? };
+            let i = if last == "-" {
+                a.len()
+            } else {
+                array_index(last, a.len(), true).ok_or_else(|| missing(path))?
+            };
             a.insert(i, value);
             Ok(())
         }
@@ -170,7 +191,9 @@ fn add(doc: &mut Value, path: &[String], value: Value) -> Result<(), PatchError>
 
 fn remove(doc: &mut Value, path: &[String]) -> Result<Value, PatchError> {
     let Some((last, parent)) = path.split_last() else {
-        return Err(PatchError::NotApplicable("cannot remove the whole document".into()));
+        return Err(PatchError::NotApplicable(
+            "cannot remove the whole document".into(),
+        ));
     };
     match lookup_mut(doc, parent)? {
         Value::Object(m) => m.remove(last).ok_or_else(|| missing(path)),
@@ -193,21 +216,37 @@ mod tests {
             (json!({"a":"b"}), json!({"a":"c"}), json!({"a":"c"})),
             (json!({"a":"b"}), json!({"b":"c"}), json!({"a":"b","b":"c"})),
             (json!({"a":"b"}), json!({"a":null}), json!({})),
-            (json!({"a":"b","b":"c"}), json!({"a":null}), json!({"b":"c"})),
+            (
+                json!({"a":"b","b":"c"}),
+                json!({"a":null}),
+                json!({"b":"c"}),
+            ),
             (json!({"a":["b"]}), json!({"a":"c"}), json!({"a":"c"})),
             (json!({"a":"c"}), json!({"a":["b"]}), json!({"a":["b"]})),
-            (json!({"a":{"b":"c"}}), json!({"a":{"b":"d","c":null}}), json!({"a":{"b":"d"}})),
+            (
+                json!({"a":{"b":"c"}}),
+                json!({"a":{"b":"d","c":null}}),
+                json!({"a":{"b":"d"}}),
+            ),
             (json!({"a":[{"b":"c"}]}), json!({"a":[1]}), json!({"a":[1]})),
-            (json!(["a","b"]), json!(["c","d"]), json!(["c","d"])),
+            (json!(["a", "b"]), json!(["c", "d"]), json!(["c", "d"])),
             (json!({"a":"b"}), json!(["c"]), json!(["c"])),
             (json!({"a":"foo"}), json!(null), json!(null)),
             (json!({"a":"foo"}), json!("bar"), json!("bar")),
             (json!({"e":null}), json!({"a":1}), json!({"e":null,"a":1})),
-            (json!([1,2]), json!({"a":"b","c":null}), json!({"a":"b"})),
-            (json!({}), json!({"a":{"bb":{"ccc":null}}}), json!({"a":{"bb":{}}})),
+            (json!([1, 2]), json!({"a":"b","c":null}), json!({"a":"b"})),
+            (
+                json!({}),
+                json!({"a":{"bb":{"ccc":null}}}),
+                json!({"a":{"bb":{}}}),
+            ),
         ];
         for (target, patch, want) in cases {
-            assert_eq!(merge_patch(&target, &patch), want, "target {target} patch {patch}");
+            assert_eq!(
+                merge_patch(&target, &patch),
+                want,
+                "target {target} patch {patch}"
+            );
         }
     }
 
@@ -224,20 +263,47 @@ mod tests {
             {"op":"move","from":"/first","path":"/moved"},
         ]);
         let out = json_patch(&doc, &p).unwrap();
-        assert_eq!(out, json!({"metadata":{"labels":{"a":"9","b/c":"2"}},"list":[2,3,4],"moved":2}));
+        assert_eq!(
+            out,
+            json!({"metadata":{"labels":{"a":"9","b/c":"2"}},"list":[2,3,4],"moved":2})
+        );
     }
 
     #[test]
     fn json_patch_failures_leave_doc_untouched() {
         let doc = json!({"a":1});
-        let failed_test = json_patch(&doc, &json!([{"op":"replace","path":"/a","value":2},{"op":"test","path":"/a","value":1}]));
+        let failed_test = json_patch(
+            &doc,
+            &json!([{"op":"replace","path":"/a","value":2},{"op":"test","path":"/a","value":1}]),
+        );
         assert!(matches!(failed_test, Err(PatchError::NotApplicable(_))));
-        assert!(matches!(json_patch(&doc, &json!([{"op":"remove","path":"/b"}])), Err(PatchError::NotApplicable(_))));
-        assert!(matches!(json_patch(&doc, &json!([{"op":"replace","path":"/b","value":1}])), Err(PatchError::NotApplicable(_))));
-        assert!(matches!(json_patch(&doc, &json!({"op":"add"})), Err(PatchError::Malformed(_))));
-        assert!(matches!(json_patch(&doc, &json!([{"op":"frob","path":"/a"}])), Err(PatchError::Malformed(_))));
-        assert!(matches!(json_patch(&doc, &json!([{"op":"add","path":"a","value":1}])), Err(PatchError::Malformed(_))));
-        assert!(matches!(json_patch(&json!({"l":[1]}), &json!([{"op":"add","path":"/l/01","value":1}])), Err(PatchError::NotApplicable(_))));
+        assert!(matches!(
+            json_patch(&doc, &json!([{"op":"remove","path":"/b"}])),
+            Err(PatchError::NotApplicable(_))
+        ));
+        assert!(matches!(
+            json_patch(&doc, &json!([{"op":"replace","path":"/b","value":1}])),
+            Err(PatchError::NotApplicable(_))
+        ));
+        assert!(matches!(
+            json_patch(&doc, &json!({"op":"add"})),
+            Err(PatchError::Malformed(_))
+        ));
+        assert!(matches!(
+            json_patch(&doc, &json!([{"op":"frob","path":"/a"}])),
+            Err(PatchError::Malformed(_))
+        ));
+        assert!(matches!(
+            json_patch(&doc, &json!([{"op":"add","path":"a","value":1}])),
+            Err(PatchError::Malformed(_))
+        ));
+        assert!(matches!(
+            json_patch(
+                &json!({"l":[1]}),
+                &json!([{"op":"add","path":"/l/01","value":1}])
+            ),
+            Err(PatchError::NotApplicable(_))
+        ));
         assert_eq!(doc, json!({"a":1}));
     }
 }

@@ -59,11 +59,14 @@ fn split_terms(s: &str) -> Result<Vec<&str>, SelectorError> {
 fn valid_key(k: &str) -> bool {
     !k.is_empty()
         && k.len() <= 316
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
 }
 
 fn valid_value(v: &str) -> bool {
-    v.len() <= 63 && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn parse_set(rest: &str, term: &str) -> Result<Vec<String>, SelectorError> {
@@ -107,11 +110,15 @@ impl LabelSelector {
                 (term, Op::Exists)
             };
             if !valid_key(key) {
-                return Err(SelectorError(format!("{term:?}: invalid label key {key:?}")));
+                return Err(SelectorError(format!(
+                    "{term:?}: invalid label key {key:?}"
+                )));
             }
             if let Op::Eq(v) | Op::NotEq(v) = &op {
                 if !valid_value(v) {
-                    return Err(SelectorError(format!("{term:?}: invalid label value {v:?}")));
+                    return Err(SelectorError(format!(
+                        "{term:?}: invalid label value {v:?}"
+                    )));
                 }
             }
             reqs.push((key.to_string(), op));
@@ -142,7 +149,11 @@ impl LabelSelector {
         let labels: BTreeMap<String, String> = obj
             .pointer("/metadata/labels")
             .and_then(Value::as_object)
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
             .unwrap_or_default();
         self.matches(&labels)
     }
@@ -171,7 +182,9 @@ impl FieldSelector {
             } else if let Some((f, v)) = term.split_once('=') {
                 (f, true, v)
             } else {
-                return Err(SelectorError(format!("invalid field selector term {term:?}")));
+                return Err(SelectorError(format!(
+                    "invalid field selector term {term:?}"
+                )));
             };
             let field = field.trim();
             let supported = matches!(field, "metadata.name" | "metadata.namespace")
@@ -204,7 +217,10 @@ mod tests {
     use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -245,7 +261,11 @@ mod tests {
 
     #[test]
     fn field_selector() {
-        let f = FieldSelector::parse("metadata.name=x,metadata.namespace!=kube-system", Kind::ConfigMap).unwrap();
+        let f = FieldSelector::parse(
+            "metadata.name=x,metadata.namespace!=kube-system",
+            Kind::ConfigMap,
+        )
+        .unwrap();
         assert!(f.matches_object(&json!({"metadata":{"name":"x","namespace":"default"}})));
         assert!(!f.matches_object(&json!({"metadata":{"name":"y","namespace":"default"}})));
         assert!(FieldSelector::parse("spec.x=1", Kind::ConfigMap).is_err());

@@ -53,7 +53,11 @@ pub(crate) struct WriteOpts {
 }
 
 impl WriteOpts {
-    const IN_PROCESS: WriteOpts = WriteOpts { http: false, status_only: false, dry_run: false };
+    const IN_PROCESS: WriteOpts = WriteOpts {
+        http: false,
+        status_only: false,
+        dry_run: false,
+    };
 }
 
 /// The patch formats the state understands.
@@ -92,7 +96,10 @@ fn meta(obj: &Value) -> Option<&Map<String, Value>> {
 }
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
-    meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
+    meta(obj)
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 /// `v` as a JSON object, replacing a non-object with `{}`.
@@ -108,23 +115,38 @@ fn ensure_object(v: &mut Value) -> &mut Map<String, Value> {
 
 /// `obj.metadata`, created if absent; callers have normalised `obj` already.
 fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
-    ensure_object(ensure_object(obj).entry("metadata").or_insert_with(|| json!({})))
+    ensure_object(
+        ensure_object(obj)
+            .entry("metadata")
+            .or_insert_with(|| json!({})),
+    )
 }
 
 fn finalizers(obj: &Value) -> Vec<String> {
     meta(obj)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 fn invalid(kind: Kind, name: &str, (field, message): Violation) -> KubeError {
-    KubeError::Invalid { kind, name: name.to_string(), field, message }
+    KubeError::Invalid {
+        kind,
+        name: name.to_string(),
+        field,
+        message,
+    }
 }
 
 fn bad(message: impl Into<String>) -> KubeError {
-    KubeError::BadRequest { message: message.into() }
+    KubeError::BadRequest {
+        message: message.into(),
+    }
 }
 
 fn conflict_modified(kind: Kind, name: &str) -> KubeError {
@@ -168,7 +190,14 @@ pub(crate) fn uid_for(seed: u64, n: u64) -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = hex::encode(b);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// The 5-character suffix the real server appends for `generateName`, from the
@@ -177,10 +206,14 @@ fn name_suffix(seed: u64, n: u64, attempt: u64) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(2);
-    rng.set_word_pos((u128::from(n) * u128::from(GENERATE_NAME_ATTEMPTS) + u128::from(attempt)) * 2);
+    rng.set_word_pos(
+        (u128::from(n) * u128::from(GENERATE_NAME_ATTEMPTS) + u128::from(attempt)) * 2,
+    );
     let mut b = [0u8; 5];
     rng.fill_bytes(&mut b);
-    b.iter().map(|x| ALPHABET[usize::from(*x) % ALPHABET.len()] as char).collect()
+    b.iter()
+        .map(|x| ALPHABET[usize::from(*x) % ALPHABET.len()] as char)
+        .collect()
 }
 
 impl KubeFake {
@@ -188,7 +221,14 @@ impl KubeFake {
     /// recording HTTP calls through `gate`; `seed` drives uids and generated names.
     pub fn new(store: Arc<dyn Store>, gate: Gate, seed: u64) -> Result<Self> {
         let rv: u64 = store.get_json(RV_KEY)?.unwrap_or(0);
-        Ok(Self { inner: Arc::new(Inner { store, gate, seed, rv: Mutex::new(rv) }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                gate,
+                seed,
+                rv: Mutex::new(rv),
+            }),
+        })
     }
 
     /// The gate HTTP requests pass through.
@@ -215,7 +255,8 @@ impl KubeFake {
     fn now(&self) -> String {
         let ms = self.inner.gate.history().clock().now().0;
         let secs = EPOCH_UNIX.saturating_add(i64::try_from(ms / 1000).unwrap_or(i64::MAX / 2));
-        let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+        let fmt =
+            time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
         time::OffsetDateTime::from_unix_timestamp(secs)
             .ok()
             .and_then(|t| t.format(&fmt).ok())
@@ -227,7 +268,15 @@ impl KubeFake {
     }
 
     /// Persist `obj` at `rv` (counter first, so a crash in between never reuses a version).
-    fn commit(&self, guard: &mut MutexGuard<'_, u64>, rv: u64, kind: Kind, obj: Option<&Value>, ns: &str, name: &str) -> Result<()> {
+    fn commit(
+        &self,
+        guard: &mut MutexGuard<'_, u64>,
+        rv: u64,
+        kind: Kind,
+        obj: Option<&Value>,
+        ns: &str,
+        name: &str,
+    ) -> Result<()> {
         self.inner.store.put_json(RV_KEY, &rv)?;
         **guard = rv;
         let key = obj_key(kind, ns, name);
@@ -245,7 +294,10 @@ impl KubeFake {
         if kind.namespaced() {
             match ns {
                 Some(n) if !n.is_empty() => Ok(n),
-                _ => Err(bad(format!("a namespace is required for {}", kind.plural()))),
+                _ => Err(bad(format!(
+                    "a namespace is required for {}",
+                    kind.plural()
+                ))),
             }
         } else {
             Ok("")
@@ -254,9 +306,18 @@ impl KubeFake {
 
     /// Type/shape checks every incoming object gets, and reconciling its
     /// namespace and name with the request's (400 on a mismatch, as the server).
-    fn normalize(&self, kind: Kind, path_ns: Option<&str>, path_name: Option<&str>, mut obj: Value) -> Result<Value> {
+    fn normalize(
+        &self,
+        kind: Kind,
+        path_ns: Option<&str>,
+        path_name: Option<&str>,
+        mut obj: Value,
+    ) -> Result<Value> {
         let Some(m) = obj.as_object_mut() else {
-            return Err(bad(format!("the body of the request must be a {} object", kind.kind_name())));
+            return Err(bad(format!(
+                "the body of the request must be a {} object",
+                kind.kind_name()
+            )));
         };
         match m.get("apiVersion") {
             None | Some(Value::Null) => {}
@@ -290,7 +351,13 @@ impl KubeFake {
             Some(_) => return Err(bad("metadata must be an object")),
         }
         let md = meta_mut(&mut obj);
-        for f in ["name", "generateName", "namespace", "resourceVersion", "uid"] {
+        for f in [
+            "name",
+            "generateName",
+            "namespace",
+            "resourceVersion",
+            "uid",
+        ] {
             match md.get(f) {
                 None | Some(Value::String(_)) => {}
                 Some(Value::Null) => {
@@ -299,7 +366,11 @@ impl KubeFake {
                 Some(_) => return Err(bad(format!("metadata.{f} must be a string"))),
             }
         }
-        let body_ns = md.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
+        let body_ns = md
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         if kind.namespaced() {
             let ns = match path_ns {
                 Some(p) => {
@@ -311,8 +382,16 @@ impl KubeFake {
                 None => body_ns,
             };
             if ns.is_empty() {
-                let name = md.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-                return Err(invalid(kind, &name, ("metadata.namespace".into(), "Required value".into())));
+                let name = md
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                return Err(invalid(
+                    kind,
+                    &name,
+                    ("metadata.namespace".into(), "Required value".into()),
+                ));
             }
             if let Err(msg) = validate::dns1123_label(&ns) {
                 return Err(invalid(kind, "", ("metadata.namespace".into(), msg)));
@@ -348,12 +427,24 @@ impl KubeFake {
             validate::annotations(a).map_err(|v| invalid(kind, &name, v))?;
         }
         if let Some(f) = md.get("finalizers").filter(|v| !v.is_null()) {
-            let ok = f.as_array().is_some_and(|a| a.iter().all(|x| x.as_str().is_some_and(|s| !s.is_empty())));
+            let ok = f
+                .as_array()
+                .is_some_and(|a| a.iter().all(|x| x.as_str().is_some_and(|s| !s.is_empty())));
             if !ok {
-                return Err(invalid(kind, &name, ("metadata.finalizers".into(), "must be a list of non-empty strings".into())));
+                return Err(invalid(
+                    kind,
+                    &name,
+                    (
+                        "metadata.finalizers".into(),
+                        "must be a list of non-empty strings".into(),
+                    ),
+                ));
             }
         }
-        if md.get("ownerReferences").is_some_and(|v| !v.is_null() && !v.is_array()) {
+        if md
+            .get("ownerReferences")
+            .is_some_and(|v| !v.is_null() && !v.is_array())
+        {
             return Err(bad("metadata.ownerReferences must be a list"));
         }
         match kind {
@@ -366,7 +457,9 @@ impl KubeFake {
 
     fn secret_rules(&self, obj: &mut Value, name: &str) -> Result<()> {
         let kind = Kind::Secret;
-        let Some(m) = obj.as_object_mut() else { return Ok(()) };
+        let Some(m) = obj.as_object_mut() else {
+            return Ok(());
+        };
         let mut data = match m.remove("data") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(d)) => d,
@@ -385,10 +478,17 @@ impl KubeFake {
             None | Some(Value::Null) => {}
             Some(Value::Object(sd)) => {
                 for (k, v) in sd {
-                    validate::config_key(&k, &format!("stringData[{k}]")).map_err(|v| invalid(kind, name, v))?;
-                    let s = v.as_str().ok_or_else(|| bad(format!("Secret.stringData[{k}] must be a string")))?;
+                    validate::config_key(&k, &format!("stringData[{k}]"))
+                        .map_err(|v| invalid(kind, name, v))?;
+                    let s = v
+                        .as_str()
+                        .ok_or_else(|| bad(format!("Secret.stringData[{k}] must be a string")))?;
                     // stringData wins over data, as documented for the real server.
-                    if let Some(old) = data.get(&k).and_then(Value::as_str).and_then(validate::base64_value) {
+                    if let Some(old) = data
+                        .get(&k)
+                        .and_then(Value::as_str)
+                        .and_then(validate::base64_value)
+                    {
                         total -= old.len().min(total);
                     }
                     total += s.len();
@@ -398,7 +498,17 @@ impl KubeFake {
             Some(_) => return Err(bad("Secret.stringData must be a map of strings")),
         }
         if total > validate::MAX_DATA_BYTES {
-            return Err(invalid(kind, name, ("data".into(), format!("Too long: must have at most {} bytes", validate::MAX_DATA_BYTES))));
+            return Err(invalid(
+                kind,
+                name,
+                (
+                    "data".into(),
+                    format!(
+                        "Too long: must have at most {} bytes",
+                        validate::MAX_DATA_BYTES
+                    ),
+                ),
+            ));
         }
         if !data.is_empty() {
             m.insert("data".into(), Value::Object(data));
@@ -420,37 +530,68 @@ impl KubeFake {
         let kind = Kind::ConfigMap;
         let mut total = 0usize;
         if let Some(d) = obj.get("data").filter(|v| !v.is_null()) {
-            let d = validate::string_map(d, "data").map_err(|_| bad("ConfigMap.data must be a map of strings"))?;
+            let d = validate::string_map(d, "data")
+                .map_err(|_| bad("ConfigMap.data must be a map of strings"))?;
             for (k, v) in d {
-                validate::config_key(k, &format!("data[{k}]")).map_err(|v| invalid(kind, name, v))?;
+                validate::config_key(k, &format!("data[{k}]"))
+                    .map_err(|v| invalid(kind, name, v))?;
                 total += k.len() + v.as_str().map_or(0, str::len);
             }
         }
         if let Some(b) = obj.get("binaryData").filter(|v| !v.is_null()) {
-            let b = b.as_object().ok_or_else(|| bad("ConfigMap.binaryData must be a map of base64 strings"))?;
+            let b = b
+                .as_object()
+                .ok_or_else(|| bad("ConfigMap.binaryData must be a map of base64 strings"))?;
             for (k, v) in b {
-                validate::config_key(k, &format!("binaryData[{k}]")).map_err(|v| invalid(kind, name, v))?;
-                let bytes = v
-                    .as_str()
-                    .and_then(validate::base64_value)
-                    .ok_or_else(|| bad(format!("ConfigMap.binaryData[{k}]: illegal base64 data")))?;
+                validate::config_key(k, &format!("binaryData[{k}]"))
+                    .map_err(|v| invalid(kind, name, v))?;
+                let bytes = v.as_str().and_then(validate::base64_value).ok_or_else(|| {
+                    bad(format!("ConfigMap.binaryData[{k}]: illegal base64 data"))
+                })?;
                 if obj.get("data").and_then(|d| d.get(k)).is_some() {
-                    return Err(invalid(kind, name, (format!("data[{k}]"), "Invalid value: duplicate of key present in binaryData".into())));
+                    return Err(invalid(
+                        kind,
+                        name,
+                        (
+                            format!("data[{k}]"),
+                            "Invalid value: duplicate of key present in binaryData".into(),
+                        ),
+                    ));
                 }
                 total += k.len() + bytes.len();
             }
         }
         if total > validate::MAX_DATA_BYTES {
-            return Err(invalid(kind, name, ("data".into(), format!("Too long: must have at most {} bytes", validate::MAX_DATA_BYTES))));
+            return Err(invalid(
+                kind,
+                name,
+                (
+                    "data".into(),
+                    format!(
+                        "Too long: must have at most {} bytes",
+                        validate::MAX_DATA_BYTES
+                    ),
+                ),
+            ));
         }
         Ok(())
     }
 
     fn lease_rules(obj: &mut Value, name: &str) -> Result<()> {
         let kind = Kind::Lease;
-        let Some(spec) = obj.get("spec").filter(|v| !v.is_null()) else { return Ok(()) };
-        let spec = spec.as_object().ok_or_else(|| bad("Lease.spec must be an object"))?;
-        for f in ["holderIdentity", "acquireTime", "renewTime", "strategy", "preferredHolder"] {
+        let Some(spec) = obj.get("spec").filter(|v| !v.is_null()) else {
+            return Ok(());
+        };
+        let spec = spec
+            .as_object()
+            .ok_or_else(|| bad("Lease.spec must be an object"))?;
+        for f in [
+            "holderIdentity",
+            "acquireTime",
+            "renewTime",
+            "strategy",
+            "preferredHolder",
+        ] {
             if spec.get(f).is_some_and(|v| !v.is_null() && !v.is_string()) {
                 return Err(bad(format!("Lease.spec.{f} must be a string")));
             }
@@ -459,12 +600,28 @@ impl KubeFake {
             match spec.get(f) {
                 None | Some(Value::Null) => {}
                 Some(v) => {
-                    let n = v.as_i64().ok_or_else(|| bad(format!("Lease.spec.{f} must be an integer")))?;
+                    let n = v
+                        .as_i64()
+                        .ok_or_else(|| bad(format!("Lease.spec.{f} must be an integer")))?;
                     if f == "leaseDurationSeconds" && n <= 0 {
-                        return Err(invalid(kind, name, (format!("spec.{f}"), format!("Invalid value: {n}: must be greater than 0"))));
+                        return Err(invalid(
+                            kind,
+                            name,
+                            (
+                                format!("spec.{f}"),
+                                format!("Invalid value: {n}: must be greater than 0"),
+                            ),
+                        ));
                     }
                     if n < 0 {
-                        return Err(invalid(kind, name, (format!("spec.{f}"), format!("Invalid value: {n}: must be greater than or equal to 0"))));
+                        return Err(invalid(
+                            kind,
+                            name,
+                            (
+                                format!("spec.{f}"),
+                                format!("Invalid value: {n}: must be greater than or equal to 0"),
+                            ),
+                        ));
                     }
                 }
             }
@@ -476,23 +633,53 @@ impl KubeFake {
     fn update_rules(kind: Kind, old: &Value, new: &Value, name: &str) -> Result<()> {
         let immutable = |v: &Value| v.get("immutable").and_then(Value::as_bool).unwrap_or(false);
         if matches!(kind, Kind::Secret | Kind::ConfigMap) && immutable(old) {
-            let fields: &[&str] = if kind == Kind::Secret { &["data"] } else { &["data", "binaryData"] };
+            let fields: &[&str] = if kind == Kind::Secret {
+                &["data"]
+            } else {
+                &["data", "binaryData"]
+            };
             for f in fields {
                 if old.get(*f) != new.get(*f) {
-                    return Err(invalid(kind, name, ((*f).into(), "Forbidden: field is immutable when `immutable` is set".into())));
+                    return Err(invalid(
+                        kind,
+                        name,
+                        (
+                            (*f).into(),
+                            "Forbidden: field is immutable when `immutable` is set".into(),
+                        ),
+                    ));
                 }
             }
             if !immutable(new) {
-                return Err(invalid(kind, name, ("immutable".into(), "Forbidden: field is immutable when `immutable` is set".into())));
+                return Err(invalid(
+                    kind,
+                    name,
+                    (
+                        "immutable".into(),
+                        "Forbidden: field is immutable when `immutable` is set".into(),
+                    ),
+                ));
             }
         }
         if kind == Kind::Secret && old.get("type") != new.get("type") {
-            return Err(invalid(kind, name, ("type".into(), "Invalid value: field is immutable".into())));
+            return Err(invalid(
+                kind,
+                name,
+                ("type".into(), "Invalid value: field is immutable".into()),
+            ));
         }
         if !meta_str(old, "deletionTimestamp").is_empty() {
             let before = finalizers(old);
             if finalizers(new).iter().any(|f| !before.contains(f)) {
-                return Err(invalid(kind, name, ("metadata.finalizers".into(), "Forbidden: no new finalizers can be added if the object is being deleted".into())));
+                return Err(invalid(
+                    kind,
+                    name,
+                    (
+                        "metadata.finalizers".into(),
+                        "Forbidden: no new finalizers can be added if the object is being deleted"
+                            .into(),
+                    ),
+                ));
             }
         }
         Ok(())
@@ -500,23 +687,44 @@ impl KubeFake {
 
     // ---- create ---------------------------------------------------------
 
-    pub(crate) fn create_in(&self, kind: Kind, path_ns: Option<&str>, obj: Value, opts: WriteOpts) -> Result<Value> {
+    pub(crate) fn create_in(
+        &self,
+        kind: Kind,
+        path_ns: Option<&str>,
+        obj: Value,
+        opts: WriteOpts,
+    ) -> Result<Value> {
         let obj = self.normalize(kind, path_ns, None, obj)?;
         let mut guard = self.lock();
         self.create_locked(&mut guard, kind, obj, opts)
     }
 
-    fn create_locked(&self, guard: &mut MutexGuard<'_, u64>, kind: Kind, mut obj: Value, opts: WriteOpts) -> Result<Value> {
+    fn create_locked(
+        &self,
+        guard: &mut MutexGuard<'_, u64>,
+        kind: Kind,
+        mut obj: Value,
+        opts: WriteOpts,
+    ) -> Result<Value> {
         let ns = meta_str(&obj, "namespace").to_string();
         if !meta_str(&obj, "resourceVersion").is_empty() {
-            return Err(bad("resourceVersion should not be set on objects to be created"));
+            return Err(bad(
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
         let rv = **guard + 1;
         let mut name = meta_str(&obj, "name").to_string();
         if name.is_empty() {
             let prefix = meta_str(&obj, "generateName").to_string();
             if prefix.is_empty() {
-                return Err(invalid(kind, "", ("metadata.name".into(), "Required value: name or generateName is required".into())));
+                return Err(invalid(
+                    kind,
+                    "",
+                    (
+                        "metadata.name".into(),
+                        "Required value: name or generateName is required".into(),
+                    ),
+                ));
             }
             // Validate the prefix as if it were a name first, so a bad prefix
             // is reported as such rather than as a bad generated name.
@@ -532,7 +740,10 @@ impl KubeFake {
                     break;
                 }
             }
-            name = chosen.ok_or_else(|| KubeError::AlreadyExists { kind, name: format!("{prefix}*") })?;
+            name = chosen.ok_or_else(|| KubeError::AlreadyExists {
+                kind,
+                name: format!("{prefix}*"),
+            })?;
             meta_mut(&mut obj).insert("name".into(), json!(name));
         }
         if opts.http && kind.has_status_subresource() {
@@ -546,7 +757,11 @@ impl KubeFake {
         }
         let now = self.now();
         let md = meta_mut(&mut obj);
-        for f in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+        for f in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
             md.remove(f);
         }
         md.insert("uid".into(), json!(uid_for(self.inner.seed, rv)));
@@ -565,19 +780,45 @@ impl KubeFake {
 
     // ---- update ---------------------------------------------------------
 
-    pub(crate) fn replace_in(&self, kind: Kind, path_ns: Option<&str>, path_name: Option<&str>, obj: Value, opts: WriteOpts) -> Result<Value> {
+    pub(crate) fn replace_in(
+        &self,
+        kind: Kind,
+        path_ns: Option<&str>,
+        path_name: Option<&str>,
+        obj: Value,
+        opts: WriteOpts,
+    ) -> Result<Value> {
         let new = self.normalize(kind, path_ns, path_name, obj)?;
         let ns = meta_str(&new, "namespace").to_string();
         let name = meta_str(&new, "name").to_string();
         if name.is_empty() {
-            return Err(invalid(kind, "", ("metadata.name".into(), "Required value: name is required".into())));
+            return Err(invalid(
+                kind,
+                "",
+                (
+                    "metadata.name".into(),
+                    "Required value: name is required".into(),
+                ),
+            ));
         }
         let mut guard = self.lock();
-        let old = self.load(kind, &ns, &name)?.ok_or_else(|| KubeError::NotFound { kind, name: name.clone() })?;
+        let old = self
+            .load(kind, &ns, &name)?
+            .ok_or_else(|| KubeError::NotFound {
+                kind,
+                name: name.clone(),
+            })?;
         self.update_locked(&mut guard, kind, &old, new, opts)
     }
 
-    pub(crate) fn patch_in(&self, kind: Kind, ns: Option<&str>, name: &str, patch: PatchBody, opts: WriteOpts) -> Result<Value> {
+    pub(crate) fn patch_in(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        name: &str,
+        patch: PatchBody,
+        opts: WriteOpts,
+    ) -> Result<Value> {
         let scope = Self::scope(kind, ns)?;
         let mut guard = self.lock();
         let Some(old) = self.load(kind, scope, name)? else {
@@ -586,7 +827,10 @@ impl KubeFake {
                 let obj = self.normalize(kind, ns, Some(name), body)?;
                 return self.create_locked(&mut guard, kind, obj, opts);
             }
-            return Err(KubeError::NotFound { kind, name: name.to_string() });
+            return Err(KubeError::NotFound {
+                kind,
+                name: name.to_string(),
+            });
         };
         let patched = match &patch {
             PatchBody::Merge(p) | PatchBody::Apply(p) => {
@@ -597,14 +841,26 @@ impl KubeFake {
             }
             PatchBody::Json(p) => json_patch(&old, p).map_err(|e| match e {
                 PatchError::Malformed(m) => bad(m),
-                PatchError::NotApplicable(m) => KubeError::Invalid { kind, name: name.to_string(), field: "".into(), message: m },
+                PatchError::NotApplicable(m) => KubeError::Invalid {
+                    kind,
+                    name: name.to_string(),
+                    field: "".into(),
+                    message: m,
+                },
             })?,
         };
         let new = self.normalize(kind, ns.filter(|_| kind.namespaced()), Some(name), patched)?;
         self.update_locked(&mut guard, kind, &old, new, opts)
     }
 
-    fn update_locked(&self, guard: &mut MutexGuard<'_, u64>, kind: Kind, old: &Value, mut new: Value, opts: WriteOpts) -> Result<Value> {
+    fn update_locked(
+        &self,
+        guard: &mut MutexGuard<'_, u64>,
+        kind: Kind,
+        old: &Value,
+        mut new: Value,
+        opts: WriteOpts,
+    ) -> Result<Value> {
         let name = meta_str(old, "name").to_string();
         let ns = meta_str(old, "namespace").to_string();
         let old_rv = meta_str(old, "resourceVersion");
@@ -642,7 +898,15 @@ impl KubeFake {
         {
             let old_md = meta(old).cloned().unwrap_or_default();
             let md = meta_mut(&mut new);
-            for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "resourceVersion", "generateName"] {
+            for f in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "resourceVersion",
+                "generateName",
+            ] {
                 match old_md.get(f) {
                     Some(v) => md.insert(f.to_string(), v.clone()),
                     None => md.remove(f),
@@ -653,7 +917,10 @@ impl KubeFake {
         self.validate_and_default(kind, &mut new)?;
         Self::update_rules(kind, old, &new, &name)?;
         if tracks_generation(kind) && generation_scope(kind, old) != generation_scope(kind, &new) {
-            let g = meta(old).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0);
+            let g = meta(old)
+                .and_then(|m| m.get("generation"))
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
         // A no-op write keeps its resourceVersion, as the real server does.
@@ -672,16 +939,27 @@ impl KubeFake {
 
     // ---- delete ---------------------------------------------------------
 
-    pub(crate) fn delete_in(&self, kind: Kind, ns: Option<&str>, name: &str, pre: &Preconditions, opts: WriteOpts) -> Result<Option<Deleted>> {
+    pub(crate) fn delete_in(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        name: &str,
+        pre: &Preconditions,
+        opts: WriteOpts,
+    ) -> Result<Option<Deleted>> {
         let scope = Self::scope(kind, ns)?;
         let mut guard = self.lock();
-        let Some(old) = self.load(kind, scope, name)? else { return Ok(None) };
+        let Some(old) = self.load(kind, scope, name)? else {
+            return Ok(None);
+        };
         let uid = meta_str(&old, "uid");
         if let Some(want) = pre.uid.as_deref().filter(|u| *u != uid) {
             return Err(KubeError::Conflict {
                 kind,
                 name: name.to_string(),
-                message: format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+                message: format!(
+                    "Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
+                ),
             });
         }
         let rv = meta_str(&old, "resourceVersion");
@@ -695,7 +973,10 @@ impl KubeFake {
         let next = *guard + 1;
         if !finalizers(&old).is_empty() {
             if !meta_str(&old, "deletionTimestamp").is_empty() {
-                return Ok(Some(Deleted { object: old, gone: false }));
+                return Ok(Some(Deleted {
+                    object: old,
+                    gone: false,
+                }));
             }
             let mut marked = old.clone();
             let now = self.now();
@@ -706,12 +987,18 @@ impl KubeFake {
             if !opts.dry_run {
                 self.commit(&mut guard, next, kind, Some(&marked), scope, name)?;
             }
-            return Ok(Some(Deleted { object: marked, gone: false }));
+            return Ok(Some(Deleted {
+                object: marked,
+                gone: false,
+            }));
         }
         if !opts.dry_run {
             self.commit(&mut guard, next, kind, None, scope, name)?;
         }
-        Ok(Some(Deleted { object: old, gone: true }))
+        Ok(Some(Deleted {
+            object: old,
+            gone: true,
+        }))
     }
 
     // ---- read -----------------------------------------------------------
@@ -724,7 +1011,13 @@ impl KubeFake {
 
     /// Objects of `kind` (in `ns`, or everywhere), sorted by (namespace, name),
     /// with the resourceVersion the list is consistent at.
-    pub(crate) fn list_in(&self, kind: Kind, ns: Option<&str>, labels: &LabelSelector, fields: &FieldSelector) -> Result<(Vec<Value>, u64)> {
+    pub(crate) fn list_in(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+    ) -> Result<(Vec<Value>, u64)> {
         let prefix = match ns.filter(|_| kind.namespaced()) {
             Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
             None => format!("{OBJ_PREFIX}{}/", kind.plural()),
@@ -741,7 +1034,8 @@ impl KubeFake {
             .collect();
         drop(guard);
         items.sort_by(|a, b| {
-            (meta_str(a, "namespace"), meta_str(a, "name")).cmp(&(meta_str(b, "namespace"), meta_str(b, "name")))
+            (meta_str(a, "namespace"), meta_str(a, "name"))
+                .cmp(&(meta_str(b, "namespace"), meta_str(b, "name")))
         });
         Ok((items, rv))
     }
@@ -760,7 +1054,14 @@ impl KubeFake {
 
     /// Every object of `kind` in `namespace` (or all namespaces), sorted by (namespace, name).
     pub fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<Value>> {
-        Ok(self.list_in(kind, namespace, &LabelSelector::default(), &FieldSelector::default())?.0)
+        Ok(self
+            .list_in(
+                kind,
+                namespace,
+                &LabelSelector::default(),
+                &FieldSelector::default(),
+            )?
+            .0)
     }
 
     /// Replace the stored object named by `obj`'s metadata; a compare-and-swap
@@ -771,14 +1072,34 @@ impl KubeFake {
 
     /// RFC 7386 merge patch; a compare-and-swap when the patch carries
     /// `metadata.resourceVersion`.
-    pub fn merge_patch(&self, kind: Kind, namespace: Option<&str>, name: &str, patch: Value) -> Result<Value> {
-        self.patch_in(kind, namespace, name, PatchBody::Merge(patch), WriteOpts::IN_PROCESS)
+    pub fn merge_patch(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        name: &str,
+        patch: Value,
+    ) -> Result<Value> {
+        self.patch_in(
+            kind,
+            namespace,
+            name,
+            PatchBody::Merge(patch),
+            WriteOpts::IN_PROCESS,
+        )
     }
 
     /// Delete; `None` if it did not exist. With finalizers the object stays,
     /// marked with `deletionTimestamp`, and is returned as marked.
     pub fn delete(&self, kind: Kind, namespace: Option<&str>, name: &str) -> Result<Option<Value>> {
-        Ok(self.delete_in(kind, namespace, name, &Preconditions::default(), WriteOpts::IN_PROCESS)?.map(|d| d.object))
+        Ok(self
+            .delete_in(
+                kind,
+                namespace,
+                name,
+                &Preconditions::default(),
+                WriteOpts::IN_PROCESS,
+            )?
+            .map(|d| d.object))
     }
 }
 
@@ -811,14 +1132,22 @@ mod tests {
         assert_eq!(o["metadata"]["creationTimestamp"], "2025-01-01T00:00:00Z");
         assert_eq!(o["metadata"]["uid"].as_str().unwrap().len(), 36);
         assert!(o["metadata"].get("generation").is_none());
-        assert!(matches!(f.create(Kind::ConfigMap, cm("a")), Err(KubeError::AlreadyExists { .. })));
+        assert!(matches!(
+            f.create(Kind::ConfigMap, cm("a")),
+            Err(KubeError::AlreadyExists { .. })
+        ));
     }
 
     #[test]
     fn uid_is_deterministic_by_seed() {
         let uids = |seed| {
             let f = fake(seed);
-            (0..3).map(|i| f.create(Kind::ConfigMap, cm(&format!("c{i}"))).unwrap()["metadata"]["uid"].clone()).collect::<Vec<_>>()
+            (0..3)
+                .map(|i| {
+                    f.create(Kind::ConfigMap, cm(&format!("c{i}"))).unwrap()["metadata"]["uid"]
+                        .clone()
+                })
+                .collect::<Vec<_>>()
         };
         assert_eq!(uids(7), uids(7));
         assert_ne!(uids(7), uids(8));
@@ -833,12 +1162,21 @@ mod tests {
         let mut obj = json!({"metadata":{"generateName":"ckpt-","namespace":"ns"}});
         let a = f.create(Kind::ConfigMap, obj.clone()).unwrap();
         let b = f.create(Kind::ConfigMap, obj.clone()).unwrap();
-        let (an, bn) = (a["metadata"]["name"].as_str().unwrap(), b["metadata"]["name"].as_str().unwrap());
+        let (an, bn) = (
+            a["metadata"]["name"].as_str().unwrap(),
+            b["metadata"]["name"].as_str().unwrap(),
+        );
         assert!(an.starts_with("ckpt-") && an.len() == 10, "{an}");
         assert_ne!(an, bn);
-        assert_eq!(fake(3).create(Kind::ConfigMap, obj.clone()).unwrap()["metadata"]["name"], an);
+        assert_eq!(
+            fake(3).create(Kind::ConfigMap, obj.clone()).unwrap()["metadata"]["name"],
+            an
+        );
         obj["metadata"]["generateName"] = json!("Bad_");
-        assert!(matches!(f.create(Kind::ConfigMap, obj), Err(KubeError::Invalid { .. })));
+        assert!(matches!(
+            f.create(Kind::ConfigMap, obj),
+            Err(KubeError::Invalid { .. })
+        ));
     }
 
     #[test]
@@ -851,14 +1189,20 @@ mod tests {
         assert_eq!(v2["metadata"]["resourceVersion"], "2");
         let mut stale = v1.clone();
         stale["data"]["k"] = json!("z");
-        assert!(matches!(f.replace(Kind::ConfigMap, stale.clone()), Err(KubeError::Conflict { .. })));
+        assert!(matches!(
+            f.replace(Kind::ConfigMap, stale.clone()),
+            Err(KubeError::Conflict { .. })
+        ));
         // Without a resourceVersion the write is unconditional.
         meta_mut(&mut stale).remove("resourceVersion");
         let v3 = f.replace(Kind::ConfigMap, stale).unwrap();
         assert_eq!(v3["data"]["k"], "z");
         assert_eq!(v3["metadata"]["uid"], v1["metadata"]["uid"]);
         // A no-op keeps the version.
-        assert_eq!(f.replace(Kind::ConfigMap, v3.clone()).unwrap()["metadata"]["resourceVersion"], v3["metadata"]["resourceVersion"]);
+        assert_eq!(
+            f.replace(Kind::ConfigMap, v3.clone()).unwrap()["metadata"]["resourceVersion"],
+            v3["metadata"]["resourceVersion"]
+        );
     }
 
     #[test]
@@ -868,13 +1212,33 @@ mod tests {
             .create(Kind::BucketClaim, json!({"apiVersion":"objectstorage.k8s.io/v1alpha1","kind":"BucketClaim","metadata":{"name":"c","namespace":"n"},"spec":{"bucketClassName":"x"}}))
             .unwrap();
         assert_eq!(b["metadata"]["generation"], 1);
-        let p = f.merge_patch(Kind::BucketClaim, Some("n"), "c", json!({"spec":{"protocols":["S3"]}})).unwrap();
+        let p = f
+            .merge_patch(
+                Kind::BucketClaim,
+                Some("n"),
+                "c",
+                json!({"spec":{"protocols":["S3"]}}),
+            )
+            .unwrap();
         assert_eq!(p["metadata"]["generation"], 2);
-        let p = f.merge_patch(Kind::BucketClaim, Some("n"), "c", json!({"metadata":{"labels":{"a":"b"}}})).unwrap();
+        let p = f
+            .merge_patch(
+                Kind::BucketClaim,
+                Some("n"),
+                "c",
+                json!({"metadata":{"labels":{"a":"b"}}}),
+            )
+            .unwrap();
         assert_eq!(p["metadata"]["generation"], 2);
         let stale = json!({"metadata":{"resourceVersion":"1"},"spec":{"bucketClassName":"y"}});
-        assert!(matches!(f.merge_patch(Kind::BucketClaim, Some("n"), "c", stale), Err(KubeError::Conflict { .. })));
-        assert!(matches!(f.merge_patch(Kind::BucketClaim, Some("n"), "missing", json!({})), Err(KubeError::NotFound { .. })));
+        assert!(matches!(
+            f.merge_patch(Kind::BucketClaim, Some("n"), "c", stale),
+            Err(KubeError::Conflict { .. })
+        ));
+        assert!(matches!(
+            f.merge_patch(Kind::BucketClaim, Some("n"), "missing", json!({})),
+            Err(KubeError::NotFound { .. })
+        ));
     }
 
     #[test]
@@ -886,7 +1250,10 @@ mod tests {
         assert_eq!(s["data"], json!({"a":"eQ==","b":"aGVsbG8="}));
         assert!(s.get("stringData").is_none());
         assert_eq!(s["type"], "Opaque");
-        let bad = f.create(Kind::Secret, json!({"metadata":{"name":"t","namespace":"n"},"data":{"a":"not base64!"}}));
+        let bad = f.create(
+            Kind::Secret,
+            json!({"metadata":{"name":"t","namespace":"n"},"data":{"a":"not base64!"}}),
+        );
         assert!(matches!(bad, Err(KubeError::BadRequest { .. })));
     }
 
@@ -897,9 +1264,20 @@ mod tests {
         let marked = f.delete(Kind::Bucket, None, "b").unwrap().unwrap();
         assert!(marked["metadata"]["deletionTimestamp"].is_string());
         assert!(f.get(Kind::Bucket, None, "b").unwrap().is_some());
-        let add = f.merge_patch(Kind::Bucket, None, "b", json!({"metadata":{"finalizers":["a","cosi.objectstorage.k8s.io/bucket-protection"]}}));
+        let add = f.merge_patch(
+            Kind::Bucket,
+            None,
+            "b",
+            json!({"metadata":{"finalizers":["a","cosi.objectstorage.k8s.io/bucket-protection"]}}),
+        );
         assert!(matches!(add, Err(KubeError::Invalid { .. })));
-        f.merge_patch(Kind::Bucket, None, "b", json!({"metadata":{"finalizers":null}})).unwrap();
+        f.merge_patch(
+            Kind::Bucket,
+            None,
+            "b",
+            json!({"metadata":{"finalizers":null}}),
+        )
+        .unwrap();
         assert!(f.get(Kind::Bucket, None, "b").unwrap().is_none());
         assert!(f.delete(Kind::Bucket, None, "b").unwrap().is_none());
     }
@@ -908,9 +1286,18 @@ mod tests {
     fn list_is_sorted_and_scoped() {
         let f = fake(1);
         for (ns, name) in [("b", "x"), ("a-b", "y"), ("a", "z"), ("a", "c")] {
-            f.create(Kind::ConfigMap, json!({"metadata":{"name":name,"namespace":ns}})).unwrap();
+            f.create(
+                Kind::ConfigMap,
+                json!({"metadata":{"name":name,"namespace":ns}}),
+            )
+            .unwrap();
         }
-        let all: Vec<_> = f.list(Kind::ConfigMap, None).unwrap().iter().map(|o| format!("{}/{}", meta_str(o, "namespace"), meta_str(o, "name"))).collect();
+        let all: Vec<_> = f
+            .list(Kind::ConfigMap, None)
+            .unwrap()
+            .iter()
+            .map(|o| format!("{}/{}", meta_str(o, "namespace"), meta_str(o, "name")))
+            .collect();
         assert_eq!(all, ["a/c", "a/z", "a-b/y", "b/x"]);
         assert_eq!(f.list(Kind::ConfigMap, Some("a")).unwrap().len(), 2);
     }
@@ -918,12 +1305,39 @@ mod tests {
     #[test]
     fn invalid_inputs_are_errors() {
         let f = fake(1);
-        assert!(matches!(f.create(Kind::ConfigMap, json!({"metadata":{"name":"Bad_Name","namespace":"n"}})), Err(KubeError::Invalid { .. })));
-        assert!(matches!(f.create(Kind::ConfigMap, json!({"metadata":{"name":"a"}})), Err(KubeError::Invalid { .. })));
-        assert!(matches!(f.create(Kind::ConfigMap, json!([1])), Err(KubeError::BadRequest { .. })));
-        assert!(matches!(f.create(Kind::ConfigMap, json!({"kind":"Secret","metadata":{"name":"a","namespace":"n"}})), Err(KubeError::BadRequest { .. })));
-        assert!(matches!(f.create(Kind::ConfigMap, json!({"metadata":{"name":"a","namespace":"n"},"data":{"k":1}})), Err(KubeError::BadRequest { .. })));
-        assert!(matches!(f.get(Kind::ConfigMap, None, "a"), Err(KubeError::BadRequest { .. })));
+        assert!(matches!(
+            f.create(
+                Kind::ConfigMap,
+                json!({"metadata":{"name":"Bad_Name","namespace":"n"}})
+            ),
+            Err(KubeError::Invalid { .. })
+        ));
+        assert!(matches!(
+            f.create(Kind::ConfigMap, json!({"metadata":{"name":"a"}})),
+            Err(KubeError::Invalid { .. })
+        ));
+        assert!(matches!(
+            f.create(Kind::ConfigMap, json!([1])),
+            Err(KubeError::BadRequest { .. })
+        ));
+        assert!(matches!(
+            f.create(
+                Kind::ConfigMap,
+                json!({"kind":"Secret","metadata":{"name":"a","namespace":"n"}})
+            ),
+            Err(KubeError::BadRequest { .. })
+        ));
+        assert!(matches!(
+            f.create(
+                Kind::ConfigMap,
+                json!({"metadata":{"name":"a","namespace":"n"},"data":{"k":1}})
+            ),
+            Err(KubeError::BadRequest { .. })
+        ));
+        assert!(matches!(
+            f.get(Kind::ConfigMap, None, "a"),
+            Err(KubeError::BadRequest { .. })
+        ));
     }
 
     #[test]
@@ -931,9 +1345,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (uid, rv) = {
             let db = sled::open(dir.path()).unwrap();
-            let f = KubeFake::new(Arc::new(SledStore::open(&db, "kube").unwrap()), gate(), 5).unwrap();
-            let o = f.create(Kind::Secret, json!({"metadata":{"name":"ckpt","namespace":"drv"},"stringData":{"k":"v"}})).unwrap();
-            f.create(Kind::Bucket, json!({"metadata":{"name":"b"}})).unwrap();
+            let f =
+                KubeFake::new(Arc::new(SledStore::open(&db, "kube").unwrap()), gate(), 5).unwrap();
+            let o = f
+                .create(
+                    Kind::Secret,
+                    json!({"metadata":{"name":"ckpt","namespace":"drv"},"stringData":{"k":"v"}}),
+                )
+                .unwrap();
+            f.create(Kind::Bucket, json!({"metadata":{"name":"b"}}))
+                .unwrap();
             f.flush().unwrap();
             (o["metadata"]["uid"].clone(), f.resource_version())
         };

@@ -19,7 +19,12 @@ pub(crate) struct ApiError {
 
 impl ApiError {
     pub(crate) fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
-        Self { code, reason: reason.to_string(), message: message.into(), details: None }
+        Self {
+            code,
+            reason: reason.to_string(),
+            message: message.into(),
+            details: None,
+        }
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
@@ -29,7 +34,11 @@ impl ApiError {
     pub(crate) fn not_found_path(path: &str) -> Self {
         // The real server answers unknown paths with a bare 404 page; a Status is
         // friendlier to clients and still reads as NotFound.
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     pub(crate) fn method_not_allowed(message: impl Into<String>) -> Self {
@@ -68,7 +77,12 @@ impl From<KubeError> for ApiError {
             KubeError::NotFound { kind, name }
             | KubeError::AlreadyExists { kind, name }
             | KubeError::Conflict { kind, name, .. } => Some(group_resource(*kind, name)),
-            KubeError::Invalid { kind, name, field, message } => {
+            KubeError::Invalid {
+                kind,
+                name,
+                field,
+                message,
+            } => {
                 let mut d = json!({
                     "name": name,
                     "kind": kind.kind_name(),
@@ -84,13 +98,19 @@ impl From<KubeError> for ApiError {
         if let KubeError::Store(err) = &e {
             tracing::warn!(error = %err, "kube fake store failure");
         }
-        Self { code, reason: reason.to_string(), message, details }
+        Self {
+            code,
+            reason: reason.to_string(),
+            message,
+            details,
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = http::StatusCode::from_u16(self.code).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        let status = http::StatusCode::from_u16(self.code)
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
         let mut resp = (status, axum::Json(self.status_body())).into_response();
         if let Ok(v) = http::HeaderValue::from_str(&self.reason) {
             resp.headers_mut().insert(ERROR_CODE_HEADER, v);
@@ -101,7 +121,11 @@ impl IntoResponse for ApiError {
 
 /// Render a gate rejection (an injected fault) as a Status with its HTTP code.
 pub fn render_rejection(r: &Rejection) -> Response {
-    let reason = if r.code.is_empty() { default_reason(r.http_status) } else { r.code.as_str() };
+    let reason = if r.code.is_empty() {
+        default_reason(r.http_status)
+    } else {
+        r.code.as_str()
+    };
     ApiError::new(r.http_status, reason, r.message.clone()).into_response()
 }
 

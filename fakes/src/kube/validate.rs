@@ -53,21 +53,29 @@ fn qualified_part(s: &str, max: usize, allow_empty: bool) -> bool {
         return allow_empty;
     }
     s.len() <= max
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && s.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 fn label_key(k: &str) -> bool {
     match k.split_once('/') {
-        Some((prefix, name)) => dns1123_subdomain(prefix).is_ok() && qualified_part(name, 63, false),
+        Some((prefix, name)) => {
+            dns1123_subdomain(prefix).is_ok() && qualified_part(name, 63, false)
+        }
         None => qualified_part(k, 63, false),
     }
 }
 
 /// A map of string → string at `path`, or the violation describing why not.
-pub(crate) fn string_map<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, Violation> {
-    let m = v.as_object().ok_or_else(|| (path.to_string(), "must be a map of strings".to_string()))?;
+pub(crate) fn string_map<'a>(
+    v: &'a Value,
+    path: &str,
+) -> Result<&'a Map<String, Value>, Violation> {
+    let m = v
+        .as_object()
+        .ok_or_else(|| (path.to_string(), "must be a map of strings".to_string()))?;
     for (k, val) in m {
         if !val.is_string() {
             return Err((format!("{path}[{k}]"), "must be a string".to_string()));
@@ -97,12 +105,18 @@ pub(crate) fn annotations(v: &Value) -> Result<(), Violation> {
     let mut total = 0usize;
     for (k, val) in m {
         if !label_key(&k.to_ascii_lowercase()) && !label_key(k) {
-            return Err(("metadata.annotations".into(), format!("Invalid value: {k:?}: invalid annotation key")));
+            return Err((
+                "metadata.annotations".into(),
+                format!("Invalid value: {k:?}: invalid annotation key"),
+            ));
         }
         total += k.len() + val.as_str().map_or(0, str::len);
     }
     if total > 256 * 1024 {
-        return Err(("metadata.annotations".into(), "Too long: must have at most 262144 bytes".into()));
+        return Err((
+            "metadata.annotations".into(),
+            "Too long: must have at most 262144 bytes".into(),
+        ));
     }
     Ok(())
 }
@@ -114,7 +128,8 @@ pub(crate) fn config_key(k: &str, path: &str) -> Result<(), Violation> {
         && k != "."
         && k != ".."
         && !k.starts_with("..")
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if ok {
         Ok(())
     } else {

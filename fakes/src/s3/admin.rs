@@ -43,7 +43,9 @@ pub(crate) fn classify(method: &Method, route: Option<&str>, q: &Query) -> (&'st
         ("GET", "info-canned-policy") => ("info_canned_policy", arg("name")),
         ("PUT", "add-canned-policy") => ("add_canned_policy", arg("name")),
         ("DELETE", "remove-canned-policy") => ("remove_canned_policy", arg("name")),
-        ("PUT", "set-user-or-group-policy") | ("PUT", "set-policy") => ("set_policy", arg("userOrGroup")),
+        ("PUT", "set-user-or-group-policy") | ("PUT", "set-policy") => {
+            ("set_policy", arg("userOrGroup"))
+        }
         // The user is inside the (possibly encrypted) body, which the gate does not read.
         ("POST", "idp/builtin/policy/attach") => ("attach_policy", String::new()),
         ("POST", "idp/builtin/policy/detach") => ("detach_policy", String::new()),
@@ -55,7 +57,10 @@ pub(crate) fn classify(method: &Method, route: Option<&str>, q: &Query) -> (&'st
 fn json_response(status: u16, body: Vec<u8>) -> Response {
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-    r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -82,7 +87,11 @@ fn version_mismatch(found: &str) -> ApiError {
     ApiError::new(426, "XMinioAdminVersionMismatch", msg)
 }
 
-async fn serve(inner: &Arc<Inner>, parts: http::request::Parts, body: Body) -> Result<Response, ApiError> {
+async fn serve(
+    inner: &Arc<Inner>,
+    parts: http::request::Parts,
+    body: Body,
+) -> Result<Response, ApiError> {
     let path = parts.uri.path().to_string();
     let Surface::Admin { flavour, route } = surface(&path) else {
         return Err(version_mismatch(""));
@@ -99,7 +108,12 @@ async fn serve(inner: &Arc<Inner>, parts: http::request::Parts, body: Body) -> R
     }
     let secret = caller_secret(inner, &who).unwrap_or_default();
     let (op, _) = classify(&parts.method, Some(route), &query);
-    let ctx = Ctx { inner: inner.clone(), flavour, secret, query };
+    let ctx = Ctx {
+        inner: inner.clone(),
+        flavour,
+        secret,
+        query,
+    };
     match op {
         "add_user" => ctx.add_user(body).await,
         "remove_user" => ctx.remove_user(),
@@ -154,7 +168,11 @@ fn user_info_json(u: &UserRec) -> Value {
 }
 
 fn groups_not_supported() -> ApiError {
-    ApiError::new(501, "NotImplemented", "Groups are not implemented by the drivelab admin API fake.")
+    ApiError::new(
+        501,
+        "NotImplemented",
+        "Groups are not implemented by the drivelab admin API fake.",
+    )
 }
 
 impl Ctx {
@@ -165,13 +183,18 @@ impl Ctx {
     fn required(&self, name: &str) -> Result<String, ApiError> {
         let v = self.arg(name);
         if v.is_empty() {
-            return Err(ApiError::admin_invalid_argument(format!("Invalid arguments specified: '{name}' is required.")));
+            return Err(ApiError::admin_invalid_argument(format!(
+                "Invalid arguments specified: '{name}' is required."
+            )));
         }
         Ok(v)
     }
 
     /// The request body as JSON: madmin-decrypted on `/minio/admin`.
-    async fn body_json<T: serde::de::DeserializeOwned>(&self, body: bytes::Bytes) -> Result<T, ApiError> {
+    async fn body_json<T: serde::de::DeserializeOwned>(
+        &self,
+        body: bytes::Bytes,
+    ) -> Result<T, ApiError> {
         let plain = match self.flavour {
             Flavour::Rustfs => body.to_vec(),
             Flavour::Minio => {
@@ -199,7 +222,10 @@ impl Ctx {
                     .map_err(ApiError::internal)?
                     .map_err(ApiError::internal)?;
                 let mut r = json_response(200, ct);
-                r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/octet-stream"),
+                );
                 Ok(r)
             }
         }
@@ -208,7 +234,11 @@ impl Ctx {
     async fn add_user(&self, body: bytes::Bytes) -> Result<Response, ApiError> {
         let ak = self.required("accessKey")?;
         if ak.len() < 3 || ak.contains(['/', ',', '=', ' ']) {
-            return Err(ApiError::new(400, "XMinioAdminInvalidAccessKey", "The access key is invalid."));
+            return Err(ApiError::new(
+                400,
+                "XMinioAdminInvalidAccessKey",
+                "The access key is invalid.",
+            ));
         }
         if ak == self.inner.config.admin_access_key {
             return Err(ApiError::admin_invalid_argument(
@@ -217,19 +247,35 @@ impl Ctx {
         }
         let req: AddUserReq = self.body_json(body).await?;
         if req.secret_key.len() < 8 || req.secret_key.len() > 40 {
-            return Err(ApiError::new(400, "XMinioAdminInvalidSecretKey", "The secret key is invalid."));
+            return Err(ApiError::new(
+                400,
+                "XMinioAdminInvalidSecretKey",
+                "The secret key is invalid.",
+            ));
         }
         let status = match req.status.as_str() {
             "" | "enabled" => "enabled",
             "disabled" => "disabled",
-            other => return Err(ApiError::admin_invalid_argument(format!("Invalid status '{other}'"))),
+            other => {
+                return Err(ApiError::admin_invalid_argument(format!(
+                    "Invalid status '{other}'"
+                )))
+            }
         };
         let st = &self.inner.state;
         let _g = st.lock();
         // MinIO's add-user on an existing user replaces its secret and status
         // and keeps its policies: the rotation a retried grant causes.
         let policies = st.user(&ak)?.map(|u| u.policies).unwrap_or_default();
-        st.put_user(&ak, &UserRec { secret_key: req.secret_key, status: status.into(), policies, updated_at: now_rfc3339() })?;
+        st.put_user(
+            &ak,
+            &UserRec {
+                secret_key: req.secret_key,
+                status: status.into(),
+                policies,
+                updated_at: now_rfc3339(),
+            },
+        )?;
         st.flush()?;
         Ok(ok_empty())
     }
@@ -247,13 +293,25 @@ impl Ctx {
 
     fn user_info(&self) -> Result<Response, ApiError> {
         let ak = self.required("accessKey")?;
-        let u = self.inner.state.user(&ak)?.ok_or_else(ApiError::admin_no_such_user)?;
-        Ok(json_response(200, user_info_json(&u).to_string().into_bytes()))
+        let u = self
+            .inner
+            .state
+            .user(&ak)?
+            .ok_or_else(ApiError::admin_no_such_user)?;
+        Ok(json_response(
+            200,
+            user_info_json(&u).to_string().into_bytes(),
+        ))
     }
 
     async fn list_users(&self) -> Result<Response, ApiError> {
-        let users: BTreeMap<String, Value> =
-            self.inner.state.users()?.iter().map(|(k, u)| (k.clone(), user_info_json(u))).collect();
+        let users: BTreeMap<String, Value> = self
+            .inner
+            .state
+            .users()?
+            .iter()
+            .map(|(k, u)| (k.clone(), user_info_json(u)))
+            .collect();
         self.encrypted_json(&json!(users)).await
     }
 
@@ -261,7 +319,9 @@ impl Ctx {
         let ak = self.required("accessKey")?;
         let status = self.arg("status");
         if status != "enabled" && status != "disabled" {
-            return Err(ApiError::admin_invalid_argument(format!("Invalid status '{status}'")));
+            return Err(ApiError::admin_invalid_argument(format!(
+                "Invalid status '{status}'"
+            )));
         }
         let st = &self.inner.state;
         let _g = st.lock();
@@ -274,13 +334,23 @@ impl Ctx {
     }
 
     fn list_policies(&self) -> Result<Response, ApiError> {
-        let ps: BTreeMap<String, Value> = self.inner.state.policies()?.into_iter().map(|(n, p)| (n, p.document)).collect();
+        let ps: BTreeMap<String, Value> = self
+            .inner
+            .state
+            .policies()?
+            .into_iter()
+            .map(|(n, p)| (n, p.document))
+            .collect();
         Ok(json_response(200, json!(ps).to_string().into_bytes()))
     }
 
     fn info_policy(&self) -> Result<Response, ApiError> {
         let name = self.required("name")?;
-        let p = self.inner.state.policy(&name)?.ok_or_else(ApiError::admin_no_such_policy)?;
+        let p = self
+            .inner
+            .state
+            .policy(&name)?
+            .ok_or_else(ApiError::admin_no_such_policy)?;
         let body = if self.arg("v") == "2" {
             json!({"PolicyName": name, "Policy": p.document, "CreateDate": p.created_at, "UpdateDate": p.updated_at})
         } else {
@@ -292,18 +362,36 @@ impl Ctx {
     fn add_policy(&self, body: &[u8]) -> Result<Response, ApiError> {
         let name = self.required("name")?;
         if name.contains(',') {
-            return Err(ApiError::admin_invalid_argument("Policy name may not contain comma"));
+            return Err(ApiError::admin_invalid_argument(
+                "Policy name may not contain comma",
+            ));
         }
         if body.len() > 20 * 1024 {
-            return Err(ApiError::new(400, "EntityTooLarge", "Your proposed upload exceeds the maximum allowed object size."));
+            return Err(ApiError::new(
+                400,
+                "EntityTooLarge",
+                "Your proposed upload exceeds the maximum allowed object size.",
+            ));
         }
-        let (_, document) = Policy::parse(body).map_err(|m| ApiError::new(400, "XMinioMalformedIAMPolicy", m))?;
+        let (_, document) =
+            Policy::parse(body).map_err(|m| ApiError::new(400, "XMinioMalformedIAMPolicy", m))?;
         let st = &self.inner.state;
         let _g = st.lock();
         let now = now_rfc3339();
-        let created_at = st.policy(&name)?.map(|p| p.created_at).unwrap_or_else(|| now.clone());
+        let created_at = st
+            .policy(&name)?
+            .map(|p| p.created_at)
+            .unwrap_or_else(|| now.clone());
         // Replaces the whole document, exactly as MinIO does.
-        st.put_policy(&name, &PolicyRec { document, builtin: false, created_at, updated_at: now })?;
+        st.put_policy(
+            &name,
+            &PolicyRec {
+                document,
+                builtin: false,
+                created_at,
+                updated_at: now,
+            },
+        )?;
         st.flush()?;
         Ok(ok_empty())
     }
@@ -339,8 +427,13 @@ impl Ctx {
         if self.arg("isGroup") == "true" {
             return Err(groups_not_supported());
         }
-        let mut names: Vec<String> =
-            self.arg("policyName").split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect();
+        let mut names: Vec<String> = self
+            .arg("policyName")
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
         names.dedup();
         let st = &self.inner.state;
         let _g = st.lock();
@@ -358,8 +451,13 @@ impl Ctx {
         if !req.group.is_empty() {
             return Err(groups_not_supported());
         }
-        if req.user.is_empty() || req.policies.is_empty() || req.policies.iter().any(String::is_empty) {
-            return Err(ApiError::admin_invalid_argument("Invalid arguments specified: 'policies' and 'user' are required."));
+        if req.user.is_empty()
+            || req.policies.is_empty()
+            || req.policies.iter().any(String::is_empty)
+        {
+            return Err(ApiError::admin_invalid_argument(
+                "Invalid arguments specified: 'policies' and 'user' are required.",
+            ));
         }
         let changed = {
             let st = &self.inner.state;
@@ -367,7 +465,9 @@ impl Ctx {
             if attach {
                 self.check_policies_exist(&req.policies)?;
             }
-            let mut u = st.user(&req.user)?.ok_or_else(ApiError::admin_no_such_user)?;
+            let mut u = st
+                .user(&req.user)?
+                .ok_or_else(ApiError::admin_no_such_user)?;
             let mut changed = Vec::new();
             for p in &req.policies {
                 let present = u.policies.contains(p);
@@ -391,8 +491,13 @@ impl Ctx {
             st.flush()?;
             changed
         };
-        let field = if attach { "policiesAttached" } else { "policiesDetached" };
-        self.encrypted_json(&json!({ field: changed, "updatedAt": now_rfc3339() })).await
+        let field = if attach {
+            "policiesAttached"
+        } else {
+            "policiesDetached"
+        };
+        self.encrypted_json(&json!({ field: changed, "updatedAt": now_rfc3339() }))
+            .await
     }
 
     fn info(&self) -> Result<Response, ApiError> {

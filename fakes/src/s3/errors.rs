@@ -18,7 +18,11 @@ pub(crate) struct ApiError {
 
 impl ApiError {
     pub fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
-        Self { status, code: code.to_string(), message: message.into() }
+        Self {
+            status,
+            code: code.to_string(),
+            message: message.into(),
+        }
     }
 
     pub fn access_denied() -> Self {
@@ -38,7 +42,11 @@ impl ApiError {
         )
     }
     pub fn invalid_access_key() -> Self {
-        Self::new(403, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")
+        Self::new(
+            403,
+            "InvalidAccessKeyId",
+            "The AWS Access Key Id you provided does not exist in our records.",
+        )
     }
     pub fn malformed_auth(msg: impl Into<String>) -> Self {
         Self::new(400, "AuthorizationHeaderMalformed", msg)
@@ -47,23 +55,43 @@ impl ApiError {
         Self::new(400, "InvalidRequest", msg)
     }
     pub fn internal(msg: impl std::fmt::Display) -> Self {
-        Self::new(500, "InternalError", format!("We encountered an internal error, please try again. ({msg})"))
+        Self::new(
+            500,
+            "InternalError",
+            format!("We encountered an internal error, please try again. ({msg})"),
+        )
     }
 
     // Admin API (MinIO's codes; RustFS answers the same ones on its alias).
     pub fn admin_no_such_user() -> Self {
-        Self::new(404, "XMinioAdminNoSuchUser", "The specified user does not exist.")
+        Self::new(
+            404,
+            "XMinioAdminNoSuchUser",
+            "The specified user does not exist.",
+        )
     }
     pub fn admin_no_such_policy() -> Self {
-        Self::new(404, "XMinioAdminNoSuchPolicy", "The canned policy does not exist.")
+        Self::new(
+            404,
+            "XMinioAdminNoSuchPolicy",
+            "The canned policy does not exist.",
+        )
     }
     pub fn admin_invalid_argument(msg: impl Into<String>) -> Self {
         let msg = msg.into();
-        let message = if msg.is_empty() { "Invalid arguments specified.".to_string() } else { msg };
+        let message = if msg.is_empty() {
+            "Invalid arguments specified.".to_string()
+        } else {
+            msg
+        };
         Self::new(400, "XMinioAdminInvalidArgument", message)
     }
     pub fn admin_bad_json() -> Self {
-        Self::new(400, "XMinioAdminConfigBadJSON", "JSON configuration provided is of incorrect format")
+        Self::new(
+            400,
+            "XMinioAdminConfigBadJSON",
+            "JSON configuration provided is of incorrect format",
+        )
     }
 }
 
@@ -87,11 +115,14 @@ fn tagged(status: u16, code: &str, content_type: &str, body: Body) -> Response {
         h.insert(ERROR_CODE_HEADER, v);
     }
     if !content_type.is_empty() {
-        h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(if content_type == "xml" {
-            "application/xml"
-        } else {
-            "application/json"
-        }));
+        h.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(if content_type == "xml" {
+                "application/xml"
+            } else {
+                "application/json"
+            }),
+        );
     }
     r
 }
@@ -145,12 +176,20 @@ pub(crate) fn admin_error_response(e: &ApiError, resource: &str) -> Response {
 
 /// A gate rejection in S3's XML shape (the S3 routes' renderer).
 pub(crate) fn render_s3_rejection(r: &Rejection) -> Response {
-    let e = ApiError { status: r.http_status, code: r.code.clone(), message: r.message.clone() };
+    let e = ApiError {
+        status: r.http_status,
+        code: r.code.clone(),
+        message: r.message.clone(),
+    };
     s3_error_response(&e, "", false)
 }
 
 /// A gate rejection in the admin API's JSON shape (the admin routes' renderer).
 pub(crate) fn render_admin_rejection(r: &Rejection) -> Response {
-    let e = ApiError { status: r.http_status, code: r.code.clone(), message: r.message.clone() };
+    let e = ApiError {
+        status: r.http_status,
+        code: r.code.clone(),
+        message: r.message.clone(),
+    };
     admin_error_response(&e, "")
 }

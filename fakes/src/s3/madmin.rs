@@ -18,7 +18,9 @@ pub enum MadminError {
     #[error("madmin: invalid encryption algorithm ID {0:#04x}")]
     UnknownAlgorithm(u8),
     /// A package failed authentication: wrong secret, tampering or truncation.
-    #[error("sio: data is not authentic (wrong secret key, or the body was tampered with or truncated)")]
+    #[error(
+        "sio: data is not authentic (wrong secret key, or the body was tampered with or truncated)"
+    )]
     NotAuthentic,
     /// Key derivation failed (cannot happen with the fixed parameters).
     #[error("key derivation failed: {0}")]
@@ -48,7 +50,8 @@ fn derive_key(aead: Scheme, secret: &[u8], salt: &[u8]) -> Result<[u8; 32], Madm
     match aead {
         Scheme::Argon2idAesGcm | Scheme::Argon2idChaCha20Poly1305 => {
             // madmin: time 1, memory 64 MiB, 4 lanes, 32-byte key, Argon2 v1.3.
-            let params = argon2::Params::new(64 * 1024, 1, 4, Some(32)).map_err(|e| MadminError::Kdf(e.to_string()))?;
+            let params = argon2::Params::new(64 * 1024, 1, 4, Some(32))
+                .map_err(|e| MadminError::Kdf(e.to_string()))?;
             argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params)
                 .hash_password_into(secret, salt, &mut key)
                 .map_err(|e| MadminError::Kdf(e.to_string()))?;
@@ -56,7 +59,8 @@ fn derive_key(aead: Scheme, secret: &[u8], salt: &[u8]) -> Result<[u8; 32], Madm
         Scheme::Pbkdf2AesGcm => {
             // One PBKDF2 block is exactly the 32-byte key.
             let prf = |data: &[u8]| -> Result<[u8; 32], MadminError> {
-                let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).map_err(|e| MadminError::Kdf(e.to_string()))?;
+                let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+                    .map_err(|e| MadminError::Kdf(e.to_string()))?;
                 m.update(data);
                 Ok(m.finalize().into_bytes().into())
             };
@@ -81,7 +85,9 @@ enum Cipher {
 impl Cipher {
     fn new(aead: Scheme, key: &[u8; 32]) -> Self {
         match aead {
-            Scheme::Argon2idChaCha20Poly1305 => Cipher::ChaCha(Box::new(ChaCha20Poly1305::new(key.into()))),
+            Scheme::Argon2idChaCha20Poly1305 => {
+                Cipher::ChaCha(Box::new(ChaCha20Poly1305::new(key.into())))
+            }
             _ => Cipher::Gcm(Box::new(Aes256Gcm::new(key.into()))),
         }
     }
@@ -132,12 +138,18 @@ pub fn encrypt_with(
     let key = derive_key(aead, secret.as_bytes(), &salt)?;
     let cipher = Cipher::new(aead, &key);
     let mut aad = stream_aad(&cipher, &nonce)?;
-    let mut out = Vec::with_capacity(HEADER_LEN + plaintext.len() + TAG_LEN * (plaintext.len() / BUF_SIZE + 1));
+    let mut out = Vec::with_capacity(
+        HEADER_LEN + plaintext.len() + TAG_LEN * (plaintext.len() / BUF_SIZE + 1),
+    );
     out.extend_from_slice(&salt);
     out.push(aead as u8);
     out.extend_from_slice(&nonce);
     // Like sio's writer, an empty plaintext still gets one (final, empty) package.
-    let chunks: Vec<&[u8]> = if plaintext.is_empty() { vec![&[][..]] } else { plaintext.chunks(BUF_SIZE).collect() };
+    let chunks: Vec<&[u8]> = if plaintext.is_empty() {
+        vec![&[][..]]
+    } else {
+        plaintext.chunks(BUF_SIZE).collect()
+    };
     let last = chunks.len() - 1;
     for (i, chunk) in chunks.iter().enumerate() {
         if i == last {
@@ -203,11 +215,19 @@ mod tests {
 
     #[test]
     fn round_trip_all_schemes_and_sizes() {
-        for aead in [Scheme::Argon2idAesGcm, Scheme::Argon2idChaCha20Poly1305, Scheme::Pbkdf2AesGcm] {
+        for aead in [
+            Scheme::Argon2idAesGcm,
+            Scheme::Argon2idChaCha20Poly1305,
+            Scheme::Pbkdf2AesGcm,
+        ] {
             for len in [0usize, 1, BUF_SIZE, BUF_SIZE + 1, 2 * BUF_SIZE + 7] {
                 let msg: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
                 let ct = encrypt_with("minioadmin", &msg, aead, [7; 32], [9; 8]).unwrap();
-                assert_eq!(decrypt("minioadmin", &ct).unwrap(), msg, "{aead:?} len {len}");
+                assert_eq!(
+                    decrypt("minioadmin", &ct).unwrap(),
+                    msg,
+                    "{aead:?} len {len}"
+                );
                 assert_eq!(decrypt("wrong", &ct), Err(MadminError::NotAuthentic));
             }
         }
@@ -222,22 +242,45 @@ mod tests {
     fn known_answer_from_minio_py() {
         let ct = hex::decode(MINIO_PY_VECTOR).unwrap();
         assert_eq!(decrypt("minioadmin", &ct).unwrap(), MINIO_PY_PLAIN);
-        let ours = encrypt_with("minioadmin", MINIO_PY_PLAIN, Scheme::Argon2idAesGcm, [7; 32], [9; 8]).unwrap();
+        let ours = encrypt_with(
+            "minioadmin",
+            MINIO_PY_PLAIN,
+            Scheme::Argon2idAesGcm,
+            [7; 32],
+            [9; 8],
+        )
+        .unwrap();
         assert_eq!(hex::encode(ours), MINIO_PY_VECTOR);
     }
 
     #[test]
     fn tampering_truncation_and_garbage_are_errors() {
-        let ct = encrypt_with("s3cret", &[1u8; BUF_SIZE + 100], Scheme::Argon2idAesGcm, [1; 32], [2; 8]).unwrap();
+        let ct = encrypt_with(
+            "s3cret",
+            &[1u8; BUF_SIZE + 100],
+            Scheme::Argon2idAesGcm,
+            [1; 32],
+            [2; 8],
+        )
+        .unwrap();
         let mut flipped = ct.clone();
         let n = flipped.len();
         flipped[n - 1] ^= 1;
         assert_eq!(decrypt("s3cret", &flipped), Err(MadminError::NotAuthentic));
         // Dropping the final package must not pass as a shorter message.
-        assert_eq!(decrypt("s3cret", &ct[..HEADER_LEN + BUF_SIZE + TAG_LEN]), Err(MadminError::NotAuthentic));
-        assert_eq!(decrypt("s3cret", b"{\"secretKey\":\"x\"}"), Err(MadminError::UnexpectedHeader));
+        assert_eq!(
+            decrypt("s3cret", &ct[..HEADER_LEN + BUF_SIZE + TAG_LEN]),
+            Err(MadminError::NotAuthentic)
+        );
+        assert_eq!(
+            decrypt("s3cret", b"{\"secretKey\":\"x\"}"),
+            Err(MadminError::UnexpectedHeader)
+        );
         let mut bad_id = ct.clone();
         bad_id[32] = 9;
-        assert_eq!(decrypt("s3cret", &bad_id), Err(MadminError::UnknownAlgorithm(9)));
+        assert_eq!(
+            decrypt("s3cret", &bad_id),
+            Err(MadminError::UnknownAlgorithm(9))
+        );
     }
 }

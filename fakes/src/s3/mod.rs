@@ -131,31 +131,58 @@ impl S3Fake {
             ));
         }
         if config.admin_secret_key.len() < 8 {
-            return Err(S3Error::Config("admin_secret_key must be at least 8 characters".into()));
+            return Err(S3Error::Config(
+                "admin_secret_key must be at least 8 characters".into(),
+            ));
         }
         if config.region.is_empty() {
-            return Err(S3Error::Config("region must not be empty (MinIO's default is us-east-1)".into()));
+            return Err(S3Error::Config(
+                "region must not be empty (MinIO's default is us-east-1)".into(),
+            ));
         }
         let state = State::open(store)?;
-        Ok(Self { inner: Arc::new(Inner { state, gate, config }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                state,
+                gate,
+                config,
+            }),
+        })
     }
 
     /// The HTTP router, with the gate applied to every route.
     pub fn router(&self) -> Router {
         let gate = self.inner.gate.clone();
-        let s3_tap = HttpTap { gate: gate.clone(), classify, render: errors::render_s3_rejection };
-        let admin_tap = HttpTap { gate, classify, render: errors::render_admin_rejection };
+        let s3_tap = HttpTap {
+            gate: gate.clone(),
+            classify,
+            render: errors::render_s3_rejection,
+        };
+        let admin_tap = HttpTap {
+            gate,
+            classify,
+            render: errors::render_admin_rejection,
+        };
         let root = RootKey(Arc::from(self.inner.config.admin_access_key.as_str()));
         Router::new()
-            .route("/minio/admin/{*rest}", any(admin::handle).layer(from_fn_with_state(admin_tap.clone(), http_gate)))
-            .route("/rustfs/admin/{*rest}", any(admin::handle).layer(from_fn_with_state(admin_tap, http_gate)))
+            .route(
+                "/minio/admin/{*rest}",
+                any(admin::handle).layer(from_fn_with_state(admin_tap.clone(), http_gate)),
+            )
+            .route(
+                "/rustfs/admin/{*rest}",
+                any(admin::handle).layer(from_fn_with_state(admin_tap, http_gate)),
+            )
             .fallback(any(s3api::handle).layer(from_fn_with_state(s3_tap, http_gate)))
             .layer(from_fn_with_state(root, mark_root))
             .with_state(self.inner.clone())
     }
 
     /// Serve on `addr` (use [`crate::serve::loopback`] for 127.0.0.1 and a free port).
-    pub async fn serve(&self, addr: std::net::SocketAddr) -> std::io::Result<crate::serve::Listener> {
+    pub async fn serve(
+        &self,
+        addr: std::net::SocketAddr,
+    ) -> std::io::Result<crate::serve::Listener> {
         crate::serve::serve_http(self.router(), addr).await
     }
 
@@ -170,7 +197,12 @@ impl S3Fake {
             .map(|(access_key, u)| {
                 let mut policies = u.policies;
                 policies.sort();
-                UserView { access_key, secret_key: u.secret_key, status: u.status, policies }
+                UserView {
+                    access_key,
+                    secret_key: u.secret_key,
+                    status: u.status,
+                    policies,
+                }
             })
             .collect()
     }
@@ -181,7 +213,13 @@ impl S3Fake {
             tracing::warn!(error = %e, "s3 fake: reading policies failed");
             vec![]
         });
-        ps.into_iter().map(|(name, p)| PolicyView { name, document: p.document, builtin: p.builtin }).collect()
+        ps.into_iter()
+            .map(|(name, p)| PolicyView {
+                name,
+                document: p.document,
+                builtin: p.builtin,
+            })
+            .collect()
     }
 
     /// Every bucket with its object keys, sorted.
@@ -193,7 +231,10 @@ impl S3Fake {
         });
         bs.into_iter()
             .map(|(name, _)| {
-                let objects = st.objects(&name).map(|o| o.into_iter().map(|(k, _)| k).collect()).unwrap_or_default();
+                let objects = st
+                    .objects(&name)
+                    .map(|o| o.into_iter().map(|(k, _)| k).collect())
+                    .unwrap_or_default();
                 BucketView { name, objects }
             })
             .collect()
@@ -205,21 +246,34 @@ impl S3Fake {
     }
 }
 
-async fn mark_root(axum::extract::State(root): axum::extract::State<RootKey>, mut req: Request, next: Next) -> Response {
+async fn mark_root(
+    axum::extract::State(root): axum::extract::State<RootKey>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     req.extensions_mut().insert(root);
     next.run(req).await
 }
 
 /// Which surface a path belongs to, and the admin route below `/v3/`.
 pub(crate) enum Surface<'a> {
-    Admin { flavour: admin::Flavour, route: Option<&'a str> },
+    Admin {
+        flavour: admin::Flavour,
+        route: Option<&'a str>,
+    },
     S3,
 }
 
 pub(crate) fn surface(path: &str) -> Surface<'_> {
-    for (prefix, flavour) in [("/minio/admin/", admin::Flavour::Minio), ("/rustfs/admin/", admin::Flavour::Rustfs)] {
+    for (prefix, flavour) in [
+        ("/minio/admin/", admin::Flavour::Minio),
+        ("/rustfs/admin/", admin::Flavour::Rustfs),
+    ] {
         if let Some(rest) = path.strip_prefix(prefix) {
-            return Surface::Admin { flavour, route: rest.strip_prefix("v3/") };
+            return Surface::Admin {
+                flavour,
+                route: rest.strip_prefix("v3/"),
+            };
         }
     }
     Surface::S3
@@ -269,13 +323,32 @@ pub(crate) fn authenticate(
     let (principal, secret) = if auth.access_key == cfg.admin_access_key {
         (Principal::Root, cfg.admin_secret_key.clone())
     } else {
-        let user = inner.state.user(&auth.access_key)?.ok_or_else(ApiError::invalid_access_key)?;
+        let user = inner
+            .state
+            .user(&auth.access_key)?
+            .ok_or_else(ApiError::invalid_access_key)?;
         if user.status != "enabled" {
-            return Err(ApiError::new(403, "InvalidAccessKeyId", "Your account is disabled; please contact your administrator."));
+            return Err(ApiError::new(
+                403,
+                "InvalidAccessKeyId",
+                "Your account is disabled; please contact your administrator.",
+            ));
         }
-        (Principal::User { policies: user.policies }, user.secret_key)
+        (
+            Principal::User {
+                policies: user.policies,
+            },
+            user.secret_key,
+        )
     };
-    let key = sigv4::verify(parts, query, &auth, &secret, &cfg.region, time::OffsetDateTime::now_utc())?;
+    let key = sigv4::verify(
+        parts,
+        query,
+        &auth,
+        &secret,
+        &cfg.region,
+        time::OffsetDateTime::now_utc(),
+    )?;
     let body = sigv4::resolve_payload(parts, &auth, &key, body)?;
     Ok((principal, body))
 }
@@ -284,7 +357,11 @@ pub(crate) fn authenticate(
 pub(crate) async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, ApiError> {
     const LIMIT: usize = 64 * 1024 * 1024;
     axum::body::to_bytes(body, LIMIT).await.map_err(|e| {
-        ApiError::new(400, "EntityTooLarge", format!("The request body could not be read or exceeds 64 MiB: {e}"))
+        ApiError::new(
+            400,
+            "EntityTooLarge",
+            format!("The request body could not be read or exceeds 64 MiB: {e}"),
+        )
     })
 }
 

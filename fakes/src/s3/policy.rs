@@ -34,7 +34,11 @@ fn strings(v: Option<&Value>, what: &str) -> Result<Vec<String>, String> {
         Some(Value::String(s)) => Ok(vec![s.clone()]),
         Some(Value::Array(a)) => a
             .iter()
-            .map(|x| x.as_str().map(str::to_string).ok_or_else(|| format!("{what} must be a string or an array of strings")))
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("{what} must be a string or an array of strings"))
+            })
             .collect(),
         Some(_) => Err(format!("{what} must be a string or an array of strings")),
     }
@@ -43,7 +47,8 @@ fn strings(v: Option<&Value>, what: &str) -> Result<Vec<String>, String> {
 impl Policy {
     /// Parse and validate; the error text is what the admin API answers.
     pub fn parse(doc: &[u8]) -> Result<(Policy, Value), String> {
-        let value: Value = serde_json::from_slice(doc).map_err(|e| format!("policy is not valid JSON: {e}"))?;
+        let value: Value =
+            serde_json::from_slice(doc).map_err(|e| format!("policy is not valid JSON: {e}"))?;
         let obj = value.as_object().ok_or("policy must be a JSON object")?;
         match obj.get("Version").and_then(Value::as_str) {
             Some("2012-10-17") | Some("2008-10-17") => {}
@@ -78,7 +83,10 @@ impl Policy {
                 }
             }
             let resources = strings(s.get("Resource"), "Resource")?;
-            let s3_actions = actions.iter().chain(&not_actions).any(|a| a == "*" || a.to_ascii_lowercase().starts_with("s3:"));
+            let s3_actions = actions
+                .iter()
+                .chain(&not_actions)
+                .any(|a| a == "*" || a.to_ascii_lowercase().starts_with("s3:"));
             if s3_actions && resources.is_empty() {
                 return Err("a Statement with s3 actions needs a Resource".into());
             }
@@ -87,7 +95,13 @@ impl Policy {
                     return Err(format!("invalid resource '{r}'"));
                 }
             }
-            statements.push(Statement { allow, actions, not_actions, resources, has_condition: s.contains_key("Condition") });
+            statements.push(Statement {
+                allow,
+                actions,
+                not_actions,
+                resources,
+                has_condition: s.contains_key("Condition"),
+            });
         }
         Ok((Policy { statements }, value))
     }
@@ -131,14 +145,22 @@ impl Statement {
         } else {
             self.actions.iter().any(|a| action_matches(a, action))
         };
-        by_action && self.resources.iter().any(|r| r == "*" || wildcard(r, resource))
+        by_action
+            && self
+                .resources
+                .iter()
+                .any(|r| r == "*" || wildcard(r, resource))
     }
 }
 
 /// Evaluate `action` on `resource` over every statement of `policies`.
 /// Conditions are not evaluated: a conditional Allow never grants and a
 /// conditional Deny always applies, so the fake errs on the side of refusing.
-pub(crate) fn decide<'a>(policies: impl IntoIterator<Item = &'a Policy>, action: &str, resource: &str) -> Decision {
+pub(crate) fn decide<'a>(
+    policies: impl IntoIterator<Item = &'a Policy>,
+    action: &str,
+    resource: &str,
+) -> Decision {
     let mut allowed = false;
     for p in policies {
         for s in &p.statements {
@@ -208,17 +230,51 @@ mod tests {
 
     #[test]
     fn allow_deny_and_default() {
-        let rw = p(r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":["arn:aws:s3:::b","arn:aws:s3:::b/*"]}]}"#);
-        let deny_put = p(r#"{"Version":"2012-10-17","Statement":{"Effect":"Deny","Action":["s3:Put*"],"Resource":"arn:aws:s3:::b/secret/*"}}"#);
-        let get = p(r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:Get*"],"Resource":"arn:aws:s3:::other/*"}]}"#);
-        assert_eq!(decide([&rw], "s3:PutObject", &arn("b", Some("k"))), Decision::Allow);
-        assert_eq!(decide([&rw], "s3:CreateBucket", &arn("b", None)), Decision::Allow);
-        assert_eq!(decide([&rw], "s3:PutObject", &arn("c", Some("k"))), Decision::ImplicitDeny);
-        assert_eq!(decide([&rw, &deny_put], "s3:PutObject", &arn("b", Some("secret/x"))), Decision::ExplicitDeny);
-        assert_eq!(decide([&deny_put, &rw], "s3:PutObject", &arn("b", Some("public"))), Decision::Allow);
-        assert_eq!(decide([&get], "s3:getobject", &arn("other", Some("k"))), Decision::Allow);
-        assert_eq!(decide([&get], "s3:PutObject", &arn("other", Some("k"))), Decision::ImplicitDeny);
-        assert_eq!(decide([], "s3:GetObject", &arn("b", Some("k"))), Decision::ImplicitDeny);
+        let rw = p(
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":["arn:aws:s3:::b","arn:aws:s3:::b/*"]}]}"#,
+        );
+        let deny_put = p(
+            r#"{"Version":"2012-10-17","Statement":{"Effect":"Deny","Action":["s3:Put*"],"Resource":"arn:aws:s3:::b/secret/*"}}"#,
+        );
+        let get = p(
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:Get*"],"Resource":"arn:aws:s3:::other/*"}]}"#,
+        );
+        assert_eq!(
+            decide([&rw], "s3:PutObject", &arn("b", Some("k"))),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide([&rw], "s3:CreateBucket", &arn("b", None)),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide([&rw], "s3:PutObject", &arn("c", Some("k"))),
+            Decision::ImplicitDeny
+        );
+        assert_eq!(
+            decide(
+                [&rw, &deny_put],
+                "s3:PutObject",
+                &arn("b", Some("secret/x"))
+            ),
+            Decision::ExplicitDeny
+        );
+        assert_eq!(
+            decide([&deny_put, &rw], "s3:PutObject", &arn("b", Some("public"))),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide([&get], "s3:getobject", &arn("other", Some("k"))),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide([&get], "s3:PutObject", &arn("other", Some("k"))),
+            Decision::ImplicitDeny
+        );
+        assert_eq!(
+            decide([], "s3:GetObject", &arn("b", Some("k"))),
+            Decision::ImplicitDeny
+        );
     }
 
     #[test]

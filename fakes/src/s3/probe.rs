@@ -59,7 +59,10 @@ pub struct S3Probe {
 
 impl std::fmt::Debug for S3Probe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Probe").field("endpoint", &self.endpoint).field("region", &self.region).finish()
+        f.debug_struct("S3Probe")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .finish()
     }
 }
 
@@ -75,17 +78,28 @@ pub(crate) fn signed_request(
     body: Vec<u8>,
     at: SystemTime,
 ) -> Result<http::Request<Vec<u8>>, ProbeError> {
-    let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| ProbeError::Url { url: url.into(), reason: e.to_string() })?;
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| ProbeError::Url {
+            url: url.into(),
+            reason: e.to_string(),
+        })?;
     let host = uri
         .authority()
         .map(|a| a.as_str().to_string())
-        .ok_or_else(|| ProbeError::Url { url: url.into(), reason: "no host".into() })?;
+        .ok_or_else(|| ProbeError::Url {
+            url: url.into(),
+            reason: "no host".into(),
+        })?;
     let mut req = http::Request::builder()
         .method(method)
         .uri(uri)
         .header("host", host)
         .body(body)
-        .map_err(|e| ProbeError::Url { url: url.into(), reason: e.to_string() })?;
+        .map_err(|e| ProbeError::Url {
+            url: url.into(),
+            reason: e.to_string(),
+        })?;
     let identity = Credentials::new(access_key, secret_key, None, None, "drivelab-probe").into();
     let mut settings = SigningSettings::default();
     settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
@@ -104,7 +118,11 @@ pub(crate) fn signed_request(
     let headers: Vec<(String, String)> = req
         .headers()
         .iter()
-        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_string(), v.to_string())))
+        .filter_map(|(k, v)| {
+            v.to_str()
+                .ok()
+                .map(|v| (k.as_str().to_string(), v.to_string()))
+        })
         .collect();
     let signable = SignableRequest::new(
         method,
@@ -113,7 +131,9 @@ pub(crate) fn signed_request(
         SignableBody::Bytes(req.body()),
     )
     .map_err(|e| ProbeError::Sign(e.to_string()))?;
-    let (instructions, _) = sign(signable, &params).map_err(|e| ProbeError::Sign(e.to_string()))?.into_parts();
+    let (instructions, _) = sign(signable, &params)
+        .map_err(|e| ProbeError::Sign(e.to_string()))?
+        .into_parts();
     instructions.apply_to_request_http1x(&mut req);
     Ok(req)
 }
@@ -125,14 +145,22 @@ pub(crate) fn error_code(body: &[u8]) -> Option<String> {
         let rest = &text[start + 6..];
         return rest.find("</Code>").map(|end| rest[..end].to_string());
     }
-    serde_json::from_slice::<serde_json::Value>(body).ok()?.get("Code")?.as_str().map(str::to_string)
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("Code")?
+        .as_str()
+        .map(str::to_string)
 }
 
 impl S3Probe {
     /// A probe for `endpoint_url` (`http://127.0.0.1:PORT`) signing for `region`.
     pub fn new(endpoint_url: impl Into<String>, region: impl Into<String>) -> Self {
         let client = Client::builder(TokioExecutor::new()).build_http();
-        Self { endpoint: endpoint_url.into().trim_end_matches('/').to_string(), region: region.into(), client }
+        Self {
+            endpoint: endpoint_url.into().trim_end_matches('/').to_string(),
+            region: region.into(),
+            client,
+        }
     }
 
     /// Send a signed request; `path_and_query` is percent-encoded (`/bucket/key?x=y`).
@@ -145,14 +173,39 @@ impl S3Probe {
         body: Vec<u8>,
     ) -> Result<ProbeReply, ProbeError> {
         let url = format!("{}{}", self.endpoint, path_and_query);
-        let req = signed_request(method, &url, &self.region, access_key, secret_key, body, SystemTime::now())?;
+        let req = signed_request(
+            method,
+            &url,
+            &self.region,
+            access_key,
+            secret_key,
+            body,
+            SystemTime::now(),
+        )?;
         let (parts, body) = req.into_parts();
         let req = http::Request::from_parts(parts, Full::new(Bytes::from(body)));
-        let transport = |reason: String| ProbeError::Transport { url: url.clone(), reason };
-        let resp = self.client.request(req).await.map_err(|e| transport(e.to_string()))?;
+        let transport = |reason: String| ProbeError::Transport {
+            url: url.clone(),
+            reason,
+        };
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| transport(e.to_string()))?;
         let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await.map_err(|e| transport(e.to_string()))?.to_bytes().to_vec();
-        let code = if status >= 300 { error_code(&body) } else { None };
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| transport(e.to_string()))?
+            .to_bytes()
+            .to_vec();
+        let code = if status >= 300 {
+            error_code(&body)
+        } else {
+            None
+        };
         Ok(ProbeReply { status, code, body })
     }
 
@@ -165,17 +218,49 @@ impl S3Probe {
         key: &str,
         body: impl Into<Vec<u8>>,
     ) -> Result<ProbeReply, ProbeError> {
-        self.send("PUT", &object_path(bucket, key), access_key, secret_key, body.into()).await
+        self.send(
+            "PUT",
+            &object_path(bucket, key),
+            access_key,
+            secret_key,
+            body.into(),
+        )
+        .await
     }
 
     /// Signed GetObject; the object is in `ProbeReply::body`.
-    pub async fn get_object(&self, access_key: &str, secret_key: &str, bucket: &str, key: &str) -> Result<ProbeReply, ProbeError> {
-        self.send("GET", &object_path(bucket, key), access_key, secret_key, Vec::new()).await
+    pub async fn get_object(
+        &self,
+        access_key: &str,
+        secret_key: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<ProbeReply, ProbeError> {
+        self.send(
+            "GET",
+            &object_path(bucket, key),
+            access_key,
+            secret_key,
+            Vec::new(),
+        )
+        .await
     }
 
     /// Signed CreateBucket.
-    pub async fn create_bucket(&self, access_key: &str, secret_key: &str, bucket: &str) -> Result<ProbeReply, ProbeError> {
-        self.send("PUT", &object_path(bucket, ""), access_key, secret_key, Vec::new()).await
+    pub async fn create_bucket(
+        &self,
+        access_key: &str,
+        secret_key: &str,
+        bucket: &str,
+    ) -> Result<ProbeReply, ProbeError> {
+        self.send(
+            "PUT",
+            &object_path(bucket, ""),
+            access_key,
+            secret_key,
+            Vec::new(),
+        )
+        .await
     }
 }
 

@@ -24,7 +24,9 @@ fn has(q: &Query, name: &str) -> bool {
 
 /// Bucket and key of a path-style request path.
 pub(crate) fn split_path(path: &str) -> (String, String) {
-    let decoded = percent_decode(path, false).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let decoded = percent_decode(path, false)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     let trimmed = decoded.strip_prefix('/').unwrap_or(&decoded);
     match trimmed.split_once('/') {
         Some((b, k)) => (b.to_string(), k.to_string()),
@@ -54,24 +56,50 @@ pub(crate) fn classify(method: &Method, path: &str, q: &Query) -> (&'static str,
 /// Sub-resources this fake does not implement; answering them as plain
 /// bucket/object requests would lie to the client.
 const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
-    "acl", "policy", "versioning", "versions", "uploads", "uploadId", "tagging", "lifecycle", "cors", "delete",
-    "encryption", "notification", "replication", "website", "logging", "object-lock", "retention", "legal-hold",
-    "select", "restore", "attributes",
+    "acl",
+    "policy",
+    "versioning",
+    "versions",
+    "uploads",
+    "uploadId",
+    "tagging",
+    "lifecycle",
+    "cors",
+    "delete",
+    "encryption",
+    "notification",
+    "replication",
+    "website",
+    "logging",
+    "object-lock",
+    "retention",
+    "legal-hold",
+    "select",
+    "restore",
+    "attributes",
 ];
 
 fn valid_bucket_name(b: &str) -> bool {
-    let ok_chars = b.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-');
+    let ok_chars = b
+        .bytes()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-');
     let edges = b.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && b.bytes().last().is_some_and(|c| c.is_ascii_alphanumeric());
     (3..=63).contains(&b.len()) && ok_chars && edges && !b.contains("..")
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&apos;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
 }
 
 fn iso_millis(rfc3339: &str) -> String {
-    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+    let fmt = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
     time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
         .ok()
         .and_then(|t| t.to_offset(time::UtcOffset::UTC).format(&fmt).ok())
@@ -96,7 +124,10 @@ fn response(status: u16, body: Body) -> Response {
 
 fn xml_response(xml: String) -> Response {
     let mut r = response(200, Body::from(xml));
-    r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml"),
+    );
     r
 }
 
@@ -107,7 +138,12 @@ fn set_header(r: &mut Response, name: &'static str, value: &str) {
 }
 
 /// Policy check for a verified caller; the root key may do anything.
-pub(crate) fn authorize(inner: &Inner, who: &Principal, action: &str, resource: &str) -> Result<(), ApiError> {
+pub(crate) fn authorize(
+    inner: &Inner,
+    who: &Principal,
+    action: &str,
+    resource: &str,
+) -> Result<(), ApiError> {
     match who {
         Principal::Root => Ok(()),
         Principal::User { policies } => {
@@ -151,7 +187,11 @@ pub(crate) async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Res
     }
 }
 
-async fn serve(inner: &Inner, parts: http::request::Parts, body: Body) -> Result<Response, ApiError> {
+async fn serve(
+    inner: &Inner,
+    parts: http::request::Parts,
+    body: Body,
+) -> Result<Response, ApiError> {
     let query = parse_query(parts.uri.query())?;
     let body = read_body(body).await?;
     let (who, body) = authenticate(inner, &parts, &query, body)?;
@@ -167,13 +207,24 @@ async fn serve(inner: &Inner, parts: http::request::Parts, body: Body) -> Result
     let st = &inner.state;
     match op {
         "list_buckets" => {
-            let all = matches!(authorize(inner, &who, "s3:ListAllMyBuckets", "arn:aws:s3:::*"), Ok(()));
+            let all = matches!(
+                authorize(inner, &who, "s3:ListAllMyBuckets", "arn:aws:s3:::*"),
+                Ok(())
+            );
             let mut shown = Vec::new();
             for (name, rec) in st.buckets()? {
                 let visible = all
-                    || ["s3:ListBucket", "s3:GetBucketLocation", "s3:GetObject", "s3:PutObject"]
-                        .iter()
-                        .any(|a| authorize(inner, &who, a, &arn(&name, None)).is_ok() || authorize(inner, &who, a, &arn(&name, Some("x"))).is_ok());
+                    || [
+                        "s3:ListBucket",
+                        "s3:GetBucketLocation",
+                        "s3:GetObject",
+                        "s3:PutObject",
+                    ]
+                    .iter()
+                    .any(|a| {
+                        authorize(inner, &who, a, &arn(&name, None)).is_ok()
+                            || authorize(inner, &who, a, &arn(&name, Some("x"))).is_ok()
+                    });
                 if visible {
                     shown.push((name, rec));
                 }
@@ -195,7 +246,11 @@ async fn serve(inner: &Inner, parts: http::request::Parts, body: Body) -> Result
         "create_bucket" => {
             authorize(inner, &who, "s3:CreateBucket", &arn(&bucket, None))?;
             if !valid_bucket_name(&bucket) {
-                return Err(ApiError::new(400, "InvalidBucketName", "The specified bucket is not valid."));
+                return Err(ApiError::new(
+                    400,
+                    "InvalidBucketName",
+                    "The specified bucket is not valid.",
+                ));
             }
             let _g = st.lock();
             if let Some(existing) = st.bucket(&bucket)? {
@@ -212,7 +267,13 @@ async fn serve(inner: &Inner, parts: http::request::Parts, body: Body) -> Result
                     "The requested bucket name is not available. The bucket namespace is shared by all users of the system. Please select a different name and try again.",
                 ));
             }
-            st.put_bucket(&bucket, &BucketRec { created_at: super::state::now_rfc3339(), owner: owner_of(&who, &access_key) })?;
+            st.put_bucket(
+                &bucket,
+                &BucketRec {
+                    created_at: super::state::now_rfc3339(),
+                    owner: owner_of(&who, &access_key),
+                },
+            )?;
             st.flush()?;
             let mut r = response(200, Body::empty());
             set_header(&mut r, "location", &format!("/{bucket}"));
@@ -223,7 +284,11 @@ async fn serve(inner: &Inner, parts: http::request::Parts, body: Body) -> Result
             let _g = st.lock();
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
             if st.has_objects(&bucket)? {
-                return Err(ApiError::new(409, "BucketNotEmpty", "The bucket you tried to delete is not empty"));
+                return Err(ApiError::new(
+                    409,
+                    "BucketNotEmpty",
+                    "The bucket you tried to delete is not empty",
+                ));
             }
             st.remove_bucket(&bucket)?;
             st.flush()?;
@@ -240,7 +305,11 @@ async fn serve(inner: &Inner, parts: http::request::Parts, body: Body) -> Result
             authorize(inner, &who, "s3:GetBucketLocation", &arn(&bucket, None))?;
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
             // us-east-1 is reported as an empty constraint, as S3 does.
-            let region = if inner.config.region == "us-east-1" { "" } else { inner.config.region.as_str() };
+            let region = if inner.config.region == "us-east-1" {
+                ""
+            } else {
+                inner.config.region.as_str()
+            };
             Ok(xml_response(format!(
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<LocationConstraint xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">{}</LocationConstraint>",
                 xml_escape(region)
@@ -254,10 +323,18 @@ async fn serve(inner: &Inner, parts: http::request::Parts, body: Body) -> Result
         "put_object" => {
             authorize(inner, &who, "s3:PutObject", &arn(&bucket, Some(&key)))?;
             if parts.headers.contains_key("x-amz-copy-source") {
-                return Err(ApiError::new(501, "NotImplemented", "CopyObject is not implemented by the drivelab S3 fake."));
+                return Err(ApiError::new(
+                    501,
+                    "NotImplemented",
+                    "CopyObject is not implemented by the drivelab S3 fake.",
+                ));
             }
             if key.len() > 1024 {
-                return Err(ApiError::new(400, "KeyTooLongError", "Your key is too long"));
+                return Err(ApiError::new(
+                    400,
+                    "KeyTooLongError",
+                    "Your key is too long",
+                ));
             }
             let _g = st.lock();
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
@@ -266,7 +343,11 @@ async fn serve(inner: &Inner, parts: http::request::Parts, body: Body) -> Result
                 size: body.len() as u64,
                 etag: etag.clone(),
                 last_modified: super::state::now_rfc3339(),
-                content_type: parts.headers.get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string),
+                content_type: parts
+                    .headers
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
             };
             st.put_object(&bucket, &key, &meta, &body)?;
             st.flush()?;
@@ -277,14 +358,33 @@ async fn serve(inner: &Inner, parts: http::request::Parts, body: Body) -> Result
         "get_object" | "head_object" => {
             authorize(inner, &who, "s3:GetObject", &arn(&bucket, Some(&key)))?;
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
-            let meta = st.object(&bucket, &key)?.ok_or_else(ApiError::no_such_key)?;
-            let data = if op == "get_object" { st.object_data(&bucket, &key)?.unwrap_or_default() } else { vec![] };
-            let mut r = response(200, if op == "get_object" { Body::from(data) } else { Body::empty() });
+            let meta = st
+                .object(&bucket, &key)?
+                .ok_or_else(ApiError::no_such_key)?;
+            let data = if op == "get_object" {
+                st.object_data(&bucket, &key)?.unwrap_or_default()
+            } else {
+                vec![]
+            };
+            let mut r = response(
+                200,
+                if op == "get_object" {
+                    Body::from(data)
+                } else {
+                    Body::empty()
+                },
+            );
             set_header(&mut r, "etag", &format!("\"{}\"", meta.etag));
             set_header(&mut r, "last-modified", &http_date(&meta.last_modified));
             set_header(&mut r, "content-length", &meta.size.to_string());
             set_header(&mut r, "accept-ranges", "bytes");
-            set_header(&mut r, "content-type", meta.content_type.as_deref().unwrap_or("binary/octet-stream"));
+            set_header(
+                &mut r,
+                "content-type",
+                meta.content_type
+                    .as_deref()
+                    .unwrap_or("binary/octet-stream"),
+            );
             Ok(r)
         }
         "delete_object" => {
@@ -308,7 +408,13 @@ fn list_objects(inner: &Inner, bucket: &str, q: &Query) -> Result<Response, ApiE
     let prefix = query_value(q, "prefix").unwrap_or_default();
     let delimiter = query_value(q, "delimiter").unwrap_or_default();
     let max_keys: usize = match query_value(q, "max-keys") {
-        Some(m) => m.parse().map_err(|_| ApiError::new(400, "InvalidArgument", "Provided max-keys not an integer or within integer range"))?,
+        Some(m) => m.parse().map_err(|_| {
+            ApiError::new(
+                400,
+                "InvalidArgument",
+                "Provided max-keys not an integer or within integer range",
+            )
+        })?,
         None => 1000,
     };
     let max_keys = max_keys.min(1000);
@@ -316,7 +422,11 @@ fn list_objects(inner: &Inner, bucket: &str, q: &Query) -> Result<Response, ApiE
     let after = if v2 {
         match query_value(q, "continuation-token") {
             Some(t) => String::from_utf8(hex::decode(&t).map_err(|_| {
-                ApiError::new(400, "InvalidArgument", "The continuation token provided is incorrect")
+                ApiError::new(
+                    400,
+                    "InvalidArgument",
+                    "The continuation token provided is incorrect",
+                )
             })?)
             .unwrap_or_default(),
             None => query_value(q, "start-after").unwrap_or_default(),
@@ -335,7 +445,9 @@ fn list_objects(inner: &Inner, bucket: &str, q: &Query) -> Result<Response, ApiE
         let common = if delimiter.is_empty() {
             None
         } else {
-            k[prefix.len()..].find(&delimiter).map(|i| k[..prefix.len() + i + delimiter.len()].to_string())
+            k[prefix.len()..]
+                .find(&delimiter)
+                .map(|i| k[..prefix.len() + i + delimiter.len()].to_string())
         };
         if let Some(cp) = &common {
             if prefixes.last() == Some(cp) {
@@ -359,12 +471,21 @@ fn list_objects(inner: &Inner, bucket: &str, q: &Query) -> Result<Response, ApiE
         xml_escape(&prefix)
     );
     if v2 {
-        xml.push_str(&format!("<KeyCount>{}</KeyCount>", contents.len() + prefixes.len()));
+        xml.push_str(&format!(
+            "<KeyCount>{}</KeyCount>",
+            contents.len() + prefixes.len()
+        ));
         if let Some(t) = query_value(q, "continuation-token") {
-            xml.push_str(&format!("<ContinuationToken>{}</ContinuationToken>", xml_escape(&t)));
+            xml.push_str(&format!(
+                "<ContinuationToken>{}</ContinuationToken>",
+                xml_escape(&t)
+            ));
         }
         if truncated {
-            xml.push_str(&format!("<NextContinuationToken>{}</NextContinuationToken>", hex::encode(&last)));
+            xml.push_str(&format!(
+                "<NextContinuationToken>{}</NextContinuationToken>",
+                hex::encode(&last)
+            ));
         }
     } else {
         xml.push_str(&format!("<Marker>{}</Marker>", xml_escape(&after)));
@@ -373,9 +494,14 @@ fn list_objects(inner: &Inner, bucket: &str, q: &Query) -> Result<Response, ApiE
         }
     }
     if !delimiter.is_empty() {
-        xml.push_str(&format!("<Delimiter>{}</Delimiter>", xml_escape(&delimiter)));
+        xml.push_str(&format!(
+            "<Delimiter>{}</Delimiter>",
+            xml_escape(&delimiter)
+        ));
     }
-    xml.push_str(&format!("<MaxKeys>{max_keys}</MaxKeys><IsTruncated>{truncated}</IsTruncated>"));
+    xml.push_str(&format!(
+        "<MaxKeys>{max_keys}</MaxKeys><IsTruncated>{truncated}</IsTruncated>"
+    ));
     for (k, m) in contents {
         xml.push_str(&format!(
             "<Contents><Key>{}</Key><LastModified>{}</LastModified><ETag>&quot;{}&quot;</ETag><Size>{}</Size><StorageClass>STANDARD</StorageClass></Contents>",
@@ -386,7 +512,10 @@ fn list_objects(inner: &Inner, bucket: &str, q: &Query) -> Result<Response, ApiE
         ));
     }
     for p in prefixes {
-        xml.push_str(&format!("<CommonPrefixes><Prefix>{}</Prefix></CommonPrefixes>", xml_escape(&p)));
+        xml.push_str(&format!(
+            "<CommonPrefixes><Prefix>{}</Prefix></CommonPrefixes>",
+            xml_escape(&p)
+        ));
     }
     xml.push_str("</ListBucketResult>");
     Ok(xml_response(xml))

@@ -35,7 +35,10 @@ pub(crate) struct Auth {
 
 impl Auth {
     pub fn scope(&self) -> String {
-        format!("{}/{}/{}/aws4_request", self.scope_date, self.region, self.service)
+        format!(
+            "{}/{}/{}/aws4_request",
+            self.scope_date, self.region, self.service
+        )
     }
 }
 
@@ -91,14 +94,19 @@ pub(crate) fn parse_query(raw: Option<&str>) -> Result<QueryPairs, ApiError> {
     for part in raw.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = part.split_once('=').unwrap_or((part, ""));
         let bad = || ApiError::invalid_request("The query string is not validly percent-encoded.");
-        out.push((percent_decode(k, true).ok_or_else(bad)?, percent_decode(v, true).ok_or_else(bad)?));
+        out.push((
+            percent_decode(k, true).ok_or_else(bad)?,
+            percent_decode(v, true).ok_or_else(bad)?,
+        ));
     }
     Ok(out)
 }
 
 /// Value of query parameter `name` (first occurrence), lossily decoded.
 pub(crate) fn query_value(q: &[(Vec<u8>, Vec<u8>)], name: &str) -> Option<String> {
-    q.iter().find(|(k, _)| k == name.as_bytes()).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    q.iter()
+        .find(|(k, _)| k == name.as_bytes())
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
 }
 
 fn header_str<'a>(parts: &'a Parts, name: &str) -> Option<&'a str> {
@@ -118,11 +126,19 @@ fn parse_credential(cred: &str) -> Result<(String, String, String, String), ApiE
             "The authorization header is malformed; the Credential is mal-formed; expecting \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\".",
         ));
     }
-    Ok((key.to_string(), date.to_string(), region.to_string(), service.to_string()))
+    Ok((
+        key.to_string(),
+        date.to_string(),
+        region.to_string(),
+        service.to_string(),
+    ))
 }
 
 /// Parse the request's SigV4 claims. `Ok(None)`: an anonymous request.
-pub(crate) fn parse_auth(parts: &Parts, query: &[(Vec<u8>, Vec<u8>)]) -> Result<Option<Auth>, ApiError> {
+pub(crate) fn parse_auth(
+    parts: &Parts,
+    query: &[(Vec<u8>, Vec<u8>)],
+) -> Result<Option<Auth>, ApiError> {
     if let Some(h) = header_str(parts, "authorization") {
         let Some(rest) = h.strip_prefix(ALGORITHM) else {
             if h.starts_with("AWS ") {
@@ -132,7 +148,9 @@ pub(crate) fn parse_auth(parts: &Parts, query: &[(Vec<u8>, Vec<u8>)]) -> Result<
                     "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
                 ));
             }
-            return Err(ApiError::malformed_auth("The authorization header is malformed; unsupported algorithm."));
+            return Err(ApiError::malformed_auth(
+                "The authorization header is malformed; unsupported algorithm.",
+            ));
         };
         let mut credential = None;
         let mut signed = None;
@@ -147,15 +165,22 @@ pub(crate) fn parse_auth(parts: &Parts, query: &[(Vec<u8>, Vec<u8>)]) -> Result<
                 signature = Some(v);
             }
         }
-        let (Some(credential), Some(signed), Some(signature)) = (credential, signed, signature) else {
+        let (Some(credential), Some(signed), Some(signature)) = (credential, signed, signature)
+        else {
             return Err(ApiError::malformed_auth(
                 "The authorization header is malformed; it must contain Credential, SignedHeaders and Signature.",
             ));
         };
         let (access_key, scope_date, region, service) = parse_credential(credential)?;
-        let amz_date = header_str(parts, "x-amz-date").map(str::to_string).ok_or_else(|| {
-            ApiError::new(403, "AccessDenied", "AWS authentication requires a valid Date or x-amz-date header")
-        })?;
+        let amz_date = header_str(parts, "x-amz-date")
+            .map(str::to_string)
+            .ok_or_else(|| {
+                ApiError::new(
+                    403,
+                    "AccessDenied",
+                    "AWS authentication requires a valid Date or x-amz-date header",
+                )
+            })?;
         return Ok(Some(Auth {
             access_key,
             scope_date,
@@ -167,9 +192,13 @@ pub(crate) fn parse_auth(parts: &Parts, query: &[(Vec<u8>, Vec<u8>)]) -> Result<
             presigned: None,
         }));
     }
-    let Some(alg) = query_value(query, "X-Amz-Algorithm") else { return Ok(None) };
+    let Some(alg) = query_value(query, "X-Amz-Algorithm") else {
+        return Ok(None);
+    };
     if alg != ALGORITHM {
-        return Err(ApiError::invalid_request("X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\""));
+        return Err(ApiError::invalid_request(
+            "X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"",
+        ));
     }
     let missing = |what: &str| {
         ApiError::new(
@@ -178,15 +207,24 @@ pub(crate) fn parse_auth(parts: &Parts, query: &[(Vec<u8>, Vec<u8>)]) -> Result<
             format!("Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters ({what} missing)."),
         )
     };
-    let credential = query_value(query, "X-Amz-Credential").ok_or_else(|| missing("X-Amz-Credential"))?;
+    let credential =
+        query_value(query, "X-Amz-Credential").ok_or_else(|| missing("X-Amz-Credential"))?;
     let (access_key, scope_date, region, service) = parse_credential(&credential)?;
     let amz_date = query_value(query, "X-Amz-Date").ok_or_else(|| missing("X-Amz-Date"))?;
-    let signed = query_value(query, "X-Amz-SignedHeaders").ok_or_else(|| missing("X-Amz-SignedHeaders"))?;
-    let signature = query_value(query, "X-Amz-Signature").ok_or_else(|| missing("X-Amz-Signature"))?;
+    let signed =
+        query_value(query, "X-Amz-SignedHeaders").ok_or_else(|| missing("X-Amz-SignedHeaders"))?;
+    let signature =
+        query_value(query, "X-Amz-Signature").ok_or_else(|| missing("X-Amz-Signature"))?;
     let expires: i64 = query_value(query, "X-Amz-Expires")
         .ok_or_else(|| missing("X-Amz-Expires"))?
         .parse()
-        .map_err(|_| ApiError::new(400, "AuthorizationQueryParametersError", "X-Amz-Expires should be a number"))?;
+        .map_err(|_| {
+            ApiError::new(
+                400,
+                "AuthorizationQueryParametersError",
+                "X-Amz-Expires should be a number",
+            )
+        })?;
     if !(0..=MAX_EXPIRES_SECS).contains(&expires) {
         return Err(ApiError::new(
             400,
@@ -221,7 +259,9 @@ pub(crate) fn access_key_hint(parts: &Parts) -> Option<String> {
 
 fn parse_amz_date(s: &str) -> Option<OffsetDateTime> {
     let fmt = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
-    time::PrimitiveDateTime::parse(s, &fmt).ok().map(|p| p.assume_utc())
+    time::PrimitiveDateTime::parse(s, &fmt)
+        .ok()
+        .map(|p| p.assume_utc())
 }
 
 fn canonical_header_value(parts: &Parts, name: &str) -> Option<String> {
@@ -253,9 +293,14 @@ pub(crate) fn canonical_request(
     payload_hash: &str,
 ) -> Result<String, ApiError> {
     let path = parts.uri.path();
-    let decoded = percent_decode(path, false)
-        .ok_or_else(|| ApiError::invalid_request("The request path is not validly percent-encoded."))?;
-    let canonical_uri = if decoded.is_empty() { "/".to_string() } else { uri_encode(&decoded, true) };
+    let decoded = percent_decode(path, false).ok_or_else(|| {
+        ApiError::invalid_request("The request path is not validly percent-encoded.")
+    })?;
+    let canonical_uri = if decoded.is_empty() {
+        "/".to_string()
+    } else {
+        uri_encode(&decoded, true)
+    };
 
     let mut pairs: Vec<(String, String)> = query
         .iter()
@@ -263,12 +308,18 @@ pub(crate) fn canonical_request(
         .map(|(k, v)| (uri_encode(k, false), uri_encode(v, false)))
         .collect();
     pairs.sort();
-    let canonical_query = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&");
+    let canonical_query = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&");
 
     let mut headers = String::new();
     for name in &auth.signed_headers {
         let value = canonical_header_value(parts, name).ok_or_else(|| {
-            ApiError::signature_mismatch_with(format!("Signed header '{name}' is not present in the request."))
+            ApiError::signature_mismatch_with(format!(
+                "Signed header '{name}' is not present in the request."
+            ))
         })?;
         headers.push_str(name);
         headers.push(':');
@@ -296,7 +347,8 @@ impl ApiError {
 
 fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
     // HMAC accepts keys of any length, so this cannot fail.
-    let mut m = <HmacSha256 as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!("hmac key length"));
+    let mut m = <HmacSha256 as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("hmac key length"));
     m.update(data);
     m.finalize().into_bytes().into()
 }
@@ -314,7 +366,11 @@ pub(crate) fn sha256_hex(data: &[u8]) -> String {
 }
 
 fn ct_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// The payload hash the request was signed over.
@@ -322,7 +378,9 @@ pub(crate) fn claimed_payload_hash(parts: &Parts, auth: &Auth) -> Result<String,
     match header_str(parts, "x-amz-content-sha256") {
         Some(h) => Ok(h.to_string()),
         None if auth.presigned.is_some() => Ok("UNSIGNED-PAYLOAD".to_string()),
-        None => Err(ApiError::invalid_request("Missing required header for this request: x-amz-content-sha256")),
+        None => Err(ApiError::invalid_request(
+            "Missing required header for this request: x-amz-content-sha256",
+        )),
     }
 }
 
@@ -349,7 +407,11 @@ pub(crate) fn verify(
         )));
     }
     let when = parse_amz_date(&auth.amz_date).ok_or_else(|| {
-        ApiError::new(403, "AccessDenied", "AWS authentication requires a valid Date or x-amz-date header")
+        ApiError::new(
+            403,
+            "AccessDenied",
+            "AWS authentication requires a valid Date or x-amz-date header",
+        )
     })?;
     if !auth.amz_date.starts_with(&auth.scope_date) {
         return Err(ApiError::malformed_auth(
@@ -366,7 +428,11 @@ pub(crate) fn verify(
             ))
         }
         Some(_) if skew < -MAX_SKEW_SECS => {
-            return Err(ApiError::new(403, "AccessDenied", "Request is not valid yet"));
+            return Err(ApiError::new(
+                403,
+                "AccessDenied",
+                "Request is not valid yet",
+            ));
         }
         Some(expires) if skew > expires => {
             return Err(ApiError::new(403, "AccessDenied", "Request has expired"));
@@ -374,11 +440,18 @@ pub(crate) fn verify(
         _ => {}
     }
     if !auth.signed_headers.iter().any(|h| h == "host") {
-        return Err(ApiError::malformed_auth("The authorization header is malformed; 'host' must be a signed header."));
+        return Err(ApiError::malformed_auth(
+            "The authorization header is malformed; 'host' must be a signed header.",
+        ));
     }
     let payload_hash = claimed_payload_hash(parts, auth)?;
     let creq = canonical_request(parts, query, auth, &payload_hash)?;
-    let sts = format!("{ALGORITHM}\n{}\n{}\n{}", auth.amz_date, auth.scope(), sha256_hex(creq.as_bytes()));
+    let sts = format!(
+        "{ALGORITHM}\n{}\n{}\n{}",
+        auth.amz_date,
+        auth.scope(),
+        sha256_hex(creq.as_bytes())
+    );
     let key = signing_key(secret, &auth.scope_date, &auth.region, &auth.service);
     let sig = hex::encode(hmac(&key, sts.as_bytes()));
     if !ct_eq(&sig, &auth.signature) {
@@ -434,22 +507,36 @@ struct ChunkSigning<'a> {
 }
 
 fn decode_chunked(body: &[u8], mut signing: Option<ChunkSigning<'_>>) -> Result<Vec<u8>, ApiError> {
-    let bad = |m: &str| ApiError::new(400, "IncompleteBody", format!("The aws-chunked body is malformed: {m}."));
+    let bad = |m: &str| {
+        ApiError::new(
+            400,
+            "IncompleteBody",
+            format!("The aws-chunked body is malformed: {m}."),
+        )
+    };
     let mut out = Vec::with_capacity(body.len());
     let mut rest = body;
     loop {
-        let eol = rest.windows(2).position(|w| w == b"\r\n").ok_or_else(|| bad("chunk header without CRLF"))?;
-        let header = std::str::from_utf8(&rest[..eol]).map_err(|_| bad("chunk header is not text"))?;
+        let eol = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or_else(|| bad("chunk header without CRLF"))?;
+        let header =
+            std::str::from_utf8(&rest[..eol]).map_err(|_| bad("chunk header is not text"))?;
         rest = &rest[eol + 2..];
         let (size_hex, ext) = header.split_once(';').unwrap_or((header, ""));
-        let size = usize::from_str_radix(size_hex.trim(), 16).map_err(|_| bad("chunk size is not hex"))?;
+        let size =
+            usize::from_str_radix(size_hex.trim(), 16).map_err(|_| bad("chunk size is not hex"))?;
         if size > rest.len() {
             return Err(bad("chunk is longer than the body"));
         }
         let data = &rest[..size];
         rest = &rest[size..];
         if let Some(s) = signing.as_mut() {
-            let sig = ext.trim().strip_prefix("chunk-signature=").ok_or_else(|| bad("chunk signature missing"))?;
+            let sig = ext
+                .trim()
+                .strip_prefix("chunk-signature=")
+                .ok_or_else(|| bad("chunk signature missing"))?;
             let sts = format!(
                 "AWS4-HMAC-SHA256-PAYLOAD\n{}\n{}\n{}\n{EMPTY_SHA256}\n{}",
                 s.amz_date,
@@ -468,7 +555,9 @@ fn decode_chunked(body: &[u8], mut signing: Option<ChunkSigning<'_>>) -> Result<
             // Trailers (checksums) may follow the last chunk; they are not verified.
             return Ok(out);
         }
-        rest = rest.strip_prefix(b"\r\n").ok_or_else(|| bad("chunk data not followed by CRLF"))?;
+        rest = rest
+            .strip_prefix(b"\r\n")
+            .ok_or_else(|| bad("chunk data not followed by CRLF"))?;
     }
 }
 
@@ -545,7 +634,12 @@ mod tests {
         let auth = parse_auth(&p, &q).unwrap().unwrap();
         verify(&p, &q, &auth, DOC_SECRET, "us-east-1", doc_time()).unwrap();
         let expired = doc_time() + time::Duration::days(2);
-        assert_eq!(verify(&p, &q, &auth, DOC_SECRET, "us-east-1", expired).unwrap_err().message, "Request has expired");
+        assert_eq!(
+            verify(&p, &q, &auth, DOC_SECRET, "us-east-1", expired)
+                .unwrap_err()
+                .message,
+            "Request has expired"
+        );
     }
 
     #[test]
@@ -569,7 +663,10 @@ mod tests {
         }
         assert!(decode_chunked(b"zz\r\n", None).is_err());
         assert!(decode_chunked(b"ffffffff\r\nab", None).is_err());
-        assert_eq!(decode_chunked(b"3\r\nabc\r\n0\r\nx-amz-checksum-crc32:AAAA\r\n\r\n", None).unwrap(), b"abc");
+        assert_eq!(
+            decode_chunked(b"3\r\nabc\r\n0\r\nx-amz-checksum-crc32:AAAA\r\n\r\n", None).unwrap(),
+            b"abc"
+        );
     }
 
     #[test]

@@ -60,17 +60,27 @@ pub(crate) struct State {
 }
 
 fn strip<T>(prefix: &str, v: Vec<(String, T)>) -> Vec<(String, T)> {
-    v.into_iter().map(|(k, t)| (k[prefix.len()..].to_string(), t)).collect()
+    v.into_iter()
+        .map(|(k, t)| (k[prefix.len()..].to_string(), t))
+        .collect()
 }
 
 impl State {
     /// Open the state, adding MinIO's built-in policies on first use.
     pub fn open(store: Arc<dyn Store>) -> Result<Self, StoreError> {
-        let s = Self { store, lock: Mutex::new(()) };
+        let s = Self {
+            store,
+            lock: Mutex::new(()),
+        };
         if s.store.get(SEEDED)?.is_none() {
             let now = now_rfc3339();
             for (name, document) in super::policy::builtin() {
-                let rec = PolicyRec { document, builtin: true, created_at: now.clone(), updated_at: now.clone() };
+                let rec = PolicyRec {
+                    document,
+                    builtin: true,
+                    created_at: now.clone(),
+                    updated_at: now.clone(),
+                };
                 s.store.put_json(&format!("{POLICY}{name}"), &rec)?;
             }
             s.store.put(SEEDED, b"1")?;
@@ -133,9 +143,16 @@ impl State {
     pub fn object_data(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.store.get(&format!("{DATA}{bucket}/{key}"))
     }
-    pub fn put_object(&self, bucket: &str, key: &str, meta: &ObjectMeta, data: &[u8]) -> Result<(), StoreError> {
+    pub fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
         self.store.put(&format!("{DATA}{bucket}/{key}"), data)?;
-        self.store.put_json(&format!("{OBJECT}{bucket}/{key}"), meta)
+        self.store
+            .put_json(&format!("{OBJECT}{bucket}/{key}"), meta)
     }
     pub fn remove_object(&self, bucket: &str, key: &str) -> Result<bool, StoreError> {
         self.store.remove(&format!("{DATA}{bucket}/{key}"))?;
