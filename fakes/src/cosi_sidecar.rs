@@ -47,6 +47,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::gate::{CallSpec, Delivery, Gate, Verdict};
 use crate::history::{CallId, Component, EventKind, Outcome};
+use crate::json::{self, at, bool_at};
 use crate::kube::{Kind, KubeError, KubeFake};
 use crate::secret::Secret;
 
@@ -1028,19 +1029,9 @@ fn merged(
     base
 }
 
-fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |v, k| v.get(*k))
-}
-
+/// The non-empty string at `path`: the sidecar treats "" as unset, as the real one does.
 fn str_at(v: &Value, path: &[&str]) -> Option<String> {
-    at(v, path)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-}
-
-fn bool_at(v: &Value, path: &[&str]) -> bool {
-    at(v, path).and_then(Value::as_bool).unwrap_or(false)
+    Some(json::str_at(v, path)).filter(|s| !s.is_empty())
 }
 
 fn string_map(v: &Value, path: &[&str]) -> BTreeMap<String, String> {

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod cosi_sidecar;
 pub mod gate;
 pub mod history;
+pub mod json;
 pub mod kube;
 pub mod s3;
 pub mod secret;

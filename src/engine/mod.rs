@@ -16,6 +16,7 @@ use drivelab_fakes::cosi_sidecar::{
 };
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, Event, EventKind, History};
+use drivelab_fakes::json::{bool_at, str_at};
 use drivelab_fakes::kube::{Kind, KubeFake};
 use drivelab_fakes::s3::{S3Config, S3Probe};
 use drivelab_fakes::secret::Secret;
@@ -1463,19 +1464,4 @@ fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
     (0..len)
         .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
         .collect()
-}
-
-fn str_at(v: &Value, path: &[&str]) -> String {
-    path.iter()
-        .try_fold(v, |v, k| v.get(*k))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
-}
-
-fn bool_at(v: &Value, path: &[&str]) -> bool {
-    path.iter()
-        .try_fold(v, |v, k| v.get(*k))
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use base64::Engine as _;
+use drivelab_fakes::json::{at as c, bool_at as b, str_at as s};
 use drivelab_fakes::secret::Secret;
 use serde_json::Value;
 
@@ -331,18 +332,6 @@ fn sorted(objs: &[Value], norm: &Normalizer) -> Vec<Value> {
         ))
     });
     v
-}
-
-fn c<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |v, k| v.get(*k))
-}
-
-fn s(v: &Value, path: &[&str]) -> String {
-    c(v, path).and_then(Value::as_str).unwrap_or("").to_string()
-}
-
-fn b(v: &Value, path: &[&str]) -> bool {
-    c(v, path).and_then(Value::as_bool).unwrap_or(false)
 }
 
 fn or_dash(s: &str) -> &str {
