@@ -672,16 +672,8 @@ impl Lab {
         }
         self.sched.end();
         for (t, r) in results {
-            match r.with_context(|| format!("reconciling {t}"))? {
-                Reconcile::Done => {}
-                Reconcile::Requeue { after, reason } => {
-                    self.history.record(EventKind::Note {
-                        component: Component::Sidecar,
-                        text: format!("requeue {t} in {}ms: {reason}", after.as_millis()),
-                    });
-                    self.queue.push(self.clock.now().after(after), t);
-                }
-            }
+            let r = r.with_context(|| format!("reconciling {t}"))?;
+            self.settle(t, r);
         }
         if let Some(t) = targets.first().cloned() {
             self.converge(t).await?;
@@ -814,25 +806,27 @@ impl Lab {
         self.drain(self.converge_within).await
     }
 
+    /// Act on one reconcile's result: done, or back on the queue after its back-off.
+    fn settle(&mut self, t: Target, r: Reconcile) {
+        if let Reconcile::Requeue { after, reason } = r {
+            self.history.record(EventKind::Note {
+                component: Component::Sidecar,
+                text: format!("requeue {t} in {}ms: {reason}", after.as_millis()),
+            });
+            self.queue.push(self.clock.now().after(after), t);
+        }
+    }
+
     async fn drain(&mut self, within: Duration) -> anyhow::Result<()> {
         let deadline = queue::deadline(&self.clock, within);
         while let Some((at, t)) = self.queue.pop_due(deadline) {
             self.clock.advance_to(at);
-            match self
+            let r = self
                 .sidecar
                 .reconcile(&t)
                 .await
-                .with_context(|| format!("reconciling {t}"))?
-            {
-                Reconcile::Done => {}
-                Reconcile::Requeue { after, reason } => {
-                    self.history.record(EventKind::Note {
-                        component: Component::Sidecar,
-                        text: format!("requeue {t} in {}ms: {reason}", after.as_millis()),
-                    });
-                    self.queue.push(self.clock.now().after(after), t);
-                }
-            }
+                .with_context(|| format!("reconciling {t}"))?;
+            self.settle(t, r);
         }
         for (at, t) in self.queue.pending() {
             let msg = format!(
