@@ -26,6 +26,20 @@ pub enum Component {
     Kube,
     /// A workload using credentials handed out by a driver.
     Workload,
+    /// The fake BOSH Director (dynamic-disks API, tasks, locks).
+    Director,
+    /// The fake IaaS CPI (BOSH CPI API v2).
+    Cpi,
+    /// The fake BOSH agent on a VM (add/remove dynamic disk).
+    Agent,
+    /// The fake CSI external-provisioner sidecar.
+    CsiProvisioner,
+    /// The fake CSI external-attacher sidecar.
+    CsiAttacher,
+    /// The fake kubelet-like node agent (NodeStage/NodePublish).
+    Kubelet,
+    /// The fake node mount table the CSI node plugin mounts into.
+    Mounts,
 }
 
 impl Component {
@@ -39,6 +53,13 @@ impl Component {
             Component::S3Admin => "s3admin",
             Component::Kube => "kube",
             Component::Workload => "workload",
+            Component::Director => "director",
+            Component::Cpi => "cpi",
+            Component::Agent => "agent",
+            Component::CsiProvisioner => "csi-provisioner",
+            Component::CsiAttacher => "csi-attacher",
+            Component::Kubelet => "kubelet",
+            Component::Mounts => "mounts",
         }
     }
 }
