@@ -391,7 +391,11 @@ async fn run(
         Ok(s) => s,
         Err(c) => return c,
     };
-    let opts = engine::RunOptions { seed, mutants };
+    let opts = engine::RunOptions {
+        seed,
+        mutants,
+        ..Default::default()
+    };
     let progress = report::cli::Progress::new(scenarios.len());
     let mut reports: Vec<report::ScenarioReport> = Vec::new();
     for (i, scn) in scenarios.iter().enumerate() {
@@ -468,6 +472,7 @@ async fn sweep(
             let opts = engine::RunOptions {
                 seed: Some(seed),
                 mutants: mutants.clone(),
+                ..Default::default()
             };
             match engine::run(scn, &opts).await {
                 Ok(o) if o.passed() => passed += 1,
@@ -520,6 +525,7 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
             &engine::RunOptions {
                 seed,
                 mutants: vec![],
+                ..Default::default()
             },
         )
         .await
@@ -557,6 +563,7 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
                 &engine::RunOptions {
                     seed,
                     mutants: vec![*m],
+                    ..Default::default()
                 },
             )
             .await

@@ -27,6 +27,7 @@ async fn run_seeded(rel: &str, seed: Option<u64>, mutants: &[Mutant]) -> RunOutc
         &RunOptions {
             seed,
             mutants: mutants.to_vec(),
+            ..Default::default()
         },
     )
     .await

@@ -48,6 +48,7 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
         &RunOptions {
             seed: None,
             mutants: vec![Mutant::UserBeforeCheckpoint],
+            ..Default::default()
         },
     )
     .await

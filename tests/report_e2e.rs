@@ -67,6 +67,7 @@ async fn run_into(out: &Path, paths: &[PathBuf], mutants: &[Mutant]) -> Vec<Scen
     let opts = RunOptions {
         seed: None,
         mutants: mutants.to_vec(),
+        ..Default::default()
     };
     let mut reports = Vec::new();
     for f in files {

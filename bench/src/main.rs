@@ -98,7 +98,8 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
         Some("virtual") => rt.block_on(scenarios::virtual_clock(7)),
         Some("growth") => {
             let n: usize = args.get(1).context("growth N")?.parse()?;
-            rt.block_on(scenarios::growth(n))
+            let every_step = args.iter().any(|a| a == "--step-snapshots");
+            rt.block_on(scenarios::growth(n, every_step))
         }
         other => bail!("unknown child {other:?}"),
     }
@@ -194,7 +195,7 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Valu
         })
         .collect();
     let growth = json!({
-        "family": "one claim + N grants, one step each (scenarios::growth_text)",
+        "family": "one claim + N grants, one step each (scenarios::growth_text), final snapshot only (StepSnapshots::FinalOnly)",
         "points": points,
         "capped": capped,
         "exponent_wall": loglog_slope(&xy("wall_s", usize::MAX)),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{anyhow, Context};
-use drivelab::engine::{self, RunOptions};
+use drivelab::engine::{self, RunOptions, StepSnapshots};
 use drivelab::scenario;
 use drivelab_fakes::history::EventKind;
 use serde_json::{json, Value};
@@ -138,7 +138,7 @@ steps:
 }
 
 /// The growth scenario at size `n`, once (a fresh child per size).
-pub async fn growth(n: usize) -> anyhow::Result<Value> {
+pub async fn growth(n: usize, every_step: bool) -> anyhow::Result<Value> {
     let scn = scenario::parse(
         &PathBuf::from(format!("<bench>/growth-{n}.yaml")),
         &growth_text(n),
@@ -146,7 +146,15 @@ pub async fn growth(n: usize) -> anyhow::Result<Value> {
     .map_err(|e| anyhow!("{e}"))?;
     let rss0 = peak_rss_mib();
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
-    let out = engine::run(&scn, &RunOptions::default()).await?;
+    let opts = RunOptions {
+        step_snapshots: if every_step {
+            StepSnapshots::Every
+        } else {
+            StepSnapshots::FinalOnly
+        },
+        ..Default::default()
+    };
+    let out = engine::run(&scn, &opts).await?;
     let wall = t0.elapsed().as_secs_f64();
     Ok(json!({
         "n": n,

@@ -224,6 +224,16 @@ impl History {
         self.lock().events.clone()
     }
 
+    /// A copy of the events from index `from` on (a probe reads its own calls
+    /// without copying the whole history each time).
+    pub fn events_from(&self, from: usize) -> Vec<Event> {
+        let g = self.lock();
+        g.events
+            .get(from..)
+            .map(<[Event]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// Number of events so far.
     pub fn len(&self) -> usize {
         self.lock().events.len()

@@ -592,15 +592,30 @@ pub fn no_secret_leak(obs: &Observations) -> Verdict {
         .iter()
         .filter(|s| s.expose().len() >= 8)
         .collect();
+    // One automaton over every secret, one pass per artifact: searching each
+    // secret separately made this O(secrets × text), quadratic in a run's size.
+    let ac = aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::Standard)
+        .build(secrets.iter().map(|s| s.expose()));
+    let ac = match ac {
+        Ok(ac) => ac,
+        Err(e) => {
+            v.fail(format!("secret matcher could not be built: {e}"), []);
+            return v.finish(String::new());
+        }
+    };
     for (name, text) in &obs.artifacts {
-        for (i, s) in secrets.iter().enumerate() {
-            if let Some(pos) = text.find(s.expose()) {
-                let line = text[..pos].matches('\n').count() + 1;
-                v.fail(
-                    format!("{name}:{line}: contains secret #{} of this run", i + 1),
-                    [],
-                );
-            }
+        // First occurrence of each secret, reported in secret order.
+        let mut first = std::collections::BTreeMap::new();
+        for m in ac.find_overlapping_iter(text.as_str()) {
+            first.entry(m.pattern().as_usize()).or_insert(m.start());
+        }
+        for (i, pos) in first {
+            let line = text[..pos].matches('\n').count() + 1;
+            v.fail(
+                format!("{name}:{line}: contains secret #{} of this run", i + 1),
+                [],
+            );
         }
     }
     v.finish(format!(

@@ -61,6 +61,22 @@ pub struct RunOptions {
     pub seed: Option<u64>,
     /// Mutants to switch on in addition to the scenario's.
     pub mutants: Vec<Mutant>,
+    /// Whether the ownership snapshot is rendered after every step (the report's
+    /// per-step diffs need it). Rendering is O(state) per step, so a run of N
+    /// steps is O(N²) with it; benches of the engine's own growth turn it off.
+    pub step_snapshots: StepSnapshots,
+}
+
+/// When the engine renders per-step ownership snapshots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StepSnapshots {
+    /// After every step (what `drivelab run` and reports use).
+    #[default]
+    Every,
+    /// Only the final snapshot. Labels are then numbered in the final
+    /// snapshot's order, so texts differ from an `Every` run's (each is
+    /// deterministic on its own).
+    FinalOnly,
 }
 
 /// A failed `expect:` step.
@@ -140,22 +156,29 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
     // The twin: the same scenario, seed and names in a second lab. A driver whose
     // secrets are a function of names hands out the same secrets in both.
     let twin = if scn.invariants.contains(&Invariant::UnpredictableSecrets) {
-        Some(run_once(scn, seed, &mutants, None).await?.1)
+        Some(
+            run_once(scn, seed, &mutants, opts.step_snapshots, None)
+                .await?
+                .1,
+        )
     } else {
         None
     };
-    Ok(run_once(scn, seed, &mutants, twin).await?.0)
+    Ok(run_once(scn, seed, &mutants, opts.step_snapshots, twin)
+        .await?
+        .0)
 }
 
 async fn run_once(
     scn: &Scenario,
     seed: u64,
     mutants: &[Mutant],
+    step_snapshots: StepSnapshots,
     twin: Option<BTreeMap<String, Secret>>,
 ) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
     let log_start = crate::logcap::position();
     let mut lab = Lab::start(scn, seed, mutants).await?;
-    let result = lab.run_steps(scn).await;
+    let result = lab.run_steps(scn, step_snapshots).await;
     let outcome = match result {
         Ok(()) => lab.finish(scn, seed, mutants, log_start, twin).await,
         Err(e) => Err(e),
@@ -494,7 +517,7 @@ impl Lab {
         self.fakes.kube()
     }
 
-    async fn run_steps(&mut self, scn: &Scenario) -> anyhow::Result<()> {
+    async fn run_steps(&mut self, scn: &Scenario, snapshots: StepSnapshots) -> anyhow::Result<()> {
         for (i, step) in scn.steps.iter().enumerate() {
             let at = format!("{}:{}:{}", scn.path.display(), step.line, step.col);
             self.history.record(EventKind::Step {
@@ -544,7 +567,7 @@ impl Lab {
                 }
             }
             self.observe_backend();
-            if !matches!(step.value, Step::Expect(_)) {
+            if snapshots == StepSnapshots::Every && !matches!(step.value, Step::Expect(_)) {
                 let text = self.render_snapshot()?;
                 self.step_snapshots.push(StepSnapshot {
                     step: i,
@@ -1387,7 +1410,7 @@ impl Lab {
                 b"drivelab probe".to_vec(),
             )
             .await;
-        let call = drivelab_fakes::history::calls(&self.history.events()[calls_before..])
+        let call = drivelab_fakes::history::calls(&self.history.events_from(calls_before))
             .last()
             .map(|c| c.id);
         let (status, code) = match reply {

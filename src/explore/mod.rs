@@ -348,6 +348,7 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
         &RunOptions {
             seed: base.seed,
             mutants: vec![],
+            ..Default::default()
         },
     )
     .await
@@ -427,6 +428,7 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
             &RunOptions {
                 seed: scn.seed,
                 mutants: opts.mutants.clone(),
+                ..Default::default()
             },
         ))
         .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
@@ -439,6 +441,7 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
                 &RunOptions {
                     seed: scn.seed,
                     mutants: vec![],
+                    ..Default::default()
                 },
             ))
             .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
@@ -495,6 +498,7 @@ async fn fails(
         &RunOptions {
             seed: scn.seed,
             mutants: opts.mutants.clone(),
+            ..Default::default()
         },
     )
     .await
@@ -507,7 +511,7 @@ async fn fails(
     if opts.mutants.is_empty() {
         return true;
     }
-    matches!(engine::run(&scn, &RunOptions { seed: scn.seed, mutants: vec![] }).await, Ok(r) if failed_invariants(&r).is_empty())
+    matches!(engine::run(&scn, &RunOptions { seed: scn.seed, ..Default::default() }).await, Ok(r) if failed_invariants(&r).is_empty())
 }
 
 /// proptest's shrinking stops at the time budget; finish greedily: drop each
@@ -608,6 +612,7 @@ async fn write_found(
         &RunOptions {
             seed: None,
             mutants: opts.mutants.clone(),
+            ..Default::default()
         },
     )
     .await?;

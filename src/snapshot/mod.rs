@@ -15,11 +15,33 @@ use serde_json::Value;
 use crate::checks::BackendState;
 
 /// Assigns stable labels to ids and secrets and rewrites text with them.
-#[derive(Default, Debug)]
+#[derive(Default)]
 pub struct Normalizer {
     labels: BTreeMap<String, String>,
     counters: BTreeMap<&'static str, usize>,
-    secrets: Vec<(String, String)>,
+    secrets: BTreeMap<String, String>,
+    /// The automaton over every known value, built on first use after a change:
+    /// a snapshot calls `text` once per line, and rebuilding per call made a
+    /// step cost O(ids²) (issue 9's profile: 65% of a growth run's CPU).
+    matcher: std::sync::OnceLock<Matcher>,
+}
+
+// Holds raw secrets: Debug shows only counts.
+impl std::fmt::Debug for Normalizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Normalizer")
+            .field("ids", &self.labels.len())
+            .field("secrets", &self.secrets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every known secret and id with its label, compiled once.
+struct Matcher {
+    ac: Option<aho_corasick::AhoCorasick>,
+    labels: Vec<String>,
+    /// The pattern set could not be compiled (only on absurd sets).
+    failed: bool,
 }
 
 impl Normalizer {
@@ -35,6 +57,7 @@ impl Normalizer {
         *n += 1;
         let label = format!("<{category}-{n}>");
         self.labels.insert(raw.to_string(), label.clone());
+        self.matcher = Default::default();
         label
     }
 
@@ -42,6 +65,7 @@ impl Normalizer {
     pub fn fixed(&mut self, raw: &str, label: &str) {
         if !raw.is_empty() {
             self.labels.insert(raw.to_string(), format!("<{label}>"));
+            self.matcher = Default::default();
         }
     }
 
@@ -51,11 +75,12 @@ impl Normalizer {
         if raw.is_empty() {
             return "<empty-secret>".to_string();
         }
-        if let Some((_, l)) = self.secrets.iter().find(|(r, _)| r == raw) {
+        if let Some(l) = self.secrets.get(raw) {
             return l.clone();
         }
         let label = format!("<secret-{}>", letters(self.secrets.len()));
-        self.secrets.push((raw.to_string(), label.clone()));
+        self.secrets.insert(raw.to_string(), label.clone());
+        self.matcher = Default::default();
         label
     }
 
@@ -93,30 +118,45 @@ impl Normalizer {
 
     /// `text` with every known secret and id replaced by its label.
     pub fn text(&self, text: &str) -> String {
+        let m = self.matcher.get_or_init(|| self.compile());
+        match &m.ac {
+            Some(ac) => ac.replace_all(text, &m.labels),
+            // Only fails on absurd pattern sets; never write unlabelled text.
+            None if m.failed => "<snapshot could not be labelled>".to_string(),
+            None => text.to_string(),
+        }
+    }
+
+    fn compile(&self) -> Matcher {
         // One pass over the text (leftmost-longest, so no fragment of a longer
         // id or secret survives a shorter match); secrets win over ids.
         let mut patterns: Vec<&str> = Vec::new();
-        let mut labels: Vec<&str> = Vec::new();
+        let mut labels: Vec<String> = Vec::new();
         for (raw, label) in &self.secrets {
             patterns.push(raw);
-            labels.push(label);
+            labels.push(label.clone());
         }
         for (raw, label) in &self.labels {
-            if !self.secrets.iter().any(|(r, _)| r == raw) {
+            if !self.secrets.contains_key(raw) {
                 patterns.push(raw);
-                labels.push(label);
+                labels.push(label.clone());
             }
         }
         if patterns.is_empty() {
-            return text.to_string();
+            return Matcher {
+                ac: None,
+                labels,
+                failed: false,
+            };
         }
-        match aho_corasick::AhoCorasick::builder()
+        let ac = aho_corasick::AhoCorasick::builder()
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
             .build(&patterns)
-        {
-            Ok(ac) => ac.replace_all(text, &labels),
-            // Only fails on absurd pattern sets; never write unlabelled text.
-            Err(_) => "<snapshot could not be labelled>".to_string(),
+            .ok();
+        Matcher {
+            failed: ac.is_none(),
+            ac,
+            labels,
         }
     }
 }
