@@ -116,11 +116,12 @@ pub(crate) async fn dispatch(inner: Arc<Inner>) {
         match next {
             Some(id) => {
                 let inner2 = inner.clone();
-                tokio::spawn(async move {
+                let h = tokio::spawn(async move {
                     run_task(inner2.clone(), id).await;
                     inner2.sched().running -= 1;
                     inner2.wake.notify_one();
                 });
+                inner.track(h.abort_handle());
             }
             None => inner.wake.notified().await,
         }

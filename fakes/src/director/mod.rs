@@ -246,10 +246,13 @@ pub(crate) struct Inner {
     stemcell: Mutex<Option<String>>,
     tasks_lock: Mutex<()>,
     jti: std::sync::atomic::AtomicU64,
+    /// Every task this "process" spawned, so its end stops them all.
+    spawned: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
-/// Stops the dispatcher when the last handle goes (a Director "process" ends).
-struct Workers(Mutex<Vec<tokio::task::AbortHandle>>);
+/// Stops the dispatcher and running jobs when the last handle goes (a
+/// Director "process" ends; jobs stop where they are, as in a crash).
+struct Workers(Arc<Mutex<Vec<tokio::task::AbortHandle>>>);
 
 impl Drop for Workers {
     fn drop(&mut self) {
@@ -317,11 +320,13 @@ impl Director {
             stemcell: Mutex::new(None),
             tasks_lock: Mutex::new(()),
             jti: std::sync::atomic::AtomicU64::new(0),
+            spawned: Arc::default(),
         });
         let dispatcher = handle.spawn(jobs::dispatch(inner.clone()));
+        inner.track(dispatcher.abort_handle());
         let director = Director {
             inner: inner.clone(),
-            _workers: Arc::new(Workers(Mutex::new(vec![dispatcher.abort_handle()]))),
+            _workers: Arc::new(Workers(inner.spawned.clone())),
         };
         if inner.state.initialized()? {
             director.recover()?;
@@ -620,7 +625,7 @@ impl Director {
     }
 
     fn spawn_task(&self, id: u64) {
-        tokio::spawn(jobs::run_task(self.inner.clone(), id));
+        self.inner.spawn_task(id);
     }
 }
 
@@ -702,9 +707,21 @@ impl Inner {
         if job.is_disk_job() {
             self.enqueue_disk(id);
         } else {
-            tokio::spawn(jobs::run_task(self.clone(), id));
+            self.spawn_task(id);
         }
         Ok(id)
+    }
+
+    /// Run task `id` now, off the disk pool.
+    pub fn spawn_task(self: &Arc<Self>, id: u64) {
+        let h = tokio::spawn(jobs::run_task(self.clone(), id));
+        self.track(h.abort_handle());
+    }
+
+    pub fn track(&self, h: tokio::task::AbortHandle) {
+        let mut v = self.spawned.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|h| !h.is_finished());
+        v.push(h);
     }
 
     pub fn cancel(&self, id: u64) -> Result<TaskState, DirectorError> {
