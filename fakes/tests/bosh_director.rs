@@ -951,3 +951,87 @@ async fn a_restart_keeps_disks_tasks_and_tokens() {
     assert_eq!(lab.director.disks()[0].name, "keep");
     assert_eq!(lab.director.agent_disks(&inst).len(), 1);
 }
+
+/// Faults by op name: reject before, or cut the reply after the commit.
+struct Faults {
+    reject: Option<(&'static str, drivelab_fakes::gate::Rejection)>,
+    cut_after: Option<&'static str>,
+}
+
+impl drivelab_fakes::gate::GateHook for Faults {
+    fn before<'a>(
+        &'a self,
+        _id: drivelab_fakes::history::CallId,
+        call: &'a drivelab_fakes::gate::CallSpec,
+    ) -> futures_util::future::BoxFuture<'a, drivelab_fakes::gate::Verdict> {
+        let v = match &self.reject {
+            Some((op, r)) if call.op == *op => drivelab_fakes::gate::Verdict::Reject(r.clone()),
+            _ => drivelab_fakes::gate::Verdict::Proceed,
+        };
+        Box::pin(async move { v })
+    }
+    fn after<'a>(
+        &'a self,
+        _id: drivelab_fakes::history::CallId,
+        call: &'a drivelab_fakes::gate::CallSpec,
+        _o: &'a drivelab_fakes::history::Outcome,
+    ) -> futures_util::future::BoxFuture<'a, drivelab_fakes::gate::Delivery> {
+        let d = if self.cut_after == Some(call.op.as_str()) {
+            drivelab_fakes::gate::Delivery::Cut
+        } else {
+            drivelab_fakes::gate::Delivery::Deliver
+        };
+        Box::pin(async move { d })
+    }
+}
+
+#[tokio::test]
+async fn a_lost_302_still_leaves_the_task_and_cpi_faults_fail_it() {
+    let lab = lab().await;
+    let tok = lab.token("csi-a").await;
+    let inst = lab.instances("a")[0].clone();
+    lab.history
+        .clock()
+        .advance_to(drivelab_fakes::clock::VTime(42_000));
+    lab.director.cpi().gate().set_hook(Arc::new(Faults {
+        reject: Some((
+            "attach_disk",
+            drivelab_fakes::gate::Rejection {
+                http_status: 500,
+                code: "Bosh::Clouds::CloudError".into(),
+                message: "injected".into(),
+            },
+        )),
+        cut_after: Some("dynamic_disks.provide"),
+    }));
+    // the Director queued the task but the client's connection drops
+    let req = http::Request::builder()
+        .method(Method::POST)
+        .uri(format!("{}/dynamic_disks/provide", lab.url))
+        .header("authorization", format!("Bearer {tok}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(
+            provide_body(&inst, "lost").to_string(),
+        )))
+        .unwrap();
+    assert!(
+        lab.http.request(req).await.is_err(),
+        "the reply must be lost"
+    );
+    let t = lab
+        .director
+        .wait_task(lab.director.tasks().last().unwrap().id)
+        .await
+        .unwrap();
+    // the CPI fault (through the Director→Cpi gate) failed the attach
+    assert_eq!(t.state, drivelab_fakes::director::TaskState::Error);
+    assert!(t.result.unwrap().contains("injected"));
+    let rec = lab
+        .call(Method::GET, &format!("/tasks/{}", t.id), Some(&tok), None)
+        .await
+        .json();
+    assert_eq!(rec["timestamp"], 42, "virtual-clock seconds");
+    // the disk was created (before the attach failed): it is the consumer's to retry or delete
+    assert_eq!(lab.director.disks()[0].name, "lost");
+    assert!(lab.director.cpi().attachments().is_empty());
+}
