@@ -162,3 +162,29 @@ fn fail_marker_and_config_file() {
     let (v, _) = cpi_raw(&["--config", c], b"{}");
     assert_eq!(v["error"]["type"], "Bosh::Clouds::CpiError", "{v}");
 }
+
+#[test]
+fn pause_marker_holds_the_call_until_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let markers = dir.path().join("markers");
+    std::fs::create_dir_all(&markers).unwrap();
+    std::fs::write(markers.join("pause_info"), "").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+        .args(["cpi", "--state-dir", dir.path().to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"method":"info","arguments":[],"context":{}}"#)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "paused call answered");
+    std::fs::remove_file(markers.join("pause_info")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["result"]["api_version"], 2, "{v}");
+}
