@@ -119,6 +119,15 @@ enum Command {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// The fake IaaS as an external BOSH CPI: one JSON request on stdin, one reply on stdout.
+    Cpi {
+        /// Directory for the IaaS state (sled), fault markers and the call log.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// CPI config file: {"state_dir": "...", "cpi": {"max_disks_per_vm": 8, ...}}.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Serve a reference driver on a Unix socket (for crash tests and manual use).
     Driver {
         #[command(subcommand)]
@@ -288,6 +297,9 @@ fn main() -> ExitCode {
                     detect_only,
                 )
                 .await
+            }
+            Command::Cpi { state_dir, config } => {
+                drivelab_fakes::cpi::external::main(state_dir, config)
             }
             Command::Driver {
                 which:

@@ -4,6 +4,8 @@
 
 pub mod clock;
 pub mod cosi_sidecar;
+pub mod cpi;
+pub mod director;
 pub mod gate;
 pub mod history;
 pub mod json;
