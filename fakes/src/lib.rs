@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod cosi_sidecar;
+pub mod csi;
 pub mod gate;
 pub mod history;
 pub mod json;
