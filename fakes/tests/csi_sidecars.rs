@@ -1061,3 +1061,200 @@ async fn startup_and_every_driver_call_pass_the_gate() {
     assert_eq!(again.request, first);
     assert!(matches!(again.reply, DriverReply::Created(Some(ref v)) if v.volume_id == "disk-1"));
 }
+
+// ------------------------------------------- end to end with bosh-csi's node plugin
+
+/// The controller side is the in-test driver (no Director needed); the node
+/// side is the reference `bosh-csi` node plugin, mounting into the mount
+/// table over its HTTP API.
+struct BoshLab {
+    lab: Lab,
+    node: NodeAgent,
+    _table: drivelab_fakes::serve::Listener,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn bosh_lab(mutants: &[bosh_csi::Mutant]) -> BoshLab {
+    let lab = lab().await;
+    let table = lab
+        .mounts
+        .serve(drivelab_fakes::serve::loopback())
+        .await
+        .unwrap();
+    let sock = lab._dir.path().join("node.sock");
+    let config = bosh_csi::DriverConfig {
+        mode: bosh_csi::Mode::Node,
+        node_id: NODE_ID.into(),
+        mounter_url: table.url(),
+        mutants: mutants.to_vec(),
+        ..Default::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let s = sock.clone();
+    tokio::spawn(async move {
+        bosh_csi::serve_unix(config, &s, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    let mut tries = 0;
+    while !sock.exists() && tries < 200 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        tries += 1;
+    }
+    let slot: KubeSlot = Arc::new(RwLock::new(lab.kube.clone()));
+    let gate = lab.kube.gate().clone();
+    let node = NodeAgent::connect(NODE, &sock, slot, gate).await.unwrap();
+    assert_eq!(node.driver_name(), bosh_csi::DRIVER_NAME);
+    BoshLab {
+        lab,
+        node,
+        _table: table,
+        _stop: stop,
+    }
+}
+
+/// PVs of the in-test controller name the in-test driver; point them at
+/// bosh-csi so its kubelet takes them (the controller side is not under test).
+fn hand_pv_to_bosh(l: &Lab, pv: &str) {
+    let mut obj = get(l, Kind::PersistentVolume, None, pv).unwrap();
+    obj["spec"]["csi"]["driver"] = json!(bosh_csi::DRIVER_NAME);
+    obj["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    // spec.csi is immutable over the API: recreate the PV as an admin would.
+    let mut fresh = obj.clone();
+    for f in ["uid", "creationTimestamp", "finalizers"] {
+        fresh["metadata"].as_object_mut().unwrap().remove(f);
+    }
+    l.kube
+        .merge_patch(
+            Kind::PersistentVolume,
+            None,
+            pv,
+            json!({"metadata": {"finalizers": null}}),
+        )
+        .unwrap();
+    l.kube.delete(Kind::PersistentVolume, None, pv).unwrap();
+    let status = obj["status"].clone();
+    l.kube.create(Kind::PersistentVolume, fresh).unwrap();
+    l.kube
+        .merge_patch(Kind::PersistentVolume, None, pv, json!({"status": status}))
+        .unwrap();
+}
+
+async fn bosh_run_pod(b: &BoshLab, name: &str) -> Reconcile {
+    bosh_run_pod_until(b, name, None).await
+}
+
+/// Drive the pod until it is set up, or until a requeue reason contains `stop`.
+async fn bosh_run_pod_until(b: &BoshLab, name: &str, stop: Option<&str>) -> Reconcile {
+    let mut last = Reconcile::Done;
+    for _ in 0..6 {
+        last = b.node.reconcile(&pod_t(name)).await.unwrap();
+        if last == Reconcile::Done {
+            break;
+        }
+        if let (Some(s), Reconcile::Requeue { reason, .. }) = (stop, &last) {
+            if reason.contains(s) {
+                break;
+            }
+        }
+        for va in b.lab.kube.list(Kind::VolumeAttachment, None).unwrap() {
+            let n = va["metadata"]["name"].as_str().unwrap().to_string();
+            // The VolumeAttachment names bosh-csi; the in-test controller attaches it.
+            let mut spec_va = va.clone();
+            if spec_va["spec"]["attacher"] == bosh_csi::DRIVER_NAME {
+                spec_va["spec"]["attacher"] = json!(DRIVER);
+                b.lab.kube.delete(Kind::VolumeAttachment, None, &n).unwrap();
+                spec_va["metadata"] = json!({"name": n});
+                b.lab.kube.create(Kind::VolumeAttachment, spec_va).unwrap();
+            }
+            b.lab
+                .att
+                .reconcile(&AttachTarget::Attachment { name: n })
+                .await
+                .unwrap();
+        }
+    }
+    last
+}
+
+#[tokio::test]
+async fn end_to_end_with_the_bosh_csi_node_plugin() {
+    let b = bosh_lab(&[]).await;
+    let l = &b.lab;
+    assert_eq!(
+        l.node.reconcile(&NodeTarget::Register).await.unwrap(),
+        Reconcile::Done
+    );
+    assert_eq!(
+        b.node.reconcile(&NodeTarget::Register).await.unwrap(),
+        Reconcile::Done
+    );
+    let csinode = get(l, Kind::CsiNode, None, NODE).unwrap();
+    assert_eq!(csinode["spec"]["drivers"].as_array().unwrap().len(), 2);
+    let c = provisioned(l, "data", "fast", &["ReadWriteOnce"]).await;
+    let pv = c["spec"]["volumeName"].as_str().unwrap().to_string();
+    hand_pv_to_bosh(l, &pv);
+    let p = l.kube.create(Kind::Pod, pod("web", "data", true)).unwrap();
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(bosh_run_pod(&b, "web").await, Reconcile::Done);
+    assert_eq!(
+        get(l, Kind::Pod, Some("app"), "web").unwrap()["status"]["phase"],
+        "Running"
+    );
+    let staging = staging_path(bosh_csi::DRIVER_NAME, "disk-1");
+    let target = target_path(&uid, &pv);
+    let m = l.mounts.mounts();
+    assert_eq!(m.len(), 2, "{m:?}");
+    let stage = m.iter().find(|m| m.target == staging).expect("staged");
+    assert!(!stage.bind && stage.disk_cid == "disk-1" && stage.fstype == "ext4");
+    let publish = m.iter().find(|m| m.target == target).expect("published");
+    assert!(publish.bind && publish.read_only, "{publish:?}");
+    // Teardown through the real node plugin leaves nothing mounted.
+    l.kube.delete(Kind::Pod, Some("app"), "web").unwrap();
+    assert_eq!(
+        b.node.reconcile(&pod_t("web")).await.unwrap(),
+        Reconcile::Done
+    );
+    assert!(l.mounts.mounts().is_empty(), "{:?}", l.mounts.mounts());
+    assert!(get(l, Kind::Pod, Some("app"), "web").is_none());
+}
+
+/// A mount whose reply is lost makes bosh-csi's NodeStage fail; the correct
+/// plugin takes its mount down again, the `leak-mount-on-failed-stage` mutant
+/// leaves it. The check (no mount survives a failed stage) tells them apart.
+async fn leaked_after_failed_stage(mutants: &[bosh_csi::Mutant]) -> usize {
+    let b = bosh_lab(mutants).await;
+    let l = &b.lab;
+    b.node.reconcile(&NodeTarget::Register).await.unwrap();
+    l.node.reconcile(&NodeTarget::Register).await.unwrap();
+    let c = provisioned(l, "data", "fast", &["ReadWriteOnce"]).await;
+    let pv = c["spec"]["volumeName"].as_str().unwrap().to_string();
+    hand_pv_to_bosh(l, &pv);
+    l.kube.create(Kind::Pod, pod("web", "data", false)).unwrap();
+    l.hook.ops.lock().unwrap().push("mount");
+    let r = bosh_run_pod_until(&b, "web", Some("NodeStageVolume")).await;
+    assert!(
+        matches!(&r, Reconcile::Requeue { reason, .. } if reason.contains("NodeStageVolume")),
+        "{r:?}"
+    );
+    assert!(!rpcs(&b.node.exchanges()).contains(&"NodePublishVolume"));
+    let leaked = l.mounts.mounts().len();
+    // Either way the kubelet recovers: a retry stages and publishes.
+    assert_eq!(bosh_run_pod(&b, "web").await, Reconcile::Done);
+    leaked
+}
+
+#[tokio::test]
+async fn failed_stage_leak_is_caught_in_the_mount_table() {
+    assert_eq!(leaked_after_failed_stage(&[]).await, 0);
+    assert_eq!(
+        leaked_after_failed_stage(&[bosh_csi::Mutant::LeakMountOnFailedStage]).await,
+        1,
+        "the leak mutant must be visible"
+    );
+}
