@@ -46,6 +46,7 @@ struct DriverState {
 
 #[derive(Clone)]
 struct TestDriver {
+    name: String,
     st: Arc<Mutex<DriverState>>,
     /// What the "agent" made visible on the node (fed to the mount table).
     devices: Arc<Mutex<Vec<Device>>>,
@@ -71,7 +72,7 @@ impl Identity for TestDriver {
         _: Request<csi::GetPluginInfoRequest>,
     ) -> Result<Response<csi::GetPluginInfoResponse>, Status> {
         Ok(Response::new(csi::GetPluginInfoResponse {
-            name: DRIVER.into(),
+            name: self.name.clone(),
             vendor_version: "0.0.1".into(),
             manifest: Default::default(),
         }))
@@ -389,6 +390,11 @@ struct Lab {
 }
 
 async fn lab() -> Lab {
+    lab_named(DRIVER).await
+}
+
+/// A lab whose in-test driver reports `driver` as its name.
+async fn lab_named(driver_name: &str) -> Lab {
     let history = History::new(SimClock::new());
     let gate = Gate::new(history.clone());
     let hook = Arc::new(LoseReply::default());
@@ -403,6 +409,7 @@ async fn lab() -> Lab {
         gate.clone(),
     );
     let driver = TestDriver {
+        name: driver_name.to_string(),
         st: Arc::default(),
         devices,
         mounts: mounts.clone(),
@@ -430,12 +437,12 @@ async fn lab() -> Lab {
     let node = NodeAgent::connect(NODE, &sock, slot, gate).await.unwrap();
     kube.create(
         Kind::StorageClass,
-        json!({"metadata":{"name":"fast"},"provisioner":DRIVER,"parameters":{"tier":"gold","csi.storage.k8s.io/fstype":"ext4"}}),
+        json!({"metadata":{"name":"fast"},"provisioner":driver_name,"parameters":{"tier":"gold","csi.storage.k8s.io/fstype":"ext4"}}),
     )
     .unwrap();
     kube.create(
         Kind::StorageClass,
-        json!({"metadata":{"name":"keep"},"provisioner":DRIVER,"reclaimPolicy":"Retain"}),
+        json!({"metadata":{"name":"keep"},"provisioner":driver_name,"reclaimPolicy":"Retain"}),
     )
     .unwrap();
     Lab {
@@ -1064,7 +1071,8 @@ async fn startup_and_every_driver_call_pass_the_gate() {
 
 // ------------------------------------------- end to end with bosh-csi's node plugin
 
-/// The controller side is the in-test driver (no Director needed); the node
+/// The controller side is the in-test driver (no Director needed, it stands in
+/// for bosh-csi's controller and the BOSH agent); the node
 /// side is the reference `bosh-csi` node plugin, mounting into the mount
 /// table over its HTTP API.
 struct BoshLab {
@@ -1075,7 +1083,9 @@ struct BoshLab {
 }
 
 async fn bosh_lab(mutants: &[bosh_csi::Mutant]) -> BoshLab {
-    let lab = lab().await;
+    // The in-test controller answers to bosh-csi's name, so the PVs and
+    // VolumeAttachments it makes are the node plugin's.
+    let lab = lab_named(bosh_csi::DRIVER_NAME).await;
     let table = lab
         .mounts
         .serve(drivelab_fakes::serve::loopback())
@@ -1115,36 +1125,6 @@ async fn bosh_lab(mutants: &[bosh_csi::Mutant]) -> BoshLab {
     }
 }
 
-/// PVs of the in-test controller name the in-test driver; point them at
-/// bosh-csi so its kubelet takes them (the controller side is not under test).
-fn hand_pv_to_bosh(l: &Lab, pv: &str) {
-    let mut obj = get(l, Kind::PersistentVolume, None, pv).unwrap();
-    obj["spec"]["csi"]["driver"] = json!(bosh_csi::DRIVER_NAME);
-    obj["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("resourceVersion");
-    // spec.csi is immutable over the API: recreate the PV as an admin would.
-    let mut fresh = obj.clone();
-    for f in ["uid", "creationTimestamp", "finalizers"] {
-        fresh["metadata"].as_object_mut().unwrap().remove(f);
-    }
-    l.kube
-        .merge_patch(
-            Kind::PersistentVolume,
-            None,
-            pv,
-            json!({"metadata": {"finalizers": null}}),
-        )
-        .unwrap();
-    l.kube.delete(Kind::PersistentVolume, None, pv).unwrap();
-    let status = obj["status"].clone();
-    l.kube.create(Kind::PersistentVolume, fresh).unwrap();
-    l.kube
-        .merge_patch(Kind::PersistentVolume, None, pv, json!({"status": status}))
-        .unwrap();
-}
-
 async fn bosh_run_pod(b: &BoshLab, name: &str) -> Reconcile {
     bosh_run_pod_until(b, name, None).await
 }
@@ -1164,14 +1144,6 @@ async fn bosh_run_pod_until(b: &BoshLab, name: &str, stop: Option<&str>) -> Reco
         }
         for va in b.lab.kube.list(Kind::VolumeAttachment, None).unwrap() {
             let n = va["metadata"]["name"].as_str().unwrap().to_string();
-            // The VolumeAttachment names bosh-csi; the in-test controller attaches it.
-            let mut spec_va = va.clone();
-            if spec_va["spec"]["attacher"] == bosh_csi::DRIVER_NAME {
-                spec_va["spec"]["attacher"] = json!(DRIVER);
-                b.lab.kube.delete(Kind::VolumeAttachment, None, &n).unwrap();
-                spec_va["metadata"] = json!({"name": n});
-                b.lab.kube.create(Kind::VolumeAttachment, spec_va).unwrap();
-            }
             b.lab
                 .att
                 .reconcile(&AttachTarget::Attachment { name: n })
@@ -1187,21 +1159,21 @@ async fn end_to_end_with_the_bosh_csi_node_plugin() {
     let b = bosh_lab(&[]).await;
     let l = &b.lab;
     assert_eq!(
-        l.node.reconcile(&NodeTarget::Register).await.unwrap(),
-        Reconcile::Done
-    );
-    assert_eq!(
         b.node.reconcile(&NodeTarget::Register).await.unwrap(),
         Reconcile::Done
     );
     let csinode = get(l, Kind::CsiNode, None, NODE).unwrap();
-    assert_eq!(csinode["spec"]["drivers"].as_array().unwrap().len(), 2);
+    assert_eq!(csinode["spec"]["drivers"][0]["name"], bosh_csi::DRIVER_NAME);
+    assert_eq!(csinode["spec"]["drivers"][0]["nodeID"], NODE_ID);
     let c = provisioned(l, "data", "fast", &["ReadWriteOnce"]).await;
     let pv = c["spec"]["volumeName"].as_str().unwrap().to_string();
-    hand_pv_to_bosh(l, &pv);
     let p = l.kube.create(Kind::Pod, pod("web", "data", true)).unwrap();
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     assert_eq!(bosh_run_pod(&b, "web").await, Reconcile::Done);
+    assert_eq!(
+        rpcs(&b.node.exchanges()),
+        ["NodeGetInfo", "NodeStageVolume", "NodePublishVolume"]
+    );
     assert_eq!(
         get(l, Kind::Pod, Some("app"), "web").unwrap()["status"]["phase"],
         "Running"
@@ -1231,10 +1203,7 @@ async fn leaked_after_failed_stage(mutants: &[bosh_csi::Mutant]) -> usize {
     let b = bosh_lab(mutants).await;
     let l = &b.lab;
     b.node.reconcile(&NodeTarget::Register).await.unwrap();
-    l.node.reconcile(&NodeTarget::Register).await.unwrap();
-    let c = provisioned(l, "data", "fast", &["ReadWriteOnce"]).await;
-    let pv = c["spec"]["volumeName"].as_str().unwrap().to_string();
-    hand_pv_to_bosh(l, &pv);
+    provisioned(l, "data", "fast", &["ReadWriteOnce"]).await;
     l.kube.create(Kind::Pod, pod("web", "data", false)).unwrap();
     l.hook.ops.lock().unwrap().push("mount");
     let r = bosh_run_pod_until(&b, "web", Some("NodeStageVolume")).await;
@@ -1257,4 +1226,59 @@ async fn failed_stage_leak_is_caught_in_the_mount_table() {
         1,
         "the leak mutant must be visible"
     );
+}
+
+#[tokio::test]
+async fn pvc_in_use_is_protected_until_its_pod_is_gone() {
+    let l = lab().await;
+    l.node.reconcile(&NodeTarget::Register).await.unwrap();
+    let c = provisioned(&l, "data", "fast", &["ReadWriteOnce"]).await;
+    assert_eq!(
+        c["metadata"]["finalizers"],
+        json!([drivelab_fakes::kube::PVC_PROTECTION])
+    );
+    let pv = c["spec"]["volumeName"].as_str().unwrap().to_string();
+    l.kube.create(Kind::Pod, pod("web", "data", false)).unwrap();
+    assert_eq!(run_pod(&l, "web").await, Reconcile::Done);
+    l.kube
+        .delete(Kind::PersistentVolumeClaim, Some("app"), "data")
+        .unwrap();
+    let r = l.prov.reconcile(&claim("data")).await.unwrap();
+    assert!(
+        matches!(&r, Reconcile::Requeue { reason, .. } if reason.contains("in use by pod web")),
+        "{r:?}"
+    );
+    assert!(get(&l, Kind::PersistentVolumeClaim, Some("app"), "data").is_some());
+    assert!(!rpcs(&l.prov.exchanges()).contains(&"DeleteVolume"));
+    // The pod goes (volumes torn down, detached); then the claim and its volume go.
+    l.kube.delete(Kind::Pod, Some("app"), "web").unwrap();
+    assert_eq!(
+        l.node.reconcile(&pod_t("web")).await.unwrap(),
+        Reconcile::Done
+    );
+    let va = l.kube.list(Kind::VolumeAttachment, None).unwrap()[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    l.att
+        .reconcile(&AttachTarget::Attachment { name: va })
+        .await
+        .unwrap();
+    assert_eq!(
+        l.prov.reconcile(&claim("data")).await.unwrap(),
+        Reconcile::Done
+    );
+    assert!(get(&l, Kind::PersistentVolumeClaim, Some("app"), "data").is_none());
+    assert!(st(&l.driver).volumes.is_empty());
+    // The attacher's PV finalizer holds the deleted PV until it sees no attachment.
+    let held = get(&l, Kind::PersistentVolume, None, &pv).unwrap();
+    assert!(held["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        l.att
+            .reconcile(&AttachTarget::Volume { name: pv.clone() })
+            .await
+            .unwrap(),
+        Reconcile::Done
+    );
+    assert!(get(&l, Kind::PersistentVolume, None, &pv).is_none());
 }

@@ -25,7 +25,10 @@
 //!   the PV is deleted; Retain: PV phase Released, no call;
 //! - a PV deleted while still bound with reclaimPolicy Delete is cleaned up the
 //!   same way (KEP-2644, honour reclaim policy);
-//! - per-item exponential back-off 1s doubling to 5m, reset on success.
+//! - per-item exponential back-off 1s doubling to 5m, reset on success;
+//! - the pvc-protection controller's part: a deleted PVC keeps its
+//!   `kubernetes.io/pvc-protection` finalizer (put there by the API fake's
+//!   admission) while a pod that is not finished uses it.
 //!
 //! Not matched: topology, secrets, data sources (clones/snapshots), capacity
 //! tracking, WaitForFirstConsumer (treated as Immediate), events, leader election.
@@ -42,7 +45,7 @@ use super::{
 };
 use crate::gate::Gate;
 use crate::history::Component;
-use crate::kube::{format_quantity, parse_quantity, Kind, KubeError, KubeFake};
+use crate::kube::{format_quantity, parse_quantity, Kind, KubeError, KubeFake, PVC_PROTECTION};
 
 /// Finalizer on PVs this provisioner will delete (reclaimPolicy Delete).
 pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
@@ -129,7 +132,26 @@ impl Provisioner {
 
     async fn reconcile_claim(&self, ns: &str, name: &str) -> Result<Step, CsiError> {
         let kube = self.kube();
-        let Some(pvc) = kube.get(Kind::PersistentVolumeClaim, Some(ns), name)? else {
+        let mut pvc = kube.get(Kind::PersistentVolumeClaim, Some(ns), name)?;
+        if let Some(p) = pvc.as_ref().filter(|p| deleting(p)) {
+            // The pvc-protection controller's part: the claim goes only once no pod uses it.
+            if let Some(user) = self.pod_using(&kube, ns, name)? {
+                return Ok(Step::Retry(format!(
+                    "pvc {ns}/{name} is in use by pod {user}"
+                )));
+            }
+            if has_finalizer(p, PVC_PROTECTION) {
+                remove_finalizer(
+                    &kube,
+                    Kind::PersistentVolumeClaim,
+                    Some(ns),
+                    name,
+                    PVC_PROTECTION,
+                )?;
+                pvc = kube.get(Kind::PersistentVolumeClaim, Some(ns), name)?;
+            }
+        }
+        let Some(pvc) = pvc else {
             // The claim is gone: whatever PV was bound to it is released.
             let mut pending = Vec::new();
             for pv in kube.list(Kind::PersistentVolume, None)? {
@@ -411,6 +433,33 @@ impl Provisioner {
             Err(e) => return Err(e.into()),
         }
         Ok(Step::Done)
+    }
+
+    /// A pod (not finished) in `ns` whose volumes use the claim, if any.
+    fn pod_using(
+        &self,
+        kube: &KubeFake,
+        ns: &str,
+        claim: &str,
+    ) -> Result<Option<String>, CsiError> {
+        for pod in kube.list(Kind::Pod, Some(ns))? {
+            if matches!(
+                str_at(&pod, &["status", "phase"]).as_str(),
+                "Succeeded" | "Failed"
+            ) {
+                continue;
+            }
+            let uses = crate::json::at(&pod, &["spec", "volumes"])
+                .and_then(Value::as_array)
+                .is_some_and(|vs| {
+                    vs.iter()
+                        .any(|v| str_at(v, &["persistentVolumeClaim", "claimName"]) == claim)
+                });
+            if uses {
+                return Ok(Some(str_at(&pod, &["metadata", "name"])));
+            }
+        }
+        Ok(None)
     }
 
     /// Put the provisioner's finalizer on a PV of ours that lacks it (e.g. a

@@ -21,7 +21,7 @@ pub use patch::{json_patch, merge_patch, PatchError};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use state::KubeFake;
 pub use status::render_rejection;
-pub use storage::{format_quantity, parse_quantity, ACCESS_MODES};
+pub use storage::{format_quantity, parse_quantity, ACCESS_MODES, PVC_PROTECTION};
 
 /// The kinds this fake serves.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]

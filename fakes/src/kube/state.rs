@@ -762,6 +762,7 @@ impl KubeFake {
             }
         }
         self.validate_and_default(kind, &mut obj)?;
+        super::storage::admit_create(kind, &mut obj);
         if self.load(kind, &ns, &name)?.is_some() {
             return Err(KubeError::AlreadyExists { kind, name });
         }

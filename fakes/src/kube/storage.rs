@@ -441,6 +441,29 @@ pub(crate) fn update_rules(kind: Kind, old: &Value, new: &Value) -> Result<(), V
     Ok(())
 }
 
+/// Finalizer the StorageObjectInUseProtection admission plugin puts on every
+/// new PVC; the pvc-protection controller drops it once no pod uses the claim.
+pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+
+/// Admission on create: the in-use protection finalizer on PVCs.
+pub(crate) fn admit_create(kind: Kind, obj: &mut Value) {
+    if kind != Kind::PersistentVolumeClaim {
+        return;
+    }
+    let Some(md) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let list = md.entry("finalizers").or_insert_with(|| json!([]));
+    if !list.is_array() {
+        *list = json!([]);
+    }
+    if let Some(a) = list.as_array_mut() {
+        if !a.iter().any(|f| f == PVC_PROTECTION) {
+            a.push(json!(PVC_PROTECTION));
+        }
+    }
+}
+
 /// True when deleting this pod is graceful: it is on a node and not finished,
 /// so the object stays (with a deletionTimestamp) until the kubelet confirms.
 pub(crate) fn pod_deletes_gracefully(pod: &Value) -> bool {
