@@ -82,7 +82,7 @@ pub fn format_quantity(bytes: u64) -> String {
         return "0".into();
     }
     for (s, shift) in SUFFIXES {
-        if bytes % (1u64 << shift) == 0 {
+        if bytes.trailing_zeros() >= shift {
             return format!("{}{s}", bytes >> shift);
         }
     }
@@ -404,18 +404,16 @@ pub(crate) fn update_rules(kind: Kind, old: &Value, new: &Value) -> Result<(), V
                 ));
             }
         }
-        Kind::PersistentVolume => {
-            if crate::json::at(old, &["spec", "csi"]) != crate::json::at(new, &["spec", "csi"]) {
-                return Err((
-                    "spec.persistentvolumesource".into(),
-                    "Forbidden: spec.persistentvolumesource is immutable after creation".into(),
-                ));
-            }
+        Kind::PersistentVolume
+            if crate::json::at(old, &["spec", "csi"]) != crate::json::at(new, &["spec", "csi"]) =>
+        {
+            return Err((
+                "spec.persistentvolumesource".into(),
+                "Forbidden: spec.persistentvolumesource is immutable after creation".into(),
+            ));
         }
-        Kind::VolumeAttachment => {
-            if old.get("spec") != new.get("spec") {
-                return Err(("spec".into(), "Invalid value: field is immutable".into()));
-            }
+        Kind::VolumeAttachment if old.get("spec") != new.get("spec") => {
+            return Err(("spec".into(), "Invalid value: field is immutable".into()));
         }
         Kind::Pod => {
             let strip = |v: &Value| {
