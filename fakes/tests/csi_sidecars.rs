@@ -1282,3 +1282,71 @@ async fn pvc_in_use_is_protected_until_its_pod_is_gone() {
     );
     assert!(get(&l, Kind::PersistentVolume, None, &pv).is_none());
 }
+
+#[tokio::test]
+async fn resync_converges_the_whole_lifecycle_from_concurrent_tasks() {
+    use drivelab_fakes::csi::cluster::CsiSidecars;
+    let Lab {
+        _dir,
+        kube,
+        driver,
+        mounts,
+        prov,
+        att,
+        node,
+        ..
+    } = lab().await;
+    let cluster = Arc::new(CsiSidecars {
+        kube: Arc::new(RwLock::new(kube.clone())),
+        provisioner: Arc::new(prov),
+        attacher: Arc::new(att),
+        nodes: [(NODE.to_string(), Arc::new(node))].into(),
+    });
+    for (c, p) in [("a", "pa"), ("b", "pb")] {
+        kube.create(
+            Kind::PersistentVolumeClaim,
+            pvc(c, "fast", &["ReadWriteOnce"]),
+        )
+        .unwrap();
+        kube.create(Kind::Pod, pod(p, c, false)).unwrap();
+    }
+    // The engine runs reconciles on spawned tasks: the futures must be Send.
+    let mut tasks = Vec::new();
+    for t in cluster.targets().unwrap() {
+        let c = cluster.clone();
+        tasks.push(tokio::spawn(
+            async move { c.reconcile(&t).await.map(|_| ()) },
+        ));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let pending = cluster.settle(10).await.unwrap();
+    assert!(pending.is_empty(), "{pending:?}");
+    for p in ["pa", "pb"] {
+        assert_eq!(
+            kube.get(Kind::Pod, Some("app"), p).unwrap().unwrap()["status"]["phase"],
+            "Running"
+        );
+    }
+    assert_eq!(mounts.mounts().len(), 4);
+    for p in ["pa", "pb"] {
+        kube.delete(Kind::Pod, Some("app"), p).unwrap();
+    }
+    for c in ["a", "b"] {
+        kube.delete(Kind::PersistentVolumeClaim, Some("app"), c)
+            .unwrap();
+    }
+    let pending = cluster.settle(10).await.unwrap();
+    assert!(pending.is_empty(), "{pending:?}");
+    for k in [
+        Kind::Pod,
+        Kind::PersistentVolumeClaim,
+        Kind::PersistentVolume,
+        Kind::VolumeAttachment,
+    ] {
+        assert!(kube.list(k, None).unwrap().is_empty(), "{k} left over");
+    }
+    assert!(mounts.mounts().is_empty());
+    assert!(st(&driver).volumes.is_empty() && st(&driver).published.is_empty());
+}

@@ -8,6 +8,7 @@
 //! Kubelet to Driver, op = the RPC name) and is kept as an [`Exchange`].
 
 pub mod attacher;
+pub mod cluster;
 pub mod kubelet;
 pub mod mounts;
 pub mod provisioner;
