@@ -1350,3 +1350,46 @@ async fn resync_converges_the_whole_lifecycle_from_concurrent_tasks() {
     assert!(mounts.mounts().is_empty());
     assert!(st(&driver).volumes.is_empty() && st(&driver).published.is_empty());
 }
+
+#[tokio::test]
+async fn static_pv_is_bound_and_protected_without_a_create() {
+    let l = lab().await;
+    l.kube
+        .create(
+            Kind::PersistentVolume,
+            json!({"metadata":{"name":"static-1"},"spec":{
+                "capacity":{"storage":"2Gi"},"accessModes":["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy":"Delete",
+                "claimRef":{"namespace":"app","name":"data"},
+                "csi":{"driver":DRIVER,"volumeHandle":"pre-existing"}}}),
+        )
+        .unwrap();
+    let mut c = pvc("data", "", &["ReadWriteOnce"]);
+    c["spec"]["volumeName"] = json!("static-1");
+    l.kube.create(Kind::PersistentVolumeClaim, c).unwrap();
+    assert_eq!(
+        l.prov.reconcile(&claim("data")).await.unwrap(),
+        Reconcile::Done
+    );
+    assert!(
+        l.prov.exchanges().is_empty(),
+        "no CreateVolume for a static PV"
+    );
+    let pvc = get(&l, Kind::PersistentVolumeClaim, Some("app"), "data").unwrap();
+    assert_eq!(pvc["status"]["phase"], "Bound");
+    assert_eq!(pvc["status"]["capacity"]["storage"], "2Gi");
+    let pv = get(&l, Kind::PersistentVolume, None, "static-1").unwrap();
+    assert_eq!(pv["metadata"]["finalizers"], json!([PV_FINALIZER]));
+    assert_eq!(pv["spec"]["claimRef"]["uid"], pvc["metadata"]["uid"]);
+    // Bound to a live claim: a PV resync deletes nothing.
+    let r = l
+        .prov
+        .reconcile(&ProvisionTarget::Volume {
+            name: "static-1".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(r, Reconcile::Done);
+    assert!(l.prov.exchanges().is_empty());
+    assert!(get(&l, Kind::PersistentVolume, None, "static-1").is_some());
+}

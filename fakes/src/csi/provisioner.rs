@@ -184,9 +184,13 @@ impl Provisioner {
         }
         let bound_to = str_at(&pvc, &["spec", "volumeName"]);
         if !bound_to.is_empty() {
-            if str_at(&pvc, &["status", "phase"]) != "Bound" {
-                if let Some(pv) = kube.get(Kind::PersistentVolume, None, &bound_to)? {
+            if let Some(pv) = kube.get(Kind::PersistentVolume, None, &bound_to)? {
+                if str_at(&pvc, &["status", "phase"]) != "Bound" {
                     self.bind(&kube, &pvc, &pv)?;
+                }
+                // KEP-2644: bound PVs of this driver (static ones too) get the finalizer.
+                if str_at(&pv, &["spec", "csi", "driver"]) == self.driver_name {
+                    self.protect(&bound_to)?;
                 }
             }
             return Ok(Step::Done);
@@ -348,11 +352,21 @@ impl Provisioner {
         let ns = str_at(pvc, &["metadata", "namespace"]);
         let name = str_at(pvc, &["metadata", "name"]);
         let pv_name = str_at(pv, &["metadata", "name"]);
+        // The PV controller completes a pre-bound claimRef with the claim's uid.
         kube.merge_patch(
             Kind::PersistentVolume,
             None,
             &pv_name,
-            json!({"status": {"phase": "Bound"}}),
+            json!({
+                "spec": {"claimRef": {
+                    "kind": "PersistentVolumeClaim",
+                    "apiVersion": "v1",
+                    "namespace": ns,
+                    "name": name,
+                    "uid": str_at(pvc, &["metadata", "uid"]),
+                }},
+                "status": {"phase": "Bound"},
+            }),
         )?;
         kube.merge_patch(
             Kind::PersistentVolumeClaim,
@@ -392,7 +406,10 @@ impl Provisioner {
         let claim_alive = !claim_name.is_empty()
             && kube
                 .get(Kind::PersistentVolumeClaim, Some(&claim_ns), &claim_name)?
-                .is_some_and(|c| str_at(&c, &["metadata", "uid"]) == claim_uid);
+                // An empty uid is a pre-bound claimRef: any claim of that name is its claim.
+                .is_some_and(|c| {
+                    claim_uid.is_empty() || str_at(&c, &["metadata", "uid"]) == claim_uid
+                });
         let released = !claim_name.is_empty() && !claim_alive;
         if !released && !deleting(&pv) {
             return Ok(Step::Done);
