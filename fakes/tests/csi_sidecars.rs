@@ -753,13 +753,13 @@ async fn attach_and_detach_with_finalizers() {
     assert_eq!(va["status"]["attachmentMetadata"]["disk_cid"], "disk-1");
     assert_eq!(
         va["metadata"]["finalizers"],
-        json!([format!("external-attacher/{DRIVER}")])
+        json!(["external-attacher/test-csi-drivelab"])
     );
     let pv_obj = get(&l, Kind::PersistentVolume, None, &pv).unwrap();
     assert!(pv_obj["metadata"]["finalizers"]
         .as_array()
         .unwrap()
-        .contains(&json!(format!("external-attacher/{DRIVER}"))));
+        .contains(&json!("external-attacher/test-csi-drivelab")));
     let DriverRequest::ControllerPublish(p) = &l.att.exchanges()[0].request else {
         panic!()
     };

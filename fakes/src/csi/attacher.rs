@@ -5,7 +5,7 @@
 //!
 //! Matched from kubernetes-csi/external-attacher (v4):
 //! - only VolumeAttachments whose `spec.attacher` is the driver's name;
-//! - finalizer `external-attacher/<driver>` on the VolumeAttachment before the
+//! - finalizer `external-attacher/<sanitised driver>` on the VolumeAttachment before the
 //!   attach, and on the PV while it is attached (removed when the PV is being
 //!   deleted and no VolumeAttachment uses it);
 //! - node_id from the CSINode of `spec.nodeName` (`spec.drivers[].nodeID`, as
@@ -306,8 +306,34 @@ impl Attacher {
     }
 }
 
-/// `external-attacher/<driver>` with `/` in the driver name made safe, as the
-/// real sidecar derives it.
+/// `external-attacher/<driver>` with every character outside `[a-zA-Z0-9-]`
+/// made `-` and an `X` after a trailing `-`, as the real sidecar sanitises it
+/// (`ebs.csi.aws.com` → `external-attacher/ebs-csi-aws-com`).
 pub fn finalizer_for(driver: &str) -> String {
-    format!("external-attacher/{}", driver.replace('/', "-"))
+    let mut name: String = driver
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.is_empty() || name.ends_with('-') {
+        name.push('X');
+    }
+    format!("external-attacher/{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn finalizer_name_is_sanitised() {
+        assert_eq!(
+            super::finalizer_for("ebs.csi.aws.com"),
+            "external-attacher/ebs-csi-aws-com"
+        );
+        assert_eq!(super::finalizer_for("a/b."), "external-attacher/a-b-X");
+    }
 }
