@@ -1393,3 +1393,46 @@ async fn static_pv_is_bound_and_protected_without_a_create() {
     assert!(l.prov.exchanges().is_empty());
     assert!(get(&l, Kind::PersistentVolume, None, "static-1").is_some());
 }
+
+#[tokio::test]
+async fn restarted_agent_reconstructs_from_the_mount_table() {
+    let l = lab().await;
+    l.node.reconcile(&NodeTarget::Register).await.unwrap();
+    provisioned(&l, "data", "fast", &["ReadWriteOnce"]).await;
+    let p = l.kube.create(Kind::Pod, pod("web", "data", false)).unwrap();
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(run_pod(&l, "web").await, Reconcile::Done);
+    // The pod is force-deleted while the kubelet is down; a new agent starts.
+    l.kube
+        .delete_with_grace(Kind::Pod, Some("app"), "web", 0)
+        .unwrap();
+    let slot: KubeSlot = Arc::new(RwLock::new(l.kube.clone()));
+    let fresh = NodeAgent::connect(
+        NODE,
+        &l._dir.path().join("csi.sock"),
+        slot,
+        l.kube.gate().clone(),
+    )
+    .await
+    .unwrap();
+    assert!(fresh.pods().is_empty());
+    assert_eq!(fresh.reconstruct(&l.mounts.mounts()).unwrap(), 2);
+    let orphans = fresh.pods();
+    assert_eq!(orphans.len(), 1);
+    assert_eq!(
+        (orphans[0].namespace.as_str(), orphans[0].uid.as_str()),
+        ("", uid.as_str())
+    );
+    assert_eq!(fresh.staged().len(), 1);
+    let t = NodeTarget::Pod {
+        namespace: String::new(),
+        name: uid.clone(),
+    };
+    assert_eq!(fresh.reconcile(&t).await.unwrap(), Reconcile::Done);
+    assert_eq!(
+        rpcs(&fresh.exchanges()),
+        ["NodeUnpublishVolume", "NodeUnstageVolume"]
+    );
+    assert!(l.mounts.mounts().is_empty());
+    assert!(fresh.pods().is_empty());
+}

@@ -22,8 +22,10 @@
 //!   a gracefully deleting pod is removed (grace period 0);
 //! - back-off 500ms doubling to 2m2s per pod.
 //!
-//! Not matched: reconstruction of mounted volumes after a kubelet restart
-//! (the agent's own record is in memory), fsGroup, SELinux, subPath, inline
+//! After a restart the agent's record (in memory) is rebuilt from the node's
+//! mount table with [`NodeAgent::reconstruct`], as kubelet reconstructs.
+//!
+//! Not matched: fsGroup, SELinux, subPath, inline
 //! ephemeral volumes, CSIDriver `attachRequired`/`podInfoOnMount` (attach is
 //! always required, no pod info is sent), volume limits and topology.
 
@@ -303,7 +305,12 @@ impl NodeAgent {
 
     async fn reconcile_pod(&self, ns: &str, name: &str) -> Result<Step, CsiError> {
         let kube = self.kube();
-        let pod = kube.get(Kind::Pod, Some(ns), name)?;
+        // An orphan found by reconstruction has no namespace: its pod is gone.
+        let pod = if ns.is_empty() {
+            None
+        } else {
+            kube.get(Kind::Pod, Some(ns), name)?
+        };
         let key = (ns.to_string(), name.to_string());
         let live = pod
             .as_ref()
@@ -647,6 +654,87 @@ impl NodeAgent {
             }
         }
         Ok(Step::Done)
+    }
+
+    /// After a restart of the agent: rebuild what it had set up from the node's
+    /// mount table, as kubelet reconstructs its volumes from the mounts it finds.
+    /// Staging mounts are matched to this driver's PVs by their path; pod
+    /// mounts by `pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount`. A pod that
+    /// no longer exists is kept as an orphan (namespace "", name = its uid) so a
+    /// reconcile of it tears its volumes down. Returns how many mounts it took over.
+    pub fn reconstruct(&self, mounts: &[super::mounts::MountView]) -> Result<usize, CsiError> {
+        let kube = self.kube();
+        let pvs: Vec<Value> = kube
+            .list(Kind::PersistentVolume, None)?
+            .into_iter()
+            .filter(|pv| str_at(pv, &["spec", "csi", "driver"]) == self.driver_name)
+            .collect();
+        let pods = kube.list(Kind::Pod, None)?;
+        let mut taken = 0;
+        let mut st = lock(&self.state);
+        for m in mounts {
+            if let Some(pv) = pvs.iter().find(|pv| {
+                staging_path(
+                    &self.driver_name,
+                    &str_at(pv, &["spec", "csi", "volumeHandle"]),
+                ) == m.target
+            }) {
+                let handle = str_at(pv, &["spec", "csi", "volumeHandle"]);
+                st.staged.insert(
+                    handle.clone(),
+                    StagedVolume {
+                        volume_handle: handle,
+                        staging_path: m.target.clone(),
+                        state: OpState::Done,
+                    },
+                );
+                taken += 1;
+                continue;
+            }
+            let Some(rest) = m.target.strip_prefix("/var/lib/kubelet/pods/") else {
+                continue;
+            };
+            let parts: Vec<&str> = rest.split('/').collect();
+            let [uid, "volumes", "kubernetes.io~csi", pv_name, "mount"] = parts.as_slice() else {
+                continue;
+            };
+            let Some(pv) = pvs
+                .iter()
+                .find(|pv| str_at(pv, &["metadata", "name"]) == *pv_name)
+            else {
+                continue;
+            };
+            let key = pods
+                .iter()
+                .find(|p| str_at(p, &["metadata", "uid"]) == *uid)
+                .map(|p| {
+                    (
+                        str_at(p, &["metadata", "namespace"]),
+                        str_at(p, &["metadata", "name"]),
+                    )
+                })
+                .unwrap_or_else(|| (String::new(), uid.to_string()));
+            let handle = str_at(pv, &["spec", "csi", "volumeHandle"]);
+            let entry = st.pods.entry(key.clone()).or_insert_with(|| PodView {
+                namespace: key.0.clone(),
+                name: key.1.clone(),
+                uid: uid.to_string(),
+                volumes: Vec::new(),
+                running: false,
+            });
+            if entry.volumes.iter().all(|v| v.pv != *pv_name) {
+                entry.volumes.push(PodVolume {
+                    pv: pv_name.to_string(),
+                    attachment: attachment_name(&handle, &self.driver_name, &self.node),
+                    volume_handle: handle,
+                    target_path: m.target.clone(),
+                    read_only: m.read_only,
+                    published: Some(OpState::Done),
+                });
+            }
+            taken += 1;
+        }
+        Ok(taken)
     }
 
     /// Volume handles in use by pods on this node (published or being set up).
