@@ -201,7 +201,11 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 }
 
 /// A seeded bug the lab must be able to catch; the default path is the fixed one.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Serialized by its kebab-case [`Mutant::name`], as scenario files write it.
+#[derive(
+    Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
 pub enum Mutant {
     /// CreateVolume skips the lookup and names each disk with a generation number.
     CreateNotIdempotent,
@@ -551,6 +555,9 @@ mod tests {
         for m in Mutant::all() {
             assert_eq!(Mutant::parse(m.name()), Some(*m));
             assert!(!m.describe().is_empty());
+            let json = serde_json::to_string(m).unwrap();
+            assert_eq!(json, format!("\"{}\"", m.name()));
+            assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
         assert_eq!(Mutant::all().len(), 7);
         assert_eq!(Mutant::parse("nope"), None);

@@ -356,6 +356,15 @@ impl Director {
                 refreshed = true;
                 continue;
             }
+            if a.status == StatusCode::UNAUTHORIZED {
+                // A fresh token refused too: not an expiry but a missing grant
+                // (the Director says 401 UnauthorizedToAccessDeployment for that).
+                let e = director_error(op, a.status, &a.body);
+                return Err(DriverError::PermissionDenied(format!(
+                    "{e} (with a freshly issued token: client {:?} is not authorized for this)",
+                    self.client_id
+                )));
+            }
             return Ok(a);
         }
     }
@@ -512,7 +521,10 @@ pub fn director_error(op: &str, status: StatusCode, body: &[u8]) -> DriverError 
             format!(": {description}")
         }
     );
+    // Director error codes the driver must tell apart from a plain bad request.
+    const UNKNOWN_INSTANCE: i64 = 520001;
     match status.as_u16() {
+        _ if code == Some(UNKNOWN_INSTANCE) => DriverError::NotFound(msg),
         400 | 422 => DriverError::InvalidArgument(msg),
         401 => DriverError::Unauthenticated(msg),
         403 => DriverError::PermissionDenied(msg),

@@ -19,6 +19,15 @@ use crate::driver::{answer, BoshCsiDriver};
 use crate::error::DriverError;
 use crate::mounter::{MountRequest, Mounter, BUSY, NOT_MOUNTED};
 
+/// A path as mount tables print it: no trailing slash (except `/`).
+fn norm(p: &str) -> &str {
+    if p.len() > 1 {
+        p.trim_end_matches('/')
+    } else {
+        p
+    }
+}
+
 fn check_path(field: &str, p: &str) -> Result<(), DriverError> {
     if p.is_empty() {
         return Err(DriverError::InvalidArgument(format!(
@@ -107,7 +116,7 @@ impl BoshCsiDriver {
                     "publish_context has no `{CTX_DISK_CID}`: ControllerPublishVolume's answer must be passed on"
                 ))
             })?;
-        let staging = req.staging_target_path.as_str();
+        let staging = norm(&req.staging_target_path);
         let read_only =
             is_reader_only(access_mode(cap)) && !self.mutant(Mutant::WritableReadonlyPublish);
         let fstype = fs_type(cap);
@@ -154,7 +163,7 @@ impl BoshCsiDriver {
         check_name("volume_id", &req.volume_id)?;
         check_path("staging_target_path", &req.staging_target_path)?;
         let _claim = self.claim(&format!("stage:{}", req.staging_target_path))?;
-        unmount_if_mounted(self.mounter()?, &req.staging_target_path).await
+        unmount_if_mounted(self.mounter()?, norm(&req.staging_target_path)).await
     }
 
     async fn publish_inner(&self, req: NodePublishVolumeRequest) -> Result<(), DriverError> {
@@ -165,8 +174,8 @@ impl BoshCsiDriver {
         let cap = check_capability(req.volume_capability.as_ref())?;
         let read_only = (req.readonly || is_reader_only(access_mode(cap)))
             && !self.mutant(Mutant::WritableReadonlyPublish);
-        let target = req.target_path.as_str();
-        let staging = req.staging_target_path.as_str();
+        let target = norm(&req.target_path);
+        let staging = norm(&req.staging_target_path);
         let _claim = self.claim(&format!("publish:{target}"))?;
         let m = self.mounter()?;
 
@@ -201,7 +210,7 @@ impl BoshCsiDriver {
         check_name("volume_id", &req.volume_id)?;
         check_path("target_path", &req.target_path)?;
         let _claim = self.claim(&format!("publish:{}", req.target_path))?;
-        unmount_if_mounted(self.mounter()?, &req.target_path).await
+        unmount_if_mounted(self.mounter()?, norm(&req.target_path)).await
     }
 }
 
