@@ -1,6 +1,6 @@
 // Compiles proto/*.proto with protox (pure Rust) so no system protoc is needed.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["cosi.proto"];
+    let protos = ["cosi.proto", "csi.proto"];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod cosi_sidecar;
 pub mod cpi;
+pub mod csi;
 pub mod director;
 pub mod gate;
 pub mod history;

@@ -583,7 +583,7 @@ async fn json_patch_and_bad_bodies_over_http() {
         ("POST", path, "application/json", b"{}".to_vec(), 405),
         (
             "GET",
-            "/api/v1/namespaces/drv/pods",
+            "/api/v1/namespaces/drv/services",
             "application/json",
             Vec::new(),
             404,
@@ -663,4 +663,191 @@ async fn gate_rejection_is_a_status() {
             code: Some("InternalError".into())
         })
     );
+}
+
+#[tokio::test]
+async fn storage_kinds_through_typed_clients() {
+    use k8s_openapi::api::core::v1::{
+        PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
+        VolumeResourceRequirements,
+    };
+    use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    let lab = lab().await;
+    let pp = PostParams::default();
+
+    let classes: Api<StorageClass> = Api::all(lab.client.clone());
+    let sc: StorageClass = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "fast"}, "provisioner": "bosh.csi.drivelab",
+        "parameters": {"tier": "gold"}
+    }))
+    .unwrap();
+    let created = classes.create(&pp, &sc).await.expect("create storageclass");
+    // Server-side defaults, as the real API server fills them.
+    assert_eq!(created.reclaim_policy.as_deref(), Some("Delete"));
+    assert_eq!(created.volume_binding_mode.as_deref(), Some("Immediate"));
+    let err = classes
+        .patch(
+            "fast",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"parameters": {"tier": "silver"}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(err), (422, "Invalid".into()));
+
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(lab.client.clone(), "app");
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("data".into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some("fast".into()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity("1Gi".into()),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let created = pvcs.create(&pp, &claim).await.expect("create pvc");
+    assert_eq!(
+        created.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Pending")
+    );
+    assert_eq!(
+        created.spec.as_ref().and_then(|s| s.volume_mode.as_deref()),
+        Some("Filesystem")
+    );
+    let mut bad = claim.clone();
+    bad.metadata.name = Some("bad".into());
+    bad.spec.as_mut().unwrap().access_modes = None;
+    assert_eq!(
+        api_error(pvcs.create(&pp, &bad).await.unwrap_err()),
+        (422, "Invalid".into())
+    );
+    // The status subresource: a main-resource write cannot set status, /status can.
+    let st = pvcs
+        .patch_status(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+        )
+        .await
+        .expect("patch pvc status");
+    assert_eq!(st.status.unwrap().phase.as_deref(), Some("Bound"));
+    let all: Api<PersistentVolumeClaim> = Api::all(lab.client.clone());
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+
+    let pvs: Api<PersistentVolume> = Api::all(lab.client.clone());
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pv-1"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "csi": {"driver": "bosh.csi.drivelab", "volumeHandle": "disk-1"}}
+    }))
+    .unwrap();
+    let created = pvs.create(&pp, &pv).await.expect("create pv");
+    assert_eq!(
+        created
+            .spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref()),
+        Some("Retain")
+    );
+    let err = pvs
+        .patch(
+            "pv-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"csi": {"volumeHandle": "disk-2"}}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(err), (422, "Invalid".into()));
+    assert!(
+        pvs.delete("pv-1", &DeleteParams::default())
+            .await
+            .expect("delete pv")
+            .is_left(),
+        "PVs answer delete with the object, as the real registry does"
+    );
+
+    let nodes: Api<CSINode> = Api::all(lab.client.clone());
+    let node: CSINode = serde_json::from_value(json!({
+        "metadata": {"name": "node-a"},
+        "spec": {"drivers": [{"name": "bosh.csi.drivelab", "nodeID": "instance-1"}]}
+    }))
+    .unwrap();
+    nodes.create(&pp, &node).await.expect("create csinode");
+    assert_eq!(
+        nodes.get("node-a").await.unwrap().spec.drivers[0].node_id,
+        "instance-1"
+    );
+
+    let vas: Api<VolumeAttachment> = Api::all(lab.client.clone());
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": "va-1"},
+        "spec": {"attacher": "bosh.csi.drivelab", "nodeName": "node-a",
+                 "source": {"persistentVolumeName": "pv-1"}}
+    }))
+    .unwrap();
+    vas.create(&pp, &va).await.expect("create volumeattachment");
+    let st = vas
+        .patch_status(
+            "va-1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"attached": true, "attachmentMetadata": {"disk_cid": "disk-1"}}}),
+            ),
+        )
+        .await
+        .expect("patch va status");
+    assert!(st.status.unwrap().attached);
+    let err = vas
+        .patch(
+            "va-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": "node-b"}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(err), (422, "Invalid".into()));
+
+    // A pod on a node is deleted gracefully; grace 0 removes it.
+    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "app");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "busybox"}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+    }))
+    .unwrap();
+    pods.create(&pp, &pod).await.expect("create pod");
+    let on_node = pods
+        .list(&ListParams::default().fields("spec.nodeName=node-a"))
+        .await
+        .unwrap();
+    assert_eq!(on_node.items.len(), 1);
+    let marked = pods
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete pod")
+        .left()
+        .expect("a graceful delete answers with the pod");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(30));
+    assert!(pods.get_opt("web").await.unwrap().is_some());
+    pods.delete("web", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete now");
+    assert!(pods.get_opt("web").await.unwrap().is_none());
 }

@@ -55,9 +55,10 @@ enum Route {
     Unknown,
 }
 
-const GROUPS: [(&str, &str); 2] = [
+const GROUPS: [(&str, &str); 3] = [
     ("coordination.k8s.io", "v1"),
     ("objectstorage.k8s.io", "v1alpha1"),
+    ("storage.k8s.io", "v1"),
 ];
 
 fn known_group(g: &str) -> Option<&'static str> {
@@ -524,8 +525,15 @@ async fn delete(
     mut opts: WriteOpts,
     req: Request,
 ) -> Result<Response, ApiError> {
+    let query = Params::parse(req.uri())?;
     let body = read_body(req).await?;
     let mut pre = Preconditions::default();
+    if let Some(g) = query.get("gracePeriodSeconds").filter(|g| !g.is_empty()) {
+        pre.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
+    }
     if !body.iter().all(u8::is_ascii_whitespace) {
         let v = parse_json(&body)?;
         if !v.is_object() {
@@ -539,6 +547,14 @@ async fn delete(
         };
         pre.uid = s("/preconditions/uid");
         pre.resource_version = s("/preconditions/resourceVersion");
+        match v.get("gracePeriodSeconds") {
+            None | Some(Value::Null) => {}
+            Some(g) => {
+                pre.grace_period_seconds = Some(g.as_i64().ok_or_else(|| {
+                    ApiError::bad_request("DeleteOptions.gracePeriodSeconds must be an integer")
+                })?)
+            }
+        }
         match v.get("dryRun") {
             None | Some(Value::Null) => {}
             Some(Value::Array(a)) if a.iter().all(|x| x == "All") => opts.dry_run |= !a.is_empty(),
@@ -558,7 +574,7 @@ async fn delete(
         Some(Deleted { object, gone }) => {
             // Built-in kinds answer an immediate delete with a Success Status;
             // custom resources (and anything kept by finalizers) with the object.
-            if gone && !kind.is_custom() {
+            if gone && !kind.returns_deleted_object() {
                 let mut details = json!({"name": name, "kind": kind.plural(), "uid": object.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)});
                 if !kind.group().is_empty() {
                     details["group"] = json!(kind.group());
@@ -582,10 +598,7 @@ fn resource_entries(group: &str, version: &str) -> Vec<Value> {
         .into_iter()
         .filter(|k| k.group() == group && k.version() == version)
     {
-        let short: &[&str] = match k {
-            Kind::ConfigMap => &["cm"],
-            _ => &[],
-        };
+        let short = k.short_names();
         out.push(json!({
             "name": k.plural(),
             "singularName": k.singular(),
@@ -720,7 +733,49 @@ mod tests {
             Route::Discovery(Discovery::GroupVersion("coordination.k8s.io", "v1"))
         );
         assert_eq!(parse_route("/apis/apps/v1"), Route::Unknown);
-        assert_eq!(parse_route("/api/v1/namespaces/n/pods"), Route::Unknown);
+        assert_eq!(
+            parse_route("/api/v1/namespaces/n/pods"),
+            Route::Collection {
+                kind: Kind::Pod,
+                ns: Some("n".into())
+            }
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/n/persistentvolumeclaims/c/status"),
+            Route::Item {
+                kind: Kind::PersistentVolumeClaim,
+                ns: Some("n".into()),
+                name: "c".into(),
+                status: true
+            }
+        );
+        assert_eq!(
+            parse_route("/api/v1/persistentvolumes/pv1"),
+            Route::Item {
+                kind: Kind::PersistentVolume,
+                ns: None,
+                name: "pv1".into(),
+                status: false
+            }
+        );
+        assert_eq!(
+            parse_route("/apis/storage.k8s.io/v1/volumeattachments/va/status"),
+            Route::Item {
+                kind: Kind::VolumeAttachment,
+                ns: None,
+                name: "va".into(),
+                status: true
+            }
+        );
+        assert_eq!(
+            parse_route("/apis/storage.k8s.io/v1/storageclasses/sc/status"),
+            Route::Unknown
+        );
+        assert_eq!(
+            parse_route("/apis/storage.k8s.io/v1/namespaces/n/csinodes"),
+            Route::Unknown
+        );
+        assert_eq!(parse_route("/api/v1/namespaces/n/services"), Route::Unknown);
     }
 
     #[test]

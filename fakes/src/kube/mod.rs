@@ -1,12 +1,15 @@
-//! Fake Kubernetes API subset: Secrets, ConfigMaps, Leases and the COSI
-//! v1alpha1 kinds, served over plain HTTP faithfully enough for kube-rs, plus
-//! an in-process API over the same state for the engine and the fake sidecar.
+//! Fake Kubernetes API subset: Secrets, ConfigMaps, Leases, the COSI v1alpha1
+//! kinds and the storage kinds CSI needs (PVC, PV, Pod, StorageClass,
+//! VolumeAttachment, CSINode), served over plain HTTP faithfully enough for
+//! kube-rs, plus an in-process API over the same state for the engine and the
+//! fake sidecars.
 
 mod api;
 mod patch;
 mod selector;
 mod state;
 mod status;
+mod storage;
 mod validate;
 
 use std::sync::Arc;
@@ -18,6 +21,7 @@ pub use patch::{json_patch, merge_patch, PatchError};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use state::KubeFake;
 pub use status::render_rejection;
+pub use storage::{format_quantity, parse_quantity, ACCESS_MODES, PVC_PROTECTION};
 
 /// The kinds this fake serves.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -38,11 +42,23 @@ pub enum Kind {
     BucketAccess,
     /// COSI Bucket (cluster-scoped).
     Bucket,
+    /// core/v1 PersistentVolumeClaim (namespaced).
+    PersistentVolumeClaim,
+    /// core/v1 PersistentVolume (cluster-scoped).
+    PersistentVolume,
+    /// core/v1 Pod (namespaced; only what the kubelet-like node agent reads).
+    Pod,
+    /// storage.k8s.io/v1 StorageClass (cluster-scoped).
+    StorageClass,
+    /// storage.k8s.io/v1 VolumeAttachment (cluster-scoped).
+    VolumeAttachment,
+    /// storage.k8s.io/v1 CSINode (cluster-scoped, one per node).
+    CsiNode,
 }
 
 impl Kind {
     /// Every kind, in a stable order (discovery lists them this way).
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Secret,
         Kind::ConfigMap,
         Kind::Lease,
@@ -51,13 +67,25 @@ impl Kind {
         Kind::BucketClaim,
         Kind::BucketAccess,
         Kind::Bucket,
+        Kind::PersistentVolumeClaim,
+        Kind::PersistentVolume,
+        Kind::Pod,
+        Kind::StorageClass,
+        Kind::VolumeAttachment,
+        Kind::CsiNode,
     ];
 
     /// True for kinds that live in a namespace.
     pub fn namespaced(self) -> bool {
         !matches!(
             self,
-            Kind::BucketClass | Kind::BucketAccessClass | Kind::Bucket
+            Kind::BucketClass
+                | Kind::BucketAccessClass
+                | Kind::Bucket
+                | Kind::PersistentVolume
+                | Kind::StorageClass
+                | Kind::VolumeAttachment
+                | Kind::CsiNode
         )
     }
 
@@ -72,6 +100,12 @@ impl Kind {
             Kind::BucketClaim => "bucketclaims",
             Kind::BucketAccess => "bucketaccesses",
             Kind::Bucket => "buckets",
+            Kind::PersistentVolumeClaim => "persistentvolumeclaims",
+            Kind::PersistentVolume => "persistentvolumes",
+            Kind::Pod => "pods",
+            Kind::StorageClass => "storageclasses",
+            Kind::VolumeAttachment => "volumeattachments",
+            Kind::CsiNode => "csinodes",
         }
     }
 
@@ -86,31 +120,55 @@ impl Kind {
             Kind::BucketClaim => "bucketclaim",
             Kind::BucketAccess => "bucketaccess",
             Kind::Bucket => "bucket",
+            Kind::PersistentVolumeClaim => "persistentvolumeclaim",
+            Kind::PersistentVolume => "persistentvolume",
+            Kind::Pod => "pod",
+            Kind::StorageClass => "storageclass",
+            Kind::VolumeAttachment => "volumeattachment",
+            Kind::CsiNode => "csinode",
         }
     }
 
     /// API group; empty for the core group.
     pub fn group(self) -> &'static str {
         match self {
-            Kind::Secret | Kind::ConfigMap => "",
+            Kind::Secret
+            | Kind::ConfigMap
+            | Kind::PersistentVolumeClaim
+            | Kind::PersistentVolume
+            | Kind::Pod => "",
             Kind::Lease => "coordination.k8s.io",
-            _ => "objectstorage.k8s.io",
+            Kind::StorageClass | Kind::VolumeAttachment | Kind::CsiNode => "storage.k8s.io",
+            Kind::BucketClass
+            | Kind::BucketAccessClass
+            | Kind::BucketClaim
+            | Kind::BucketAccess
+            | Kind::Bucket => "objectstorage.k8s.io",
         }
     }
 
     /// Version within the group.
     pub fn version(self) -> &'static str {
         match self {
-            Kind::Secret | Kind::ConfigMap | Kind::Lease => "v1",
-            _ => "v1alpha1",
+            Kind::BucketClass
+            | Kind::BucketAccessClass
+            | Kind::BucketClaim
+            | Kind::BucketAccess
+            | Kind::Bucket => "v1alpha1",
+            _ => "v1",
         }
     }
 
     /// `apiVersion` as written in objects (`v1`, `objectstorage.k8s.io/v1alpha1`).
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Secret | Kind::ConfigMap => "v1",
+            Kind::Secret
+            | Kind::ConfigMap
+            | Kind::PersistentVolumeClaim
+            | Kind::PersistentVolume
+            | Kind::Pod => "v1",
             Kind::Lease => "coordination.k8s.io/v1",
+            Kind::StorageClass | Kind::VolumeAttachment | Kind::CsiNode => "storage.k8s.io/v1",
             _ => "objectstorage.k8s.io/v1alpha1",
         }
     }
@@ -126,6 +184,12 @@ impl Kind {
             Kind::BucketClaim => "BucketClaim",
             Kind::BucketAccess => "BucketAccess",
             Kind::Bucket => "Bucket",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::PersistentVolume => "PersistentVolume",
+            Kind::Pod => "Pod",
+            Kind::StorageClass => "StorageClass",
+            Kind::VolumeAttachment => "VolumeAttachment",
+            Kind::CsiNode => "CSINode",
         }
     }
 
@@ -135,10 +199,43 @@ impl Kind {
         self.group() == "objectstorage.k8s.io"
     }
 
-    /// True when the COSI CRD declares a `status` subresource, so writes to the
-    /// main resource over HTTP cannot change `status` (and `/status` only can).
+    /// True when the kind has a `status` subresource (the COSI CRDs that declare
+    /// one, and the built-in storage kinds that have one), so writes to the main
+    /// resource over HTTP cannot change `status` (and `/status` only can).
     pub fn has_status_subresource(self) -> bool {
-        matches!(self, Kind::Bucket | Kind::BucketClaim | Kind::BucketAccess)
+        matches!(
+            self,
+            Kind::Bucket
+                | Kind::BucketClaim
+                | Kind::BucketAccess
+                | Kind::PersistentVolumeClaim
+                | Kind::PersistentVolume
+                | Kind::Pod
+                | Kind::VolumeAttachment
+        )
+    }
+
+    /// True when a DELETE that removes the object answers with the object (the
+    /// registry's `ReturnDeletedObject`), not a Success Status: custom resources
+    /// and the core kinds whose registries set it (pods, PVCs, PVs).
+    pub fn returns_deleted_object(self) -> bool {
+        self.is_custom()
+            || matches!(
+                self,
+                Kind::Pod | Kind::PersistentVolumeClaim | Kind::PersistentVolume
+            )
+    }
+
+    /// Short names discovery advertises (`kubectl get pvc`).
+    pub fn short_names(self) -> &'static [&'static str] {
+        match self {
+            Kind::ConfigMap => &["cm"],
+            Kind::PersistentVolumeClaim => &["pvc"],
+            Kind::PersistentVolume => &["pv"],
+            Kind::Pod => &["po"],
+            Kind::StorageClass => &["sc"],
+            _ => &[],
+        }
     }
 
     /// The kind served at `group/version/plural`, if any.

@@ -188,7 +188,8 @@ impl FieldSelector {
             };
             let field = field.trim();
             let supported = matches!(field, "metadata.name" | "metadata.namespace")
-                || (kind == Kind::Secret && field == "type");
+                || (kind == Kind::Secret && field == "type")
+                || (kind == Kind::Pod && matches!(field, "spec.nodeName" | "status.phase"));
             if !supported {
                 return Err(SelectorError(format!("field label not supported: {field}")));
             }
@@ -200,12 +201,9 @@ impl FieldSelector {
     /// True if `obj` satisfies every term.
     pub fn matches_object(&self, obj: &Value) -> bool {
         self.reqs.iter().all(|(field, eq, want)| {
-            let ptr = match field.as_str() {
-                "metadata.name" => "/metadata/name",
-                "metadata.namespace" => "/metadata/namespace",
-                _ => "/type",
-            };
-            let have = obj.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+            // Only supported fields get this far; each is a plain dotted path.
+            let ptr = format!("/{}", field.replace('.', "/"));
+            let have = obj.pointer(&ptr).and_then(Value::as_str).unwrap_or("");
             (have == want) == *eq
         })
     }
@@ -270,5 +268,9 @@ mod tests {
         assert!(!f.matches_object(&json!({"metadata":{"name":"y","namespace":"default"}})));
         assert!(FieldSelector::parse("spec.x=1", Kind::ConfigMap).is_err());
         assert!(FieldSelector::parse("type=Opaque", Kind::Secret).is_ok());
+        let f = FieldSelector::parse("spec.nodeName=n1", Kind::Pod).unwrap();
+        assert!(f.matches_object(&json!({"spec":{"nodeName":"n1"}})));
+        assert!(!f.matches_object(&json!({"spec":{"nodeName":"n2"}})));
+        assert!(FieldSelector::parse("spec.nodeName=n1", Kind::ConfigMap).is_err());
     }
 }

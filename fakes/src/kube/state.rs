@@ -76,6 +76,8 @@ pub(crate) enum PatchBody {
 pub(crate) struct Preconditions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+    /// `DeleteOptions.gracePeriodSeconds` (pods only; `None` = the pod's own).
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// What a delete did.
@@ -253,8 +255,15 @@ impl KubeFake {
     }
 
     fn now(&self) -> String {
+        self.now_plus(0)
+    }
+
+    /// The virtual time `offset` seconds from now, as an RFC 3339 timestamp.
+    fn now_plus(&self, offset: i64) -> String {
         let ms = self.inner.gate.history().clock().now().0;
-        let secs = EPOCH_UNIX.saturating_add(i64::try_from(ms / 1000).unwrap_or(i64::MAX / 2));
+        let secs = EPOCH_UNIX
+            .saturating_add(i64::try_from(ms / 1000).unwrap_or(i64::MAX / 2))
+            .saturating_add(offset);
         let fmt =
             time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
         time::OffsetDateTime::from_unix_timestamp(secs)
@@ -451,7 +460,7 @@ impl KubeFake {
             Kind::Secret => self.secret_rules(obj, &name),
             Kind::ConfigMap => Self::configmap_rules(obj, &name),
             Kind::Lease => Self::lease_rules(obj, &name),
-            _ => Ok(()),
+            _ => super::storage::rules(kind, obj).map_err(|v| invalid(kind, &name, v)),
         }
     }
 
@@ -661,6 +670,7 @@ impl KubeFake {
                 ));
             }
         }
+        super::storage::update_rules(kind, old, new).map_err(|v| invalid(kind, name, v))?;
         if kind == Kind::Secret && old.get("type") != new.get("type") {
             return Err(invalid(
                 kind,
@@ -752,6 +762,7 @@ impl KubeFake {
             }
         }
         self.validate_and_default(kind, &mut obj)?;
+        super::storage::admit_create(kind, &mut obj);
         if self.load(kind, &ns, &name)?.is_some() {
             return Err(KubeError::AlreadyExists { kind, name });
         }
@@ -971,6 +982,34 @@ impl KubeFake {
             });
         }
         let next = *guard + 1;
+        if kind == Kind::Pod && super::storage::pod_deletes_gracefully(&old) {
+            let grace = pre
+                .grace_period_seconds
+                .unwrap_or_else(|| super::storage::pod_default_grace(&old));
+            // Graceful: the pod stays, marked, until its kubelet has torn it down
+            // and deletes it again with a zero grace period.
+            if grace > 0 {
+                if !meta_str(&old, "deletionTimestamp").is_empty() {
+                    return Ok(Some(Deleted {
+                        object: old,
+                        gone: false,
+                    }));
+                }
+                let mut marked = old.clone();
+                let when = self.now_plus(grace);
+                let md = meta_mut(&mut marked);
+                md.insert("deletionTimestamp".into(), json!(when));
+                md.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                md.insert("resourceVersion".into(), json!(next.to_string()));
+                if !opts.dry_run {
+                    self.commit(&mut guard, next, kind, Some(&marked), scope, name)?;
+                }
+                return Ok(Some(Deleted {
+                    object: marked,
+                    gone: false,
+                }));
+            }
+        }
         if !finalizers(&old).is_empty() {
             if !meta_str(&old, "deletionTimestamp").is_empty() {
                 return Ok(Some(Deleted {
@@ -1088,8 +1127,27 @@ impl KubeFake {
         )
     }
 
+    /// Delete with `DeleteOptions.gracePeriodSeconds` (0 = now, as the kubelet
+    /// finishes a pod's graceful deletion); otherwise as [`KubeFake::delete`].
+    pub fn delete_with_grace(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        name: &str,
+        grace_period_seconds: i64,
+    ) -> Result<Option<Value>> {
+        let pre = Preconditions {
+            grace_period_seconds: Some(grace_period_seconds),
+            ..Preconditions::default()
+        };
+        Ok(self
+            .delete_in(kind, namespace, name, &pre, WriteOpts::IN_PROCESS)?
+            .map(|d| d.object))
+    }
+
     /// Delete; `None` if it did not exist. With finalizers the object stays,
-    /// marked with `deletionTimestamp`, and is returned as marked.
+    /// marked with `deletionTimestamp`, and is returned as marked; so does a pod
+    /// bound to a node (graceful deletion, finished by its kubelet).
     pub fn delete(&self, kind: Kind, namespace: Option<&str>, name: &str) -> Result<Option<Value>> {
         Ok(self
             .delete_in(

@@ -1,0 +1,144 @@
+//! The three CSI sidecars of one driver as one unit for the engine: one target
+//! type, one `reconcile`, and the resync list (every object a watch would
+//! deliver), so the engine can schedule them like the COSI sidecar's targets.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::attacher::{AttachTarget, Attacher};
+use super::kubelet::{NodeAgent, NodeTarget};
+use super::provisioner::{ProvisionTarget, Provisioner};
+use super::{kube_of, str_at, CsiError, KubeSlot, Reconcile};
+use crate::kube::Kind;
+
+/// Anything one of the sidecars reconciles.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CsiTarget {
+    /// For the external-provisioner.
+    Provision(ProvisionTarget),
+    /// For the external-attacher.
+    Attach(AttachTarget),
+    /// For the node agent of `node`.
+    Node { node: String, target: NodeTarget },
+}
+
+impl std::fmt::Display for CsiTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CsiTarget::Provision(t) => write!(f, "csi-provisioner: {t}"),
+            CsiTarget::Attach(t) => write!(f, "csi-attacher: {t}"),
+            CsiTarget::Node { node, target } => write!(f, "kubelet {node}: {target}"),
+        }
+    }
+}
+
+/// Why a target could not be reconciled at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// No node agent runs on that node.
+    #[error("no kubelet for node {0}")]
+    NoSuchNode(String),
+    /// The sidecar failed (not a driver error; those are requeues).
+    #[error(transparent)]
+    Csi(#[from] CsiError),
+}
+
+/// The sidecars of one driver: one provisioner, one attacher, a node agent per node.
+pub struct CsiSidecars {
+    /// The Kubernetes fake they all read and write.
+    pub kube: KubeSlot,
+    /// external-provisioner.
+    pub provisioner: Arc<Provisioner>,
+    /// external-attacher.
+    pub attacher: Arc<Attacher>,
+    /// Node agents by node name.
+    pub nodes: BTreeMap<String, Arc<NodeAgent>>,
+}
+
+impl CsiSidecars {
+    /// Reconcile one target once with the sidecar it belongs to.
+    pub async fn reconcile(&self, target: &CsiTarget) -> Result<Reconcile, ClusterError> {
+        Ok(match target {
+            CsiTarget::Provision(t) => self.provisioner.reconcile(t).await?,
+            CsiTarget::Attach(t) => self.attacher.reconcile(t).await?,
+            CsiTarget::Node { node, target } => {
+                self.nodes
+                    .get(node)
+                    .ok_or_else(|| ClusterError::NoSuchNode(node.clone()))?
+                    .reconcile(target)
+                    .await?
+            }
+        })
+    }
+
+    /// Every target a resync would visit now: each PVC and PV, each
+    /// VolumeAttachment and PV for the attacher, registration and each pod on
+    /// each agent's node, plus pods an agent still holds volumes for (they may
+    /// be gone from the API). Sorted, so the order is reproducible.
+    pub fn targets(&self) -> Result<Vec<CsiTarget>, CsiError> {
+        let kube = kube_of(&self.kube);
+        let mut out = Vec::new();
+        let name = |o: &serde_json::Value| str_at(o, &["metadata", "name"]);
+        let ns = |o: &serde_json::Value| str_at(o, &["metadata", "namespace"]);
+        for c in kube.list(Kind::PersistentVolumeClaim, None)? {
+            out.push(CsiTarget::Provision(ProvisionTarget::Claim {
+                namespace: ns(&c),
+                name: name(&c),
+            }));
+        }
+        for pv in kube.list(Kind::PersistentVolume, None)? {
+            out.push(CsiTarget::Provision(ProvisionTarget::Volume {
+                name: name(&pv),
+            }));
+            out.push(CsiTarget::Attach(AttachTarget::Volume { name: name(&pv) }));
+        }
+        for va in kube.list(Kind::VolumeAttachment, None)? {
+            out.push(CsiTarget::Attach(AttachTarget::Attachment {
+                name: name(&va),
+            }));
+        }
+        let pods = kube.list(Kind::Pod, None)?;
+        for (node, agent) in &self.nodes {
+            out.push(CsiTarget::Node {
+                node: node.clone(),
+                target: NodeTarget::Register,
+            });
+            let mut mine: Vec<(String, String)> = pods
+                .iter()
+                .filter(|p| str_at(p, &["spec", "nodeName"]) == *node)
+                .map(|p| (ns(p), name(p)))
+                .collect();
+            mine.extend(agent.pods().into_iter().map(|p| (p.namespace, p.name)));
+            mine.sort();
+            mine.dedup();
+            for (namespace, name) in mine {
+                out.push(CsiTarget::Node {
+                    node: node.clone(),
+                    target: NodeTarget::Pod { namespace, name },
+                });
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Resync until every target answers Done, at most `rounds` times; the
+    /// requeue reasons of the last round if it did not converge. Tests and
+    /// simple drivers of the lab use it; the engine schedules targets itself.
+    pub async fn settle(&self, rounds: usize) -> Result<Vec<String>, ClusterError> {
+        let mut pending = Vec::new();
+        for _ in 0..rounds {
+            pending.clear();
+            for t in self.targets()? {
+                if let Reconcile::Requeue { reason, .. } = self.reconcile(&t).await? {
+                    pending.push(format!("{t}: {reason}"));
+                }
+            }
+            if pending.is_empty() {
+                break;
+            }
+        }
+        Ok(pending)
+    }
+}

@@ -1,0 +1,742 @@
+//! The fake CSI side of a Kubernetes cluster: external-provisioner,
+//! external-attacher and a kubelet-like node agent that drive a CSI driver
+//! over its Unix socket, and the node mount table the node plugin mounts into.
+//!
+//! Like the COSI sidecar they are not informers: the engine decides what to
+//! reconcile and when (`reconcile(target) -> Reconcile`), and every
+//! sidecar→driver call passes the gate (from CsiProvisioner / CsiAttacher /
+//! Kubelet to Driver, op = the RPC name) and is kept as an [`Exchange`].
+
+pub mod attacher;
+pub mod cluster;
+pub mod kubelet;
+pub mod mounts;
+pub mod provisioner;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use drivelab_proto::csi;
+use drivelab_proto::csi::controller_client::ControllerClient;
+use drivelab_proto::csi::identity_client::IdentityClient;
+use drivelab_proto::csi::node_client::NodeClient;
+use serde_json::{json, Value};
+use tonic::transport::Channel;
+
+pub use crate::cosi_sidecar::{code_from_name, code_name, connect_unix, KubeSlot, Reconcile};
+use crate::gate::{CallSpec, Delivery, Gate, Verdict};
+use crate::history::{CallId, Component, Outcome};
+use crate::kube::{Kind, KubeError, KubeFake};
+
+/// Per-call deadline, in real time (a hung driver must not hang the lab).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// What a sidecar sees when the link to the driver is cut.
+const CUT_MESSAGE: &str = "transport: connection refused or reset";
+
+/// Errors that stop a sidecar itself (driver errors are requeued instead).
+#[derive(Debug, thiserror::Error)]
+pub enum CsiError {
+    /// The driver socket could not be reached.
+    #[error("cannot connect to the driver at {path}: {source}")]
+    Connect {
+        path: PathBuf,
+        source: tonic::transport::Error,
+    },
+    /// A start-up call (GetPluginInfo, capabilities) failed.
+    #[error("{rpc} failed: {status}")]
+    Startup {
+        rpc: &'static str,
+        status: tonic::Status,
+    },
+    /// The Kubernetes fake refused something the sidecar needs.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] KubeError),
+    /// An object is malformed (missing a required field).
+    #[error("{kind} {name}: {what}")]
+    Malformed {
+        kind: &'static str,
+        name: String,
+        what: String,
+    },
+}
+
+/// A CSI request as a sidecar sent it (the generated message; sidecars never
+/// put secrets in them).
+#[derive(Clone, Debug, PartialEq)]
+pub enum DriverRequest {
+    /// Controller.CreateVolume
+    CreateVolume(csi::CreateVolumeRequest),
+    /// Controller.DeleteVolume
+    DeleteVolume(csi::DeleteVolumeRequest),
+    /// Controller.ControllerPublishVolume
+    ControllerPublish(csi::ControllerPublishVolumeRequest),
+    /// Controller.ControllerUnpublishVolume
+    ControllerUnpublish(csi::ControllerUnpublishVolumeRequest),
+    /// Node.NodeStageVolume
+    NodeStage(csi::NodeStageVolumeRequest),
+    /// Node.NodeUnstageVolume
+    NodeUnstage(csi::NodeUnstageVolumeRequest),
+    /// Node.NodePublishVolume
+    NodePublish(csi::NodePublishVolumeRequest),
+    /// Node.NodeUnpublishVolume
+    NodeUnpublish(csi::NodeUnpublishVolumeRequest),
+    /// Node.NodeGetInfo
+    NodeGetInfo,
+}
+
+impl DriverRequest {
+    /// The RPC name as on the wire (and as the gate's op).
+    pub fn rpc(&self) -> &'static str {
+        match self {
+            DriverRequest::CreateVolume(_) => "CreateVolume",
+            DriverRequest::DeleteVolume(_) => "DeleteVolume",
+            DriverRequest::ControllerPublish(_) => "ControllerPublishVolume",
+            DriverRequest::ControllerUnpublish(_) => "ControllerUnpublishVolume",
+            DriverRequest::NodeStage(_) => "NodeStageVolume",
+            DriverRequest::NodeUnstage(_) => "NodeUnstageVolume",
+            DriverRequest::NodePublish(_) => "NodePublishVolume",
+            DriverRequest::NodeUnpublish(_) => "NodeUnpublishVolume",
+            DriverRequest::NodeGetInfo => "NodeGetInfo",
+        }
+    }
+
+    /// The history subject: the volume name or id, `<volume>@<node id>` for
+    /// controller publish calls, `<volume>@<path>` for node calls.
+    pub fn subject(&self) -> String {
+        match self {
+            DriverRequest::CreateVolume(r) => r.name.clone(),
+            DriverRequest::DeleteVolume(r) => r.volume_id.clone(),
+            DriverRequest::ControllerPublish(r) => format!("{}@{}", r.volume_id, r.node_id),
+            DriverRequest::ControllerUnpublish(r) => format!("{}@{}", r.volume_id, r.node_id),
+            DriverRequest::NodeStage(r) => {
+                format!("{}@{}", r.volume_id, r.staging_target_path)
+            }
+            DriverRequest::NodeUnstage(r) => {
+                format!("{}@{}", r.volume_id, r.staging_target_path)
+            }
+            DriverRequest::NodePublish(r) => format!("{}@{}", r.volume_id, r.target_path),
+            DriverRequest::NodeUnpublish(r) => format!("{}@{}", r.volume_id, r.target_path),
+            DriverRequest::NodeGetInfo => String::new(),
+        }
+    }
+}
+
+/// What the driver answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DriverReply {
+    /// CreateVolume OK (the volume may be absent in a malformed reply).
+    Created(Option<csi::Volume>),
+    /// ControllerPublishVolume OK.
+    Published {
+        publish_context: BTreeMap<String, String>,
+    },
+    /// NodeGetInfo OK.
+    Info(csi::NodeGetInfoResponse),
+    /// Any other RPC answered OK.
+    Empty,
+    /// A gRPC error (or the lab's stand-in for a lost connection).
+    Failed { code: tonic::Code, message: String },
+}
+
+impl DriverReply {
+    /// The gRPC code name (`OK`, `ALREADY_EXISTS`, ...).
+    pub fn code_name(&self) -> String {
+        match self {
+            DriverReply::Failed { code, .. } => code_name(*code),
+            _ => "OK".to_string(),
+        }
+    }
+
+    /// True unless it is a gRPC error.
+    pub fn is_ok(&self) -> bool {
+        !matches!(self, DriverReply::Failed { .. })
+    }
+
+    /// `CODE: message` for requeue reasons and object status.
+    pub fn describe(&self) -> String {
+        match self {
+            DriverReply::Failed { code, message } => format!("{}: {message}", code_name(*code)),
+            _ => "OK".into(),
+        }
+    }
+
+    /// The CSI sidecars' and kubelet's "not final" errors: the driver may
+    /// still be working on it (or did it and the reply was lost).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            DriverReply::Failed {
+                code: tonic::Code::Cancelled
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Unavailable
+                    | tonic::Code::ResourceExhausted
+                    | tonic::Code::Aborted,
+                ..
+            }
+        )
+    }
+}
+
+/// One sidecar→driver exchange, kept in memory for checks.
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    /// The history call id.
+    pub call: CallId,
+    /// Which sidecar sent it.
+    pub from: Component,
+    /// The request as sent.
+    pub request: DriverRequest,
+    /// The reply as the sidecar saw it.
+    pub reply: DriverReply,
+}
+
+/// One sidecar's connection to the driver: dial, redial after a transport
+/// failure, the gate on every call, and the exchange log.
+pub struct DriverConn {
+    component: Component,
+    gate: Gate,
+    socket: PathBuf,
+    channel: Mutex<Channel>,
+    /// Set after a transport failure: dial afresh before the next call, as
+    /// grpc-go's reconnect would, rather than trust a channel to a dead peer.
+    redial: AtomicBool,
+    exchanges: Mutex<Vec<Exchange>>,
+}
+
+impl DriverConn {
+    /// Dial the driver's socket as `component`.
+    pub async fn connect(
+        socket: &Path,
+        component: Component,
+        gate: Gate,
+    ) -> Result<Self, CsiError> {
+        let channel = connect_unix(socket)
+            .await
+            .map_err(|source| CsiError::Connect {
+                path: socket.to_path_buf(),
+                source,
+            })?;
+        Ok(Self {
+            component,
+            gate,
+            socket: socket.to_path_buf(),
+            channel: Mutex::new(channel),
+            redial: AtomicBool::new(false),
+            exchanges: Mutex::default(),
+        })
+    }
+
+    /// Re-dial the driver (after it was restarted on the same socket).
+    pub async fn reconnect(&self) -> Result<(), CsiError> {
+        let channel = connect_unix(&self.socket)
+            .await
+            .map_err(|source| CsiError::Connect {
+                path: self.socket.clone(),
+                source,
+            })?;
+        *lock(&self.channel) = channel;
+        Ok(())
+    }
+
+    /// The gate calls pass through.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// Every exchange so far, in order.
+    pub fn exchanges(&self) -> Vec<Exchange> {
+        lock(&self.exchanges).clone()
+    }
+
+    fn channel(&self) -> Channel {
+        lock(&self.channel).clone()
+    }
+
+    /// A start-up RPC (GetPluginInfo, capabilities), recorded through the gate
+    /// but not kept as an exchange; faults at the gate fail the start-up.
+    pub(crate) async fn startup<T, F, Fut>(&self, rpc: &'static str, f: F) -> Result<T, CsiError>
+    where
+        F: FnOnce(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let call = CallSpec::new(self.component, Component::Driver, rpc, "");
+        let (id, verdict) = self.gate.enter(&call).await;
+        let res = match verdict {
+            Verdict::Reject(r) => Err(tonic::Status::new(code_from_name(&r.code), r.message)),
+            Verdict::Cut => {
+                self.gate.cut_before(id);
+                return Err(CsiError::Startup {
+                    rpc,
+                    status: tonic::Status::unavailable(CUT_MESSAGE),
+                });
+            }
+            Verdict::Proceed => match tokio::time::timeout(CALL_TIMEOUT, f(self.channel())).await {
+                Ok(r) => r.map(tonic::Response::into_inner),
+                Err(_) => Err(tonic::Status::deadline_exceeded(format!("{rpc} timed out"))),
+            },
+        };
+        let outcome = match &res {
+            Ok(_) => Outcome::Grpc {
+                code: "OK".into(),
+                message: String::new(),
+            },
+            Err(s) => Outcome::Grpc {
+                code: code_name(s.code()),
+                message: s.message().to_string(),
+            },
+        };
+        if self.gate.leave(id, &call, outcome).await == Delivery::Cut {
+            return Err(CsiError::Startup {
+                rpc,
+                status: tonic::Status::unavailable(CUT_MESSAGE),
+            });
+        }
+        res.map_err(|status| CsiError::Startup { rpc, status })
+    }
+
+    /// The driver's name (Identity.GetPluginInfo), as every sidecar asks at start.
+    pub(crate) async fn plugin_name(&self) -> Result<String, CsiError> {
+        let info = self
+            .startup("GetPluginInfo", |ch| async move {
+                IdentityClient::new(ch)
+                    .get_plugin_info(csi::GetPluginInfoRequest {})
+                    .await
+            })
+            .await?;
+        Ok(info.name)
+    }
+
+    /// One driver RPC through the gate, recorded as an exchange.
+    pub async fn send(&self, request: DriverRequest) -> Exchange {
+        let call = CallSpec::new(
+            self.component,
+            Component::Driver,
+            request.rpc(),
+            request.subject(),
+        );
+        let (id, verdict) = self.gate.enter(&call).await;
+        let answered = match verdict {
+            Verdict::Reject(r) => Some(DriverReply::Failed {
+                code: code_from_name(&r.code),
+                message: r.message,
+            }),
+            Verdict::Cut => {
+                self.gate.cut_before(id);
+                None
+            }
+            Verdict::Proceed => Some(self.rpc(&request).await),
+        };
+        let reply = match answered {
+            None => DriverReply::Failed {
+                code: tonic::Code::Unavailable,
+                message: CUT_MESSAGE.into(),
+            },
+            Some(reply) => {
+                let outcome = match &reply {
+                    DriverReply::Failed { code, message } => Outcome::Grpc {
+                        code: code_name(*code),
+                        message: message.clone(),
+                    },
+                    _ => Outcome::Grpc {
+                        code: "OK".into(),
+                        message: String::new(),
+                    },
+                };
+                match self.gate.leave(id, &call, outcome).await {
+                    Delivery::Deliver => reply,
+                    // The driver committed; the sidecar sees what a lost reply looks like.
+                    Delivery::Cut => DriverReply::Failed {
+                        code: tonic::Code::Unavailable,
+                        message: CUT_MESSAGE.into(),
+                    },
+                }
+            }
+        };
+        let ex = Exchange {
+            call: id,
+            from: self.component,
+            request,
+            reply,
+        };
+        lock(&self.exchanges).push(ex.clone());
+        ex
+    }
+
+    async fn rpc(&self, request: &DriverRequest) -> DriverReply {
+        if self.redial.swap(false, Ordering::SeqCst) && self.reconnect().await.is_err() {
+            self.redial.store(true, Ordering::SeqCst);
+        }
+        let reply = self.rpc_once(request).await;
+        if matches!(
+            reply,
+            DriverReply::Failed {
+                code: tonic::Code::Unavailable | tonic::Code::Unknown,
+                ..
+            }
+        ) {
+            self.redial.store(true, Ordering::SeqCst);
+        }
+        reply
+    }
+
+    async fn rpc_once(&self, request: &DriverRequest) -> DriverReply {
+        let ch = self.channel();
+        let fut = async move {
+            let mut ctl = ControllerClient::new(ch.clone());
+            let mut node = NodeClient::new(ch);
+            match request.clone() {
+                DriverRequest::CreateVolume(r) => ctl
+                    .create_volume(r)
+                    .await
+                    .map(|r| DriverReply::Created(r.into_inner().volume)),
+                DriverRequest::DeleteVolume(r) => {
+                    ctl.delete_volume(r).await.map(|_| DriverReply::Empty)
+                }
+                DriverRequest::ControllerPublish(r) => {
+                    ctl.controller_publish_volume(r)
+                        .await
+                        .map(|r| DriverReply::Published {
+                            publish_context: r.into_inner().publish_context.into_iter().collect(),
+                        })
+                }
+                DriverRequest::ControllerUnpublish(r) => ctl
+                    .controller_unpublish_volume(r)
+                    .await
+                    .map(|_| DriverReply::Empty),
+                DriverRequest::NodeStage(r) => {
+                    node.node_stage_volume(r).await.map(|_| DriverReply::Empty)
+                }
+                DriverRequest::NodeUnstage(r) => node
+                    .node_unstage_volume(r)
+                    .await
+                    .map(|_| DriverReply::Empty),
+                DriverRequest::NodePublish(r) => node
+                    .node_publish_volume(r)
+                    .await
+                    .map(|_| DriverReply::Empty),
+                DriverRequest::NodeUnpublish(r) => node
+                    .node_unpublish_volume(r)
+                    .await
+                    .map(|_| DriverReply::Empty),
+                DriverRequest::NodeGetInfo => node
+                    .node_get_info(csi::NodeGetInfoRequest {})
+                    .await
+                    .map(|r| DriverReply::Info(r.into_inner())),
+            }
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+            Ok(Ok(reply)) => reply,
+            // A dead peer shows up as UNKNOWN or UNAVAILABLE with varying text,
+            // depending on how the OS reported the broken connection; the real
+            // sidecars treat all of them alike, and the history must not vary.
+            Ok(Err(status))
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unknown | tonic::Code::Unavailable
+                ) && std::error::Error::source(&status).is_some() =>
+            {
+                DriverReply::Failed {
+                    code: tonic::Code::Unavailable,
+                    message: "transport: connection to the driver lost".into(),
+                }
+            }
+            Ok(Err(status)) => DriverReply::Failed {
+                code: status.code(),
+                message: status.message().to_string(),
+            },
+            Err(_) => DriverReply::Failed {
+                code: tonic::Code::DeadlineExceeded,
+                message: format!("no reply within {}s", CALL_TIMEOUT.as_secs()),
+            },
+        }
+    }
+}
+
+/// Per-item exponential back-off (client-go's ItemExponentialFailureRateLimiter):
+/// `base · 2^failures`, capped at `max`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    /// First delay.
+    pub base: Duration,
+    /// Ceiling.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// external-provisioner's `--retry-interval-start` / `--retry-interval-max` defaults.
+    pub const PROVISIONER: Backoff = Backoff {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(300),
+    };
+    /// external-attacher's `--retry-interval-start` / `--retry-interval-max` defaults.
+    pub const ATTACHER: Backoff = Backoff {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(300),
+    };
+    /// kubelet's volume operations (nestedpendingoperations: 500ms doubling to 2m2s).
+    pub const KUBELET: Backoff = Backoff {
+        base: Duration::from_millis(500),
+        max: Duration::from_millis(122_000),
+    };
+
+    /// The delay after `failures` consecutive failures (0 = the first failure).
+    pub fn delay(self, failures: u32) -> Duration {
+        let ms = u64::try_from(self.base.as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(ms.saturating_mul(1u64 << failures.min(30))).min(self.max)
+    }
+}
+
+/// Failure counts per target, turning a step into a [`Reconcile`].
+pub(crate) struct Failures<T: Ord + Clone> {
+    backoff: Backoff,
+    counts: Mutex<BTreeMap<T, u32>>,
+}
+
+impl<T: Ord + Clone> Failures<T> {
+    pub(crate) fn new(backoff: Backoff) -> Self {
+        Self {
+            backoff,
+            counts: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn settle(&self, target: &T, step: Step) -> Reconcile {
+        let mut counts = lock(&self.counts);
+        match step {
+            Step::Done => {
+                counts.remove(target);
+                Reconcile::Done
+            }
+            Step::Retry(reason) => {
+                let n = counts.entry(target.clone()).or_insert(0);
+                let after = self.backoff.delay(*n);
+                *n = n.saturating_add(1);
+                Reconcile::Requeue { after, reason }
+            }
+        }
+    }
+}
+
+/// One reconcile's verdict before back-off is applied.
+pub(crate) enum Step {
+    Done,
+    Retry(String),
+}
+
+/// CSI access mode for one Kubernetes access mode.
+pub fn access_mode(mode: &str) -> csi::volume_capability::access_mode::Mode {
+    use csi::volume_capability::access_mode::Mode;
+    match mode {
+        "ReadWriteOnce" => Mode::SingleNodeWriter,
+        "ReadOnlyMany" => Mode::MultiNodeReaderOnly,
+        "ReadWriteMany" => Mode::MultiNodeMultiWriter,
+        "ReadWriteOncePod" => Mode::SingleNodeSingleWriter,
+        _ => Mode::Unknown,
+    }
+}
+
+/// A volume capability: block or mount (with fs type and mount flags) plus one access mode.
+pub fn capability(
+    block: bool,
+    fs_type: &str,
+    mount_flags: &[String],
+    mode: csi::volume_capability::access_mode::Mode,
+) -> csi::VolumeCapability {
+    use csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+    csi::VolumeCapability {
+        access_type: Some(if block {
+            AccessType::Block(BlockVolume {})
+        } else {
+            AccessType::Mount(MountVolume {
+                fs_type: fs_type.to_string(),
+                mount_flags: mount_flags.to_vec(),
+                volume_mount_group: String::new(),
+            })
+        }),
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+    }
+}
+
+/// The capability the attacher and kubelet send for a PV: block or mount by
+/// `volumeMode`, fs type and mount options from the PV, one access mode.
+/// `first_mode_only` is the kubelet's rule (the PV's first access mode); the
+/// attacher folds the whole list.
+pub fn pv_capability(pv: &Value, first_mode_only: bool) -> csi::VolumeCapability {
+    use csi::volume_capability::access_mode::Mode;
+    let modes = strings(pv, &["spec", "accessModes"]);
+    let has = |m: &str| modes.iter().any(|x| x == m);
+    let mode = if first_mode_only {
+        modes
+            .first()
+            .map_or(Mode::SingleNodeWriter, |m| access_mode(m))
+    } else if has("ReadWriteMany") {
+        Mode::MultiNodeMultiWriter
+    } else if has("ReadWriteOncePod") {
+        Mode::SingleNodeSingleWriter
+    } else if has("ReadOnlyMany") && has("ReadWriteOnce") {
+        Mode::MultiNodeSingleWriter
+    } else if has("ReadOnlyMany") {
+        Mode::MultiNodeReaderOnly
+    } else {
+        Mode::SingleNodeWriter
+    };
+    capability(
+        str_at(pv, &["spec", "volumeMode"]) == "Block",
+        &str_at(pv, &["spec", "csi", "fsType"]),
+        &strings(pv, &["spec", "mountOptions"]),
+        mode,
+    )
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn str_at(v: &Value, path: &[&str]) -> String {
+    crate::json::str_at(v, path)
+}
+
+pub(crate) fn strings(v: &Value, path: &[&str]) -> Vec<String> {
+    crate::json::at(v, path)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub(crate) fn string_map(v: &Value, path: &[&str]) -> BTreeMap<String, String> {
+    crate::json::at(v, path)
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub(crate) fn deleting(v: &Value) -> bool {
+    !str_at(v, &["metadata", "deletionTimestamp"]).is_empty()
+}
+
+pub(crate) fn has_finalizer(v: &Value, f: &str) -> bool {
+    strings(v, &["metadata", "finalizers"])
+        .iter()
+        .any(|x| x == f)
+}
+
+/// Add `finalizer` to an object (no-op if present); not allowed once it is deleting.
+pub(crate) fn add_finalizer(
+    kube: &KubeFake,
+    kind: Kind,
+    ns: Option<&str>,
+    obj: &Value,
+    finalizer: &str,
+) -> Result<(), KubeError> {
+    let mut list = strings(obj, &["metadata", "finalizers"]);
+    if list.iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    list.push(finalizer.to_string());
+    let name = str_at(obj, &["metadata", "name"]);
+    kube.merge_patch(kind, ns, &name, json!({"metadata": {"finalizers": list}}))?;
+    Ok(())
+}
+
+/// Drop `finalizer` from the named object, if it still exists.
+pub(crate) fn remove_finalizer(
+    kube: &KubeFake,
+    kind: Kind,
+    ns: Option<&str>,
+    name: &str,
+    finalizer: &str,
+) -> Result<(), KubeError> {
+    let Some(obj) = kube.get(kind, ns, name)? else {
+        return Ok(());
+    };
+    let list: Vec<String> = strings(&obj, &["metadata", "finalizers"])
+        .into_iter()
+        .filter(|f| f != finalizer)
+        .collect();
+    if list.len() == strings(&obj, &["metadata", "finalizers"]).len() {
+        return Ok(());
+    }
+    match kube.merge_patch(kind, ns, name, json!({"metadata": {"finalizers": list}})) {
+        Ok(_) | Err(KubeError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The kube fake currently in the slot.
+pub(crate) fn kube_of(slot: &KubeSlot) -> KubeFake {
+    slot.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// `sha256(text)` as lower-case hex (kubelet staging dirs, VolumeAttachment names).
+pub fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// The virtual time as an RFC 3339 timestamp, for `status.*Error.time`.
+pub(crate) fn timestamp(gate: &Gate) -> String {
+    let ms = gate.history().clock().now().0;
+    let secs = 1_735_689_600i64.saturating_add(i64::try_from(ms / 1000).unwrap_or(0));
+    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    time::OffsetDateTime::from_unix_timestamp(secs)
+        .ok()
+        .and_then(|t| t.format(&fmt).ok())
+        .unwrap_or_else(|| "2025-01-01T00:00:00Z".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoffs_match_the_real_defaults() {
+        assert_eq!(Backoff::PROVISIONER.delay(0), Duration::from_secs(1));
+        assert_eq!(Backoff::PROVISIONER.delay(3), Duration::from_secs(8));
+        assert_eq!(Backoff::PROVISIONER.delay(9), Duration::from_secs(300));
+        assert_eq!(
+            Backoff::PROVISIONER.delay(u32::MAX),
+            Duration::from_secs(300)
+        );
+        assert_eq!(Backoff::KUBELET.delay(0), Duration::from_millis(500));
+        assert_eq!(Backoff::KUBELET.delay(20), Duration::from_millis(122_000));
+    }
+
+    #[test]
+    fn attacher_folds_access_modes() {
+        use csi::volume_capability::access_mode::Mode;
+        let pv = |modes: Value| json!({"spec": {"accessModes": modes, "csi": {"fsType": "ext4"}}});
+        let mode = |v: &Value, first| {
+            pv_capability(v, first)
+                .access_mode
+                .map(|m| m.mode)
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            mode(&pv(json!(["ReadWriteOnce"])), false),
+            Mode::SingleNodeWriter as i32
+        );
+        assert_eq!(
+            mode(&pv(json!(["ReadOnlyMany", "ReadWriteOnce"])), false),
+            Mode::MultiNodeSingleWriter as i32
+        );
+        assert_eq!(
+            mode(&pv(json!(["ReadOnlyMany", "ReadWriteOnce"])), true),
+            Mode::MultiNodeReaderOnly as i32
+        );
+        assert_eq!(
+            mode(&pv(json!(["ReadWriteMany"])), false),
+            Mode::MultiNodeMultiWriter as i32
+        );
+    }
+}

@@ -1,0 +1,762 @@
+//! The fake node mount table: what the kernel's mount table and mkfs are to a
+//! CSI node plugin, one per node, served as HTTP JSON on 127.0.0.1 (the plugin's
+//! `--mounter-url`). It enforces the rules a real node does: read-only bind
+//! mounts stay read-only, a target holds one mount, a busy mount cannot go,
+//! and a disk keeps the one filesystem it was formatted with.
+//!
+//! Mounts live in memory: they survive a node-plugin restart (the kernel keeps
+//! them) and are lost with the node (the lab makes a fresh table on a VM recreate).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::gate::{http_gate, CallSpec, Gate, HttpTap, Rejection, ERROR_CODE_HEADER};
+use crate::history::Component;
+
+/// A block device visible on the node (the agent made it appear there).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Device {
+    /// `/dev/disk/by-id/<disk_cid>`
+    pub path: String,
+    /// The IaaS disk id behind it.
+    pub disk_cid: String,
+}
+
+impl Device {
+    /// The device a disk shows up as, named as udev's by-id links are.
+    pub fn for_disk(disk_cid: &str) -> Self {
+        Self {
+            path: format!("/dev/disk/by-id/{disk_cid}"),
+            disk_cid: disk_cid.to_string(),
+        }
+    }
+}
+
+/// Where a node's visible devices come from; the lab feeds it from the
+/// Director's agent (add/remove dynamic disk) calls.
+pub type DeviceSource = Arc<dyn Fn() -> Vec<Device> + Send + Sync>;
+
+/// Filesystems on disks, keyed by disk cid and shared by every node's table:
+/// a filesystem travels with its disk when it is attached elsewhere.
+#[derive(Clone, Debug, Default)]
+pub struct Filesystems(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl Filesystems {
+    /// The filesystem type on `disk_cid`, if it was ever formatted.
+    pub fn fstype(&self, disk_cid: &str) -> Option<String> {
+        lock(&self.0).get(disk_cid).cloned()
+    }
+
+    /// Every formatted disk and its filesystem type.
+    pub fn all(&self) -> BTreeMap<String, String> {
+        lock(&self.0).clone()
+    }
+
+    /// The disk was deleted: its filesystem goes with it.
+    pub fn forget(&self, disk_cid: &str) {
+        lock(&self.0).remove(disk_cid);
+    }
+}
+
+/// A mount request, as `POST /mount` carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountRequest {
+    /// A device path, or (for a bind mount) a path at or under a mount target.
+    pub source: String,
+    /// Where to mount.
+    pub target: String,
+    /// Filesystem type; optional (detected) for device mounts, ignored for binds.
+    #[serde(default)]
+    pub fstype: Option<String>,
+    /// Mount read-only.
+    #[serde(default)]
+    pub read_only: bool,
+    /// A bind mount of `source`.
+    #[serde(default)]
+    pub bind: bool,
+}
+
+/// One entry of the mount table, as `GET /mounts` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountEntry {
+    /// Device path or bind source.
+    pub source: String,
+    /// Mount point.
+    pub target: String,
+    /// Filesystem type (a bind shows the filesystem it exposes).
+    pub fstype: String,
+    /// Read-only.
+    pub read_only: bool,
+    /// A bind mount.
+    pub bind: bool,
+}
+
+/// A mount as checks and snapshots see it (not on the wire).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MountView {
+    /// The node this table belongs to.
+    pub node: String,
+    /// Device path or bind source.
+    pub source: String,
+    /// Mount point.
+    pub target: String,
+    /// Filesystem type.
+    pub fstype: String,
+    /// Read-only.
+    pub read_only: bool,
+    /// A bind mount.
+    pub bind: bool,
+    /// The disk whose filesystem this mount exposes (through binds too).
+    pub disk_cid: String,
+    /// False when that disk is no longer visible on the node (detached under a mount).
+    pub device_present: bool,
+}
+
+/// Why the table refused a request; each has the contract's code and status.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MountError {
+    /// 400: malformed JSON, a missing field, a relative or `..` path.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// 404: the device is not visible on this node.
+    #[error("no such device on node: {0}")]
+    NoSuchDevice(String),
+    /// 404: a bind source that is not at or under a mount.
+    #[error("bind source is not a mounted path: {0}")]
+    NoSuchSource(String),
+    /// 409: the target has a different mount.
+    #[error("{target} is already mounted from {source_path} with other flags")]
+    AlreadyMounted { target: String, source_path: String },
+    /// 400: a read-write bind of a read-only mount.
+    #[error("{0} is mounted read-only; a bind of it cannot be read-write")]
+    ReadOnlySource(String),
+    /// 400: a device mount whose filesystem does not match (or does not exist).
+    #[error("wrong fs type on {device}: want {want}, device has {have}")]
+    WrongFsType {
+        device: String,
+        want: String,
+        have: String,
+    },
+    /// 404: nothing mounted at the target.
+    #[error("not mounted: {0}")]
+    NotMounted(String),
+    /// 409: another mount uses the target (a bind of it, or a mount under it).
+    #[error("target is busy: {target} is used by {by}")]
+    Busy { target: String, by: String },
+    /// 409: the device already has another filesystem.
+    #[error("{device} already has a {have} filesystem")]
+    AlreadyFormatted { device: String, have: String },
+}
+
+impl MountError {
+    /// The contract's error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            MountError::InvalidRequest(_) => "InvalidRequest",
+            MountError::NoSuchDevice(_) => "NoSuchDevice",
+            MountError::NoSuchSource(_) => "NoSuchSource",
+            MountError::AlreadyMounted { .. } => "AlreadyMounted",
+            MountError::ReadOnlySource(_) => "ReadOnlySource",
+            MountError::WrongFsType { .. } => "WrongFsType",
+            MountError::NotMounted(_) => "NotMounted",
+            MountError::Busy { .. } => "Busy",
+            MountError::AlreadyFormatted { .. } => "AlreadyFormatted",
+        }
+    }
+
+    /// The HTTP status it is answered with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            MountError::InvalidRequest(_)
+            | MountError::ReadOnlySource(_)
+            | MountError::WrongFsType { .. } => 400,
+            MountError::NoSuchDevice(_)
+            | MountError::NoSuchSource(_)
+            | MountError::NotMounted(_) => 404,
+            MountError::AlreadyMounted { .. }
+            | MountError::Busy { .. }
+            | MountError::AlreadyFormatted { .. } => 409,
+        }
+    }
+}
+
+impl IntoResponse for MountError {
+    fn into_response(self) -> Response {
+        error_response(self.http_status(), self.code(), &self.to_string())
+    }
+}
+
+fn error_response(status: u16, code: &str, message: &str) -> Response {
+    let mut r = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Json(json!({"error": {"code": code, "message": message}})),
+    )
+        .into_response();
+    if let Ok(v) = http::HeaderValue::from_str(code) {
+        r.headers_mut().insert(ERROR_CODE_HEADER, v);
+    }
+    r
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Mount {
+    source: String,
+    fstype: String,
+    read_only: bool,
+    bind: bool,
+    disk_cid: String,
+}
+
+/// One node's mount table. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct MountTable {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node: String,
+    devices: DeviceSource,
+    filesystems: Filesystems,
+    gate: Gate,
+    mounts: Mutex<BTreeMap<String, Mount>>,
+}
+
+/// A path must be absolute and plain: no `..`, `.`, or empty components.
+fn clean_path(p: &str, what: &str) -> Result<String, MountError> {
+    if !p.starts_with('/') {
+        return Err(MountError::InvalidRequest(format!(
+            "{what} must be an absolute path: {p:?}"
+        )));
+    }
+    let trimmed = if p.len() > 1 {
+        p.trim_end_matches('/')
+    } else {
+        p
+    };
+    if trimmed
+        .split('/')
+        .skip(1)
+        .any(|c| c.is_empty() || c == "." || c == "..")
+        && trimmed != "/"
+    {
+        return Err(MountError::InvalidRequest(format!(
+            "{what} must not contain empty, '.' or '..' components: {p:?}"
+        )));
+    }
+    Ok(trimmed.to_string())
+}
+
+/// True when `path` is `dir` or inside it.
+fn under(path: &str, dir: &str) -> bool {
+    path == dir || dir == "/" || path.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
+}
+
+impl MountTable {
+    /// An empty table for `node`; HTTP requests pass `gate` (Component::Mounts).
+    pub fn new(node: &str, devices: DeviceSource, filesystems: Filesystems, gate: Gate) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                node: node.to_string(),
+                devices,
+                filesystems,
+                gate,
+                mounts: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The node this table belongs to.
+    pub fn node(&self) -> &str {
+        &self.inner.node
+    }
+
+    /// The shared filesystem registry.
+    pub fn filesystems(&self) -> &Filesystems {
+        &self.inner.filesystems
+    }
+
+    /// Devices visible on the node now, sorted by path.
+    pub fn devices(&self) -> Vec<Device> {
+        let mut d = (self.inner.devices)();
+        d.sort();
+        d.dedup();
+        d
+    }
+
+    fn device(&self, path: &str) -> Result<Device, MountError> {
+        self.devices()
+            .into_iter()
+            .find(|d| d.path == path)
+            .ok_or_else(|| MountError::NoSuchDevice(path.to_string()))
+    }
+
+    fn mounts_lock(&self) -> MutexGuard<'_, BTreeMap<String, Mount>> {
+        lock(&self.inner.mounts)
+    }
+
+    /// `mkfs`: idempotent for the same type; refuses another type.
+    pub fn format(&self, device: &str, fstype: &str) -> Result<(), MountError> {
+        if fstype.is_empty()
+            || !fstype
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        {
+            return Err(MountError::InvalidRequest(format!(
+                "fstype must be a filesystem name like ext4: {fstype:?}"
+            )));
+        }
+        let dev = self.device(device)?;
+        let mut fs = lock(&self.inner.filesystems.0);
+        match fs.get(&dev.disk_cid) {
+            Some(have) if have == fstype => Ok(()),
+            Some(have) => Err(MountError::AlreadyFormatted {
+                device: device.to_string(),
+                have: have.clone(),
+            }),
+            None => {
+                fs.insert(dev.disk_cid, fstype.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    /// `blkid`: the filesystem on a visible device.
+    pub fn fstype(&self, device: &str) -> Result<Option<String>, MountError> {
+        let dev = self.device(device)?;
+        Ok(self.inner.filesystems.fstype(&dev.disk_cid))
+    }
+
+    /// `mount`, with the table's rules (see the module doc).
+    pub fn mount(&self, req: &MountRequest) -> Result<(), MountError> {
+        let target = clean_path(&req.target, "target")?;
+        let source = clean_path(&req.source, "source")?;
+        let mut mounts = self.mounts_lock();
+        let want = if req.bind {
+            // The mount that covers the source path (the innermost one).
+            let (cover_target, cover) = mounts
+                .iter()
+                .filter(|(t, _)| under(&source, t) && **t != target)
+                .max_by_key(|(t, _)| t.len())
+                .ok_or_else(|| MountError::NoSuchSource(source.clone()))?;
+            if cover.read_only && !req.read_only {
+                return Err(MountError::ReadOnlySource(cover_target.clone()));
+            }
+            Mount {
+                source: source.clone(),
+                fstype: cover.fstype.clone(),
+                read_only: req.read_only,
+                bind: true,
+                disk_cid: cover.disk_cid.clone(),
+            }
+        } else {
+            let dev = self.device(&source)?;
+            let have = self.inner.filesystems.fstype(&dev.disk_cid);
+            let asked = req.fstype.clone().filter(|f| !f.is_empty());
+            let fstype = match (have, asked) {
+                (Some(h), None) => h,
+                (Some(h), Some(a)) if h == a => h,
+                (have, asked) => {
+                    return Err(MountError::WrongFsType {
+                        device: source.clone(),
+                        want: asked.unwrap_or_else(|| "any".into()),
+                        have: have.unwrap_or_else(|| "no filesystem".into()),
+                    })
+                }
+            };
+            Mount {
+                source: source.clone(),
+                fstype,
+                read_only: req.read_only,
+                bind: false,
+                disk_cid: dev.disk_cid,
+            }
+        };
+        match mounts.get(&target) {
+            Some(m) if *m == want => Ok(()),
+            Some(m) => Err(MountError::AlreadyMounted {
+                target,
+                source_path: m.source.clone(),
+            }),
+            None => {
+                mounts.insert(target, want);
+                Ok(())
+            }
+        }
+    }
+
+    /// `umount`: refused while another mount uses the target.
+    pub fn unmount(&self, target: &str) -> Result<(), MountError> {
+        let target = clean_path(target, "target")?;
+        let mut mounts = self.mounts_lock();
+        if !mounts.contains_key(&target) {
+            return Err(MountError::NotMounted(target));
+        }
+        let user = mounts.iter().find(|(t, m)| {
+            **t != target && ((m.bind && under(&m.source, &target)) || under(t, &target))
+        });
+        if let Some((t, _)) = user {
+            return Err(MountError::Busy {
+                target: target.clone(),
+                by: t.clone(),
+            });
+        }
+        mounts.remove(&target);
+        Ok(())
+    }
+
+    /// The table as `GET /mounts` lists it, sorted by target.
+    pub fn entries(&self) -> Vec<MountEntry> {
+        self.mounts_lock()
+            .iter()
+            .map(|(t, m)| MountEntry {
+                source: m.source.clone(),
+                target: t.clone(),
+                fstype: m.fstype.clone(),
+                read_only: m.read_only,
+                bind: m.bind,
+            })
+            .collect()
+    }
+
+    /// The table for checks and snapshots, sorted by target.
+    pub fn mounts(&self) -> Vec<MountView> {
+        let present: Vec<String> = self.devices().into_iter().map(|d| d.disk_cid).collect();
+        self.mounts_lock()
+            .iter()
+            .map(|(t, m)| MountView {
+                node: self.inner.node.clone(),
+                source: m.source.clone(),
+                target: t.clone(),
+                fstype: m.fstype.clone(),
+                read_only: m.read_only,
+                bind: m.bind,
+                disk_cid: m.disk_cid.clone(),
+                device_present: present.contains(&m.disk_cid),
+            })
+            .collect()
+    }
+
+    /// Mounts at or under `dir` (e.g. a pod's volume directory), for leak checks.
+    pub fn mounts_under(&self, dir: &str) -> Vec<MountView> {
+        self.mounts()
+            .into_iter()
+            .filter(|m| under(&m.target, dir.trim_end_matches('/')))
+            .collect()
+    }
+
+    /// The HTTP API, with the gate layer applied.
+    pub fn router(&self) -> Router {
+        let tap = HttpTap {
+            gate: self.inner.gate.clone(),
+            classify,
+            render: render_rejection,
+        };
+        Router::new()
+            .route("/devices", get(list_devices))
+            .route("/mounts", get(list_mounts))
+            .route("/format", post(format).get(get_format))
+            .route("/mount", post(mount))
+            .route("/unmount", post(unmount))
+            .fallback(not_found)
+            .with_state(self.clone())
+            .layer(axum::middleware::from_fn_with_state(tap, http_gate))
+            // Outermost, so the gate's classifier can name the node.
+            .layer(Extension(NodeTag(self.inner.node.clone())))
+    }
+
+    /// Serve the HTTP API on `addr` (e.g. [`crate::serve::loopback`]).
+    pub async fn serve(
+        &self,
+        addr: std::net::SocketAddr,
+    ) -> std::io::Result<crate::serve::Listener> {
+        crate::serve::serve_http(self.router(), addr).await
+    }
+}
+
+/// The node a request's table belongs to, for the history's subject.
+#[derive(Clone, Debug)]
+struct NodeTag(String);
+
+fn classify(parts: &http::request::Parts) -> CallSpec {
+    let op = match (parts.method.as_str(), parts.uri.path()) {
+        ("GET", "/devices") => "list_devices",
+        ("GET", "/mounts") => "list_mounts",
+        ("POST", "/format") => "format",
+        ("GET", "/format") => "get_format",
+        ("POST", "/mount") => "mount",
+        ("POST", "/unmount") => "unmount",
+        _ => "unknown",
+    };
+    let node = parts
+        .extensions
+        .get::<NodeTag>()
+        .map(|n| n.0.clone())
+        .unwrap_or_default();
+    CallSpec::new(Component::Driver, Component::Mounts, op, node)
+}
+
+/// A gate rejection in the table's error shape.
+pub fn render_rejection(r: &Rejection) -> Response {
+    error_response(r.http_status, &r.code, &r.message)
+}
+
+fn ok() -> Response {
+    Json(json!({})).into_response()
+}
+
+fn body<T: serde::de::DeserializeOwned>(b: &Bytes) -> Result<T, MountError> {
+    serde_json::from_slice(b)
+        .map_err(|e| MountError::InvalidRequest(format!("bad request body: {e}")))
+}
+
+async fn list_devices(State(t): State<MountTable>) -> Response {
+    Json(t.devices()).into_response()
+}
+
+async fn list_mounts(State(t): State<MountTable>) -> Response {
+    Json(t.entries()).into_response()
+}
+
+#[derive(Deserialize)]
+struct FormatBody {
+    device: String,
+    fstype: String,
+}
+
+async fn format(State(t): State<MountTable>, b: Bytes) -> Result<Response, MountError> {
+    let req: FormatBody = body(&b)?;
+    t.format(&req.device, &req.fstype)?;
+    Ok(ok())
+}
+
+async fn get_format(
+    State(t): State<MountTable>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Result<Response, MountError> {
+    let device = q
+        .get("device")
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| MountError::InvalidRequest("query parameter device is required".into()))?;
+    Ok(Json(json!({"fstype": t.fstype(device)?})).into_response())
+}
+
+async fn mount(State(t): State<MountTable>, b: Bytes) -> Result<Response, MountError> {
+    let req: MountRequest = body(&b)?;
+    t.mount(&req)?;
+    Ok(ok())
+}
+
+#[derive(Deserialize)]
+struct UnmountBody {
+    target: String,
+}
+
+async fn unmount(State(t): State<MountTable>, b: Bytes) -> Result<Response, MountError> {
+    let req: UnmountBody = body(&b)?;
+    t.unmount(&req.target)?;
+    Ok(ok())
+}
+
+async fn not_found(req: axum::extract::Request) -> Response {
+    error_response(
+        404,
+        "NotFound",
+        &format!("no such endpoint: {} {}", req.method(), req.uri().path()),
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Parse a JSON error body of this API into (code, message); for clients and tests.
+pub fn parse_error(v: &Value) -> Option<(String, String)> {
+    let e = v.get("error")?;
+    Some((
+        e.get("code")?.as_str()?.to_string(),
+        e.get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::history::History;
+
+    fn table(cids: &[&str]) -> (MountTable, Arc<Mutex<Vec<Device>>>) {
+        let devs = Arc::new(Mutex::new(
+            cids.iter().map(|c| Device::for_disk(c)).collect::<Vec<_>>(),
+        ));
+        let d2 = devs.clone();
+        let t = MountTable::new(
+            "node-a",
+            Arc::new(move || lock(&d2).clone()),
+            Filesystems::default(),
+            Gate::new(History::new(SimClock::new())),
+        );
+        (t, devs)
+    }
+
+    fn dev_mount(dev: &str, target: &str, ro: bool) -> MountRequest {
+        MountRequest {
+            source: dev.into(),
+            target: target.into(),
+            fstype: Some("ext4".into()),
+            read_only: ro,
+            bind: false,
+        }
+    }
+
+    fn bind(src: &str, target: &str, ro: bool) -> MountRequest {
+        MountRequest {
+            source: src.into(),
+            target: target.into(),
+            fstype: None,
+            read_only: ro,
+            bind: true,
+        }
+    }
+
+    const DEV: &str = "/dev/disk/by-id/disk-1";
+
+    #[test]
+    fn format_is_idempotent_and_refuses_another_type() {
+        let (t, _) = table(&["disk-1"]);
+        assert_eq!(t.fstype(DEV).unwrap(), None);
+        t.format(DEV, "ext4").unwrap();
+        t.format(DEV, "ext4").unwrap();
+        assert_eq!(t.fstype(DEV).unwrap().as_deref(), Some("ext4"));
+        assert_eq!(t.format(DEV, "xfs").unwrap_err().code(), "AlreadyFormatted");
+        assert_eq!(
+            t.format("/dev/disk/by-id/other", "ext4")
+                .unwrap_err()
+                .code(),
+            "NoSuchDevice"
+        );
+        assert_eq!(t.format(DEV, "").unwrap_err().code(), "InvalidRequest");
+    }
+
+    #[test]
+    fn device_mount_needs_a_visible_formatted_device() {
+        let (t, _) = table(&["disk-1"]);
+        assert_eq!(
+            t.mount(&dev_mount(DEV, "/g", false)).unwrap_err().code(),
+            "WrongFsType"
+        );
+        t.format(DEV, "ext4").unwrap();
+        let mut xfs = dev_mount(DEV, "/g", false);
+        xfs.fstype = Some("xfs".into());
+        assert_eq!(t.mount(&xfs).unwrap_err().code(), "WrongFsType");
+        assert_eq!(
+            t.mount(&dev_mount("/dev/disk/by-id/nope", "/g", false))
+                .unwrap_err()
+                .code(),
+            "NoSuchDevice"
+        );
+        t.mount(&dev_mount(DEV, "/g", false)).unwrap();
+        assert_eq!(t.mounts().len(), 1);
+    }
+
+    #[test]
+    fn a_target_holds_one_mount_and_same_flags_is_idempotent() {
+        let (t, _) = table(&["disk-1"]);
+        t.format(DEV, "ext4").unwrap();
+        t.mount(&dev_mount(DEV, "/g", false)).unwrap();
+        t.mount(&dev_mount(DEV, "/g/", false)).unwrap();
+        assert_eq!(
+            t.mount(&dev_mount(DEV, "/g", true)).unwrap_err().code(),
+            "AlreadyMounted"
+        );
+        t.mount(&bind("/g", "/p", false)).unwrap();
+        assert_eq!(
+            t.mount(&bind("/g", "/p", true)).unwrap_err().code(),
+            "AlreadyMounted"
+        );
+        assert_eq!(t.mounts().len(), 2);
+    }
+
+    #[test]
+    fn read_only_source_never_binds_read_write() {
+        let (t, _) = table(&["disk-1"]);
+        t.format(DEV, "ext4").unwrap();
+        t.mount(&dev_mount(DEV, "/g", true)).unwrap();
+        assert_eq!(
+            t.mount(&bind("/g", "/p", false)).unwrap_err().code(),
+            "ReadOnlySource"
+        );
+        assert_eq!(
+            t.mount(&bind("/g/sub", "/p", false)).unwrap_err().code(),
+            "ReadOnlySource"
+        );
+        t.mount(&bind("/g", "/p", true)).unwrap();
+        // A bind of the read-only bind is read-only too.
+        assert_eq!(
+            t.mount(&bind("/p", "/q", false)).unwrap_err().code(),
+            "ReadOnlySource"
+        );
+        assert!(t.mounts().iter().all(|m| m.read_only));
+    }
+
+    #[test]
+    fn bind_needs_a_mounted_source() {
+        let (t, _) = table(&["disk-1"]);
+        assert_eq!(
+            t.mount(&bind("/nowhere", "/p", false)).unwrap_err().code(),
+            "NoSuchSource"
+        );
+        assert_eq!(
+            t.mount(&bind("relative", "/p", false)).unwrap_err().code(),
+            "InvalidRequest"
+        );
+        assert_eq!(
+            t.mount(&bind("/a/../b", "/p", false)).unwrap_err().code(),
+            "InvalidRequest"
+        );
+    }
+
+    #[test]
+    fn busy_source_cannot_be_unmounted() {
+        let (t, devs) = table(&["disk-1"]);
+        t.format(DEV, "ext4").unwrap();
+        t.mount(&dev_mount(DEV, "/g", false)).unwrap();
+        t.mount(&bind("/g", "/p", false)).unwrap();
+        assert_eq!(t.unmount("/g").unwrap_err().code(), "Busy");
+        assert_eq!(t.unmount("/nothing").unwrap_err().code(), "NotMounted");
+        // The disk vanishing under a mount is visible to checks.
+        lock(&devs).clear();
+        assert!(t.mounts().iter().all(|m| !m.device_present));
+        assert!(t.mounts().iter().all(|m| m.disk_cid == "disk-1"));
+        t.unmount("/p").unwrap();
+        t.unmount("/g").unwrap();
+        assert!(t.mounts().is_empty());
+        assert_eq!(t.unmount("/g").unwrap_err().code(), "NotMounted");
+    }
+
+    #[test]
+    fn filesystem_travels_with_the_disk() {
+        let fs = Filesystems::default();
+        let mk = |node: &str| {
+            MountTable::new(
+                node,
+                Arc::new(|| vec![Device::for_disk("disk-1")]),
+                fs.clone(),
+                Gate::new(History::new(SimClock::new())),
+            )
+        };
+        mk("a").format(DEV, "ext4").unwrap();
+        assert_eq!(mk("b").fstype(DEV).unwrap().as_deref(), Some("ext4"));
+    }
+}
