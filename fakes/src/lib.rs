@@ -4,7 +4,9 @@
 
 pub mod clock;
 pub mod cosi_sidecar;
+pub mod cpi;
 pub mod csi;
+pub mod director;
 pub mod gate;
 pub mod history;
 pub mod json;

@@ -1,0 +1,785 @@
+//! The Director's HTTP surface: `/info`, the fake UAA's `/oauth/token`,
+//! deployments, tasks and `/dynamic_disks`, every route behind the gate, errors
+//! in the Director's `{"code", "description"}` shape.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::Router;
+use http::request::Parts;
+use http::{HeaderMap, StatusCode};
+use serde_json::{json, Map, Value};
+
+use super::auth::{self, Claims, Permission};
+use super::state::{Job, TaskRec};
+use super::Inner;
+use crate::gate::{http_gate, CallSpec, HttpTap, Rejection, ERROR_CODE_HEADER};
+use crate::history::Component;
+
+type Shared = Arc<Inner>;
+
+/// A Director API error.
+pub(crate) struct ApiError {
+    status: u16,
+    code: u32,
+    description: String,
+}
+
+impl ApiError {
+    fn new(status: u16, code: u32, description: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            description: description.into(),
+        }
+    }
+    fn unauthorized(description: impl Into<String>) -> Self {
+        // UnauthorizedToAccessDeployment
+        Self::new(401, 600000, description)
+    }
+    fn bad_json(why: impl std::fmt::Display) -> Self {
+        // ValidationInvalidType
+        Self::new(400, 40000, format!("Request body is not valid JSON: {why}"))
+    }
+    fn missing(field: &str) -> Self {
+        // ValidationMissingField
+        Self::new(
+            400,
+            40001,
+            format!("Required property '{field}' was not specified in object"),
+        )
+    }
+    fn internal(e: impl std::fmt::Display) -> Self {
+        // SystemError
+        Self::new(500, 500000, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (
+            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            axum::Json(json!({"code": self.code, "description": self.description})),
+        )
+            .into_response();
+        if let Ok(v) = http::HeaderValue::from_str(&self.code.to_string()) {
+            r.headers_mut().insert(ERROR_CODE_HEADER, v);
+        }
+        r
+    }
+}
+
+fn render_rejection(r: &Rejection) -> Response {
+    let code = r.code.parse::<u32>().unwrap_or(100);
+    let mut resp = ApiError::new(r.http_status, code, r.message.clone()).into_response();
+    if let Ok(v) = http::HeaderValue::from_str(&r.code) {
+        resp.headers_mut().insert(ERROR_CODE_HEADER, v);
+    }
+    resp
+}
+
+/// The body's `disk_name`, peeked before the gate so the history can name it.
+#[derive(Clone)]
+struct BodySubject(String);
+
+async fn peek_body(req: Request, next: Next) -> Response {
+    let is_post_json =
+        req.method() == http::Method::POST && req.uri().path().starts_with("/dynamic_disks");
+    if !is_post_json {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, 1024 * 1024).await {
+        Ok(b) => b,
+        Err(e) => return ApiError::bad_json(e).into_response(),
+    };
+    if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+        if let Some(n) = v.get("disk_name").and_then(Value::as_str) {
+            parts.extensions.insert(BodySubject(n.to_string()));
+        }
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+fn classify(parts: &Parts) -> CallSpec {
+    let path = parts.uri.path();
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let m = &parts.method;
+    let body_subject = parts
+        .extensions
+        .get::<BodySubject>()
+        .map(|b| b.0.clone())
+        .unwrap_or_default();
+    let (op, subject) = match (m.as_str(), segs.as_slice()) {
+        ("GET", ["info"]) => ("info", String::new()),
+        ("POST", ["oauth", "token"]) => ("oauth.token", String::new()),
+        ("GET", ["deployments"]) => ("deployments.list", String::new()),
+        ("GET", ["deployments", d, "instances"]) | ("GET", ["deployments", d, "vms"]) => {
+            ("deployments.instances", d.to_string())
+        }
+        ("GET", ["tasks"]) => ("tasks.list", String::new()),
+        ("GET", ["tasks", id]) => ("tasks.get", id.to_string()),
+        ("GET", ["tasks", id, "output"]) => ("tasks.output", id.to_string()),
+        ("DELETE", ["task", id]) => ("tasks.cancel", id.to_string()),
+        ("GET", ["dynamic_disks"]) => ("dynamic_disks.list", String::new()),
+        ("POST", ["dynamic_disks", "provide"]) => ("dynamic_disks.provide", body_subject),
+        ("POST", ["dynamic_disks"]) => ("dynamic_disks.create", body_subject),
+        ("POST", ["dynamic_disks", n, "attach"]) => ("dynamic_disks.attach", n.to_string()),
+        ("POST", ["dynamic_disks", n, "detach"]) => ("dynamic_disks.detach", n.to_string()),
+        ("DELETE", ["dynamic_disks", n]) => ("dynamic_disks.delete", n.to_string()),
+        _ => ("unknown", path.to_string()),
+    };
+    CallSpec::new(Component::Driver, Component::Director, op, subject)
+}
+
+pub(crate) fn router(inner: Shared) -> Router {
+    let tap = HttpTap {
+        gate: inner.gate.clone(),
+        classify,
+        render: render_rejection,
+    };
+    Router::new()
+        .route("/info", get(info))
+        .route("/oauth/token", post(token))
+        .route("/deployments", get(deployments))
+        .route("/deployments/{name}/instances", get(instances))
+        .route("/deployments/{name}/vms", get(instances))
+        .route("/tasks", get(list_tasks))
+        .route("/tasks/{id}", get(get_task))
+        .route("/tasks/{id}/output", get(task_output))
+        .route("/task/{id}", delete(cancel_task))
+        .route("/dynamic_disks", get(list_disks).post(create_disk))
+        .route("/dynamic_disks/provide", post(provide))
+        .route("/dynamic_disks/{name}/attach", post(attach))
+        .route("/dynamic_disks/{name}/detach", post(detach))
+        .route("/dynamic_disks/{name}", delete(delete_disk))
+        .fallback(not_found)
+        .layer(from_fn_with_state(tap, http_gate))
+        .layer(from_fn(peek_body))
+        .with_state(inner)
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(404, 100, format!("Not found: {}", req.uri().path()))
+}
+
+fn base_url(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1");
+    format!("http://{host}")
+}
+
+async fn info(State(inner): State<Shared>, headers: HeaderMap) -> Response {
+    let c = &inner.config;
+    axum::Json(json!({
+        "name": c.name,
+        "uuid": c.uuid,
+        "version": "282.0.0 (drivelab fake)",
+        "user": null,
+        "cpi": c.cpi_name,
+        "stemcell_os": "ubuntu-jammy",
+        "stemcell_version": "1.0",
+        "user_authentication": {
+            "type": "uaa",
+            "options": {"url": base_url(&headers), "urls": [base_url(&headers)]},
+        },
+        "features": {
+            "dns": {"status": false, "extras": {"domain_name": "bosh"}},
+            "snapshots": {"status": false},
+            "config_server": {"status": false, "extras": {"urls": []}},
+            "dynamic_disks": {"status": true, "extras": {"workers": inner.sched().workers}},
+        },
+    }))
+    .into_response()
+}
+
+fn uaa_error(status: u16, error: &str, description: &str) -> Response {
+    let mut r = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+        axum::Json(json!({"error": error, "error_description": description})),
+    )
+        .into_response();
+    if let Ok(v) = http::HeaderValue::from_str(error) {
+        r.headers_mut().insert(ERROR_CODE_HEADER, v);
+    }
+    r
+}
+
+fn form(body: &[u8]) -> Vec<(String, String)> {
+    url_decode_pairs(std::str::from_utf8(body).unwrap_or(""))
+}
+
+fn url_decode_pairs(s: &str) -> Vec<(String, String)> {
+    s.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (pct_decode(k), pct_decode(v))
+        })
+        .collect()
+}
+
+fn pct_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(x) => {
+                        out.push(x);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The fake UAA's client-credentials grant (form fields or HTTP Basic).
+async fn token(
+    State(inner): State<Shared>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let fields = form(&body);
+    let field = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.clone());
+    let grant = field("grant_type").unwrap_or_default();
+    if grant != "client_credentials" {
+        return uaa_error(
+            400,
+            "unsupported_grant_type",
+            &format!("Unsupported grant type: {grant}"),
+        );
+    }
+    let basic = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Basic "))
+        .and_then(|b| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .ok()
+        })
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|s| {
+            s.split_once(':')
+                .map(|(a, b)| (pct_decode(a), pct_decode(b)))
+        });
+    let (id, secret) = match (basic, field("client_id"), field("client_secret")) {
+        (Some(b), _, _) => b,
+        (None, Some(i), Some(s)) => (i, s),
+        _ => return uaa_error(401, "unauthorized", "Bad credentials"),
+    };
+    let Some(client) = inner
+        .config
+        .clients
+        .iter()
+        .find(|c| c.id == id && c.secret.expose() == secret)
+    else {
+        return uaa_error(401, "unauthorized", "Bad credentials");
+    };
+    let now = inner.now_secs();
+    let ttl = inner.config.token_ttl.as_secs().max(1);
+    let claims = Claims {
+        jti: format!("jti-{}", inner.next_jti()),
+        client_id: client.id.clone(),
+        scope: client.scopes.clone(),
+        deployments: client.deployments.clone(),
+        iat: now,
+        exp: now + ttl,
+    };
+    let tok = auth::issue(&inner.config.token_signing_key, &claims);
+    axum::Json(json!({
+        "access_token": tok.expose(),
+        "token_type": "bearer",
+        "expires_in": ttl,
+        "scope": client.scopes.join(" "),
+        "jti": claims.jti,
+    }))
+    .into_response()
+}
+
+/// The bearer token's claims, or 401.
+fn authenticate(inner: &Inner, headers: &HeaderMap, path: &str) -> Result<Claims, ApiError> {
+    let Some(h) = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return Err(ApiError::unauthorized(format!(
+            "Not authorized: '{path}' requires authentication"
+        )));
+    };
+    let Some(tok) = h
+        .strip_prefix("Bearer ")
+        .or_else(|| h.strip_prefix("bearer "))
+    else {
+        return Err(ApiError::unauthorized(format!(
+            "Not authorized: '{path}' requires a bearer token"
+        )));
+    };
+    auth::verify(
+        &inner.config.token_signing_key,
+        tok.trim(),
+        inner.now_secs(),
+    )
+    .map_err(|e| match e {
+        auth::TokenError::Expired => ApiError::unauthorized("Token expired"),
+        auth::TokenError::Invalid => ApiError::unauthorized("Invalid token"),
+    })
+}
+
+fn require(claims: &Claims, perms: &[Permission]) -> Result<(), ApiError> {
+    for p in perms {
+        if !claims.has(*p) {
+            return Err(ApiError::unauthorized(format!(
+                "Require one of the scopes: {}, {}",
+                auth::ADMIN,
+                p.scope()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn require_deployment(inner: &Inner, claims: &Claims, deployment: &str) -> Result<(), ApiError> {
+    if inner.config.per_deployment_scoping && !claims.may_touch(deployment) {
+        return Err(ApiError::unauthorized(format!(
+            "Require one of the scopes: {} (client '{}' is not granted deployment '{deployment}')",
+            auth::ADMIN,
+            claims.client_id
+        )));
+    }
+    Ok(())
+}
+
+async fn deployments(
+    State(inner): State<Shared>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/deployments")?;
+    require(&c, &[Permission::Read])?;
+    let ds = inner.state.deployments().map_err(ApiError::internal)?;
+    let out: Vec<Value> = ds
+        .iter()
+        .filter(|d| !inner.config.per_deployment_scoping || c.may_touch(d))
+        .map(|d| json!({"name": d, "releases": [], "stemcells": [], "cloud_config": "latest", "teams": []}))
+        .collect();
+    Ok(axum::Json(out).into_response())
+}
+
+async fn instances(
+    State(inner): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/deployments")?;
+    require(&c, &[Permission::Read])?;
+    require_deployment(&inner, &c, &name)?;
+    if !inner
+        .state
+        .deployments()
+        .map_err(ApiError::internal)?
+        .contains(&name)
+    {
+        return Err(ApiError::new(
+            404,
+            70000,
+            format!("Deployment '{name}' doesn't exist"),
+        ));
+    }
+    let out: Vec<Value> = inner
+        .state
+        .instances()
+        .map_err(ApiError::internal)?
+        .into_iter()
+        .filter(|i| i.deployment == name)
+        .map(|i| {
+            json!({
+                "agent_id": i.agent_id,
+                "cid": i.vm_cid,
+                "job": i.group,
+                "index": i.index,
+                "id": i.id,
+                "az": i.az,
+                "expects_vm": true,
+                "state": i.state,
+            })
+        })
+        .collect();
+    Ok(axum::Json(out).into_response())
+}
+
+fn task_json(t: &TaskRec) -> Value {
+    json!({
+        "id": t.id,
+        "state": t.state.as_str(),
+        "description": t.description,
+        "timestamp": t.timestamp,
+        "started_at": t.started_at,
+        "result": t.result,
+        "user": t.user,
+        "deployment": t.deployment,
+        "context_id": t.context_id,
+    })
+}
+
+fn parse_task_id(s: &str) -> Result<u64, ApiError> {
+    s.parse()
+        .map_err(|_| ApiError::new(404, 10000, format!("Task {s} not found")))
+}
+
+/// The task, if this caller may see it (admin, or the client that queued it).
+fn visible_task(inner: &Inner, claims: &Claims, id: &str) -> Result<TaskRec, ApiError> {
+    let n = parse_task_id(id)?;
+    let t = inner
+        .state
+        .task(n)
+        .map_err(ApiError::internal)?
+        .ok_or_else(|| ApiError::new(404, 10000, format!("Task {n} not found")))?;
+    if !claims.is_admin() && t.user != claims.client_id {
+        return Err(ApiError::unauthorized(format!(
+            "Require one of the scopes: {}, bosh.read",
+            auth::ADMIN
+        )));
+    }
+    Ok(t)
+}
+
+async fn list_tasks(State(inner): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/tasks")?;
+    let mut out: Vec<Value> = inner
+        .state
+        .tasks()
+        .map_err(ApiError::internal)?
+        .iter()
+        .rev()
+        .filter(|t| c.is_admin() || t.user == c.client_id)
+        .map(task_json)
+        .collect();
+    out.truncate(200);
+    Ok(axum::Json(out).into_response())
+}
+
+async fn get_task(
+    State(inner): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/tasks")?;
+    let t = visible_task(&inner, &c, &id)?;
+    Ok(axum::Json(task_json(&t)).into_response())
+}
+
+async fn task_output(
+    State(inner): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<Vec<(String, String)>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/tasks")?;
+    let t = visible_task(&inner, &c, &id)?;
+    let kind = q
+        .iter()
+        .find(|(k, _)| k == "type")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("");
+    let text = match kind {
+        "result" => t.output.clone().map(|o| o + "\n").unwrap_or_default(),
+        "event" => {
+            json!({"time": t.timestamp, "stage": t.description, "state": t.state.as_str()})
+                .to_string()
+                + "\n"
+        }
+        "debug" | "cpi" => String::new(),
+        other => {
+            return Err(ApiError::new(
+                400,
+                40000,
+                format!("Invalid output type '{other}' (result, event, debug, cpi)"),
+            ))
+        }
+    };
+    Ok(([(http::header::CONTENT_TYPE, "text/plain")], text).into_response())
+}
+
+async fn cancel_task(
+    State(inner): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/task")?;
+    let t = visible_task(&inner, &c, &id)?;
+    if t.state.is_finished() {
+        // TaskCancelled's sibling: the Director refuses a finished task.
+        return Err(ApiError::new(
+            400,
+            10001,
+            format!(
+                "Cannot cancel task {}: invalid state ({})",
+                t.id,
+                t.state.as_str()
+            ),
+        ));
+    }
+    inner.cancel(t.id).map_err(ApiError::internal)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::bad_json("expected a JSON object")),
+        Err(e) => Err(ApiError::bad_json(e)),
+    }
+}
+
+fn str_field(m: &Map<String, Value>, k: &str) -> Result<String, ApiError> {
+    match m.get(k) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(Value::String(_)) | None | Some(Value::Null) => Err(ApiError::missing(k)),
+        Some(_) => Err(ApiError::new(
+            400,
+            40000,
+            format!("Property '{k}' value did not match the required type 'String'"),
+        )),
+    }
+}
+
+fn size_field(m: &Map<String, Value>) -> Result<u64, ApiError> {
+    match m.get("disk_size") {
+        None | Some(Value::Null) => Err(ApiError::missing("disk_size")),
+        Some(v) => match v.as_i64() {
+            Some(n) if n >= 1 => Ok(n as u64),
+            Some(_) => Err(ApiError::new(
+                400,
+                40002,
+                "'disk_size' value (less than 1) should be greater than 1",
+            )),
+            None => Err(ApiError::new(
+                400,
+                40000,
+                "Property 'disk_size' value did not match the required type 'Integer'",
+            )),
+        },
+    }
+}
+
+fn metadata_field(m: &Map<String, Value>) -> Result<Option<Map<String, Value>>, ApiError> {
+    match m.get("metadata") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(o)) => Ok(Some(o.clone())),
+        Some(_) => Err(ApiError::new(
+            400,
+            40000,
+            "Property 'metadata' value did not match the required type 'Hash'",
+        )),
+    }
+}
+
+fn context_id(headers: &HeaderMap) -> String {
+    headers
+        .get("x-bosh-context-id")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Queue `job` and answer 302 to its task.
+fn queued(
+    inner: &Shared,
+    job: Job,
+    claims: &Claims,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = inner
+        .create_task(job, &claims.client_id, &context_id(headers))
+        .map_err(ApiError::internal)?;
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::FOUND;
+    if let Ok(v) = http::HeaderValue::from_str(&format!("/tasks/{id}")) {
+        r.headers_mut().insert(http::header::LOCATION, v);
+    }
+    Ok(r)
+}
+
+fn instance_deployment(inner: &Inner, instance_id: &str) -> Result<String, ApiError> {
+    match inner
+        .state
+        .instance(instance_id)
+        .map_err(ApiError::internal)?
+    {
+        Some(i) => Ok(i.deployment),
+        // AttachDiskErrorUnknownInstance
+        None => Err(ApiError::new(
+            400,
+            520001,
+            format!("Instance '{instance_id}' not found"),
+        )),
+    }
+}
+
+async fn provide(
+    State(inner): State<Shared>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks/provide")?;
+    require(&c, &[Permission::Create, Permission::Attach])?;
+    let m = parse_body(&body)?;
+    let instance_id = str_field(&m, "instance_id")?;
+    let disk_name = str_field(&m, "disk_name")?;
+    let disk_pool_name = str_field(&m, "disk_pool_name")?;
+    let disk_size = size_field(&m)?;
+    let metadata = metadata_field(&m)?;
+    let dep = instance_deployment(&inner, &instance_id)?;
+    require_deployment(&inner, &c, &dep)?;
+    if let Some(d) = inner.state.disk(&disk_name).map_err(ApiError::internal)? {
+        require_deployment(&inner, &c, &d.deployment)?;
+    }
+    queued(
+        &inner,
+        Job::Provide {
+            instance_id,
+            disk_name,
+            disk_pool_name,
+            disk_size,
+            metadata,
+        },
+        &c,
+        &headers,
+    )
+}
+
+async fn create_disk(
+    State(inner): State<Shared>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks")?;
+    require(&c, &[Permission::Create])?;
+    let m = parse_body(&body)?;
+    let deployment_name = str_field(&m, "deployment_name")?;
+    let disk_name = str_field(&m, "disk_name")?;
+    let disk_pool_name = str_field(&m, "disk_pool_name")?;
+    let disk_size = size_field(&m)?;
+    let metadata = metadata_field(&m)?;
+    let az = match m.get("az") {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    };
+    require_deployment(&inner, &c, &deployment_name)?;
+    if let Some(d) = inner.state.disk(&disk_name).map_err(ApiError::internal)? {
+        require_deployment(&inner, &c, &d.deployment)?;
+    }
+    queued(
+        &inner,
+        Job::Create {
+            deployment_name,
+            az,
+            disk_name,
+            disk_pool_name,
+            disk_size,
+            metadata,
+        },
+        &c,
+        &headers,
+    )
+}
+
+/// A token scoped to other deployments may not touch this disk.
+fn check_disk_scope(inner: &Inner, c: &Claims, name: &str) -> Result<(), ApiError> {
+    if let Some(d) = inner.state.disk(name).map_err(ApiError::internal)? {
+        require_deployment(inner, c, &d.deployment)?;
+    }
+    Ok(())
+}
+
+async fn attach(
+    State(inner): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks")?;
+    require(&c, &[Permission::Attach])?;
+    let m = parse_body(&body)?;
+    let instance_id = str_field(&m, "instance_id")?;
+    let metadata = metadata_field(&m)?;
+    let dep = instance_deployment(&inner, &instance_id)?;
+    require_deployment(&inner, &c, &dep)?;
+    check_disk_scope(&inner, &c, &name)?;
+    queued(
+        &inner,
+        Job::Attach {
+            disk_name: name,
+            instance_id,
+            metadata,
+        },
+        &c,
+        &headers,
+    )
+}
+
+async fn detach(
+    State(inner): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks")?;
+    require(&c, &[Permission::Detach])?;
+    check_disk_scope(&inner, &c, &name)?;
+    queued(&inner, Job::Detach { disk_name: name }, &c, &headers)
+}
+
+async fn delete_disk(
+    State(inner): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks")?;
+    require(&c, &[Permission::Delete])?;
+    check_disk_scope(&inner, &c, &name)?;
+    queued(&inner, Job::Delete { disk_name: name }, &c, &headers)
+}
+
+async fn list_disks(State(inner): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks")?;
+    require(&c, &[Permission::List])?;
+    let out: Vec<Value> = inner
+        .state
+        .disks()
+        .map_err(ApiError::internal)?
+        .into_iter()
+        .filter(|d| !inner.config.per_deployment_scoping || c.may_touch(&d.deployment))
+        .map(|d| {
+            json!({
+                "name": d.name,
+                "disk_cid": d.cid,
+                "deployment": d.deployment,
+                "instance": d.instance_id,
+                "availability_zone": d.az,
+                "size": d.size_mib,
+                "disk_pool_name": d.pool,
+                "cpi": d.cpi,
+                "metadata": d.metadata,
+            })
+        })
+        .collect();
+    Ok(axum::Json(out).into_response())
+}

@@ -1,0 +1,170 @@
+//! A fake UAA (client credentials) and the Director's bearer-token check:
+//! HS256 JWTs carrying the client's scopes and (when per-deployment scoping
+//! is on) its deployments, expiring on the virtual clock.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use crate::secret::Secret;
+
+/// `bosh.admin`: passes every check.
+pub const ADMIN: &str = "bosh.admin";
+
+/// A dynamic-disks permission and the RFC's scope for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Permission {
+    /// `bosh.dynamic-disks.create`
+    Create,
+    /// `bosh.dynamic-disks.attach`
+    Attach,
+    /// `bosh.dynamic-disks.detach`
+    Detach,
+    /// `bosh.dynamic-disks.delete`
+    Delete,
+    /// `bosh.dynamic-disks.list`
+    List,
+    /// `bosh.read` (deployments, instances)
+    Read,
+}
+
+impl Permission {
+    /// The scope string.
+    pub fn scope(self) -> &'static str {
+        match self {
+            Permission::Create => "bosh.dynamic-disks.create",
+            Permission::Attach => "bosh.dynamic-disks.attach",
+            Permission::Detach => "bosh.dynamic-disks.detach",
+            Permission::Delete => "bosh.dynamic-disks.delete",
+            Permission::List => "bosh.dynamic-disks.list",
+            Permission::Read => "bosh.read",
+        }
+    }
+}
+
+/// What a verified token says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// Token id.
+    pub jti: String,
+    /// The UAA client it was issued to.
+    pub client_id: String,
+    /// Granted scopes.
+    pub scope: Vec<String>,
+    /// Deployments the client may touch (empty: all).
+    #[serde(default)]
+    pub deployments: Vec<String>,
+    /// Issued at (virtual seconds).
+    pub iat: u64,
+    /// Expires at (virtual seconds).
+    pub exp: u64,
+}
+
+impl Claims {
+    /// Holds bosh.admin.
+    pub fn is_admin(&self) -> bool {
+        self.scope.iter().any(|s| s == ADMIN)
+    }
+
+    /// Holds `p`'s scope (or admin).
+    pub fn has(&self, p: Permission) -> bool {
+        self.is_admin() || self.scope.iter().any(|s| s == p.scope())
+    }
+
+    /// May touch `deployment` (admin and unscoped clients may touch all).
+    pub fn may_touch(&self, deployment: &str) -> bool {
+        self.is_admin()
+            || self.deployments.is_empty()
+            || self.deployments.iter().any(|d| d == deployment)
+    }
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+fn mac(key: &Secret, data: &[u8]) -> Vec<u8> {
+    // HMAC accepts keys of any length; new_from_slice cannot fail for it.
+    match HmacSha256::new_from_slice(key.expose().as_bytes()) {
+        Ok(mut m) => {
+            m.update(data);
+            m.finalize().into_bytes().to_vec()
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Sign `claims` as a JWT.
+pub fn issue(key: &Secret, claims: &Claims) -> Secret {
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(claims).unwrap_or_default());
+    let signing_input = format!("{header}.{body}");
+    let sig = URL_SAFE_NO_PAD.encode(mac(key, signing_input.as_bytes()));
+    Secret::new(format!("{signing_input}.{sig}"))
+}
+
+/// Why a token was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TokenError {
+    /// Not a token we signed.
+    Invalid,
+    /// Past its `exp`.
+    Expired,
+}
+
+/// Verify a token's signature and expiry at virtual second `now`.
+pub fn verify(key: &Secret, token: &str, now: u64) -> Result<Claims, TokenError> {
+    let mut parts = token.split('.');
+    let (Some(h), Some(b), Some(s), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(TokenError::Invalid);
+    };
+    let got = URL_SAFE_NO_PAD.decode(s).map_err(|_| TokenError::Invalid)?;
+    // verify_slice compares in constant time.
+    let mut m =
+        HmacSha256::new_from_slice(key.expose().as_bytes()).map_err(|_| TokenError::Invalid)?;
+    m.update(format!("{h}.{b}").as_bytes());
+    m.verify_slice(&got).map_err(|_| TokenError::Invalid)?;
+    let body = URL_SAFE_NO_PAD.decode(b).map_err(|_| TokenError::Invalid)?;
+    let claims: Claims = serde_json::from_slice(&body).map_err(|_| TokenError::Invalid)?;
+    if claims.exp <= now {
+        return Err(TokenError::Expired);
+    }
+    Ok(claims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims() -> Claims {
+        Claims {
+            jti: "1".into(),
+            client_id: "csi".into(),
+            scope: vec![Permission::Attach.scope().into()],
+            deployments: vec!["a".into()],
+            iat: 0,
+            exp: 100,
+        }
+    }
+
+    #[test]
+    fn token_round_trip_and_refusals() {
+        let k = Secret::new("key");
+        let t = issue(&k, &claims());
+        assert_eq!(verify(&k, t.expose(), 5), Ok(claims()));
+        assert_eq!(verify(&k, t.expose(), 100), Err(TokenError::Expired));
+        assert_eq!(
+            verify(&Secret::new("other"), t.expose(), 5),
+            Err(TokenError::Invalid)
+        );
+        let mut forged = t.expose().to_string();
+        forged.insert(forged.len() - 2, 'x');
+        assert_eq!(verify(&k, &forged, 5), Err(TokenError::Invalid));
+        assert_eq!(verify(&k, "a.b", 5), Err(TokenError::Invalid));
+        let c = claims();
+        assert!(c.has(Permission::Attach) && !c.has(Permission::Delete));
+        assert!(c.may_touch("a") && !c.may_touch("b"));
+    }
+}

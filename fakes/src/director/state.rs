@@ -1,0 +1,315 @@
+//! The Director's database: deployments, instances, dynamic disks, tasks and
+//! the agents' disk tables, as JSON records in a [`Store`] so a Director
+//! restart keeps them (locks and the worker pool are process state and do not).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::store::{Store, StoreError, StoreExt};
+
+/// A task's state, as `/tasks/:id` spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting for a worker.
+    Queued,
+    /// A worker runs it.
+    Processing,
+    /// Cancel asked; takes effect at the job's next checkpoint.
+    Cancelling,
+    /// Cancelled at a checkpoint.
+    Cancelled,
+    /// Finished successfully.
+    Done,
+    /// Failed; `result` says why.
+    Error,
+    /// Ran out of time.
+    Timeout,
+}
+
+impl TaskState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Queued => "queued",
+            TaskState::Processing => "processing",
+            TaskState::Cancelling => "cancelling",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Done => "done",
+            TaskState::Error => "error",
+            TaskState::Timeout => "timeout",
+        }
+    }
+
+    /// Done, error, cancelled or timeout.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            TaskState::Done | TaskState::Error | TaskState::Cancelled | TaskState::Timeout
+        )
+    }
+}
+
+/// What a task does.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "job", rename_all = "snake_case")]
+pub enum Job {
+    /// `POST /dynamic_disks/provide`: create if missing, then attach.
+    Provide {
+        instance_id: String,
+        disk_name: String,
+        disk_pool_name: String,
+        disk_size: u64,
+        metadata: Option<serde_json::Map<String, Value>>,
+    },
+    /// `POST /dynamic_disks`.
+    Create {
+        deployment_name: String,
+        az: Option<String>,
+        disk_name: String,
+        disk_pool_name: String,
+        disk_size: u64,
+        metadata: Option<serde_json::Map<String, Value>>,
+    },
+    /// `POST /dynamic_disks/:name/attach`.
+    Attach {
+        disk_name: String,
+        instance_id: String,
+        metadata: Option<serde_json::Map<String, Value>>,
+    },
+    /// `POST /dynamic_disks/:name/detach`.
+    Detach { disk_name: String },
+    /// `DELETE /dynamic_disks/:name`.
+    Delete { disk_name: String },
+    /// Create the VMs a deployment's instances lack.
+    Deploy { deployment: String },
+    /// Recreate one instance's VM.
+    Recreate { instance_id: String },
+    /// Recreate every instance of a deployment, one after another, under one deployment lock.
+    RollingUpdate { deployment: String },
+    /// Delete one instance's VM (`bosh stop --hard` / delete-vm).
+    DeleteVm { instance_id: String },
+    /// Soft stop (jobs stopped, VM kept).
+    Stop { instance_id: String },
+    /// Start: create the VM if it has none.
+    Start { instance_id: String },
+}
+
+impl Job {
+    /// Whether it runs on the dynamic-disks worker pool.
+    pub fn is_disk_job(&self) -> bool {
+        matches!(
+            self,
+            Job::Provide { .. }
+                | Job::Create { .. }
+                | Job::Attach { .. }
+                | Job::Detach { .. }
+                | Job::Delete { .. }
+        )
+    }
+}
+
+/// A task record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRec {
+    pub id: u64,
+    pub state: TaskState,
+    pub description: String,
+    /// Virtual seconds when it was queued.
+    pub timestamp: u64,
+    pub started_at: Option<u64>,
+    /// The short result line (`/tasks/:id`'s `result`), or the error message.
+    pub result: Option<String>,
+    /// The result file (`/tasks/:id/output?type=result`).
+    pub output: Option<String>,
+    pub user: String,
+    pub context_id: String,
+    pub deployment: Option<String>,
+    pub job: Job,
+}
+
+/// An instance of a deployment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRec {
+    pub id: String,
+    pub deployment: String,
+    pub group: String,
+    pub index: u32,
+    pub az: Option<String>,
+    pub vm_cid: Option<String>,
+    pub agent_id: Option<String>,
+    /// `started`, `stopped`, or `detached` (no VM).
+    pub state: String,
+    /// How many VMs this instance had (agent ids derive from it).
+    pub vm_generation: u64,
+}
+
+/// A dynamic disk record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DiskRec {
+    pub name: String,
+    pub cid: String,
+    pub deployment: String,
+    pub az: Option<String>,
+    pub size_mib: u64,
+    pub pool: String,
+    pub cpi: String,
+    pub metadata: serde_json::Map<String, Value>,
+    pub instance_id: Option<String>,
+    /// The hint attach_disk returned (what the agent got).
+    pub hint: Option<Value>,
+}
+
+/// A disk as an agent knows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentDisk {
+    /// The disk's cid.
+    pub disk_cid: String,
+    /// The CPI's disk hint, as the Director passed it.
+    pub hint: Value,
+}
+
+/// Typed access to the Director's records.
+#[derive(Clone)]
+pub struct State {
+    store: Arc<dyn Store>,
+}
+
+fn task_key(id: u64) -> String {
+    format!("task/{id:010}")
+}
+
+impl State {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+
+    pub fn initialized(&self) -> Result<bool, StoreError> {
+        Ok(self.store.get("meta/initialized")?.is_some())
+    }
+
+    pub fn mark_initialized(&self) -> Result<(), StoreError> {
+        self.store.put("meta/initialized", b"1")?;
+        self.store.flush()
+    }
+
+    pub fn get_meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.store.get_json(&format!("meta/{key}"))
+    }
+
+    pub fn put_meta(&self, key: &str, v: &str) -> Result<(), StoreError> {
+        self.store.put_json(&format!("meta/{key}"), &v)
+    }
+
+    pub fn next_task_id(&self) -> Result<u64, StoreError> {
+        let n: u64 = self.store.get_json("counter/task")?.unwrap_or(0) + 1;
+        self.store.put_json("counter/task", &n)?;
+        Ok(n)
+    }
+
+    pub fn deployments(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .store
+            .scan_json::<String>("deployment/")?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
+    }
+
+    pub fn put_deployment(&self, name: &str) -> Result<(), StoreError> {
+        self.store.put_json(&format!("deployment/{name}"), &name)
+    }
+
+    pub fn instance(&self, id: &str) -> Result<Option<InstanceRec>, StoreError> {
+        self.store.get_json(&format!("instance/{id}"))
+    }
+
+    pub fn put_instance(&self, i: &InstanceRec) -> Result<(), StoreError> {
+        self.store.put_json(&format!("instance/{}", i.id), i)?;
+        self.store.flush()
+    }
+
+    pub fn instances(&self) -> Result<Vec<InstanceRec>, StoreError> {
+        let mut v: Vec<InstanceRec> = self
+            .store
+            .scan_json::<InstanceRec>("instance/")?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        v.sort_by(|a, b| {
+            (&a.deployment, &a.group, a.index).cmp(&(&b.deployment, &b.group, b.index))
+        });
+        Ok(v)
+    }
+
+    pub fn disk(&self, name: &str) -> Result<Option<DiskRec>, StoreError> {
+        self.store.get_json(&format!("disk/{name}"))
+    }
+
+    pub fn put_disk(&self, d: &DiskRec) -> Result<(), StoreError> {
+        self.store.put_json(&format!("disk/{}", d.name), d)?;
+        self.store.flush()
+    }
+
+    pub fn remove_disk(&self, name: &str) -> Result<(), StoreError> {
+        self.store.remove(&format!("disk/{name}"))?;
+        self.store.flush()
+    }
+
+    pub fn disks(&self) -> Result<Vec<DiskRec>, StoreError> {
+        Ok(self
+            .store
+            .scan_json::<DiskRec>("disk/")?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
+    }
+
+    pub fn task(&self, id: u64) -> Result<Option<TaskRec>, StoreError> {
+        self.store.get_json(&task_key(id))
+    }
+
+    pub fn put_task(&self, t: &TaskRec) -> Result<(), StoreError> {
+        self.store.put_json(&task_key(t.id), t)?;
+        self.store.flush()
+    }
+
+    pub fn tasks(&self) -> Result<Vec<TaskRec>, StoreError> {
+        Ok(self
+            .store
+            .scan_json::<TaskRec>("task/")?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
+    }
+
+    pub fn agent_disks(&self, vm_cid: &str) -> Result<Vec<AgentDisk>, StoreError> {
+        Ok(self
+            .store
+            .get_json(&format!("agent/{vm_cid}"))?
+            .unwrap_or_default())
+    }
+
+    pub fn put_agent_disks(&self, vm_cid: &str, disks: &[AgentDisk]) -> Result<(), StoreError> {
+        self.store.put_json(&format!("agent/{vm_cid}"), &disks)?;
+        self.store.flush()
+    }
+
+    pub fn remove_agent(&self, vm_cid: &str) -> Result<(), StoreError> {
+        self.store.remove(&format!("agent/{vm_cid}"))?;
+        Ok(())
+    }
+
+    /// Deterministic agents' map (for views): vm cid → disks.
+    pub fn agents(&self) -> Result<BTreeMap<String, Vec<AgentDisk>>, StoreError> {
+        Ok(self
+            .store
+            .scan_json::<Vec<AgentDisk>>("agent/")?
+            .into_iter()
+            .map(|(k, v)| (k.trim_start_matches("agent/").to_string(), v))
+            .collect())
+    }
+}
