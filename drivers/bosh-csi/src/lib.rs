@@ -26,7 +26,10 @@
 //! `--node-id` is the BOSH instance id; ControllerPublish attaches to it and
 //! answers `publish_context {"disk_cid": ...}`, by which NodeStage finds the
 //! device. The node talks to a [`mounter::Mounter`]: the lab's HTTP mount
-//! table (`--mounter-url`) or, without it, real mount(8).
+//! table (`--mounter-url`) or, without it, real mount(8). A capability's
+//! `mount_flags` are accepted but not applied (the mount table has no options),
+//! and the driver keeps no state of its own: the Director and the mount table
+//! are the truth, so a restarted driver picks up where the old one stopped.
 //!
 //! # Mutants (seeded bugs, see [`Mutant`])
 //!
