@@ -11,7 +11,8 @@ CARGO=${CARGO:-cargo}
 RUSTFLAGS="-C target-feature=+crt-static" \
   "$CARGO" build --locked --no-default-features --target "$TARGET" --bin drivelab
 BIN="target/$TARGET/debug/drivelab"
-if ldd "$BIN" >/dev/null 2>&1; then
+# ldd prints "statically linked" (static-pie) or "not a dynamic executable"; anything else links a libc.
+if ldd "$BIN" 2>&1 | grep -qv -e "statically linked" -e "not a dynamic executable"; then
   echo "build-image: $BIN is not static" >&2
   exit 1
 fi
