@@ -544,3 +544,29 @@ async fn container_image_driver_and_lab_container() {
         "container: drivelab:{tag} served S3 and the Kubernetes API from a FROM scratch image"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_logs_the_admin_secret_fails_no_secret_leak_and_the_history_is_redacted() {
+    let scn = load("cosi/happy-path.yaml");
+    let driver = format!(
+        r#"{{command: [sh, -c, "echo admin key is {{admin_secret_key}} >&2; exec {} --endpoint {{endpoint}}"]}}"#,
+        cosi_s3_bin().display()
+    );
+    let o = run_with(&scn, Some(&driver)).await.unwrap();
+    let leak = o
+        .verdicts
+        .iter()
+        .find(|v| v.invariant == "no-secret-leak")
+        .expect("no-secret-leak checked");
+    assert!(
+        !leak.passed,
+        "a logged admin secret went unnoticed: {leak:?}"
+    );
+    assert!(
+        o.history_text.contains("admin key is <admin-secret>"),
+        "note not redacted"
+    );
+    // The clean run of the same driver passes it.
+    let clean = run_with(&scn, Some(&spawned_cosi_s3())).await.unwrap();
+    assert!(clean.passed(), "{}", drivelab::report::console(&clean));
+}

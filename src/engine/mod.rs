@@ -1243,9 +1243,14 @@ impl Lab {
                 ("history".into(), history_json),
                 ("history (normalised)".into(), history_text.clone()),
                 ("log".into(), logs),
-                ("driver output".into(), self.driver.output()),
             ],
         };
+        // An external driver's own output is searched for leaks too (a builtin has none).
+        let mut obs = obs;
+        let driver_output = self.driver.output();
+        if !driver_output.is_empty() {
+            obs.artifacts.push(("driver output".into(), driver_output));
+        }
         let verdicts = scn
             .invariants
             .iter()
