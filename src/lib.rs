@@ -10,6 +10,8 @@ pub mod logcap;
 pub mod report;
 pub mod scenario;
 pub mod snapshot;
+#[cfg(feature = "containers")]
+pub mod testcontainers;
 
 /// `print!` that ends the process quietly when stdout is gone (`drivelab … | head`)
 /// instead of panicking; SIGPIPE stays ignored so writes to dead sockets remain errors.

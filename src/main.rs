@@ -56,6 +56,22 @@ enum Command {
         /// Only shard k of n (k/n, 1-based) of the sorted scenario files, for CI matrices.
         #[arg(long, value_parser = report::cli::parse_partition)]
         partition: Option<report::cli::Partition>,
+        /// The driver under test, overriding every scenario's `driver:` (same YAML), e.g.
+        /// 'command: [target/debug/cosi-s3, --endpoint, "{endpoint}"]' or 'image: cosi-s3:dev'.
+        #[arg(long)]
+        driver: Option<String>,
+    },
+    /// Serve the fakes on 127.0.0.1 until Ctrl-C, for a driver or client pointed at them by hand.
+    Serve {
+        /// Users, buckets and classes to create (YAML; see README, "drivelab serve").
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Fixed ports S3,KUBE (default: any free ports).
+        #[arg(long)]
+        ports: Option<engine::serve::Ports>,
+        /// Faults to arm (YAML `faults:` list in the scenario fault language).
+        #[arg(long)]
+        faults: Option<PathBuf>,
     },
     /// Merge shard report dirs (from `run --partition k/n --report-dir ...`) into one report.
     MergeReports {
@@ -194,7 +210,13 @@ fn main() -> ExitCode {
                 report_dir,
                 filter,
                 partition,
-            } => run(paths, seed, mutants, report_dir, filter, partition).await,
+                driver,
+            } => run(paths, seed, mutants, report_dir, filter, partition, driver).await,
+            Command::Serve {
+                config,
+                ports,
+                faults,
+            } => serve(config, ports.unwrap_or_default(), faults).await,
             Command::Run {
                 paths,
                 seed,
@@ -203,6 +225,7 @@ fn main() -> ExitCode {
                 report_dir: _,
                 filter,
                 partition,
+                driver: _,
             } => {
                 sweep(
                     paths,
@@ -398,11 +421,29 @@ async fn run(
     report_dir: Option<PathBuf>,
     filter: Option<String>,
     partition: Option<report::cli::Partition>,
+    driver: Option<String>,
 ) -> ExitCode {
-    let scenarios = match load_all(&paths, filter.as_deref(), partition) {
+    let mut scenarios = match load_all(&paths, filter.as_deref(), partition) {
         Ok(s) => s,
         Err(c) => return c,
     };
+    if let Some(text) = &driver {
+        let spec = match scenario::driver::parse_cli(text) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("drivelab: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        for s in &mut scenarios {
+            s.driver.launch = spec.launch.clone();
+            s.driver.start_timeout = spec.start_timeout;
+        }
+    }
+    let replay_driver = driver
+        .as_ref()
+        .map(|d| format!(" --driver '{}'", d.replace('\'', "'\\''")))
+        .unwrap_or_default();
     let opts = engine::RunOptions {
         seed,
         mutants,
@@ -415,13 +456,15 @@ async fn run(
         let result = engine::run(scn, &opts).await;
         progress.clear();
         let r = match result {
-            Ok(o) => {
+            Ok(mut o) => {
+                o.replay.push_str(&replay_driver);
                 drivelab::out!("{}", report::console(&o));
                 report::ScenarioReport::from_outcome(&o)
             }
             Err(e) => {
                 let seed = opts.seed.or(scn.seed).unwrap_or(engine::DEFAULT_SEED);
-                let replay = engine::replay_command(&scn.path, seed, &opts.mutants);
+                let replay =
+                    engine::replay_command(&scn.path, seed, &opts.mutants) + &replay_driver;
                 drivelab::outln!("ERROR {} ({}): {e:#}", scn.name, scn.path.display());
                 drivelab::outln!("  replay: {replay}");
                 let names = opts.mutants.iter().map(|m| m.name().to_string()).collect();
@@ -665,4 +708,73 @@ async fn explore(
             ExitCode::from(2)
         }
     }
+}
+
+/// `drivelab serve`: print where everything is, then run until SIGINT/SIGTERM.
+async fn serve(
+    config: Option<PathBuf>,
+    ports: engine::serve::Ports,
+    faults: Option<PathBuf>,
+) -> ExitCode {
+    let config = match config.as_deref().map(engine::serve::load_config) {
+        None => engine::serve::ServeConfig {
+            driver_name: cosi_s3::DRIVER_NAME.into(),
+            ..Default::default()
+        },
+        Some(Ok(c)) => c,
+        Some(Err(e)) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let faults = match faults.as_deref().map(engine::serve::load_faults) {
+        None => Vec::new(),
+        Some(Ok(f)) => f,
+        Some(Err(e)) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let armed = faults.len();
+    let served = match engine::serve::start(&config, ports, faults).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("drivelab: serve: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    drivelab::outln!("drivelab serve: the fakes are up (Ctrl-C to stop)");
+    drivelab::outln!("s3_endpoint: {}", served.s3_url);
+    drivelab::outln!("admin_url: {}/rustfs/admin/v3/", served.s3_url);
+    drivelab::outln!("kube_url: {}", served.kube_url);
+    drivelab::outln!("kubeconfig: {}", served.kubeconfig.display());
+    drivelab::outln!("admin_access_key: {}", served.admin_access_key);
+    drivelab::outln!("admin_secret_key: {}", served.admin_secret.expose());
+    drivelab::outln!(
+        "admin_secret: {}/{} (Kubernetes Secret with accessKey, secretKey)",
+        engine::ADMIN_SECRET_NAMESPACE,
+        engine::ADMIN_SECRET_NAME
+    );
+    drivelab::outln!("faults_armed: {armed}");
+    drivelab::outln!("ready");
+    let stop = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => "SIGINT",
+                    _ = term.recv() => "SIGTERM",
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        }
+    };
+    let why = stop.await;
+    let calls = drivelab_fakes::history::calls(&served.history.events()).len();
+    served.stop().await;
+    drivelab::outln!("drivelab serve: {why}, stopped cleanly after {calls} call(s)");
+    ExitCode::SUCCESS
 }

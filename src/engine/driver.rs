@@ -109,3 +109,114 @@ impl Drop for InProcessDriver {
         self.kill();
     }
 }
+
+/// The driver under test, however it ships. The engine only talks to this.
+pub enum Driver {
+    /// Linked in (`builtin:`), on a runtime of its own.
+    InProcess(InProcessDriver),
+    /// A spawned program (`command:`).
+    Process(super::external::ProcessDriver),
+    /// A container image (`image:`).
+    #[cfg(feature = "containers")]
+    Container(super::external::ContainerDriver),
+}
+
+impl Driver {
+    /// Build the driver `spec` declares; nothing runs until [`Driver::start`].
+    pub fn new(
+        spec: &crate::scenario::DriverSpec,
+        mutants: &[cosi_s3::Mutant],
+        params: &super::external::DriverParams,
+        history: drivelab_fakes::history::History,
+    ) -> anyhow::Result<Self> {
+        use crate::scenario::{BuiltinDriver, DriverLaunch, DriverProtocol};
+        if spec.protocol() != DriverProtocol::Cosi {
+            return Err(anyhow!(
+                "{} speaks CSI; this lab drives COSI drivers only so far",
+                spec.describe()
+            ));
+        }
+        match &spec.launch {
+            DriverLaunch::Builtin(BuiltinDriver::CosiS3) => {
+                let config = DriverConfig {
+                    kube_url: params.kube_url.clone(),
+                    state_namespace: params.namespace.clone(),
+                    mutants: mutants.to_vec(),
+                };
+                Ok(Driver::InProcess(InProcessDriver::new(
+                    config,
+                    &params.host_socket,
+                )))
+            }
+            _ if !mutants.is_empty() => Err(anyhow!(
+                "--mutant/mutants are a builtin-only feature (the seeded bugs live in the linked-in reference driver), but the driver is {}",
+                spec.describe()
+            )),
+            DriverLaunch::Command(ext) => Ok(Driver::Process(super::external::ProcessDriver::new(
+                ext,
+                params,
+                spec.start_timeout,
+                history,
+            ))),
+            #[cfg(feature = "containers")]
+            DriverLaunch::Image(ext) => Ok(Driver::Container(
+                super::external::ContainerDriver::new(ext, params, spec.start_timeout, history),
+            )),
+            #[cfg(not(feature = "containers"))]
+            DriverLaunch::Image(_) => Err(anyhow!(
+                "{}: this drivelab was built without the `containers` feature (build with default features)",
+                spec.describe()
+            )),
+        }
+    }
+
+    /// Start it and wait until it serves on its socket.
+    pub async fn start(&self) -> anyhow::Result<()> {
+        match self {
+            Driver::InProcess(d) => d.start().await,
+            Driver::Process(d) => d.start().await,
+            #[cfg(feature = "containers")]
+            Driver::Container(d) => d.start().await,
+        }
+    }
+
+    /// Kill it and wait until nothing of it can act any more.
+    pub async fn kill_and_wait(&self) {
+        match self {
+            Driver::InProcess(d) => d.kill_and_wait().await,
+            Driver::Process(d) => d.kill_and_wait().await,
+            #[cfg(feature = "containers")]
+            Driver::Container(d) => d.kill_and_wait().await,
+        }
+    }
+
+    /// Kill it and start it again from its persisted state.
+    pub async fn crash_and_restart(&self) -> anyhow::Result<()> {
+        match self {
+            Driver::InProcess(d) => d.crash_and_restart().await,
+            Driver::Process(d) => d.crash_and_restart().await,
+            #[cfg(feature = "containers")]
+            Driver::Container(d) => d.crash_and_restart().await,
+        }
+    }
+
+    /// Stop it for good at the end of a run.
+    pub async fn stop(&self) {
+        match self {
+            Driver::InProcess(d) => d.kill(),
+            Driver::Process(d) => d.kill_and_wait().await,
+            #[cfg(feature = "containers")]
+            Driver::Container(d) => d.remove().await,
+        }
+    }
+
+    /// What an external driver printed, unredacted: only for the no-secret-leak check.
+    pub fn output(&self) -> String {
+        match self {
+            Driver::InProcess(_) => String::new(),
+            Driver::Process(d) => d.output(),
+            #[cfg(feature = "containers")]
+            Driver::Container(d) => d.output(),
+        }
+    }
+}

@@ -39,13 +39,36 @@ impl FakeSet {
         s3_gate: Gate,
         kube_gate: Gate,
     ) -> anyhow::Result<Arc<Self>> {
+        Self::start_on(
+            db,
+            s3_config,
+            kube_seed,
+            s3_gate,
+            kube_gate,
+            (loopback(), loopback()),
+        )
+        .await
+    }
+
+    /// Like [`FakeSet::start`] on given addresses (`serve --ports`; port 0 = any).
+    pub async fn start_on(
+        db: sled::Db,
+        s3_config: S3Config,
+        kube_seed: u64,
+        s3_gate: Gate,
+        kube_gate: Gate,
+        (s3_addr, kube_addr): (SocketAddr, SocketAddr),
+    ) -> anyhow::Result<Arc<Self>> {
         let s3 = Self::new_s3(&db, &s3_config, &s3_gate)?;
         let kube = Self::new_kube(&db, kube_seed, &kube_gate)?;
-        let s3_listener = s3.serve(loopback()).await.context("binding the S3 fake")?;
-        let kube_listener = kube
-            .serve(loopback())
+        let s3_listener = s3
+            .serve(s3_addr)
             .await
-            .context("binding the Kubernetes fake")?;
+            .with_context(|| format!("binding the S3 fake on {s3_addr}"))?;
+        let kube_listener = kube
+            .serve(kube_addr)
+            .await
+            .with_context(|| format!("binding the Kubernetes fake on {kube_addr}"))?;
         Ok(Arc::new(Self {
             s3_addr: s3_listener.addr,
             kube_addr: kube_listener.addr,

@@ -52,6 +52,8 @@ pub struct LabHook {
     clock: SimClock,
     sched: Scheduler,
     control: Mutex<Option<Arc<dyn LabControl>>>,
+    /// `serve`: every caller is faulted, not only the system under test.
+    every_caller: std::sync::atomic::AtomicBool,
 }
 
 /// Servers that share a host: a partition from the S3 server cuts its admin API too.
@@ -73,6 +75,7 @@ impl LabHook {
             clock,
             sched,
             control: Mutex::new(None),
+            every_caller: Default::default(),
         }
     }
 
@@ -104,6 +107,16 @@ impl LabHook {
     /// [`Scheduler::take_parked_from`] for why they are returned, not woken).
     pub fn driver_crashing(&self) -> super::schedule::HeldRequests {
         self.sched.take_parked_from(Component::Driver)
+    }
+
+    /// Fault every caller's requests (for `serve`, where real clients are the point).
+    pub fn fault_every_caller(&self) {
+        self.every_caller
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn in_scope(&self, call: &CallSpec) -> bool {
+        in_scope(call) || self.every_caller.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Give the hook its way back into the engine (crash, restart).
@@ -218,7 +231,7 @@ fn in_scope(call: &CallSpec) -> bool {
 impl GateHook for LabHook {
     fn before<'a>(&'a self, id: CallId, call: &'a CallSpec) -> BoxFuture<'a, Verdict> {
         Box::pin(async move {
-            if !in_scope(call) {
+            if !self.in_scope(call) {
                 return Verdict::Proceed;
             }
             if call.from == Component::Sidecar {
@@ -319,7 +332,7 @@ impl GateHook for LabHook {
         _outcome: &'a Outcome,
     ) -> BoxFuture<'a, Delivery> {
         Box::pin(async move {
-            if !in_scope(call) {
+            if !self.in_scope(call) {
                 return Delivery::Deliver;
             }
             if call.from == Component::Sidecar {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use base64::Engine as _;
-use cosi_s3::{DriverConfig, Mutant};
+use cosi_s3::Mutant;
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cosi_sidecar::{
     CosiSidecar, DriverOp, DriverReply, DriverRequest, Exchange, Reconcile, Target,
@@ -35,11 +35,14 @@ use crate::scenario::{
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
 mod driver;
+mod external;
 mod fakes;
 mod hook;
 mod queue;
 mod schedule;
-use driver::InProcessDriver;
+pub mod serve;
+use driver::Driver;
+pub use external::write_kubeconfig;
 use fakes::FakeSet;
 use hook::{LabControl, LabHook};
 use queue::WorkQueue;
@@ -191,7 +194,7 @@ async fn run_once(
 /// Holds the lab weakly: the gates own the hook, the hook owns this, and the
 /// fakes own the gates — strong references here would keep every run alive.
 struct Control {
-    driver: std::sync::Weak<InProcessDriver>,
+    driver: std::sync::Weak<Driver>,
     fakes: std::sync::Weak<FakeSet>,
     history: History,
     hook: std::sync::Weak<LabHook>,
@@ -276,7 +279,7 @@ struct Lab {
     clock: SimClock,
     history: History,
     fakes: Arc<FakeSet>,
-    driver: Arc<InProcessDriver>,
+    driver: Arc<Driver>,
     hook: Arc<LabHook>,
     sched: Scheduler,
     sidecar: Arc<CosiSidecar>,
@@ -339,7 +342,6 @@ impl Lab {
         };
         let fakes = FakeSet::start(db, s3_config, rng.random(), gate(), gate()).await?;
         let s3_url = fakes.s3_url();
-        let kube_url = fakes.kube_url();
         let kube = fakes.kube();
 
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -357,9 +359,19 @@ impl Lab {
         let probe = S3Probe::new(&s3_url, "us-east-1");
         create_lab_bucket(&probe, &admin_secret, CANARY_BUCKET).await?;
 
-        let driver_name = match scn.driver.builtin {
-            crate::scenario::BuiltinDriver::CosiS3 => cosi_s3::DRIVER_NAME,
-        };
+        // The driver first: classes carry the name it reports (DriverGetInfo).
+        let (driver, sidecar) =
+            start_driver(scn, mutants, &dir, &fakes, &admin_secret, &history).await?;
+        hook.set_control(Arc::new(Control {
+            driver: Arc::downgrade(&driver),
+            fakes: Arc::downgrade(&fakes),
+            history: history.clone(),
+            hook: Arc::downgrade(&hook),
+        }));
+        let sidecar = CosiSidecar::connect(&sidecar, fakes.kube_slot(), gate())
+            .await
+            .context("the sidecar could not reach the driver")?;
+        let driver_name = sidecar.driver_name().to_string();
         let placeholders = [
             ("{s3_endpoint}", s3_url.clone()),
             ("{admin_secret_name}", ADMIN_SECRET_NAME.to_string()),
@@ -414,23 +426,6 @@ impl Lab {
             .map_err(|e| anyhow!("creating BucketAccessClass {}: {e}", c.name))?;
         }
 
-        let socket = dir.path().join("cosi.sock");
-        let config = DriverConfig {
-            kube_url,
-            state_namespace: DRIVER_STATE_NAMESPACE.into(),
-            mutants: mutants.to_vec(),
-        };
-        let driver = Arc::new(InProcessDriver::new(config, &socket));
-        driver.start().await?;
-        hook.set_control(Arc::new(Control {
-            driver: Arc::downgrade(&driver),
-            fakes: Arc::downgrade(&fakes),
-            history: history.clone(),
-            hook: Arc::downgrade(&hook),
-        }));
-        let sidecar = CosiSidecar::connect(&socket, fakes.kube_slot(), gate())
-            .await
-            .context("the sidecar could not reach the driver")?;
         for f in &scn.faults {
             hook.arm(f.clone());
         }
@@ -509,7 +504,7 @@ impl Lab {
     }
 
     async fn stop(&mut self) {
-        self.driver.kill();
+        self.driver.stop().await;
         self.fakes.stop().await;
     }
 
@@ -616,7 +611,7 @@ impl Lab {
                     "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "Bucket",
                     "metadata": {"name": b.name},
                     "spec": {
-                        "driverName": cosi_s3::DRIVER_NAME,
+                        "driverName": self.sidecar.driver_name(),
                         "bucketClassName": b.class,
                         "protocols": ["S3"],
                         // An admin copies the class's parameters, connection included.
@@ -1273,6 +1268,12 @@ impl Lab {
                 ("log".into(), logs),
             ],
         };
+        // An external driver's own output is searched for leaks too (a builtin has none).
+        let mut obs = obs;
+        let driver_output = self.driver.output();
+        if !driver_output.is_empty() {
+            obs.artifacts.push(("driver output".into(), driver_output));
+        }
         let verdicts = scn
             .invariants
             .iter()
@@ -1450,6 +1451,41 @@ fn checkpoint_text(o: &Value) -> String {
         }
     }
     out
+}
+
+/// Build and start the scenario's driver in `dir/driver/` (socket, kubeconfig);
+/// returns it and the socket the sidecar dials.
+async fn start_driver(
+    scn: &Scenario,
+    mutants: &[Mutant],
+    dir: &tempfile::TempDir,
+    fakes: &FakeSet,
+    admin_secret: &Secret,
+    history: &History,
+) -> anyhow::Result<(Arc<Driver>, PathBuf)> {
+    let host_dir = dir.path().join("driver");
+    std::fs::create_dir_all(&host_dir).context("creating the driver's socket directory")?;
+    write_kubeconfig(
+        &host_dir.join("kubeconfig"),
+        &fakes.kube_url(),
+        DRIVER_STATE_NAMESPACE,
+    )
+    .context("writing the kubeconfig")?;
+    let params = external::DriverParams {
+        host_socket: host_dir.join("cosi.sock"),
+        host_dir,
+        run_dir: dir.path().to_path_buf(),
+        s3_url: fakes.s3_url(),
+        kube_url: fakes.kube_url(),
+        admin_access_key: "drivelab-admin".into(),
+        admin_secret: admin_secret.clone(),
+        admin_secret_ref: (ADMIN_SECRET_NAME.into(), ADMIN_SECRET_NAMESPACE.into()),
+        region: "us-east-1".into(),
+        namespace: DRIVER_STATE_NAMESPACE.into(),
+    };
+    let driver = Arc::new(Driver::new(&scn.driver, mutants, &params, history.clone())?);
+    driver.start().await?;
+    Ok((driver, params.host_socket))
 }
 
 async fn create_lab_bucket(probe: &S3Probe, admin: &Secret, name: &str) -> anyhow::Result<()> {

@@ -7,13 +7,16 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cosi_s3::Mutant;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+pub mod driver;
 pub mod fault;
 pub mod invariant;
 pub mod write;
+pub use driver::{
+    BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, ExternalDriver, PLACEHOLDERS,
+};
 pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use invariant::Invariant;
 
@@ -65,25 +68,6 @@ pub struct Located<T> {
     pub line: u64,
     /// 1-based column.
     pub col: u64,
-}
-
-/// Which driver the scenario drives.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct DriverSpec {
-    /// A reference driver linked into drivelab.
-    pub builtin: BuiltinDriver,
-    /// Seeded bugs to switch on (the lab must catch them).
-    #[serde(default)]
-    pub mutants: Vec<Mutant>,
-}
-
-/// Reference drivers built into the binary.
-#[derive(Copy, Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum BuiltinDriver {
-    /// The reference COSI driver for S3 admin APIs.
-    CosiS3,
 }
 
 /// A BucketClass.
@@ -462,7 +446,7 @@ struct RawScenario {
     name: Spanned<String>,
     #[serde(default)]
     description: String,
-    driver: Spanned<DriverSpec>,
+    driver: Spanned<driver::RawDriver>,
     #[serde(default)]
     seed: Option<u64>,
     #[serde(default)]
@@ -578,21 +562,41 @@ fn line_col_of_offset(prefix: &[u8]) -> (u64, u64) {
 
 /// Parse and validate scenario text; `path` is used in messages.
 pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
-    let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| {
-        let (line, col) = e
-            .location()
-            .map(|l| (l.line(), l.column()))
-            .unwrap_or((0, 0));
-        let message = first_line(&e.without_snippet().to_string());
-        ScenarioError {
-            path: path.to_path_buf(),
-            line,
-            col,
-            hint: hint_for(&message),
-            message,
-        }
-    })?;
+    let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| yaml_error(path, &e))?;
     Validator { path }.validate(raw)
+}
+
+/// A YAML/serde error as `file:line:col: error: …` with a hint (shared by the
+/// other YAML files the lab reads: `serve` configs and fault files).
+pub fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
+    let (line, col) = e
+        .location()
+        .map(|l| (l.line(), l.column()))
+        .unwrap_or((0, 0));
+    let message = first_line(&e.without_snippet().to_string());
+    ScenarioError {
+        path: path.to_path_buf(),
+        line,
+        col,
+        hint: hint_for(&message),
+        message,
+    }
+}
+
+/// An error at a spanned value of a YAML file the lab reads.
+pub fn error_at<T>(
+    path: &Path,
+    at: &Spanned<T>,
+    message: impl Into<String>,
+    hint: Option<&str>,
+) -> ScenarioError {
+    ScenarioError {
+        path: path.to_path_buf(),
+        line: at.referenced.line(),
+        col: at.referenced.column(),
+        message: message.into(),
+        hint: hint.map(str::to_string),
+    }
 }
 
 fn first_line(s: &str) -> String {
@@ -673,6 +677,13 @@ impl Validator<'_> {
                 Some("a scenario needs at least one step"),
             ));
         }
+        let driver = {
+            let at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
+            raw.driver
+                .value
+                .resolve()
+                .map_err(|(m, hint)| self.err(&at, m, hint))?
+        };
         let mut faults = Vec::new();
         for f in raw.faults {
             let spec = f
@@ -718,7 +729,7 @@ impl Validator<'_> {
             path: self.path.to_path_buf(),
             name: raw.name.value,
             description: raw.description,
-            driver: raw.driver.value,
+            driver,
             seed: raw.seed,
             bucket_classes,
             access_classes,

@@ -9,7 +9,7 @@ use cosi_s3::{DriverConfig, Mutant};
 
 const USAGE: &str = "usage: cosi-s3 [--endpoint unix:///path.sock] [--kube-url http://host:port] [--state-namespace NS] [--mutant NAME]...
   --endpoint         Unix socket to serve COSI on (env COSI_ENDPOINT; default unix:///var/lib/cosi/cosi.sock)
-  --kube-url         Kubernetes API base URL (env KUBE_URL; required)
+  --kube-url         Kubernetes API base URL (env KUBE_URL; else the cluster of $KUBECONFIG)
   --state-namespace  namespace for checkpoints (default cosi-s3-system)
   --mutant NAME      switch on a seeded bug; repeatable; --list-mutants shows them";
 
@@ -78,9 +78,12 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<A
                 .filter(|s| !s.is_empty())
         })
         .unwrap_or_else(|| "unix:///var/lib/cosi/cosi.sock".to_string());
+    let kubeconfig = std::env::var_os("KUBECONFIG").filter(|s| !s.is_empty());
     config.kube_url = match kube_url.or_else(|| std::env::var("KUBE_URL").ok().filter(|s| !s.is_empty())) {
         Some(u) => u,
-        None => bail!("--kube-url (or KUBE_URL) is required: the Kubernetes API where checkpoints live\n{USAGE}"),
+        // Empty: the driver reads KUBECONFIG the way kube-rs does.
+        None if kubeconfig.is_some() => String::new(),
+        None => bail!("--kube-url (or KUBE_URL, or a KUBECONFIG) is required: the Kubernetes API where checkpoints live\n{USAGE}"),
     };
     Ok(Some(Args {
         socket: socket_path(&endpoint)?,

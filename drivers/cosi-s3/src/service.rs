@@ -74,19 +74,26 @@ impl CosiS3Driver {
     /// Build a driver. Does not contact Kubernetes or the backend yet (both are
     /// per call), so it starts even while the lab's fakes are still coming up.
     pub async fn new(config: DriverConfig) -> anyhow::Result<Self> {
-        let uri: http::Uri = config.kube_url.parse().with_context(|| {
-            format!(
-                "--kube-url {:?} is not a URL; use http://host:port",
-                config.kube_url
-            )
-        })?;
-        if uri.scheme_str() != Some("http") {
-            anyhow::bail!(
-                "--kube-url {:?}: only http:// is supported (this build has no TLS stack)",
-                config.kube_url
-            );
-        }
-        let mut kc = kube::Config::new(uri);
+        let mut kc = if config.kube_url.is_empty() {
+            // No URL: the normal kube-rs path (KUBECONFIG, ~/.kube/config, in-cluster).
+            kube::Config::infer().await.context(
+                "no --kube-url/KUBE_URL given, and no Kubernetes config found (KUBECONFIG, ~/.kube/config)",
+            )?
+        } else {
+            let uri: http::Uri = config.kube_url.parse().with_context(|| {
+                format!(
+                    "--kube-url {:?} is not a URL; use http://host:port",
+                    config.kube_url
+                )
+            })?;
+            if uri.scheme_str() != Some("http") {
+                anyhow::bail!(
+                    "--kube-url {:?}: only http:// is supported (this build has no TLS stack)",
+                    config.kube_url
+                );
+            }
+            kube::Config::new(uri)
+        };
         kc.default_namespace = config.state_namespace().to_string();
         kc.connect_timeout = Some(CALL_TIMEOUT);
         kc.read_timeout = Some(CALL_TIMEOUT);

@@ -1,0 +1,654 @@
+//! Drivers the lab does not link: a spawned program (own process group,
+//! SIGKILLed for `crash_driver`) or a container image (killed and started
+//! again). Their stdout/stderr become history notes, redacted; readiness is a
+//! DriverGetInfo that answers on their socket within the start timeout.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use drivelab_fakes::history::{Component, EventKind, History};
+use drivelab_fakes::secret::Secret;
+use drivelab_proto::cosi::identity_client::IdentityClient;
+use drivelab_proto::cosi::DriverGetInfoRequest;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+use crate::scenario::{driver::expand, ExternalDriver};
+
+/// What the lab tells a driver: every placeholder's value, for one side of a
+/// container boundary (host paths for a spawned program, in-container paths for an image).
+#[derive(Clone)]
+pub struct DriverParams {
+    /// Directory of the socket on the host (bind-mounted into containers).
+    pub host_dir: PathBuf,
+    /// The socket on the host (what the lab dials).
+    pub host_socket: PathBuf,
+    /// The run directory, redacted as `<run-dir>` in everything captured.
+    pub run_dir: PathBuf,
+    /// S3 base URL.
+    pub s3_url: String,
+    /// Kubernetes API base URL.
+    pub kube_url: String,
+    /// Admin access key id.
+    pub admin_access_key: String,
+    /// Admin secret key.
+    pub admin_secret: Secret,
+    /// Admin Secret's name and namespace in the fake Kubernetes API.
+    pub admin_secret_ref: (String, String),
+    /// Signing region.
+    pub region: String,
+    /// The driver's state namespace.
+    pub namespace: String,
+}
+
+/// Where an `image:` driver finds its socket directory (the COSI convention).
+pub const CONTAINER_SOCKET_DIR: &str = "/var/lib/cosi";
+
+impl DriverParams {
+    /// Placeholder values, with paths as the driver sees them under `dir`.
+    pub fn values(&self, dir: &Path) -> BTreeMap<&'static str, String> {
+        let socket = dir.join("cosi.sock").display().to_string();
+        let mut v = BTreeMap::new();
+        v.insert("endpoint", format!("unix://{socket}"));
+        v.insert("socket", socket);
+        v.insert("socket_dir", dir.display().to_string());
+        v.insert("s3_endpoint", self.s3_url.clone());
+        v.insert("admin_url", self.s3_url.clone());
+        v.insert("admin_access_key", self.admin_access_key.clone());
+        v.insert("admin_key", self.admin_access_key.clone());
+        v.insert("admin_secret_key", self.admin_secret.expose().to_string());
+        v.insert("admin_secret_name", self.admin_secret_ref.0.clone());
+        v.insert("admin_secret_namespace", self.admin_secret_ref.1.clone());
+        v.insert("region", self.region.clone());
+        v.insert("kube_url", self.kube_url.clone());
+        v.insert("kubeconfig", dir.join("kubeconfig").display().to_string());
+        v.insert("namespace", self.namespace.clone());
+        v
+    }
+
+    /// argv and environment of `ext` with placeholders filled in; the lab's own
+    /// variables (KUBECONFIG, COSI_ENDPOINT, NO_COLOR) first, `env:` over them.
+    pub fn expand(&self, ext: &ExternalDriver, dir: &Path) -> (Vec<String>, Vec<(String, String)>) {
+        let values = self.values(dir);
+        let argv = ext.program.iter().map(|a| expand(a, &values)).collect();
+        let mut env: BTreeMap<String, String> = BTreeMap::new();
+        env.insert("KUBECONFIG".into(), values["kubeconfig"].clone());
+        env.insert("COSI_ENDPOINT".into(), values["endpoint"].clone());
+        env.insert("NO_COLOR".into(), "1".into());
+        for (k, v) in &ext.env {
+            env.insert(k.clone(), expand(v, &values));
+        }
+        (argv, env.into_iter().collect())
+    }
+
+    fn redactor(&self) -> Redactor {
+        let mut pairs = vec![
+            (
+                self.admin_secret.expose().to_string(),
+                "<admin-secret>".to_string(),
+            ),
+            (self.run_dir.display().to_string(), "<run-dir>".to_string()),
+            (self.s3_url.clone(), "<s3-endpoint>".to_string()),
+            (self.kube_url.clone(), "<kube-url>".to_string()),
+        ];
+        pairs.retain(|(raw, _)| !raw.is_empty());
+        // Longest first: a URL must not be half-replaced by a shorter value inside it.
+        pairs.sort_by_key(|(raw, _)| std::cmp::Reverse(raw.len()));
+        Redactor { pairs }
+    }
+}
+
+/// Write a kubeconfig for the fake Kubernetes API (plain http, no credentials:
+/// the fake does not authenticate) with one context, `drivelab`.
+pub fn write_kubeconfig(path: &Path, kube_url: &str, namespace: &str) -> std::io::Result<()> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\npreferences: {{}}\nclusters:\n- name: drivelab\n  cluster:\n    server: {kube_url}\nusers:\n- name: drivelab\n  user: {{}}\ncontexts:\n- name: drivelab\n  context:\n    cluster: drivelab\n    user: drivelab\n    namespace: {namespace}\ncurrent-context: drivelab\n"
+    );
+    std::fs::write(path, text)
+}
+
+/// Replaces known secrets, paths and endpoints with labels.
+#[derive(Clone, Default)]
+struct Redactor {
+    pairs: Vec<(String, String)>,
+}
+
+impl Redactor {
+    fn apply(&self, s: &str) -> String {
+        let mut out = s.to_string();
+        for (raw, label) in &self.pairs {
+            if out.contains(raw.as_str()) {
+                out = out.replace(raw.as_str(), label);
+            }
+        }
+        out
+    }
+}
+
+/// Lines kept for error messages and the leak check (older ones are dropped).
+const KEEP_LINES: usize = 2000;
+/// Lines of output quoted in a start failure.
+const QUOTE_LINES: usize = 20;
+
+/// What a driver printed: raw lines (for the no-secret-leak check) and redacted
+/// notes in the history.
+pub struct Output {
+    raw: Mutex<VecDeque<String>>,
+    history: History,
+    redactor: Redactor,
+    /// Lines already seen per stream (a restarted container's log repeats them).
+    seen: Mutex<BTreeMap<&'static str, usize>>,
+}
+
+impl Output {
+    fn new(history: History, redactor: Redactor) -> Arc<Self> {
+        Arc::new(Output {
+            raw: Mutex::default(),
+            history,
+            redactor,
+            seen: Mutex::default(),
+        })
+    }
+
+    fn line(&self, stream: &'static str, line: &str) {
+        let line = strip_ansi(line.trim_end_matches(['\r', '\n']));
+        {
+            let mut raw = self.raw.lock().unwrap_or_else(|p| p.into_inner());
+            if raw.len() == KEEP_LINES {
+                raw.pop_front();
+            }
+            raw.push_back(format!("{stream}: {line}"));
+        }
+        self.history.record(EventKind::Note {
+            component: Component::Driver,
+            text: format!("{stream}: {}", self.redactor.apply(&line)),
+        });
+    }
+
+    /// Everything kept, unredacted (only for checks, never written out).
+    pub fn raw_text(&self) -> String {
+        let raw = self.raw.lock().unwrap_or_else(|p| p.into_inner());
+        raw.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    /// The last lines, redacted, indented for an error message.
+    fn tail(&self) -> String {
+        let raw = self.raw.lock().unwrap_or_else(|p| p.into_inner());
+        if raw.is_empty() {
+            return "\n  (the driver printed nothing)".to_string();
+        }
+        let skip = raw.len().saturating_sub(QUOTE_LINES);
+        let mut out = String::from("\n  last output:");
+        for l in raw.iter().skip(skip) {
+            out.push_str("\n    ");
+            out.push_str(&self.redactor.apply(l));
+        }
+        out
+    }
+
+    /// Read `reader` line by line into this output; `skip` lines already seen.
+    fn follow(
+        self: &Arc<Self>,
+        stream: &'static str,
+        reader: impl AsyncBufRead + Send + Unpin + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        let skip = *me
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(stream)
+            .unwrap_or(&0);
+        tokio::spawn(async move {
+            let mut lines = reader.lines();
+            let mut n = 0usize;
+            loop {
+                match lines.next_line().await {
+                    Ok(Some(l)) => {
+                        n += 1;
+                        if n > skip {
+                            me.line(stream, &l);
+                            *me.seen
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .entry(stream)
+                                .or_insert(0) = n;
+                        }
+                    }
+                    // Not UTF-8 or the pipe broke: what was read is kept.
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        })
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for d in chars.by_ref() {
+                    if d.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Dial `socket` until DriverGetInfo answers, `exited` says the driver is gone,
+/// or `timeout` (real time) passes. Returns the reported name.
+async fn wait_ready<F, Fut>(
+    socket: &Path,
+    shown: &str,
+    timeout: Duration,
+    output: &Output,
+    mut exited: F,
+) -> anyhow::Result<String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut accepted = false;
+    loop {
+        if let Some(status) = exited().await {
+            // Give the readers a moment to take the last lines of a dying driver.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return Err(anyhow!(
+                "the driver {status} before answering on its socket {shown}{}",
+                output.tail()
+            ));
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            let what = if accepted {
+                format!(
+                    "accepted connections on its socket {shown} but DriverGetInfo did not answer"
+                )
+            } else {
+                format!("did not open its socket {shown}")
+            };
+            return Err(anyhow!(
+                "the driver {what} within {} (start_timeout){}",
+                humantime(timeout),
+                output.tail()
+            ));
+        }
+        if tokio::net::UnixStream::connect(socket).await.is_ok() {
+            accepted = true;
+            let left = deadline - now;
+            let call = async {
+                let ch = drivelab_fakes::cosi_sidecar::connect_unix(socket)
+                    .await
+                    .ok()?;
+                Some(
+                    IdentityClient::new(ch)
+                        .driver_get_info(DriverGetInfoRequest {})
+                        .await,
+                )
+            };
+            match tokio::time::timeout(left, call).await {
+                Ok(Some(Ok(info))) => return Ok(info.into_inner().name),
+                Ok(Some(Err(status))) => {
+                    return Err(anyhow!(
+                        "the driver answered DriverGetInfo on {shown} with {:?}: {}{}",
+                        status.code(),
+                        status.message(),
+                        output.tail()
+                    ))
+                }
+                Ok(None) | Err(_) => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn humantime(d: Duration) -> String {
+    if d.as_millis() % 1000 == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// A driver program the lab spawns in its own process group.
+pub struct ProcessDriver {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    socket: PathBuf,
+    shown_socket: String,
+    start_timeout: Duration,
+    child: Mutex<Option<tokio::process::Child>>,
+    output: Arc<Output>,
+}
+
+impl ProcessDriver {
+    /// A driver for `ext`, serving on `params.host_socket` once started.
+    pub fn new(
+        ext: &ExternalDriver,
+        params: &DriverParams,
+        start_timeout: Duration,
+        history: History,
+    ) -> Self {
+        let (argv, env) = params.expand(ext, &params.host_dir);
+        let redactor = params.redactor();
+        ProcessDriver {
+            argv,
+            env,
+            socket: params.host_socket.clone(),
+            shown_socket: redactor.apply(&params.host_socket.display().to_string()),
+            start_timeout,
+            child: Mutex::new(None),
+            output: Output::new(history, redactor),
+        }
+    }
+
+    /// What it printed, unredacted (for the leak check only).
+    pub fn output(&self) -> String {
+        self.output.raw_text()
+    }
+
+    /// Spawn it and wait until DriverGetInfo answers on its socket.
+    pub async fn start(&self) -> anyhow::Result<()> {
+        let Some((program, args)) = self.argv.split_first() else {
+            return Err(anyhow!("the driver's command is empty"));
+        };
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            // Its own group: crash_driver kills a wrapper script's children too.
+            .process_group(0)
+            .kill_on_drop(true);
+        let shown_program = self.output.redactor.apply(program);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| anyhow!("cannot start the driver `{shown_program}`: {e}"))?;
+        // A new process prints from its first line (unlike a restarted container's log).
+        self.output
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        if let Some(out) = child.stdout.take() {
+            self.output.follow("stdout", tokio::io::BufReader::new(out));
+        }
+        if let Some(err) = child.stderr.take() {
+            self.output.follow("stderr", tokio::io::BufReader::new(err));
+        }
+        *self.lock() = Some(child);
+        let exited = || async {
+            let mut g = self.lock();
+            match g.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(Some(status))) => Some(describe_exit(status)),
+                Some(Ok(None)) => None,
+                Some(Err(e)) => Some(format!("could not be watched ({e})")),
+                None => Some("was killed".into()),
+            }
+        };
+        wait_ready(
+            &self.socket,
+            &self.shown_socket,
+            self.start_timeout,
+            &self.output,
+            exited,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| anyhow!("{e:#}\n  command: {}", self.shown_command()))
+        .inspect_err(|_| self.kill())
+    }
+
+    fn shown_command(&self) -> String {
+        self.output.redactor.apply(&self.argv.join(" "))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<tokio::process::Child>> {
+        self.child.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take_and_kill(&self) -> Option<tokio::process::Child> {
+        let mut child = self.lock().take()?;
+        if let Some(pid) = child.id() {
+            // SAFETY: killpg has no memory effects; the group is the child's own (process_group(0)).
+            unsafe {
+                libc::killpg(pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
+        let _ = child.start_kill();
+        Some(child)
+    }
+
+    /// SIGKILL its process group now.
+    pub fn kill(&self) {
+        drop(self.take_and_kill());
+    }
+
+    /// SIGKILL it and wait until it is gone, so it cannot act on what happens next.
+    pub async fn kill_and_wait(&self) {
+        if let Some(mut child) = self.take_and_kill() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+        }
+    }
+
+    /// Kill it and spawn it again; it recovers from its own persisted state.
+    pub async fn crash_and_restart(&self) -> anyhow::Result<()> {
+        self.kill_and_wait().await;
+        let _ = std::fs::remove_file(&self.socket);
+        self.start().await
+    }
+}
+
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        _ => "exited".to_string(),
+    }
+}
+
+impl Drop for ProcessDriver {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[cfg(feature = "containers")]
+pub use container::ContainerDriver;
+
+#[cfg(feature = "containers")]
+mod container {
+    //! `image:` drivers through testcontainers: host networking (the fakes
+    //! listen on 127.0.0.1), the socket directory bind-mounted at /var/lib/cosi.
+
+    use super::*;
+    use testcontainers::core::{Mount, WaitFor};
+    use testcontainers::runners::AsyncRunner;
+    use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+
+    /// A driver image the lab runs as a container.
+    pub struct ContainerDriver {
+        name: String,
+        tag: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        host_dir: PathBuf,
+        socket: PathBuf,
+        shown_socket: String,
+        start_timeout: Duration,
+        container: tokio::sync::Mutex<Option<ContainerAsync<GenericImage>>>,
+        output: Arc<Output>,
+    }
+
+    /// `NAME[:TAG]` → (name, tag); a `:` before the last `/` is a registry port.
+    pub fn split_image(image: &str) -> (String, String) {
+        match image.rfind(':') {
+            Some(i) if !image[i..].contains('/') => {
+                (image[..i].to_string(), image[i + 1..].to_string())
+            }
+            _ => (image.to_string(), "latest".to_string()),
+        }
+    }
+
+    impl ContainerDriver {
+        /// A container for `ext` (`program[0]` is the image, the rest its command).
+        pub fn new(
+            ext: &ExternalDriver,
+            params: &DriverParams,
+            start_timeout: Duration,
+            history: History,
+        ) -> Self {
+            let (argv, env) = params.expand(ext, Path::new(CONTAINER_SOCKET_DIR));
+            let (name, tag) = split_image(argv.first().map(String::as_str).unwrap_or_default());
+            let redactor = params.redactor();
+            ContainerDriver {
+                name,
+                tag,
+                args: argv.into_iter().skip(1).collect(),
+                env,
+                host_dir: params.host_dir.clone(),
+                socket: params.host_socket.clone(),
+                shown_socket: redactor.apply(&params.host_socket.display().to_string()),
+                start_timeout,
+                container: tokio::sync::Mutex::new(None),
+                output: Output::new(history, redactor),
+            }
+        }
+
+        /// What it printed, unredacted (for the leak check only).
+        pub fn output(&self) -> String {
+            self.output.raw_text()
+        }
+
+        /// Create (first time) or start (after a crash) the container, then wait for its socket.
+        pub async fn start(&self) -> anyhow::Result<()> {
+            let mut slot = self.container.lock().await;
+            if let Some(c) = slot.as_ref() {
+                c.start()
+                    .await
+                    .map_err(|e| anyhow!("starting the driver container again: {e}"))?;
+            } else {
+                let mut req = GenericImage::new(&self.name, &self.tag)
+                    .with_wait_for(WaitFor::Nothing)
+                    .with_network("host")
+                    .with_mount(Mount::bind_mount(
+                        self.host_dir.display().to_string(),
+                        CONTAINER_SOCKET_DIR,
+                    ))
+                    .with_startup_timeout(self.start_timeout);
+                if !self.args.is_empty() {
+                    req = req.with_cmd(self.args.clone());
+                }
+                for (k, v) in &self.env {
+                    req = req.with_env_var(k, v);
+                }
+                let c = req.start().await.map_err(|e| {
+                    anyhow!(
+                        "cannot start the driver image {}:{} (it must exist locally; nothing is pulled): {e}",
+                        self.name,
+                        self.tag
+                    )
+                })?;
+                *slot = Some(c);
+            }
+            let Some(c) = slot.as_ref() else {
+                return Err(anyhow!("the driver container is gone"));
+            };
+            self.output.follow("stdout", c.stdout(true));
+            self.output.follow("stderr", c.stderr(true));
+            let exited = || async {
+                match c.is_running().await {
+                    Ok(true) => None,
+                    Ok(false) => Some(match c.exit_code().await {
+                        Ok(Some(code)) => format!("container exited with status {code}"),
+                        _ => "container exited".to_string(),
+                    }),
+                    Err(e) => Some(format!("container could not be inspected ({e})")),
+                }
+            };
+            let r = wait_ready(
+                &self.socket,
+                &self.shown_socket,
+                self.start_timeout,
+                &self.output,
+                exited,
+            )
+            .await;
+            r.map(|_| ()).map_err(|e| {
+                anyhow!(
+                    "{e:#}\n  image: {}:{} {}",
+                    self.name,
+                    self.tag,
+                    self.output.redactor.apply(&self.args.join(" "))
+                )
+            })
+        }
+
+        /// Kill the container (docker stop with no grace period) and wait until it stopped.
+        pub async fn kill_and_wait(&self) {
+            if let Some(c) = self.container.lock().await.as_ref() {
+                let _ = c.stop_with_timeout(Some(0)).await;
+            }
+        }
+
+        /// Kill it and start the same container again (its filesystem is kept).
+        pub async fn crash_and_restart(&self) -> anyhow::Result<()> {
+            self.kill_and_wait().await;
+            let _ = std::fs::remove_file(&self.socket);
+            self.start().await
+        }
+
+        /// Kill and remove the container.
+        pub async fn remove(&self) {
+            if let Some(c) = self.container.lock().await.take() {
+                let _ = c.stop_with_timeout(Some(0)).await;
+                let _ = c.rm().await;
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn image_names() {
+            use super::split_image;
+            let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+            assert_eq!(split_image("cosi-s3:dev"), s("cosi-s3", "dev"));
+            assert_eq!(split_image("cosi-s3"), s("cosi-s3", "latest"));
+            assert_eq!(
+                split_image("reg:5000/team/drv"),
+                s("reg:5000/team/drv", "latest")
+            );
+            assert_eq!(split_image("reg:5000/drv:1.2"), s("reg:5000/drv", "1.2"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ansi_is_stripped_and_values_redacted() {
+        assert_eq!(strip_ansi("\u{1b}[2mINFO\u{1b}[0m hi"), "INFO hi");
+        let r = Redactor {
+            pairs: vec![("s3cr3t".into(), "<admin-secret>".into())],
+        };
+        assert_eq!(r.apply("key=s3cr3t!"), "key=<admin-secret>!");
+        assert_eq!(r.apply("nothing"), "nothing");
+    }
+}

@@ -1,0 +1,389 @@
+//! The `driver:` declaration: which driver a scenario drives and how the lab
+//! starts it — linked in (`builtin:`), as a spawned program (`command:`) or as a
+//! container image (`image:`) — plus the placeholders the lab fills in for it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cosi_s3::Mutant;
+use serde::Deserialize;
+
+/// Which driver the scenario drives, and how it is started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverSpec {
+    /// How the lab starts it.
+    pub launch: DriverLaunch,
+    /// Seeded bugs to switch on (builtin drivers only; the lab must catch them).
+    pub mutants: Vec<Mutant>,
+    /// Real time the lab waits for the socket to answer DriverGetInfo (and, for
+    /// external drivers, the deadline of that first call).
+    pub start_timeout: Duration,
+}
+
+impl Default for DriverSpec {
+    fn default() -> Self {
+        DriverSpec {
+            launch: DriverLaunch::Builtin(BuiltinDriver::CosiS3),
+            mutants: Vec::new(),
+            start_timeout: DEFAULT_START_TIMEOUT,
+        }
+    }
+}
+
+/// How long the lab waits for a driver's socket unless `start_timeout:` says otherwise.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl DriverSpec {
+    /// The linked-in driver, if this is one.
+    pub fn builtin(&self) -> Option<BuiltinDriver> {
+        match &self.launch {
+            DriverLaunch::Builtin(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The protocol the driver speaks on its socket.
+    pub fn protocol(&self) -> DriverProtocol {
+        match &self.launch {
+            DriverLaunch::Builtin(BuiltinDriver::CosiS3) => DriverProtocol::Cosi,
+            DriverLaunch::Command(e) | DriverLaunch::Image(e) => e.protocol,
+        }
+    }
+
+    /// One line for consoles and errors (`builtin cosi-s3`, `command /x/y`, `image n:t`).
+    pub fn describe(&self) -> String {
+        match &self.launch {
+            DriverLaunch::Builtin(b) => format!("builtin {}", b.name()),
+            DriverLaunch::Command(e) => {
+                format!("command {}", e.program.first().cloned().unwrap_or_default())
+            }
+            DriverLaunch::Image(e) => {
+                format!("image {}", e.program.first().cloned().unwrap_or_default())
+            }
+        }
+    }
+}
+
+/// How the driver is started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverLaunch {
+    /// A reference driver linked into drivelab (runs in-process on its own runtime).
+    Builtin(BuiltinDriver),
+    /// A program the lab spawns: `program` is `[path, args…]`.
+    Command(ExternalDriver),
+    /// A container image the lab starts: `program` is `[NAME[:TAG], args…]`
+    /// (args become the container's command).
+    Image(ExternalDriver),
+}
+
+/// A driver the lab does not link: its command line, environment and protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalDriver {
+    /// `command:` (path first) or `image:` followed by `args:`; may hold placeholders.
+    pub program: Vec<String>,
+    /// Extra environment (placeholders allowed), applied over what the lab sets.
+    pub env: BTreeMap<String, String>,
+    /// What it speaks on its socket.
+    pub protocol: DriverProtocol,
+}
+
+/// Reference drivers built into the binary.
+#[derive(Copy, Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum BuiltinDriver {
+    /// The reference COSI driver for S3 admin APIs.
+    CosiS3,
+}
+
+impl BuiltinDriver {
+    /// As written in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            BuiltinDriver::CosiS3 => "cosi-s3",
+        }
+    }
+}
+
+/// The gRPC API a driver serves on its Unix socket.
+#[derive(Copy, Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriverProtocol {
+    /// COSI v1alpha1 (Identity + Provisioner); the fake provisioner sidecar drives it.
+    #[default]
+    Cosi,
+    /// CSI (Identity + Controller + Node); driven by the BOSH/CSI slice.
+    Csi,
+}
+
+/// Placeholders the lab fills in in `command:`, `args:` and `env:` values, with
+/// what each becomes. For `image:` drivers paths are the ones inside the container.
+pub const PLACEHOLDERS: &[(&str, &str)] = &[
+    ("socket", "path of the Unix socket the driver must serve on"),
+    ("endpoint", "the socket as a URL: unix://{socket}"),
+    (
+        "socket_dir",
+        "directory of the socket (also holds the kubeconfig)",
+    ),
+    ("s3_endpoint", "S3 base URL, http://127.0.0.1:PORT"),
+    (
+        "admin_url",
+        "admin API base URL (the S3 server; routes under /rustfs/admin/v3/)",
+    ),
+    ("admin_access_key", "the admin access key id"),
+    ("admin_key", "alias of {admin_access_key}"),
+    (
+        "admin_secret_key",
+        "the admin secret key (redacted in every output)",
+    ),
+    (
+        "admin_secret_name",
+        "name of the Kubernetes Secret holding the admin keys",
+    ),
+    ("admin_secret_namespace", "namespace of that Secret"),
+    ("region", "signing region of the S3 fake"),
+    ("kube_url", "Kubernetes API base URL, http://127.0.0.1:PORT"),
+    (
+        "kubeconfig",
+        "path of a kubeconfig for the fake Kubernetes API",
+    ),
+    (
+        "namespace",
+        "namespace the driver keeps its state in (cosi-s3-system)",
+    ),
+];
+
+/// Every `{name}` in `s` that is not a known placeholder.
+pub fn unknown_placeholders(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while let Some(start) = rest.find('{') {
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('}') else { break };
+        let name = &after[..end];
+        if !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            && !PLACEHOLDERS.iter().any(|(p, _)| *p == name)
+        {
+            out.push(name.to_string());
+        }
+        rest = &after[end + 1..];
+    }
+    out
+}
+
+/// Replace every known `{name}` with its value from `values`.
+pub fn expand(s: &str, values: &BTreeMap<&'static str, String>) -> String {
+    let mut out = s.to_string();
+    for (name, value) in values {
+        out = out.replace(&format!("{{{name}}}"), value);
+    }
+    out
+}
+
+/// `driver:` as written (before validation).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDriver {
+    #[serde(default)]
+    builtin: Option<BuiltinDriver>,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default)]
+    args: Option<Vec<String>>,
+    #[serde(default)]
+    env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    protocol: Option<DriverProtocol>,
+    #[serde(default)]
+    start_timeout: Option<String>,
+    #[serde(default)]
+    mutants: Vec<Mutant>,
+}
+
+/// A validation failure of a driver declaration: message and hint.
+pub(super) type DriverError = (String, Option<&'static str>);
+
+impl RawDriver {
+    pub(super) fn resolve(self) -> Result<DriverSpec, DriverError> {
+        let given = [
+            self.builtin.is_some(),
+            self.command.is_some(),
+            self.image.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if given != 1 {
+            return Err((
+                "`driver` needs exactly one of `builtin`, `command` or `image`".into(),
+                Some("builtin: cosi-s3 | command: [path, args…] | image: NAME[:TAG]"),
+            ));
+        }
+        let start_timeout = match &self.start_timeout {
+            None => DEFAULT_START_TIMEOUT,
+            Some(s) => super::parse_duration(s)
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    (
+                        format!("start_timeout `{s}` is not a duration"),
+                        Some("write e.g. 500ms, 30s, 2m"),
+                    )
+                })?,
+        };
+        let launch = if let Some(b) = self.builtin {
+            if self.env.is_some() || self.args.is_some() || self.protocol.is_some() {
+                return Err((
+                    "`env`, `args` and `protocol` apply to `command` and `image` drivers, not `builtin`".into(),
+                    None,
+                ));
+            }
+            DriverLaunch::Builtin(b)
+        } else {
+            if !self.mutants.is_empty() {
+                return Err((
+                    "`mutants` are a builtin-only feature: the seeded bugs live in the linked-in reference driver".into(),
+                    Some("remove `mutants`, or use `builtin: cosi-s3`"),
+                ));
+            }
+            let mut program = match (&self.command, &self.image) {
+                (Some(cmd), _) => {
+                    if self.args.is_some() {
+                        return Err((
+                            "`args` is for `image`; put a command's arguments in the `command` list".into(),
+                            None,
+                        ));
+                    }
+                    if cmd.first().is_none_or(|p| p.trim().is_empty()) {
+                        return Err((
+                            "`command` is empty".into(),
+                            Some("command: [path/to/driver, --flag, \"{socket}\"]"),
+                        ));
+                    }
+                    cmd.clone()
+                }
+                (None, Some(image)) => {
+                    if image.trim().is_empty() || image.contains(char::is_whitespace) {
+                        return Err((
+                            format!("`{image}` is not an image name"),
+                            Some("image: NAME[:TAG], e.g. cosi-s3:dev"),
+                        ));
+                    }
+                    vec![image.clone()]
+                }
+                (None, None) => unreachable!("one of them is given"),
+            };
+            program.extend(self.args.clone().unwrap_or_default());
+            let env = self.env.clone().unwrap_or_default();
+            for k in env.keys() {
+                if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    return Err((format!("`{k}` is not an environment variable name"), None));
+                }
+            }
+            for v in program.iter().chain(env.values()) {
+                if let Some(p) = unknown_placeholders(v).first() {
+                    return Err((
+                        format!("unknown placeholder `{{{p}}}` in `{v}`"),
+                        Some("known: {socket} {endpoint} {socket_dir} {s3_endpoint} {admin_url} {admin_access_key} {admin_secret_key} {admin_secret_name} {admin_secret_namespace} {region} {kube_url} {kubeconfig} {namespace}"),
+                    ));
+                }
+            }
+            let ext = ExternalDriver {
+                program,
+                env,
+                protocol: self.protocol.unwrap_or_default(),
+            };
+            if self.command.is_some() {
+                DriverLaunch::Command(ext)
+            } else {
+                DriverLaunch::Image(ext)
+            }
+        };
+        Ok(DriverSpec {
+            launch,
+            mutants: self.mutants,
+            start_timeout,
+        })
+    }
+}
+
+/// Parse `--driver` (the same YAML as a scenario's `driver:` value, e.g.
+/// `'command: [target/debug/cosi-s3, --endpoint, "unix://{socket}"]'` or `builtin: cosi-s3`).
+pub fn parse_cli(text: &str) -> Result<DriverSpec, String> {
+    let raw: RawDriver = serde_saphyr::from_str(text).map_err(|e| {
+        format!(
+            "--driver: {}",
+            super::first_line(&e.without_snippet().to_string())
+        )
+    })?;
+    raw.resolve().map_err(|(m, hint)| match hint {
+        Some(h) => format!("--driver: {m} (hint: {h})"),
+        None => format!("--driver: {m}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_declarations() {
+        let d = parse_cli("builtin: cosi-s3").unwrap();
+        assert_eq!(d.builtin(), Some(BuiltinDriver::CosiS3));
+        let d = parse_cli(
+            r#"{command: [/bin/drv, --endpoint, "unix://{socket}"], env: {K: "{kube_url}"}, start_timeout: 3s}"#,
+        )
+        .unwrap();
+        match &d.launch {
+            DriverLaunch::Command(e) => {
+                assert_eq!(e.program, ["/bin/drv", "--endpoint", "unix://{socket}"]);
+                assert_eq!(e.env["K"], "{kube_url}");
+                assert_eq!(e.protocol, DriverProtocol::Cosi);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(d.start_timeout, Duration::from_secs(3));
+        let d = parse_cli("{image: 'cosi-s3:dev', args: ['--endpoint', '{endpoint}']}").unwrap();
+        assert!(
+            matches!(&d.launch, DriverLaunch::Image(e) if e.program == ["cosi-s3:dev", "--endpoint", "{endpoint}"])
+        );
+    }
+
+    #[test]
+    fn bad_declarations_are_named() {
+        for (text, needle) in [
+            ("{}", "exactly one"),
+            ("{builtin: cosi-s3, command: [x]}", "exactly one"),
+            ("{command: []}", "empty"),
+            ("{command: [x, '{sokcet}']}", "sokcet"),
+            ("{command: [x], env: {A: '{nope}'}}", "nope"),
+            ("{command: [x], mutants: [rotate-on-retry]}", "builtin-only"),
+            ("{builtin: cosi-s3, env: {A: b}}", "not `builtin`"),
+            ("{command: [x], args: [y]}", "`args` is for `image`"),
+            ("{image: 'a b'}", "not an image name"),
+            ("{command: [x], start_timeout: soon}", "not a duration"),
+            ("{builtin: nfs}", "unknown variant"),
+            ("{command: [x], colour: red}", "unknown field"),
+        ] {
+            let e = parse_cli(text).unwrap_err();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn placeholders_expand_and_unknown_ones_are_found() {
+        let mut v = BTreeMap::new();
+        v.insert("socket", "/s/cosi.sock".to_string());
+        v.insert("kube_url", "http://127.0.0.1:1".to_string());
+        assert_eq!(
+            expand("unix://{socket} {kube_url} {other} {", &v),
+            "unix:///s/cosi.sock http://127.0.0.1:1 {other} {"
+        );
+        assert_eq!(
+            unknown_placeholders("{socket}{bad_one} {X} {}"),
+            ["bad_one"]
+        );
+        assert!(unknown_placeholders("json {\"a\": 1}").is_empty());
+    }
+}

@@ -1,0 +1,572 @@
+//! External drivers: the reference COSI driver as a spawned binary through the
+//! whole suite (same verdicts, same ownership snapshots as built in); drivers
+//! that exit at start, never open their socket, or hang on DriverGetInfo;
+//! `drivelab serve` end to end; and, with a Docker engine, `image:` drivers.
+
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use drivelab::engine::{self, RunOptions, RunOutcome};
+use drivelab::scenario::{self, driver::parse_cli, Scenario};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn load(rel: &str) -> Scenario {
+    scenario::load(&root().join("scenarios").join(rel)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The `cosi-s3` binary next to `drivelab` in the target dir (built here if missing,
+/// because `cargo test -p drivelab` builds only drivelab's own binaries).
+fn cosi_s3_bin() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_drivelab"))
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
+    let bin = dir.join("cosi-s3");
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--locked", "-p", "cosi-s3", "--bin", "cosi-s3"])
+            .current_dir(root())
+            .status()
+            .expect("running cargo build -p cosi-s3");
+        assert!(status.success(), "cargo build -p cosi-s3 failed");
+    });
+    assert!(bin.exists(), "{} missing after the build", bin.display());
+    bin
+}
+
+async fn run_with(scn: &Scenario, driver: Option<&str>) -> anyhow::Result<RunOutcome> {
+    drivelab::logcap::init(false);
+    let mut scn = scn.clone();
+    if let Some(d) = driver {
+        let spec = parse_cli(d).unwrap_or_else(|e| panic!("{e}"));
+        scn.driver.launch = spec.launch;
+        scn.driver.start_timeout = spec.start_timeout;
+    }
+    engine::run(&scn, &RunOptions::default()).await
+}
+
+fn verdicts(o: &RunOutcome) -> Vec<(String, bool)> {
+    o.verdicts
+        .iter()
+        .map(|v| (v.invariant.to_string(), v.passed))
+        .collect()
+}
+
+/// The command declaration for the spawned reference driver: it finds the fake
+/// Kubernetes API through the KUBECONFIG the lab sets, as kube-rs does.
+fn spawned_cosi_s3() -> String {
+    format!(
+        r#"{{command: ["{}", --endpoint, "{{endpoint}}"], env: {{RUST_LOG: info}}}}"#,
+        cosi_s3_bin().display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawned_reference_driver_matches_the_builtin_on_every_scenario() {
+    let driver = spawned_cosi_s3();
+    let files = scenario::discover(&[root().join("scenarios/cosi")]).unwrap();
+    assert!(files.len() >= 20, "{files:?}");
+    let mut compared = 0;
+    for f in files {
+        let scn = scenario::load(&f).unwrap_or_else(|e| panic!("{e}"));
+        let builtin = run_with(&scn, None)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e:#}", scn.name));
+        let spawned = run_with(&scn, Some(&driver))
+            .await
+            .unwrap_or_else(|e| panic!("{} (spawned): {e:#}", scn.name));
+        assert_eq!(spawned.driver_name, builtin.driver_name, "{}", scn.name);
+        assert_eq!(
+            verdicts(&spawned),
+            verdicts(&builtin),
+            "{}: verdicts differ",
+            scn.name
+        );
+        assert_eq!(spawned.passed(), builtin.passed(), "{}", scn.name);
+        assert_eq!(
+            spawned.expect_failures, builtin.expect_failures,
+            "{}: expectations differ",
+            scn.name
+        );
+        assert_eq!(
+            spawned.snapshot, builtin.snapshot,
+            "{}: ownership snapshots differ",
+            scn.name
+        );
+        compared += 1;
+    }
+    assert!(compared >= 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawned_driver_output_is_in_the_history_redacted_and_crash_respawns_it() {
+    let scn = load("cosi/crash-after-add-user.yaml");
+    let o = run_with(&scn, Some(&spawned_cosi_s3())).await.unwrap();
+    assert!(o.passed(), "{}", drivelab::report::console(&o));
+    let notes: Vec<&str> = o
+        .history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            drivelab_fakes::history::EventKind::Note { component, text }
+                if *component == drivelab_fakes::history::Component::Driver =>
+            {
+                Some(text.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    // Two starts (the crash respawned it), each announcing its socket, redacted.
+    let serving: Vec<&&str> = notes
+        .iter()
+        .filter(|t| t.contains("serving COSI"))
+        .collect();
+    assert_eq!(serving.len(), 2, "{notes:#?}");
+    assert!(
+        serving
+            .iter()
+            .all(|t| t.contains("<run-dir>/driver/cosi.sock")),
+        "{serving:?}"
+    );
+    assert!(
+        !o.history_text.contains("/tmp/"),
+        "an absolute path reached the history"
+    );
+    assert!(
+        !notes.iter().any(|t| t.contains('\u{1b}')),
+        "ANSI escapes kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_exits_at_start_is_reported_with_its_output() {
+    let scn = load("cosi/happy-path.yaml");
+    let e = run_with(&scn, Some("command: [/bin/false]"))
+        .await
+        .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("exited with status 1"), "{msg}");
+    assert!(msg.contains("<run-dir>/driver/cosi.sock"), "{msg}");
+    assert!(msg.contains("command: /bin/false"), "{msg}");
+
+    let e = run_with(
+        &scn,
+        Some(r#"command: [sh, -c, "echo bad flag --zap >&2; exit 3"]"#),
+    )
+    .await
+    .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("exited with status 3"), "{msg}");
+    assert!(msg.contains("stderr: bad flag --zap"), "{msg}");
+
+    let e = run_with(&scn, Some("command: [/nonexistent/driver]"))
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("cannot start the driver"),
+        "{e:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_never_opens_its_socket_times_out_clearly() {
+    let scn = load("cosi/happy-path.yaml");
+    let t0 = std::time::Instant::now();
+    let e = run_with(
+        &scn,
+        Some(r#"{command: [sh, -c, "echo starting up; exec sleep 60"], start_timeout: 1s}"#),
+    )
+    .await
+    .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("did not open its socket <run-dir>/driver/cosi.sock within 1s"),
+        "{msg}"
+    );
+    assert!(msg.contains("stdout: starting up"), "{msg}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        t0.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_hangs_on_driver_get_info_hits_the_deadline() {
+    // Accepts connections on the socket and never answers.
+    let script = r#"import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1]); s.listen(16)
+print("listening", flush=True)
+held = []
+while True:
+    c, _ = s.accept(); held.append(c)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hang.py");
+    std::fs::write(&path, script).unwrap();
+    let scn = load("cosi/happy-path.yaml");
+    let e = run_with(
+        &scn,
+        Some(&format!(
+            r#"{{command: [python3, "{}", "{{socket}}"], start_timeout: 2s}}"#,
+            path.display()
+        )),
+    )
+    .await
+    .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("accepted connections on its socket <run-dir>/driver/cosi.sock but DriverGetInfo did not answer within 2s"),
+        "{msg}"
+    );
+    assert!(msg.contains("stdout: listening"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutants_are_builtin_only() {
+    let mut scn = load("cosi/happy-path.yaml");
+    scn.driver.mutants = vec![cosi_s3::Mutant::RotateOnRetry];
+    let e = run_with(&scn, Some("command: [/bin/true]"))
+        .await
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("builtin-only"), "{e:#}");
+}
+
+#[test]
+fn cli_reports_a_failing_driver_and_goes_on_with_the_next_scenario() {
+    let out = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+        .current_dir(root())
+        .args([
+            "run",
+            "scenarios/cosi/happy-path.yaml",
+            "scenarios/cosi/retried-grant.yaml",
+            "--driver",
+            "command: [/bin/false]",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    let errors = stdout.lines().filter(|l| l.starts_with("ERROR ")).count();
+    assert_eq!(
+        errors, 2,
+        "both scenarios reported, the second after the first: {stdout}"
+    );
+    assert!(stdout.contains("0 passed, 2 failed"), "{stdout}");
+    assert!(stdout.contains("exited with status 1"), "{stdout}");
+    assert!(
+        stdout.contains("--driver 'command: [/bin/false]'"),
+        "replay lacks --driver: {stdout}"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+        .current_dir(root())
+        .args([
+            "run",
+            "scenarios/cosi/happy-path.yaml",
+            "--driver",
+            "command: []",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("`command` is empty"));
+}
+
+/// Lines of `drivelab serve` up to `ready`, as key → value.
+fn read_serve_banner(
+    child: &mut std::process::Child,
+) -> std::collections::BTreeMap<String, String> {
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut out = std::collections::BTreeMap::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line == "ready" {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(": ") {
+            out.insert(k.to_string(), v.to_string());
+        }
+    }
+    // Keep reading in the background so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        std::fs::write(
+            std::env::temp_dir().join(format!("serve-tail-{}", std::process::id())),
+            rest.join("\n"),
+        )
+        .ok();
+    });
+    out
+}
+
+fn http_get(url: &str, path: &str) -> (u16, String) {
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let status = body
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_exposes_the_fakes_until_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("lab.yaml");
+    std::fs::write(
+        &cfg,
+        "users:\n  - { access_key: app-key, secret_key: app-secret-123, buckets: [photos] }\nbuckets: [photos, other]\nbucket_classes:\n  - { name: standard, deletion_policy: Delete }\n",
+    )
+    .unwrap();
+    let faults = dir.path().join("faults.yaml");
+    std::fs::write(
+        &faults,
+        "faults:\n  - error: { on: s3.put_object, nth: 2, status: 503, code: SlowDown }\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .arg("--faults")
+        .arg(&faults)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let banner = read_serve_banner(&mut child);
+    let s3 = banner["s3_endpoint"].clone();
+    let kube = banner["kube_url"].clone();
+    assert!(s3.starts_with("http://127.0.0.1:"), "{banner:?}");
+    assert_eq!(banner["faults_armed"], "1");
+    let admin_secret = banner["admin_secret_key"].clone();
+    assert_eq!(admin_secret.len(), 40);
+
+    // Real SigV4-signed requests.
+    let probe = drivelab_fakes::s3::S3Probe::new(&s3, "us-east-1");
+    let put = |key: &'static str, secret: String, bucket: &'static str| {
+        let probe = &probe;
+        async move {
+            probe
+                .put_object(key, &secret, bucket, "hello.txt", b"hi".to_vec())
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        put("app-key", "app-secret-123".into(), "photos")
+            .await
+            .status,
+        200
+    );
+    let faulted = put("app-key", "app-secret-123".into(), "photos").await;
+    assert_eq!(
+        (faulted.status, faulted.code.as_deref()),
+        (503, Some("SlowDown")),
+        "the armed fault"
+    );
+    assert_eq!(
+        put("app-key", "app-secret-123".into(), "other")
+            .await
+            .status,
+        403,
+        "policy scoped to photos"
+    );
+    assert_eq!(
+        put("app-key", "wrong-secret-1".into(), "photos")
+            .await
+            .code
+            .as_deref(),
+        Some("SignatureDoesNotMatch")
+    );
+    assert_eq!(
+        put("drivelab-admin", admin_secret.clone(), "other")
+            .await
+            .status,
+        200
+    );
+
+    // The Kubernetes API: the admin Secret and the class; the kubeconfig points at it.
+    let (status, body) = http_get(&kube, "/api/v1/namespaces/drivelab-system/secrets/s3-admin");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"secretKey\""), "{body}");
+    let (status, body) = http_get(
+        &kube,
+        "/apis/objectstorage.k8s.io/v1alpha1/bucketclasses/standard",
+    );
+    assert_eq!(status, 200, "{body}");
+    let kc = std::fs::read_to_string(&banner["kubeconfig"]).unwrap();
+    assert!(kc.contains(&format!("server: {kube}")), "{kc}");
+
+    // SIGINT: a clean stop.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    let status = wait_timeout(&mut child, Duration::from_secs(20));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "serve did not exit cleanly on SIGINT"
+    );
+    assert!(
+        !Path::new(&banner["kubeconfig"]).exists(),
+        "the session dir was not removed"
+    );
+}
+
+#[test]
+fn serve_rejects_bad_config_with_file_line_col() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.yaml");
+    std::fs::write(
+        &cfg,
+        "users:\n  - { access_key: x, secret_key: app-secret-123 }\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml:2:"), "{err}");
+    assert!(err.contains("access key `x` is invalid"), "{err}");
+}
+
+fn wait_timeout(child: &mut std::process::Child, t: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + t;
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Is a Docker engine reachable? (`docker info` exits 0.)
+fn docker_available() -> bool {
+    Command::new("docker")
+        .arg("info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine and a static build; run by `make test-containers`, which says SKIPPED without one"]
+async fn container_image_driver_and_lab_container() {
+    if !docker_available() {
+        println!("SKIPPED: container_image_driver_and_lab_container: no Docker engine (`docker info` failed); the image: path was NOT tested");
+        return;
+    }
+    let tag = "external-test";
+    let status = Command::new(root().join("scripts/build-image.sh"))
+        .env("TAG", tag)
+        .current_dir(root())
+        .status()
+        .expect("running scripts/build-image.sh");
+    assert!(status.success(), "scripts/build-image.sh failed");
+
+    // The reference driver as an image, through scenarios with and without a crash.
+    let driver = format!(
+        r#"{{image: "drivelab-cosi-s3:{tag}", args: [--endpoint, "{{endpoint}}", --kube-url, "{{kube_url}}"], start_timeout: 30s}}"#
+    );
+    for rel in [
+        "cosi/happy-path.yaml",
+        "cosi/crash-after-add-user.yaml",
+        "cosi/retried-grant.yaml",
+    ] {
+        let scn = load(rel);
+        let builtin = run_with(&scn, None).await.unwrap();
+        let boxed = run_with(&scn, Some(&driver))
+            .await
+            .unwrap_or_else(|e| panic!("{rel} (image): {e:#}"));
+        assert_eq!(verdicts(&boxed), verdicts(&builtin), "{rel}");
+        assert_eq!(boxed.snapshot, builtin.snapshot, "{rel}: snapshots differ");
+        assert!(boxed.passed(), "{}", drivelab::report::console(&boxed));
+        println!("container: {rel} passed through image drivelab-cosi-s3:{tag}");
+    }
+    // An image that is not there: a clear error, nothing pulled.
+    let e = run_with(
+        &load("cosi/happy-path.yaml"),
+        Some("image: drivelab-no-such-image:none"),
+    )
+    .await
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("nothing is pulled"), "{e:#}");
+
+    // The lab itself in a container, through drivelab::testcontainers.
+    let lab = drivelab::testcontainers::LabContainer::start(
+        &format!("drivelab:{tag}"),
+        Some("buckets: [photos]\n"),
+    )
+    .await
+    .expect("lab container");
+    let probe = drivelab_fakes::s3::S3Probe::new(&lab.s3_url, "us-east-1");
+    let r = probe
+        .put_object(
+            &lab.admin_access_key,
+            lab.admin_secret.expose(),
+            "photos",
+            "x",
+            b"x".to_vec(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let (status, _) = http_get(
+        &lab.kube_url,
+        "/api/v1/namespaces/drivelab-system/secrets/s3-admin",
+    );
+    assert_eq!(status, 200);
+    lab.stop().await.unwrap();
+    println!(
+        "container: drivelab:{tag} served S3 and the Kubernetes API from a FROM scratch image"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_logs_the_admin_secret_fails_no_secret_leak_and_the_history_is_redacted() {
+    let scn = load("cosi/happy-path.yaml");
+    let driver = format!(
+        r#"{{command: [sh, -c, "echo admin key is {{admin_secret_key}} >&2; exec {} --endpoint {{endpoint}}"]}}"#,
+        cosi_s3_bin().display()
+    );
+    let o = run_with(&scn, Some(&driver)).await.unwrap();
+    let leak = o
+        .verdicts
+        .iter()
+        .find(|v| v.invariant == "no-secret-leak")
+        .expect("no-secret-leak checked");
+    assert!(
+        !leak.passed,
+        "a logged admin secret went unnoticed: {leak:?}"
+    );
+    assert!(
+        o.history_text.contains("admin key is <admin-secret>"),
+        "note not redacted"
+    );
+    // The clean run of the same driver passes it.
+    let clean = run_with(&scn, Some(&spawned_cosi_s3())).await.unwrap();
+    assert!(clean.passed(), "{}", drivelab::report::console(&clean));
+}
