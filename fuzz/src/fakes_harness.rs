@@ -396,6 +396,37 @@ fn build(r: &RawRequest) -> Option<http::Request<Body>> {
     Some(req)
 }
 
+/// The request as HTTP/1.1 bytes for a real socket (signed as the script
+/// says, `Connection: close`, Content-Length set); for the hostile tests.
+pub async fn wire(r: &RawRequest) -> Option<Vec<u8>> {
+    let req = build(r)?;
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.ok()?;
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut out = format!("{} {target} HTTP/1.1\r\n", parts.method).into_bytes();
+    for (n, v) in &parts.headers {
+        if n == http::header::CONTENT_LENGTH || n == http::header::CONNECTION {
+            continue;
+        }
+        out.extend_from_slice(n.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key("host") {
+        out.extend_from_slice(format!("host: {HOST}\r\n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!(
+            "content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    out.extend_from_slice(&body);
+    Some(out)
+}
+
 /// An answer as the harness saw it.
 pub struct Answer {
     pub status: u16,

@@ -164,15 +164,15 @@ impl S3Fake {
             render: errors::render_admin_rejection,
         };
         let root = RootKey(Arc::from(self.inner.config.admin_access_key.as_str()));
+        let admin_route =
+            || any(admin::handle).layer(from_fn_with_state(admin_tap.clone(), http_gate));
+        // `{*rest}` does not match an empty rest: the bare prefixes are routed
+        // too, so every path `surface` calls admin gets the admin API's answer.
         Router::new()
-            .route(
-                "/minio/admin/{*rest}",
-                any(admin::handle).layer(from_fn_with_state(admin_tap.clone(), http_gate)),
-            )
-            .route(
-                "/rustfs/admin/{*rest}",
-                any(admin::handle).layer(from_fn_with_state(admin_tap, http_gate)),
-            )
+            .route("/minio/admin/{*rest}", admin_route())
+            .route("/minio/admin/", admin_route())
+            .route("/rustfs/admin/{*rest}", admin_route())
+            .route("/rustfs/admin/", admin_route())
             .fallback(any(s3api::handle).layer(from_fn_with_state(s3_tap, http_gate)))
             .layer(from_fn_with_state(root, mark_root))
             .with_state(self.inner.clone())
