@@ -198,6 +198,24 @@ async fn serve(
     let (who, body) = authenticate(inner, &parts, &query, body)?;
     let access_key = super::sigv4::access_key_hint(&parts).unwrap_or_default();
     let (op, bucket, key) = classify(&parts.method, parts.uri.path(), &query);
+    // Keys are UTF-8 in S3; a lossy decode would let two keys collide.
+    let decoded = percent_decode(parts.uri.path(), false).unwrap_or_default();
+    if std::str::from_utf8(&decoded).is_err() {
+        return Err(ApiError::new(
+            400,
+            "InvalidURI",
+            "Couldn't parse the specified URI.",
+        ));
+    }
+    // As MinIO: a name no bucket can have (`..`, `%2e%2e`, capitals) is refused
+    // for every operation, not looked up.
+    if !bucket.is_empty() && !valid_bucket_name(&bucket) {
+        return Err(ApiError::new(
+            400,
+            "InvalidBucketName",
+            "The specified bucket is not valid.",
+        ));
+    }
     if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| has(&query, s)) {
         return Err(ApiError::new(
             501,

@@ -77,7 +77,10 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> Reply {
         .and_then(|s| s.parse().ok())
         .expect("status line");
     let mut body = buf[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         body = dechunk(&body);
     }
     Reply { status, head, body }
@@ -86,7 +89,8 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> Reply {
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(i) = b.windows(2).position(|w| w == b"\r\n") {
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..i]).unwrap_or("0").trim(), 16).unwrap_or(0);
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..i]).unwrap_or("0").trim(), 16)
+            .unwrap_or(0);
         if n == 0 || b.len() < i + 2 + n {
             break;
         }
