@@ -6,7 +6,13 @@ CARGO ?= cargo
 PYTHON ?= python3
 REPORT_DIR ?= reports/e2e
 
-.PHONY: e2e test test-rust test-containers image py-deps browser-deps build validate mutants sweep clean-reports bench bench-check bench-explore
+# fuzz-smoke: FUZZ_SECONDS of libFuzzer per target (not part of `make test`:
+# 5 targets x 60 s plus the fuzz build is over its budget; the committed corpus
+# and regressions are replayed by `make test` through fuzz_replay tests).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= scenario s3_http admin_http madmin kube_http
+
+.PHONY: fuzz-smoke e2e test test-rust test-containers image py-deps browser-deps build validate mutants sweep clean-reports bench bench-check bench-explore
 
 build:
 	$(CARGO) build --locked --bins
@@ -78,3 +84,13 @@ bench-explore: build
 bench-check:
 	$(CARGO) build --locked --release -p drivelab-bench
 	$(BENCH) check --against reports/bench.json
+
+# cargo-fuzz needs nightly flags; RUSTC_BOOTSTRAP=1 lets stable rustc take them.
+# New inputs go to fuzz/corpus-work (ignored); fuzz/corpus is the committed seed set.
+fuzz-smoke:
+	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install --locked cargo-fuzz
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p corpus-work/$$t && \
+	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -s none -O $$t corpus-work/$$t corpus/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 || exit 1; \
+	done

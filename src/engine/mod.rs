@@ -124,6 +124,9 @@ pub struct RunOutcome {
     pub claims: Vec<crate::scenario::Claim>,
     /// The command that replays this run.
     pub replay: String,
+    /// Every secret value the run created or handed out (what no-secret-leak
+    /// searched for); for leak scans of what a run wrote, never written itself.
+    pub secrets: Vec<Secret>,
 }
 
 impl RunOutcome {
@@ -1294,6 +1297,7 @@ impl Lab {
             step_snapshots: std::mem::take(&mut self.step_snapshots),
             claims: scn.claims.clone(),
             replay: replay_command(&scn.path, seed, mutants),
+            secrets: obs.secrets.clone(),
         };
         Ok((outcome, handed_out))
     }

@@ -497,7 +497,21 @@ async fn patch(
     let existed = format == Format::Apply && fake.get_in(kind, ns, name)?.is_some();
     let patch = match format {
         Format::Merge => PatchBody::Merge(body),
-        Format::Json => PatchBody::Json(body),
+        Format::Json => {
+            // Counted before anything is applied, as the real server does (413).
+            let n = body.as_array().map_or(0, Vec::len);
+            if n > super::patch::MAX_JSON_PATCH_OPS {
+                return Err(ApiError::new(
+                    413,
+                    "RequestEntityTooLarge",
+                    format!(
+                        "The allowed maximum operations in a JSON patch is {}, got {n}",
+                        super::patch::MAX_JSON_PATCH_OPS
+                    ),
+                ));
+            }
+            PatchBody::Json(body)
+        }
         Format::Apply => {
             if body.get("apiVersion").is_none() || body.get("kind").is_none() {
                 return Err(ApiError::bad_request(

@@ -39,14 +39,47 @@ pub fn merge_patch(target: &Value, patch: &Value) -> Value {
     }
 }
 
+/// The API server's cap on the operations of one JSON patch.
+pub const MAX_JSON_PATCH_OPS: usize = 10_000;
+/// The API server's cap on the bytes all `copy` operations of one patch may
+/// add (its `JSONPatchMaxCopyBytes`): without it, copying the document into
+/// itself doubles it per operation.
+pub const MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
+/// Deepest nesting a patched object may reach: what the store can read back
+/// (serde_json's recursion limit), so a patch cannot write an object that
+/// can never be loaded again, nor one whose recursive drop overflows the stack.
+pub const MAX_DEPTH: usize = 120;
+
+/// Nesting depth of `v` (a scalar is 0), without recursion.
+pub fn depth(v: &Value) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(v, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        max = max.max(d);
+        match v {
+            Value::Array(a) => stack.extend(a.iter().map(|x| (x, d + 1))),
+            Value::Object(m) => stack.extend(m.values().map(|x| (x, d + 1))),
+            _ => {}
+        }
+    }
+    max
+}
+
 /// RFC 6902 over a copy of `doc`; all-or-nothing like the real server.
 pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
     let ops = patch
         .as_array()
         .ok_or_else(|| PatchError::Malformed("json patch must be an array of operations".into()))?;
+    if ops.len() > MAX_JSON_PATCH_OPS {
+        return Err(PatchError::Malformed(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPS}, got {}",
+            ops.len()
+        )));
+    }
     let mut doc = doc.clone();
+    let mut copied = 0usize;
     for (i, op) in ops.iter().enumerate() {
-        apply_op(&mut doc, op).map_err(|e| match e {
+        apply_op(&mut doc, op, &mut copied).map_err(|e| match e {
             PatchError::Malformed(m) => PatchError::Malformed(format!("operation {i}: {m}")),
             PatchError::NotApplicable(m) => {
                 PatchError::NotApplicable(format!("operation {i}: {m}"))
@@ -67,15 +100,32 @@ fn str_field<'a>(op: &'a Value, name: &str) -> Result<&'a str, PatchError> {
         .ok_or_else(|| PatchError::Malformed(format!("'{name}' must be a string")))
 }
 
-fn apply_op(doc: &mut Value, op: &Value) -> Result<(), PatchError> {
+/// Refuse a value that would nest deeper than [`MAX_DEPTH`] at `path`.
+fn depth_ok(path: &[String], v: &Value) -> Result<(), PatchError> {
+    if path.len() + depth(v) > MAX_DEPTH {
+        return Err(PatchError::NotApplicable(format!(
+            "the patched object would nest deeper than {MAX_DEPTH} levels at {}",
+            render_pointer(path)
+        )));
+    }
+    Ok(())
+}
+
+fn apply_op(doc: &mut Value, op: &Value, copied: &mut usize) -> Result<(), PatchError> {
     let kind = str_field(op, "op")?;
     let path = parse_pointer(str_field(op, "path")?)?;
     match kind {
-        "add" => add(doc, &path, field(op, "value")?.clone()),
+        "add" => {
+            let v = field(op, "value")?;
+            depth_ok(&path, v)?;
+            add(doc, &path, v.clone())
+        }
         "remove" => remove(doc, &path).map(drop),
         "replace" => {
+            let v = field(op, "value")?;
+            depth_ok(&path, v)?;
             let slot = lookup_mut(doc, &path)?;
-            *slot = field(op, "value")?.clone();
+            *slot = v.clone();
             Ok(())
         }
         "move" => {
@@ -86,11 +136,20 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), PatchError> {
                 ));
             }
             let v = remove(doc, &from)?;
+            depth_ok(&path, &v)?;
             add(doc, &path, v)
         }
         "copy" => {
             let from = parse_pointer(str_field(op, "from")?)?;
-            let v = lookup_mut(doc, &from)?.clone();
+            let src = lookup_mut(doc, &from)?;
+            depth_ok(&path, src)?;
+            *copied += serde_json::to_vec(src).map_or(usize::MAX, |b| b.len());
+            if *copied > MAX_COPY_BYTES {
+                return Err(PatchError::NotApplicable(format!(
+                    "Unable to complete the copy, the accumulated size of copies exceeds the limit of {MAX_COPY_BYTES} bytes"
+                )));
+            }
+            let v = src.clone();
             add(doc, &path, v)
         }
         "test" => {

@@ -17,7 +17,9 @@ use super::madmin;
 use super::policy::Policy;
 use super::sigv4::{parse_query, query_value};
 use super::state::{now_rfc3339, PolicyRec, UserRec};
-use super::{authenticate, caller_secret, read_body, surface, Inner, Principal, Surface};
+use super::{
+    authenticate, caller_secret, read_body, surface, BodyLimit, Inner, Principal, Surface,
+};
 
 type Query = [(Vec<u8>, Vec<u8>)];
 
@@ -101,7 +103,7 @@ async fn serve(
         return Err(version_mismatch(found));
     };
     let query = parse_query(parts.uri.query())?;
-    let body = read_body(body).await?;
+    let body = read_body(&parts, body, BodyLimit::Admin).await?;
     let (who, body) = authenticate(inner, &parts, &query, body)?;
     if !matches!(who, Principal::Root) {
         return Err(ApiError::access_denied());

@@ -136,7 +136,19 @@ pub fn encrypt_with(
     nonce: [u8; NONCE_LEN],
 ) -> Result<Vec<u8>, MadminError> {
     let key = derive_key(aead, secret.as_bytes(), &salt)?;
-    let cipher = Cipher::new(aead, &key);
+    encrypt_with_key(&key, plaintext, aead, salt, nonce)
+}
+
+/// [`encrypt_with`] under an already-derived key (fuzzing and tests: the
+/// framing without the ~100 ms Argon2id). The salt is written but not used.
+pub fn encrypt_with_key(
+    key: &[u8; 32],
+    plaintext: &[u8],
+    aead: Scheme,
+    salt: [u8; SALT_LEN],
+    nonce: [u8; NONCE_LEN],
+) -> Result<Vec<u8>, MadminError> {
+    let cipher = Cipher::new(aead, key);
     let mut aad = stream_aad(&cipher, &nonce)?;
     let mut out = Vec::with_capacity(
         HEADER_LEN + plaintext.len() + TAG_LEN * (plaintext.len() / BUF_SIZE + 1),
@@ -171,22 +183,32 @@ pub fn encrypt(secret: &str, plaintext: &[u8]) -> Result<Vec<u8>, MadminError> {
     encrypt_with(secret, plaintext, Scheme::Argon2idAesGcm, salt, nonce)
 }
 
-/// Decrypt a madmin body of any of the three schemes.
-pub fn decrypt(secret: &str, data: &[u8]) -> Result<Vec<u8>, MadminError> {
+fn scheme_of(data: &[u8]) -> Result<Scheme, MadminError> {
     if data.len() < HEADER_LEN {
         return Err(MadminError::UnexpectedHeader);
     }
-    let salt = &data[..SALT_LEN];
-    let aead = match data[SALT_LEN] {
-        0 => Scheme::Argon2idAesGcm,
-        1 => Scheme::Argon2idChaCha20Poly1305,
-        2 => Scheme::Pbkdf2AesGcm,
-        other => return Err(MadminError::UnknownAlgorithm(other)),
-    };
+    match data[SALT_LEN] {
+        0 => Ok(Scheme::Argon2idAesGcm),
+        1 => Ok(Scheme::Argon2idChaCha20Poly1305),
+        2 => Ok(Scheme::Pbkdf2AesGcm),
+        other => Err(MadminError::UnknownAlgorithm(other)),
+    }
+}
+
+/// Decrypt a madmin body of any of the three schemes.
+pub fn decrypt(secret: &str, data: &[u8]) -> Result<Vec<u8>, MadminError> {
+    let aead = scheme_of(data)?;
+    let key = derive_key(aead, secret.as_bytes(), &data[..SALT_LEN])?;
+    decrypt_with_key(&key, data)
+}
+
+/// [`decrypt`] under an already-derived key (fuzzing and tests); the header
+/// is still parsed and its AEAD id still picks the cipher.
+pub fn decrypt_with_key(key: &[u8; 32], data: &[u8]) -> Result<Vec<u8>, MadminError> {
+    let aead = scheme_of(data)?;
     let mut nonce = [0u8; NONCE_LEN];
     nonce.copy_from_slice(&data[SALT_LEN + 1..HEADER_LEN]);
-    let key = derive_key(aead, secret.as_bytes(), salt)?;
-    let cipher = Cipher::new(aead, &key);
+    let cipher = Cipher::new(aead, key);
     let mut aad = stream_aad(&cipher, &nonce)?;
     let body = &data[HEADER_LEN..];
     let mut out = Vec::with_capacity(body.len());

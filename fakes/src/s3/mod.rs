@@ -164,15 +164,15 @@ impl S3Fake {
             render: errors::render_admin_rejection,
         };
         let root = RootKey(Arc::from(self.inner.config.admin_access_key.as_str()));
+        let admin_route =
+            || any(admin::handle).layer(from_fn_with_state(admin_tap.clone(), http_gate));
+        // `{*rest}` does not match an empty rest: the bare prefixes are routed
+        // too, so every path `surface` calls admin gets the admin API's answer.
         Router::new()
-            .route(
-                "/minio/admin/{*rest}",
-                any(admin::handle).layer(from_fn_with_state(admin_tap.clone(), http_gate)),
-            )
-            .route(
-                "/rustfs/admin/{*rest}",
-                any(admin::handle).layer(from_fn_with_state(admin_tap, http_gate)),
-            )
+            .route("/minio/admin/{*rest}", admin_route())
+            .route("/minio/admin/", admin_route())
+            .route("/rustfs/admin/{*rest}", admin_route())
+            .route("/rustfs/admin/", admin_route())
             .fallback(any(s3api::handle).layer(from_fn_with_state(s3_tap, http_gate)))
             .layer(from_fn_with_state(root, mark_root))
             .with_state(self.inner.clone())
@@ -353,15 +353,90 @@ pub(crate) fn authenticate(
     Ok((principal, body))
 }
 
-/// Read a request body up to the fake's limit.
-pub(crate) async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, ApiError> {
-    const LIMIT: usize = 64 * 1024 * 1024;
-    axum::body::to_bytes(body, LIMIT).await.map_err(|e| {
-        ApiError::new(
+/// The data plane's body limit: the lab's own, far below S3's 5 GiB single PUT
+/// (a driver's probes and workloads write bytes, not gigabytes).
+pub(crate) const MAX_OBJECT_BODY: usize = 64 * 1024 * 1024;
+/// The admin API's body limit: MinIO's `maxEConfigJSONSize`.
+pub(crate) const MAX_ADMIN_BODY: usize = 262_272;
+/// S3 refuses a request header section larger than 8 KiB.
+pub(crate) const MAX_HEADER_SECTION: usize = 8 * 1024;
+
+/// Which limits and error codes a body read answers with.
+#[derive(Clone, Copy)]
+pub(crate) enum BodyLimit {
+    /// S3: `EntityTooLarge` above [`MAX_OBJECT_BODY`].
+    Object,
+    /// Admin API: `XMinioAdminConfigTooLarge` above [`MAX_ADMIN_BODY`].
+    Admin,
+}
+
+impl BodyLimit {
+    fn bytes(self) -> usize {
+        match self {
+            BodyLimit::Object => MAX_OBJECT_BODY,
+            BodyLimit::Admin => MAX_ADMIN_BODY,
+        }
+    }
+    fn too_large(self) -> ApiError {
+        match self {
+            BodyLimit::Object => ApiError::new(
+                400,
+                "EntityTooLarge",
+                format!("Your proposed upload exceeds the maximum allowed object size ({MAX_OBJECT_BODY} bytes in the drivelab S3 fake)."),
+            ),
+            BodyLimit::Admin => ApiError::new(
+                400,
+                "XMinioAdminConfigTooLarge",
+                format!("Configuration data provided exceeds the allowed maximum of {MAX_ADMIN_BODY} bytes"),
+            ),
+        }
+    }
+}
+
+/// S3's header-section limit (the sum of `name: value\r\n` lines).
+pub(crate) fn check_header_section(parts: &Parts) -> Result<(), ApiError> {
+    let size: usize = parts
+        .headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    if size > MAX_HEADER_SECTION {
+        return Err(ApiError::new(
             400,
-            "EntityTooLarge",
-            format!("The request body could not be read or exceeds 64 MiB: {e}"),
-        )
+            "RequestHeaderSectionTooLarge",
+            format!("Your request header section exceeds the maximum allowed size ({MAX_HEADER_SECTION} bytes)."),
+        ));
+    }
+    Ok(())
+}
+
+/// Read a request body up to `limit`. A declared Content-Length over the
+/// limit is refused before a byte is read, so a huge upload costs nothing.
+pub(crate) async fn read_body(
+    parts: &Parts,
+    body: axum::body::Body,
+    limit: BodyLimit,
+) -> Result<bytes::Bytes, ApiError> {
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit.bytes() as u64) {
+        return Err(limit.too_large());
+    }
+    axum::body::to_bytes(body, limit.bytes()).await.map_err(|e| {
+        let over = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if over {
+            limit.too_large()
+        } else {
+            ApiError::new(
+                400,
+                "IncompleteBody",
+                format!("You did not provide the number of bytes specified by the Content-Length HTTP header ({e})."),
+            )
+        }
     })
 }
 

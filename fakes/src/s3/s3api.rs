@@ -14,7 +14,7 @@ use super::errors::{s3_error_response, ApiError};
 use super::policy::{arn, decide, Decision, Policy};
 use super::sigv4::{parse_query, percent_decode, query_value};
 use super::state::{BucketRec, ObjectMeta};
-use super::{authenticate, read_body, Inner, Principal};
+use super::{authenticate, check_header_section, read_body, BodyLimit, Inner, Principal};
 
 type Query = [(Vec<u8>, Vec<u8>)];
 
@@ -192,11 +192,30 @@ async fn serve(
     parts: http::request::Parts,
     body: Body,
 ) -> Result<Response, ApiError> {
+    check_header_section(&parts)?;
     let query = parse_query(parts.uri.query())?;
-    let body = read_body(body).await?;
+    let body = read_body(&parts, body, BodyLimit::Object).await?;
     let (who, body) = authenticate(inner, &parts, &query, body)?;
     let access_key = super::sigv4::access_key_hint(&parts).unwrap_or_default();
     let (op, bucket, key) = classify(&parts.method, parts.uri.path(), &query);
+    // Keys are UTF-8 in S3; a lossy decode would let two keys collide.
+    let decoded = percent_decode(parts.uri.path(), false).unwrap_or_default();
+    if std::str::from_utf8(&decoded).is_err() {
+        return Err(ApiError::new(
+            400,
+            "InvalidURI",
+            "Couldn't parse the specified URI.",
+        ));
+    }
+    // As MinIO: a name no bucket can have (`..`, `%2e%2e`, capitals) is refused
+    // for every operation, not looked up.
+    if !bucket.is_empty() && !valid_bucket_name(&bucket) {
+        return Err(ApiError::new(
+            400,
+            "InvalidBucketName",
+            "The specified bucket is not valid.",
+        ));
+    }
     if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| has(&query, s)) {
         return Err(ApiError::new(
             501,
