@@ -22,8 +22,8 @@ use drivelab_fakes::csi::{connect_unix, KubeSlot, Reconcile};
 use drivelab_fakes::director::{
     ClientConfig, DeploymentConfig, Director, DirectorConfig, DiskPoolConfig, InstanceGroupConfig,
 };
-use drivelab_fakes::gate::Gate;
-use drivelab_fakes::history::History;
+use drivelab_fakes::gate::{CallSpec, Delivery, Gate, GateHook, Verdict};
+use drivelab_fakes::history::{CallId, History, Outcome};
 use drivelab_fakes::kube::{Kind, KubeFake};
 use drivelab_fakes::serve::{loopback, Listener};
 use drivelab_fakes::store::{MemStore, Store};
@@ -33,6 +33,32 @@ const CLIENT: &str = "bosh-csi";
 const SECRET: &str = "bosh-csi-client-secret";
 const NS: &str = "app";
 const NODES: [&str; 2] = ["node-a", "node-b"];
+
+type BoxFut<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// The test's interception point: loses the reply of the next call with a given op.
+#[derive(Default)]
+struct Faults {
+    lose_reply_of: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl GateHook for Faults {
+    fn before<'a>(&'a self, _: CallId, _: &'a CallSpec) -> BoxFut<'a, Verdict> {
+        Box::pin(async { Verdict::Proceed })
+    }
+    fn after<'a>(&'a self, _: CallId, call: &'a CallSpec, _: &'a Outcome) -> BoxFut<'a, Delivery> {
+        Box::pin(async move {
+            let mut ops = self.lose_reply_of.lock().unwrap();
+            match ops.iter().position(|o| *o == call.op) {
+                Some(i) => {
+                    ops.remove(i);
+                    Delivery::Cut
+                }
+                None => Delivery::Deliver,
+            }
+        })
+    }
+}
 
 /// How a slice is started.
 struct Setup {
@@ -55,6 +81,8 @@ impl Default for Setup {
 /// plugins, two mount tables, and the sidecars over one Kubernetes fake.
 struct Slice {
     clock: SimClock,
+    gate: Gate,
+    faults: Arc<Faults>,
     director: Director,
     director_l: Option<Listener>,
     director_addr: SocketAddr,
@@ -94,6 +122,8 @@ impl Slice {
         let clock = SimClock::new();
         let history = History::new(clock.clone());
         let gate = Gate::new(history);
+        let faults = Arc::new(Faults::default());
+        gate.set_hook(faults.clone());
         let cpi = Cpi::new(
             Arc::new(MemStore::default()) as Arc<dyn Store>,
             gate.clone(),
@@ -230,6 +260,8 @@ impl Slice {
         .unwrap();
         Slice {
             clock,
+            gate: gate.clone(),
+            faults,
             director,
             director_l: Some(director_l),
             director_addr,
@@ -499,6 +531,25 @@ async fn lifecycle_provision_attach_mount_teardown_delete() {
     }
 }
 
+/// `CsiSidecars::settle` (the engine-facing helper, no clock) must not stop at
+/// an all-Done round that made new work: after a pod deletion the kubelet
+/// deletes the VolumeAttachment after the attacher's turn in the same round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_settle_waits_for_a_quiet_round() {
+    let s = Slice::start(Setup::default()).await;
+    s.pvc("data", &["ReadWriteOnce"]);
+    s.pod("web", "node-a", "data", false);
+    assert!(s.sidecars.settle(20).await.unwrap().is_empty());
+    assert_eq!(s.phase("web"), "Running");
+    let disk = s.handle("data");
+    s.kube.delete(Kind::Pod, Some(NS), "web").unwrap();
+    let pending = s.sidecars.settle(20).await.unwrap();
+    assert!(pending.is_empty(), "{pending:?}");
+    let vas = s.kube.list(Kind::VolumeAttachment, None).unwrap();
+    assert!(vas.is_empty(), "settle stopped before the detach: {vas:?}");
+    assert_eq!(s.director_attached(&disk), None);
+}
+
 // ---------------------------------------------------------------- 2 read-only
 
 /// Run a pod with a read-only claim to Running; the bind mount it got.
@@ -546,6 +597,7 @@ async fn director_outage_during_attach_requeues_then_converges() {
         .iter()
         .find(|p| p.contains("ControllerPublishVolume"))
         .unwrap_or_else(|| panic!("no failed attach in {pending:?}"));
+    eprintln!("while the Director is down: {attach}");
     assert!(
         attach.contains("UNAVAILABLE") || attach.contains("DEADLINE_EXCEEDED"),
         "{attach}"
@@ -573,6 +625,50 @@ async fn director_outage_during_attach_requeues_then_converges() {
     assert_eq!(s.director.cpi().attachments().len(), 1);
     assert_eq!(s.mounts("node-a").len(), 2);
     assert_eq!(s.director.disks().len(), 1, "no duplicate disk");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_attach_reply_is_retried_without_a_double_attachment() {
+    let s = Slice::start(Setup::default()).await;
+    s.pvc("data", &["ReadWriteOnce"]);
+    assert!(s.settle(10).await.is_empty());
+    let disk = s.handle("data");
+    let cid = s.disk_cid(&disk);
+    // The Director accepts the attach but the driver never sees the 302.
+    s.faults
+        .lose_reply_of
+        .lock()
+        .unwrap()
+        .push("dynamic_disks.attach");
+    s.pod("web", "node-a", "data", false);
+    let pending = s.settle(20).await;
+    assert!(pending.is_empty(), "{pending:?}");
+    assert!(
+        s.faults.lose_reply_of.lock().unwrap().is_empty(),
+        "fault fired"
+    );
+    assert_eq!(s.phase("web"), "Running");
+    assert_eq!(
+        s.director_attached(&disk).as_deref(),
+        Some(s.instance["node-a"].as_str())
+    );
+    assert_eq!(s.director.cpi().attachments().len(), 1);
+    assert_eq!(s.cpi_attached(&cid), vec![s.vm_of("node-a")]);
+    let tasks: Vec<_> = s
+        .director
+        .tasks()
+        .into_iter()
+        .filter(|t| t.disk_job)
+        .map(|t| (t.description, format!("{:?}", t.state)))
+        .collect();
+    let cpi_attaches = drivelab_fakes::history::calls(&s.gate.history().events())
+        .iter()
+        .filter(|c| c.op == "attach_disk")
+        .count();
+    eprintln!(
+        "disk tasks after a lost attach reply: {tasks:?}; CPI attach_disk calls: {cpi_attaches}"
+    );
+    assert_eq!(cpi_attaches, 1, "the IaaS attach ran once: {tasks:?}");
 }
 
 // ---------------------------------------------------------------- 4 second node
