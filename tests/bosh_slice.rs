@@ -799,3 +799,33 @@ async fn create_not_idempotent_mutant_leaves_an_orphan_after_the_timeout() {
         "the retried create must make a second disk: {director} / {iaas}"
     );
 }
+
+// ---------------------------------------------------------------- scopes
+
+/// The driver's UAA client holds only the dynamic-disks scopes: the correct
+/// driver provisions with them; `admin-token` asks for bosh.admin and is refused.
+async fn provision_reason(mutants: &[Mutant]) -> Reconcile {
+    let s = Slice::start(Setup {
+        mutants: mutants.to_vec(),
+        ..Default::default()
+    })
+    .await;
+    s.pvc("data", &["ReadWriteOnce"]);
+    s.sidecars
+        .provisioner
+        .reconcile(&claim_t("data"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn narrow_scopes_suffice_and_the_admin_token_mutant_is_refused() {
+    assert_eq!(provision_reason(&[]).await, Reconcile::Done);
+    let r = provision_reason(&[Mutant::AdminToken]).await;
+    eprintln!("admin-token: {r:?}");
+    assert!(
+        matches!(&r, Reconcile::Requeue { reason, .. }
+            if reason.contains("PERMISSION_DENIED") || reason.contains("UNAUTHENTICATED")),
+        "{r:?}"
+    );
+}
