@@ -829,3 +829,47 @@ async fn narrow_scopes_suffice_and_the_admin_token_mutant_is_refused() {
         "{r:?}"
     );
 }
+
+// ---------------------------------------------------------------- lost detach reply
+
+/// The Director detaches but the driver never sees the reply; the attacher's
+/// retry unpublishes a volume that is no longer attached. The pending reasons
+/// after teardown, and whether the disk is still attached anywhere.
+async fn lost_detach_reply(mutants: &[Mutant]) -> (Vec<String>, bool) {
+    let s = Slice::start(Setup {
+        mutants: mutants.to_vec(),
+        ..Default::default()
+    })
+    .await;
+    s.pvc("data", &["ReadWriteOnce"]);
+    s.pod("web", "node-a", "data", false);
+    assert!(s.settle(20).await.is_empty());
+    let disk = s.handle("data");
+    s.faults
+        .lose_reply_of
+        .lock()
+        .unwrap()
+        .push("dynamic_disks.detach");
+    s.kube.delete(Kind::Pod, Some(NS), "web").unwrap();
+    let pending = s.settle(12).await;
+    assert!(
+        s.faults.lose_reply_of.lock().unwrap().is_empty(),
+        "fault fired"
+    );
+    assert!(s.mounts("node-a").is_empty());
+    (pending, s.director_attached(&disk).is_some())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_detach_reply_converges_and_unpublish_missing_mutant_is_seen() {
+    let (pending, attached) = lost_detach_reply(&[]).await;
+    assert!(pending.is_empty() && !attached, "{pending:?}");
+    let (pending, attached) = lost_detach_reply(&[Mutant::UnpublishMissingIsError]).await;
+    assert!(!attached);
+    assert!(
+        pending
+            .iter()
+            .any(|p| p.contains("ControllerUnpublishVolume") && p.contains("NOT_FOUND")),
+        "the attacher must be stuck on NOT_FOUND: {pending:?}"
+    );
+}
