@@ -123,22 +123,45 @@ impl CsiSidecars {
         Ok(out)
     }
 
-    /// Resync until every target answers Done, at most `rounds` times; the
-    /// requeue reasons of the last round if it did not converge. Tests and
+    /// Resync until a round where every target answers Done and nothing
+    /// changed, at most `rounds` times; the requeue reasons of the last round
+    /// if it did not converge. (An all-Done round can still make work for a
+    /// target visited earlier in it — the kubelet deleting a VolumeAttachment
+    /// after the attacher's turn — which a watch would deliver.) Tests and
     /// simple drivers of the lab use it; the engine schedules targets itself.
     pub async fn settle(&self, rounds: usize) -> Result<Vec<String>, ClusterError> {
         let mut pending = Vec::new();
         for _ in 0..rounds {
             pending.clear();
+            let before = self.fingerprint()?;
             for t in self.targets()? {
                 if let Reconcile::Requeue { reason, .. } = self.reconcile(&t).await? {
                     pending.push(format!("{t}: {reason}"));
                 }
             }
-            if pending.is_empty() {
+            if pending.is_empty() && self.fingerprint()? == before {
                 break;
             }
         }
         Ok(pending)
+    }
+
+    /// What the sidecars read and write, to tell a quiet round from a busy one.
+    fn fingerprint(&self) -> Result<String, CsiError> {
+        let kube = kube_of(&self.kube);
+        let mut out = String::new();
+        for k in [
+            Kind::PersistentVolumeClaim,
+            Kind::PersistentVolume,
+            Kind::VolumeAttachment,
+            Kind::Pod,
+            Kind::CsiNode,
+        ] {
+            out.push_str(&serde_json::Value::Array(kube.list(k, None)?).to_string());
+        }
+        for (node, agent) in &self.nodes {
+            out.push_str(&format!("{node}:{:?}", agent.pods()));
+        }
+        Ok(out)
     }
 }

@@ -294,12 +294,36 @@ async fn token(
     else {
         return uaa_error(401, "unauthorized", "Bad credentials");
     };
+    // As UAA: a `scope` field narrows the token to those scopes, and asking
+    // for one the client does not hold is refused; no field = all of them.
+    let scope = match field("scope").filter(|s| !s.trim().is_empty()) {
+        None => client.scopes.clone(),
+        Some(asked) => {
+            let asked: Vec<&str> = asked.split_whitespace().collect();
+            if let Some(bad) = asked
+                .iter()
+                .find(|a| !client.scopes.iter().any(|c| c == *a))
+            {
+                return uaa_error(
+                    400,
+                    "invalid_scope",
+                    &format!("Invalid scope: {bad}. Did you know that you can get default scopes by simply sending no value?"),
+                );
+            }
+            client
+                .scopes
+                .iter()
+                .filter(|c| asked.contains(&c.as_str()))
+                .cloned()
+                .collect()
+        }
+    };
     let now = inner.now_secs();
     let ttl = inner.config.token_ttl.as_secs().max(1);
     let claims = Claims {
         jti: format!("jti-{}", inner.next_jti()),
         client_id: client.id.clone(),
-        scope: client.scopes.clone(),
+        scope,
         deployments: client.deployments.clone(),
         iat: now,
         exp: now + ttl,
@@ -309,7 +333,7 @@ async fn token(
         "access_token": tok.expose(),
         "token_type": "bearer",
         "expires_in": ttl,
-        "scope": client.scopes.join(" "),
+        "scope": claims.scope.join(" "),
         "jti": claims.jti,
     }))
     .into_response()
