@@ -177,6 +177,13 @@ enum DriverCommand {
         #[arg(long = "mutant", value_parser = parse_mutant)]
         mutants: Vec<Mutant>,
     },
+    /// The reference BOSH CSI driver (flags as the `bosh-csi` binary's; `--help` lists them).
+    #[command(disable_help_flag = true)]
+    BoshCsi {
+        /// Flags passed through to the driver.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn parse_mutant(s: &str) -> Result<Mutant, String> {
@@ -352,6 +359,28 @@ fn main() -> ExitCode {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("drivelab: cosi-s3 driver: {e:#}");
+                        ExitCode::from(1)
+                    }
+                }
+            }
+            Command::Driver {
+                which: DriverCommand::BoshCsi { args },
+            } => {
+                let inv = match bosh_csi::cli::parse(args) {
+                    Ok(Some(inv)) => inv,
+                    Ok(None) => return ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("drivelab: bosh-csi driver: {e:#}");
+                        return ExitCode::from(2);
+                    }
+                };
+                let shutdown = async {
+                    let _ = tokio::signal::ctrl_c().await;
+                };
+                match bosh_csi::serve_unix(inv.config, &inv.socket, shutdown).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("drivelab: bosh-csi driver: {e:#}");
                         ExitCode::from(1)
                     }
                 }
