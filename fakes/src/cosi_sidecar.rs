@@ -243,6 +243,42 @@ pub struct Exchange {
     pub replay: bool,
 }
 
+/// One sidecar→driver RPC through the gate (shared by the COSI and CSI
+/// sidecars): the hook may answer it, cut it before the driver sees it, or
+/// lose the reply after the driver committed. Both cuts reach the caller as
+/// UNAVAILABLE, as a dead connection would; the history records what happened.
+pub async fn through_gate<T>(
+    gate: &Gate,
+    call: &CallSpec,
+    rpc: impl std::future::Future<Output = Result<T, (tonic::Code, String)>>,
+) -> (CallId, Result<T, (tonic::Code, String)>) {
+    let cut = || Err((tonic::Code::Unavailable, CUT_MESSAGE.to_string()));
+    let (id, verdict) = gate.enter(call).await;
+    let answered = match verdict {
+        Verdict::Reject(r) => Err((code_from_name(&r.code), r.message)),
+        Verdict::Cut => {
+            gate.cut_before(id);
+            return (id, cut());
+        }
+        Verdict::Proceed => rpc.await,
+    };
+    let outcome = match &answered {
+        Err((code, message)) => Outcome::Grpc {
+            code: code_name(*code),
+            message: message.clone(),
+        },
+        Ok(_) => Outcome::Grpc {
+            code: "OK".into(),
+            message: String::new(),
+        },
+    };
+    match gate.leave(id, call, outcome).await {
+        Delivery::Deliver => (id, answered),
+        // The driver committed; the caller sees what a lost reply looks like.
+        Delivery::Cut => (id, cut()),
+    }
+}
+
 /// `OK`, `ALREADY_EXISTS`, ... as in the gRPC spec.
 pub fn code_name(code: tonic::Code) -> String {
     let s = match code {
@@ -809,44 +845,14 @@ impl CosiSidecar {
             request.op().rpc(),
             request.key(),
         );
-        let (id, verdict) = self.gate.enter(&call).await;
-        let answered = match verdict {
-            Verdict::Reject(r) => Some(DriverReply::Failed {
-                code: code_from_name(&r.code),
-                message: r.message,
-            }),
-            Verdict::Cut => {
-                self.gate.cut_before(id);
-                None
-            }
-            Verdict::Proceed => Some(self.rpc(&request).await),
-        };
-        let reply = match answered {
-            None => DriverReply::Failed {
-                code: tonic::Code::Unavailable,
-                message: CUT_MESSAGE.into(),
-            },
-            Some(reply) => {
-                let outcome = match &reply {
-                    DriverReply::Failed { code, message } => Outcome::Grpc {
-                        code: code_name(*code),
-                        message: message.clone(),
-                    },
-                    _ => Outcome::Grpc {
-                        code: "OK".into(),
-                        message: String::new(),
-                    },
-                };
-                match self.gate.leave(id, &call, outcome).await {
-                    Delivery::Deliver => reply,
-                    // The driver committed; the sidecar sees what a lost reply looks like.
-                    Delivery::Cut => DriverReply::Failed {
-                        code: tonic::Code::Unavailable,
-                        message: CUT_MESSAGE.into(),
-                    },
-                }
+        let rpc = async {
+            match self.rpc(&request).await {
+                DriverReply::Failed { code, message } => Err((code, message)),
+                ok => Ok(ok),
             }
         };
+        let (id, result) = through_gate(&self.gate, &call, rpc).await;
+        let reply = result.unwrap_or_else(|(code, message)| DriverReply::Failed { code, message });
         if replay {
             self.gate.history().record(EventKind::Note {
                 component: Component::Lab,

@@ -26,7 +26,9 @@ use drivelab_proto::csi::node_client::NodeClient;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 
-pub use crate::cosi_sidecar::{code_from_name, code_name, connect_unix, KubeSlot, Reconcile};
+pub use crate::cosi_sidecar::{
+    code_from_name, code_name, connect_unix, through_gate, KubeSlot, Reconcile,
+};
 use crate::gate::{CallSpec, Delivery, Gate, Verdict};
 use crate::history::{CallId, Component, Outcome};
 use crate::kube::{Kind, KubeError, KubeFake};
@@ -317,44 +319,14 @@ impl DriverConn {
             request.rpc(),
             request.subject(),
         );
-        let (id, verdict) = self.gate.enter(&call).await;
-        let answered = match verdict {
-            Verdict::Reject(r) => Some(DriverReply::Failed {
-                code: code_from_name(&r.code),
-                message: r.message,
-            }),
-            Verdict::Cut => {
-                self.gate.cut_before(id);
-                None
-            }
-            Verdict::Proceed => Some(self.rpc(&request).await),
-        };
-        let reply = match answered {
-            None => DriverReply::Failed {
-                code: tonic::Code::Unavailable,
-                message: CUT_MESSAGE.into(),
-            },
-            Some(reply) => {
-                let outcome = match &reply {
-                    DriverReply::Failed { code, message } => Outcome::Grpc {
-                        code: code_name(*code),
-                        message: message.clone(),
-                    },
-                    _ => Outcome::Grpc {
-                        code: "OK".into(),
-                        message: String::new(),
-                    },
-                };
-                match self.gate.leave(id, &call, outcome).await {
-                    Delivery::Deliver => reply,
-                    // The driver committed; the sidecar sees what a lost reply looks like.
-                    Delivery::Cut => DriverReply::Failed {
-                        code: tonic::Code::Unavailable,
-                        message: CUT_MESSAGE.into(),
-                    },
-                }
+        let rpc = async {
+            match self.rpc(&request).await {
+                DriverReply::Failed { code, message } => Err((code, message)),
+                ok => Ok(ok),
             }
         };
+        let (id, result) = through_gate(&self.gate, &call, rpc).await;
+        let reply = result.unwrap_or_else(|(code, message)| DriverReply::Failed { code, message });
         let ex = Exchange {
             call: id,
             from: self.component,
