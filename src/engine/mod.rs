@@ -400,34 +400,18 @@ impl Lab {
             }
             json!(p)
         };
-        let mut class_params = BTreeMap::new();
-        for c in &scn.bucket_classes {
-            class_params.insert(c.name.clone(), params(&c.parameters));
-            kube.create(
-                Kind::BucketClass,
-                json!({
-                    "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketClass",
-                    "metadata": {"name": c.name},
-                    "driverName": driver_name,
-                    "deletionPolicy": c.deletion_policy,
-                    "parameters": params(&c.parameters),
-                }),
-            )
-            .map_err(|e| anyhow!("creating BucketClass {}: {e}", c.name))?;
-        }
-        for c in &scn.access_classes {
-            kube.create(
-                Kind::BucketAccessClass,
-                json!({
-                    "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketAccessClass",
-                    "metadata": {"name": c.name},
-                    "driverName": driver_name,
-                    "authenticationType": c.authentication_type,
-                    "parameters": params(&c.parameters),
-                }),
-            )
-            .map_err(|e| anyhow!("creating BucketAccessClass {}: {e}", c.name))?;
-        }
+        let class_params: BTreeMap<String, serde_json::Value> = scn
+            .bucket_classes
+            .iter()
+            .map(|c| (c.name.clone(), params(&c.parameters)))
+            .collect();
+        create_classes(
+            &kube,
+            &driver_name,
+            &scn.bucket_classes,
+            &scn.access_classes,
+            &params,
+        )?;
 
         for f in &scn.faults {
             hook.arm(f.clone());
@@ -1436,6 +1420,44 @@ impl Lab {
 }
 
 /// Decoded data of a driver checkpoint object, for "is this id recorded anywhere".
+/// The COSI classes as a cluster admin would create them, connection
+/// parameters filled in by `params` (scenarios and `drivelab serve` share this).
+pub(crate) fn create_classes(
+    kube: &drivelab_fakes::kube::KubeFake,
+    driver_name: &str,
+    bucket_classes: &[crate::scenario::BucketClassSpec],
+    access_classes: &[crate::scenario::AccessClassSpec],
+    params: &dyn Fn(&BTreeMap<String, String>) -> serde_json::Value,
+) -> anyhow::Result<()> {
+    for c in bucket_classes {
+        kube.create(
+            Kind::BucketClass,
+            json!({
+                "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketClass",
+                "metadata": {"name": c.name},
+                "driverName": driver_name,
+                "deletionPolicy": c.deletion_policy,
+                "parameters": params(&c.parameters),
+            }),
+        )
+        .map_err(|e| anyhow!("creating BucketClass {}: {e}", c.name))?;
+    }
+    for c in access_classes {
+        kube.create(
+            Kind::BucketAccessClass,
+            json!({
+                "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketAccessClass",
+                "metadata": {"name": c.name},
+                "driverName": driver_name,
+                "authenticationType": c.authentication_type,
+                "parameters": params(&c.parameters),
+            }),
+        )
+        .map_err(|e| anyhow!("creating BucketAccessClass {}: {e}", c.name))?;
+    }
+    Ok(())
+}
+
 fn checkpoint_text(o: &Value) -> String {
     let is_secret = str_at(o, &["kind"]) == "Secret";
     let mut out = String::new();

@@ -395,32 +395,13 @@ pub async fn start(
         }
         json!(p)
     };
-    for c in &config.bucket_classes {
-        kube.create(
-            Kind::BucketClass,
-            json!({
-                "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketClass",
-                "metadata": {"name": c.name},
-                "driverName": config.driver_name,
-                "deletionPolicy": c.deletion_policy,
-                "parameters": params(&c.parameters),
-            }),
-        )
-        .map_err(|e| anyhow!("creating BucketClass {}: {e}", c.name))?;
-    }
-    for c in &config.access_classes {
-        kube.create(
-            Kind::BucketAccessClass,
-            json!({
-                "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketAccessClass",
-                "metadata": {"name": c.name},
-                "driverName": config.driver_name,
-                "authenticationType": c.authentication_type,
-                "parameters": params(&c.parameters),
-            }),
-        )
-        .map_err(|e| anyhow!("creating BucketAccessClass {}: {e}", c.name))?;
-    }
+    super::create_classes(
+        &kube,
+        &config.driver_name,
+        &config.bucket_classes,
+        &config.access_classes,
+        &params,
+    )?;
     let kubeconfig = dir.path().join("kubeconfig");
     super::write_kubeconfig(&kubeconfig, &kube_url, "default").context("writing the kubeconfig")?;
     for f in faults {
