@@ -37,11 +37,13 @@ impl std::fmt::Debug for Normalizer {
 }
 
 /// Every known secret and id with its label, compiled once.
-struct Matcher {
-    ac: Option<aho_corasick::AhoCorasick>,
-    labels: Vec<String>,
+enum Matcher {
+    /// Nothing is known yet: text passes unchanged.
+    Empty,
+    /// The automaton and, per pattern, its label.
+    Ready(aho_corasick::AhoCorasick, Vec<String>),
     /// The pattern set could not be compiled (only on absurd sets).
-    failed: bool,
+    Failed,
 }
 
 impl Normalizer {
@@ -118,12 +120,11 @@ impl Normalizer {
 
     /// `text` with every known secret and id replaced by its label.
     pub fn text(&self, text: &str) -> String {
-        let m = self.matcher.get_or_init(|| self.compile());
-        match &m.ac {
-            Some(ac) => ac.replace_all(text, &m.labels),
-            // Only fails on absurd pattern sets; never write unlabelled text.
-            None if m.failed => "<snapshot could not be labelled>".to_string(),
-            None => text.to_string(),
+        match self.matcher.get_or_init(|| self.compile()) {
+            Matcher::Ready(ac, labels) => ac.replace_all(text, labels),
+            Matcher::Empty => text.to_string(),
+            // Never write unlabelled text.
+            Matcher::Failed => "<snapshot could not be labelled>".to_string(),
         }
     }
 
@@ -143,20 +144,14 @@ impl Normalizer {
             }
         }
         if patterns.is_empty() {
-            return Matcher {
-                ac: None,
-                labels,
-                failed: false,
-            };
+            return Matcher::Empty;
         }
-        let ac = aho_corasick::AhoCorasick::builder()
+        match aho_corasick::AhoCorasick::builder()
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
             .build(&patterns)
-            .ok();
-        Matcher {
-            failed: ac.is_none(),
-            ac,
-            labels,
+        {
+            Ok(ac) => Matcher::Ready(ac, labels),
+            Err(_) => Matcher::Failed,
         }
     }
 }
