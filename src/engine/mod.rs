@@ -1233,6 +1233,17 @@ impl Lab {
         }
         let history_text = norm.text_all(&history_json);
         let logs = crate::logcap::since(log_start);
+        let mut artifacts = vec![
+            ("snapshot".into(), snapshot.clone()),
+            ("history".into(), history_json),
+            ("history (normalised)".into(), history_text.clone()),
+            ("log".into(), logs),
+        ];
+        // An external driver's own output is searched for leaks too (a builtin has none).
+        let driver_output = self.driver.output();
+        if !driver_output.is_empty() {
+            artifacts.push(("driver output".into(), driver_output));
+        }
         let obs = Observations {
             exchanges,
             retries: self.retries.clone(),
@@ -1248,19 +1259,8 @@ impl Lab {
             ready_claims,
             twin_secrets: twin,
             secrets,
-            artifacts: vec![
-                ("snapshot".into(), snapshot.clone()),
-                ("history".into(), history_json),
-                ("history (normalised)".into(), history_text.clone()),
-                ("log".into(), logs),
-            ],
+            artifacts,
         };
-        // An external driver's own output is searched for leaks too (a builtin has none).
-        let mut obs = obs;
-        let driver_output = self.driver.output();
-        if !driver_output.is_empty() {
-            obs.artifacts.push(("driver output".into(), driver_output));
-        }
         let verdicts = scn
             .invariants
             .iter()
