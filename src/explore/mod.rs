@@ -379,18 +379,17 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
             std::iter::repeat_n(i, w)
         })
         .collect();
-    // Duplicated steps: only creates, grants, revokes and deletes can be
-    // retried; deletes and revokes (whose retries are where a driver deletes
-    // what it does not own) weigh most.
+    // Duplicated steps: only those `dup_of` can retry; deletes and revokes
+    // (whose retries are where a driver deletes what it does not own) weigh most.
     let dup_steps: Vec<usize> = base
         .steps
         .iter()
         .enumerate()
         .flat_map(|(i, st)| {
             let w = match &st.value {
+                _ if dup_of(&st.value, Dup::Same).is_none() => 0,
                 Step::DeleteBucketClaim(_) | Step::RevokeAccess(_) => 3,
-                Step::CreateBucketClaim(_) | Step::GrantAccess(_) => 2,
-                _ => 0,
+                _ => 2,
             };
             std::iter::repeat_n(i, w)
         })
