@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cosi_s3::Mutant;
+use crate::scenario::Mutant;
 use drivelab::{engine, report, scenario};
+use drivelab::scenario::BuiltinDriver;
 
 #[derive(Parser)]
 #[command(
@@ -347,10 +348,14 @@ fn main() -> ExitCode {
                     eprintln!("drivelab: --endpoint must be unix:///path, got {endpoint}");
                     return ExitCode::from(2);
                 };
+                if let Some(m) = mutants.iter().find(|m| m.driver() != BuiltinDriver::CosiS3) {
+                    eprintln!("drivelab: mutant {m} is a bug of {}, not cosi-s3", m.driver().name());
+                    return ExitCode::from(2);
+                }
                 let config = cosi_s3::DriverConfig {
                     kube_url,
                     state_namespace,
-                    mutants,
+                    mutants: Mutant::cosi(&mutants),
                 };
                 let shutdown = async {
                     let _ = tokio::signal::ctrl_c().await;
@@ -641,7 +646,11 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
     drivelab::outln!("|---|---|");
     for m in &mutants {
         let mut kills: Vec<String> = Vec::new();
-        for scn in &scenarios {
+        // A mutant lives in one driver: only that driver's scenarios can kill it.
+        for scn in scenarios
+            .iter()
+            .filter(|s| s.driver.builtin() == Some(m.driver()))
+        {
             match engine::run(
                 scn,
                 &engine::RunOptions {

@@ -198,6 +198,16 @@ pub fn check(inv: Invariant, obs: &Observations) -> Verdict {
         Invariant::Converges => lifecycle::converges(obs),
         Invariant::SpecCodes => lifecycle::spec_codes(obs),
         Invariant::UnpredictableSecrets => lifecycle::unpredictable_secrets(obs),
+        // Refused for COSI scenarios when the file is validated; bosh::check has them.
+        Invariant::SingleAttach
+        | Invariant::ScopedAccess
+        | Invariant::NoLeakedMounts
+        | Invariant::ReadOnlyEnforced
+        | Invariant::NoAttachDuringRecreate => {
+            let mut v = Verdict::new(inv);
+            v.fail("a BOSH/CSI invariant asked of a COSI run".into(), []);
+            v
+        }
     }
 }
 

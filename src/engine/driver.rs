@@ -7,23 +7,52 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use cosi_s3::DriverConfig;
+use futures_util::future::BoxFuture;
+
+use crate::scenario::Mutant;
+
+/// How a linked-in driver serves: given its socket, a future that runs its gRPC server.
+pub type ServeFn = std::sync::Arc<
+    dyn Fn(PathBuf) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync + 'static,
+>;
 
 /// A reference driver linked into the lab.
 pub struct InProcessDriver {
-    config: DriverConfig,
+    serve: ServeFn,
     socket: PathBuf,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
 }
 
 impl InProcessDriver {
     /// A driver that will serve on `socket` once started.
-    pub fn new(config: DriverConfig, socket: &Path) -> Self {
+    pub fn new(serve: ServeFn, socket: &Path) -> Self {
         Self {
-            config,
+            serve,
             socket: socket.to_path_buf(),
             runtime: Mutex::new(None),
         }
+    }
+
+    /// The reference COSI driver.
+    pub fn cosi(config: cosi_s3::DriverConfig, socket: &Path) -> Self {
+        let serve: ServeFn = std::sync::Arc::new(move |socket: PathBuf| {
+            let config = config.clone();
+            Box::pin(async move {
+                cosi_s3::serve_unix(config, &socket, std::future::pending()).await
+            })
+        });
+        Self::new(serve, socket)
+    }
+
+    /// The reference BOSH CSI driver (controller or node plugin, by `config.mode`).
+    pub fn bosh_csi(config: bosh_csi::DriverConfig, socket: &Path) -> Self {
+        let serve: ServeFn = std::sync::Arc::new(move |socket: PathBuf| {
+            let config = config.clone();
+            Box::pin(async move {
+                bosh_csi::serve_unix(config, &socket, std::future::pending()).await
+            })
+        });
+        Self::new(serve, socket)
     }
 
     /// Start it (on a fresh runtime) and wait until its socket accepts connections.
@@ -34,12 +63,7 @@ impl InProcessDriver {
             .enable_all()
             .build()
             .context("starting the driver's runtime")?;
-        let config = self.config.clone();
-        let socket = self.socket.clone();
-        let task =
-            rt.spawn(
-                async move { cosi_s3::serve_unix(config, &socket, std::future::pending()).await },
-            );
+        let task = rt.spawn((self.serve)(self.socket.clone()));
         *self.runtime.lock().unwrap_or_else(|p| p.into_inner()) = Some(rt);
         // Real time: the driver binds its socket on its own schedule.
         for _ in 0..2000 {
@@ -125,7 +149,7 @@ impl Driver {
     /// Build the driver `spec` declares; nothing runs until [`Driver::start`].
     pub fn new(
         spec: &crate::scenario::DriverSpec,
-        mutants: &[cosi_s3::Mutant],
+        mutants: &[Mutant],
         params: &super::external::DriverParams,
         history: drivelab_fakes::history::History,
     ) -> anyhow::Result<Self> {
@@ -138,15 +162,18 @@ impl Driver {
         }
         match &spec.launch {
             DriverLaunch::Builtin(BuiltinDriver::CosiS3) => {
-                let config = DriverConfig {
+                let config = cosi_s3::DriverConfig {
                     kube_url: params.kube_url.clone(),
                     state_namespace: params.namespace.clone(),
-                    mutants: mutants.to_vec(),
+                    mutants: Mutant::cosi(mutants),
                 };
-                Ok(Driver::InProcess(InProcessDriver::new(
+                Ok(Driver::InProcess(InProcessDriver::cosi(
                     config,
                     &params.host_socket,
                 )))
+            }
+            DriverLaunch::Builtin(BuiltinDriver::BoshCsi) => {
+                Err(anyhow!("bosh-csi is started by the BOSH lab, not here"))
             }
             _ if !mutants.is_empty() => Err(anyhow!(
                 "--mutant/mutants are a builtin-only feature (the seeded bugs live in the linked-in reference driver), but the driver is {}",

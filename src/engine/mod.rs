@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use base64::Engine as _;
-use cosi_s3::Mutant;
+use crate::scenario::Mutant;
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cosi_sidecar::{
     CosiSidecar, DriverOp, DriverReply, DriverRequest, Exchange, Reconcile, Target,

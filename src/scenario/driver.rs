@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cosi_s3::Mutant;
+use super::Mutant;
 use serde::Deserialize;
 
 /// Which driver the scenario drives, and how it is started.
@@ -46,6 +46,7 @@ impl DriverSpec {
     pub fn protocol(&self) -> DriverProtocol {
         match &self.launch {
             DriverLaunch::Builtin(BuiltinDriver::CosiS3) => DriverProtocol::Cosi,
+            DriverLaunch::Builtin(BuiltinDriver::BoshCsi) => DriverProtocol::Csi,
             DriverLaunch::Command(e) | DriverLaunch::Image(e) => e.protocol,
         }
     }
@@ -93,6 +94,8 @@ pub struct ExternalDriver {
 pub enum BuiltinDriver {
     /// The reference COSI driver for S3 admin APIs.
     CosiS3,
+    /// The reference CSI driver for BOSH dynamic disks.
+    BoshCsi,
 }
 
 impl BuiltinDriver {
@@ -100,6 +103,7 @@ impl BuiltinDriver {
     pub fn name(self) -> &'static str {
         match self {
             BuiltinDriver::CosiS3 => "cosi-s3",
+            BuiltinDriver::BoshCsi => "bosh-csi",
         }
     }
 }
@@ -237,6 +241,16 @@ impl RawDriver {
                 return Err((
                     "`env`, `args` and `protocol` apply to `command` and `image` drivers, not `builtin`".into(),
                     None,
+                ));
+            }
+            if let Some(m) = self.mutants.iter().find(|m| m.driver() != b) {
+                return Err((
+                    format!(
+                        "mutant `{m}` is a bug of {}, but this scenario drives {}",
+                        m.driver().name(),
+                        b.name()
+                    ),
+                    Some("`drivelab list mutants` shows each driver's mutants"),
                 ));
             }
             DriverLaunch::Builtin(b)

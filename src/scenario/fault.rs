@@ -86,6 +86,13 @@ pub fn parse_component(s: &str) -> Option<Component> {
         "s3" => Component::S3,
         "s3admin" => Component::S3Admin,
         "kube" => Component::Kube,
+        "director" => Component::Director,
+        "cpi" => Component::Cpi,
+        "agent" => Component::Agent,
+        "mounts" => Component::Mounts,
+        "csi-provisioner" => Component::CsiProvisioner,
+        "csi-attacher" => Component::CsiAttacher,
+        "kubelet" => Component::Kubelet,
         _ => return None,
     })
 }
@@ -96,8 +103,11 @@ pub fn parse_target(s: &str) -> Result<FaultTarget, String> {
         .split_once('.')
         .ok_or_else(|| format!("`{s}` is not `component.operation`"))?;
     let component = parse_component(c)
-        .ok_or_else(|| format!("unknown component `{c}` (sidecar, driver, s3, s3admin, kube)"))?;
-    if component == Component::Sidecar {
+        .ok_or_else(|| format!("unknown component `{c}` (sidecar, driver, s3, s3admin, kube; director, cpi, agent, mounts)"))?;
+    if matches!(
+        component,
+        Component::Sidecar | Component::CsiProvisioner | Component::CsiAttacher | Component::Kubelet
+    ) {
         return Err(
             "faults hit the callee; the sidecar is never called (aim at `driver.<RPC>` instead)"
                 .into(),
@@ -106,10 +116,12 @@ pub fn parse_target(s: &str) -> Result<FaultTarget, String> {
     if op.is_empty() {
         return Err(format!("`{s}` names no operation"));
     }
-    if component == Component::Driver && !DRIVER_OPS.contains(&op) {
+    if component == Component::Driver && !DRIVER_OPS.contains(&op) && !CSI_DRIVER_OPS.contains(&op)
+    {
         return Err(format!(
-            "unknown driver RPC `{op}` (one of {})",
-            DRIVER_OPS.join(", ")
+            "unknown driver RPC `{op}` (COSI: {}; CSI: {})",
+            DRIVER_OPS.join(", "),
+            CSI_DRIVER_OPS.join(", ")
         ));
     }
     Ok(FaultTarget {
@@ -124,6 +136,19 @@ pub const DRIVER_OPS: &[&str] = &[
     "DriverDeleteBucket",
     "DriverGrantBucketAccess",
     "DriverRevokeBucketAccess",
+];
+
+/// The CSI RPCs the CSI sidecars make.
+pub const CSI_DRIVER_OPS: &[&str] = &[
+    "CreateVolume",
+    "DeleteVolume",
+    "ControllerPublishVolume",
+    "ControllerUnpublishVolume",
+    "NodeStageVolume",
+    "NodeUnstageVolume",
+    "NodePublishVolume",
+    "NodeUnpublishVolume",
+    "NodeGetInfo",
 ];
 
 /// How a fault looks in the file (one key: the action).

@@ -29,6 +29,16 @@ pub enum Invariant {
     SpecCodes,
     /// Secrets are random: not derivable from names or keys, different in a twin lab.
     UnpredictableSecrets,
+    /// BOSH: a single-node volume is attached to at most one VM and mounted on at most one node.
+    SingleAttach,
+    /// BOSH: the driver's token acts on its own deployments' disks only, with the dynamic-disks scopes.
+    ScopedAccess,
+    /// BOSH: after convergence no mount is left that no running pod needs.
+    NoLeakedMounts,
+    /// BOSH: a read-only publish gives a read-only bind mount.
+    ReadOnlyEnforced,
+    /// BOSH: no disk attach or detach runs on a VM while the Director recreates it.
+    NoAttachDuringRecreate,
 }
 
 impl Invariant {
@@ -45,6 +55,11 @@ impl Invariant {
             Invariant::Converges => "converges",
             Invariant::SpecCodes => "spec-codes",
             Invariant::UnpredictableSecrets => "unpredictable-secrets",
+            Invariant::SingleAttach => "single-attach",
+            Invariant::ScopedAccess => "scoped-access",
+            Invariant::NoLeakedMounts => "no-leaked-mounts",
+            Invariant::ReadOnlyEnforced => "read-only-enforced",
+            Invariant::NoAttachDuringRecreate => "no-attach-during-recreate",
         }
     }
 
@@ -61,7 +76,46 @@ impl Invariant {
             Invariant::Converges => "once faults heal, every request reaches a terminal state within the retry budget",
             Invariant::SpecCodes => "incompatible parameters → ALREADY_EXISTS, unknown auth type → INVALID_ARGUMENT, already gone → OK",
             Invariant::UnpredictableSecrets => "a secret is random: not derived from the account or key, different in a twin lab with the same names",
+            Invariant::SingleAttach => "a single-node volume is attached to at most one VM and mounted on at most one node, at every step",
+            Invariant::ScopedAccess => "the driver's token carries only the dynamic-disks scopes and acts only on its own deployments' disks",
+            Invariant::NoLeakedMounts => "after convergence every mount belongs to a running pod's volume on that node; a failed stage leaves none",
+            Invariant::ReadOnlyEnforced => "a read-only publish (or a reader-only access mode) gives a read-only bind mount",
+            Invariant::NoAttachDuringRecreate => "no disk attach or detach runs on a VM while the Director recreates that VM",
         }
+    }
+
+    /// Which system's state the invariant reads (some read both).
+    pub fn applies_to(self, system: super::System) -> bool {
+        use super::System;
+        match self {
+            Invariant::NoSecretLeak
+            | Invariant::NoOrphans
+            | Invariant::OwnerOnlyDelete
+            | Invariant::Converges
+            | Invariant::SpecCodes => true,
+            Invariant::SingleAttach
+            | Invariant::ScopedAccess
+            | Invariant::NoLeakedMounts
+            | Invariant::ReadOnlyEnforced
+            | Invariant::NoAttachDuringRecreate => system == System::Bosh,
+            _ => system == System::Cosi,
+        }
+    }
+
+    /// Checked when a BOSH scenario lists none.
+    pub fn bosh_defaults() -> &'static [Invariant] {
+        &[
+            Invariant::SingleAttach,
+            Invariant::NoOrphans,
+            Invariant::OwnerOnlyDelete,
+            Invariant::ScopedAccess,
+            Invariant::NoLeakedMounts,
+            Invariant::ReadOnlyEnforced,
+            Invariant::NoAttachDuringRecreate,
+            Invariant::Converges,
+            Invariant::SpecCodes,
+            Invariant::NoSecretLeak,
+        ]
     }
 
     /// Checked when a scenario lists none: the full COSI set.

@@ -13,12 +13,19 @@ use serde_saphyr::Spanned;
 pub mod driver;
 pub mod fault;
 pub mod invariant;
+pub mod mutant;
+pub mod bosh;
 pub mod write;
 pub use driver::{
     BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, ExternalDriver, PLACEHOLDERS,
 };
 pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
+pub use bosh::{
+    AccessMode, Bosh, DeploymentRef, NodeCallStep, NodeRef, PodRef, PublishStep, VolumeRef,
+    VolumeStep,
+};
 pub use invariant::Invariant;
+pub use mutant::Mutant;
 
 /// A validated scenario, ready for the engine.
 #[derive(Clone, Debug)]
@@ -47,6 +54,28 @@ pub struct Scenario {
     pub claims: Vec<Claim>,
     /// How much virtual time each step may take to converge.
     pub converge_within: Duration,
+    /// The BOSH/CSI system (`bosh:`); without it the scenario drives a COSI driver.
+    pub bosh: Option<Bosh>,
+}
+
+impl Scenario {
+    /// Which system the scenario drives.
+    pub fn system(&self) -> System {
+        if self.bosh.is_some() {
+            System::Bosh
+        } else {
+            System::Cosi
+        }
+    }
+}
+
+/// The system a scenario stands up around its driver.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum System {
+    /// COSI: the provisioner sidecar, S3 and its admin API, Kubernetes.
+    Cosi,
+    /// BOSH/CSI: the Director and CPI, the CSI sidecars, node mount tables, Kubernetes.
+    Bosh,
 }
 
 /// A claim in words, decided by invariants (`claims:` in a scenario file).
@@ -137,6 +166,28 @@ pub enum Step {
     CreateBucket(StaticBucketStep),
     /// Create a bucket directly in the backend, owned by someone other than the driver.
     CreateBackendBucket(BackendBucketStep),
+    /// BOSH: a PVC the external-provisioner provisions.
+    CreateVolume(VolumeStep),
+    /// BOSH: delete a PVC.
+    DeleteVolume(VolumeRef),
+    /// BOSH: a pod using a volume on a node (attach, stage, publish).
+    Publish(PublishStep),
+    /// BOSH: delete a pod (unpublish, unstage, detach).
+    Unpublish(PodRef),
+    /// BOSH: one NodeStageVolume call, as the kubelet sends it.
+    NodeStage(NodeCallStep),
+    /// BOSH: one NodePublishVolume call (after a stage).
+    NodePublish(NodeCallStep),
+    /// BOSH: a deploy task (creates missing VMs; takes the deployment lock).
+    Deploy(DeploymentRef),
+    /// BOSH: recreate the VM a node runs on.
+    RecreateVm(NodeRef),
+    /// BOSH: recreate every VM of a deployment in turn, holding its lock.
+    RollingUpdate(DeploymentRef),
+    /// BOSH: the Director stops answering (connections refused).
+    DirectorDown,
+    /// BOSH: the Director answers again (state kept).
+    DirectorUp,
 }
 
 impl Step {
@@ -156,6 +207,17 @@ impl Step {
             Step::Concurrent(_) => "concurrent",
             Step::CreateBucket(_) => "create_bucket",
             Step::CreateBackendBucket(_) => "create_backend_bucket",
+            Step::CreateVolume(_) => "create_volume",
+            Step::DeleteVolume(_) => "delete_volume",
+            Step::Publish(_) => "publish",
+            Step::Unpublish(_) => "unpublish",
+            Step::NodeStage(_) => "node_stage",
+            Step::NodePublish(_) => "node_publish",
+            Step::Deploy(_) => "deploy",
+            Step::RecreateVm(_) => "recreate_vm",
+            Step::RollingUpdate(_) => "rolling_update",
+            Step::DirectorDown => "director_down",
+            Step::DirectorUp => "director_up",
         }
     }
 
@@ -198,6 +260,37 @@ impl Step {
                 b.name, b.existing_bucket_id
             ),
             Step::CreateBackendBucket(b) => format!("create_backend_bucket {}", b.name),
+            Step::CreateVolume(v) => format!(
+                "create_volume {}/{} ({} {}, class {})",
+                v.namespace,
+                v.name,
+                v.size,
+                v.access.as_str(),
+                v.class
+            ),
+            Step::DeleteVolume(v) => format!("delete_volume {}/{}", v.namespace, v.name),
+            Step::Publish(p) => format!(
+                "publish {}/{} to pod {} on {}{}",
+                p.namespace,
+                p.volume,
+                p.pod,
+                p.node,
+                if p.read_only { " (read-only)" } else { "" }
+            ),
+            Step::Unpublish(p) => format!("unpublish pod {}/{}", p.namespace, p.pod),
+            Step::NodeStage(n) => format!("node_stage {}/{} on {}", n.namespace, n.volume, n.node),
+            Step::NodePublish(n) => format!(
+                "node_publish {}/{} on {}{}",
+                n.namespace,
+                n.volume,
+                n.node,
+                if n.read_only { " (read-only)" } else { "" }
+            ),
+            Step::Deploy(d) => format!("deploy {}", d.deployment),
+            Step::RecreateVm(n) => format!("recreate_vm of {}", n.node),
+            Step::RollingUpdate(d) => format!("rolling_update {}", d.deployment),
+            Step::DirectorDown => "director_down".into(),
+            Step::DirectorUp => "director_up".into(),
         }
     }
 }
@@ -364,6 +457,21 @@ pub struct Expectation {
     /// How many calls of each driver RPC the sidecar made so far (e.g. `DriverDeleteBucket: 0`).
     #[serde(default)]
     pub driver_calls: Option<BTreeMap<String, usize>>,
+    /// BOSH: a PVC whose binding to check (with `bound`).
+    #[serde(default)]
+    pub volume: Option<String>,
+    /// BOSH: expected: `volume` is Bound.
+    #[serde(default)]
+    pub bound: Option<bool>,
+    /// BOSH: a pod whose phase to check (with `running`).
+    #[serde(default)]
+    pub pod: Option<String>,
+    /// BOSH: expected: `pod` is Running.
+    #[serde(default)]
+    pub running: Option<bool>,
+    /// BOSH: how many disks the IaaS has.
+    #[serde(default)]
+    pub iaas_disks: Option<usize>,
 }
 
 /// Counts of what the driver made in the backend (the lab's own canary excluded).
@@ -462,6 +570,8 @@ struct RawScenario {
     claims: Vec<Spanned<Claim>>,
     #[serde(default)]
     converge_within: Option<Spanned<String>>,
+    #[serde(default)]
+    bosh: Option<Spanned<bosh::RawBosh>>,
 }
 
 #[derive(Deserialize)]
@@ -480,6 +590,17 @@ enum RawStep {
     Concurrent(Vec<Spanned<RawStep>>),
     CreateBucket(StaticBucketStep),
     CreateBackendBucket(BackendBucketStep),
+    CreateVolume(VolumeStep),
+    DeleteVolume(VolumeRef),
+    Publish(PublishStep),
+    Unpublish(PodRef),
+    NodeStage(NodeCallStep),
+    NodePublish(NodeCallStep),
+    Deploy(DeploymentRef),
+    RecreateVm(NodeRef),
+    RollingUpdate(DeploymentRef),
+    DirectorDown(bosh::Nothing),
+    DirectorUp(bosh::Nothing),
 }
 
 /// A scenario that cannot run, with where and why.
@@ -684,6 +805,32 @@ impl Validator<'_> {
                 .resolve()
                 .map_err(|(m, hint)| self.err(&at, m, hint))?
         };
+        let bosh = match raw.bosh {
+            None => None,
+            Some(b) => {
+                let at = Spanned::new((), b.referenced, b.defined);
+                Some(b.value.resolve().map_err(|(m, h)| self.err(&at, m, h))?)
+            }
+        };
+        match (&bosh, driver.protocol()) {
+            (Some(_), DriverProtocol::Cosi) => {
+                let at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
+                return Err(self.err(
+                    &at,
+                    format!("a `bosh:` scenario drives a CSI driver, but {} speaks COSI", driver.describe()),
+                    Some("use `builtin: bosh-csi`, or `protocol: csi` for a command/image driver"),
+                ));
+            }
+            (None, DriverProtocol::Csi) => {
+                let at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
+                return Err(self.err(
+                    &at,
+                    format!("{} speaks CSI, which needs the BOSH system", driver.describe()),
+                    Some("add a `bosh:` section (`bosh: {}` takes every default)"),
+                ));
+            }
+            _ => {}
+        }
         let mut faults = Vec::new();
         for f in raw.faults {
             let spec = f
@@ -695,14 +842,27 @@ impl Validator<'_> {
         let mut ctx = Ctx {
             bucket_classes: bucket_classes.iter().map(|c| c.name.clone()).collect(),
             access_classes: access_classes.iter().map(|c| c.name.clone()).collect(),
+            bosh: bosh.clone(),
             ..Ctx::default()
         };
         let mut steps = Vec::new();
         for s in raw.steps.value {
             steps.push(self.step(&mut ctx, s, false)?);
         }
+        let system = if bosh.is_some() { System::Bosh } else { System::Cosi };
         let mut invariants = Vec::new();
         for i in raw.invariants {
+            if !i.value.applies_to(system) {
+                return Err(self.err(
+                    &i,
+                    format!(
+                        "invariant `{}` does not apply to a {} scenario",
+                        i.value.id(),
+                        if system == System::Bosh { "BOSH/CSI" } else { "COSI" }
+                    ),
+                    Some("`drivelab list invariants` says which system each is for"),
+                ));
+            }
             if invariants.contains(&i.value) {
                 return Err(self.err(
                     &i,
@@ -713,7 +873,10 @@ impl Validator<'_> {
             invariants.push(i.value);
         }
         if invariants.is_empty() {
-            invariants = Invariant::cosi_defaults().to_vec();
+            invariants = match system {
+                System::Cosi => Invariant::cosi_defaults().to_vec(),
+                System::Bosh => Invariant::bosh_defaults().to_vec(),
+            };
         }
         let converge_within = match &raw.converge_within {
             None => Duration::from_secs(120),
@@ -761,6 +924,7 @@ impl Validator<'_> {
             },
             invariants,
             converge_within,
+            bosh,
         })
     }
 }
@@ -773,6 +937,9 @@ struct Ctx {
     claims: BTreeSet<(String, String)>,
     accesses: BTreeSet<(String, String)>,
     static_buckets: BTreeSet<String>,
+    bosh: Option<Bosh>,
+    volumes: BTreeSet<(String, String)>,
+    pods: BTreeSet<(String, String)>,
 }
 
 impl Validator<'_> {
@@ -785,6 +952,44 @@ impl Validator<'_> {
         let line = s.referenced.line();
         let col = s.referenced.column();
         let here = Spanned::new((), s.referenced, s.defined);
+        let bosh_step = matches!(
+            &s.value,
+            RawStep::CreateVolume(_)
+                | RawStep::DeleteVolume(_)
+                | RawStep::Publish(_)
+                | RawStep::Unpublish(_)
+                | RawStep::NodeStage(_)
+                | RawStep::NodePublish(_)
+                | RawStep::Deploy(_)
+                | RawStep::RecreateVm(_)
+                | RawStep::RollingUpdate(_)
+                | RawStep::DirectorDown(_)
+                | RawStep::DirectorUp(_)
+        );
+        let cosi_step = matches!(
+            &s.value,
+            RawStep::CreateBucketClaim(_)
+                | RawStep::GrantAccess(_)
+                | RawStep::RevokeAccess(_)
+                | RawStep::DeleteBucketClaim(_)
+                | RawStep::Retry(_)
+                | RawStep::CreateBucket(_)
+                | RawStep::CreateBackendBucket(_)
+        );
+        if bosh_step && ctx.bosh.is_none() {
+            return Err(self.err(
+                &here,
+                "this is a BOSH/CSI step, but the scenario has no `bosh:` section",
+                Some("add `bosh: {}` and `driver: {builtin: bosh-csi}`"),
+            ));
+        }
+        if cosi_step && ctx.bosh.is_some() {
+            return Err(self.err(
+                &here,
+                "this is a COSI step, but the scenario drives the BOSH/CSI system",
+                Some("BOSH steps: create_volume, delete_volume, publish, unpublish, node_stage, node_publish, deploy, recreate_vm, rolling_update, director_down, director_up"),
+            ));
+        }
         let step = match s.value {
             RawStep::CreateBucketClaim(c) => {
                 if !ctx.bucket_classes.contains(&c.class) {
@@ -946,6 +1151,12 @@ impl Validator<'_> {
                 }
                 Step::Heal(h)
             }
+            RawStep::Restart(r) if ctx.bosh.is_some() => {
+                if !["director", "kube"].contains(&r.component.as_str()) {
+                    return Err(self.err(&here, format!("cannot restart `{}`", r.component), Some("restart director or kube; crash the driver with a crash_driver fault")));
+                }
+                Step::Restart(r)
+            }
             RawStep::Restart(r) => {
                 if !["s3", "s3admin", "kube"].contains(&r.component.as_str()) {
                     return Err(self.err(&here, format!("cannot restart `{}`", r.component), Some("restart s3admin (the S3 server, admin API included) or kube; crash the driver with a crash_driver fault")));
@@ -968,13 +1179,20 @@ impl Validator<'_> {
                             | Step::GrantAccess(_)
                             | Step::RevokeAccess(_)
                             | Step::DeleteBucketClaim(_)
+                            | Step::CreateVolume(_)
+                            | Step::DeleteVolume(_)
+                            | Step::Publish(_)
+                            | Step::Unpublish(_)
+                            | Step::Deploy(_)
+                            | Step::RecreateVm(_)
+                            | Step::RollingUpdate(_)
                     ) {
                         return Err(ScenarioError {
                             path: self.path.to_path_buf(),
                             line: l.line,
                             col: l.col,
                             message: format!("`{}` cannot run inside `concurrent`", l.value.keyword()),
-                            hint: Some("concurrent blocks take create_bucket_claim, grant_access, revoke_access, delete_bucket_claim".into()),
+                            hint: Some("concurrent blocks take create_bucket_claim, grant_access, revoke_access, delete_bucket_claim; or create_volume, delete_volume, publish, unpublish, deploy, recreate_vm, rolling_update".into()),
                         });
                     }
                     out.push(l.value);
@@ -1011,6 +1229,73 @@ impl Validator<'_> {
                 }
                 Step::CreateBackendBucket(b)
             }
+            RawStep::CreateVolume(v) => {
+                let bosh = ctx.bosh.as_ref().expect("checked above");
+                if !bosh.storage_classes.iter().any(|c| c.name == v.class) {
+                    return Err(self.err(
+                        &here,
+                        format!("volume `{}` uses storage class `{}`, which is not defined", v.name, v.class),
+                        Some("add it under `bosh: storage_classes:`"),
+                    ));
+                }
+                if bosh::parse_quantity(&v.size).is_none() {
+                    return Err(self.err(&here, format!("size `{}` is not a Kubernetes quantity", v.size), Some("e.g. 1Gi, 512Mi")));
+                }
+                check_dns(self, &here, &v.name)?;
+                if !ctx.volumes.insert((v.namespace.clone(), v.name.clone())) {
+                    return Err(self.err(&here, format!("volume `{}/{}` is created twice", v.namespace, v.name), None));
+                }
+                Step::CreateVolume(v)
+            }
+            RawStep::DeleteVolume(v) => {
+                if !ctx.volumes.contains(&(v.namespace.clone(), v.name.clone())) {
+                    return Err(self.err(&here, format!("volume `{}/{}` is not created by an earlier step", v.namespace, v.name), None));
+                }
+                Step::DeleteVolume(v)
+            }
+            RawStep::Publish(p) => {
+                if !ctx.volumes.contains(&(p.namespace.clone(), p.volume.clone())) {
+                    return Err(self.err(&here, format!("pod `{}` uses volume `{}/{}`, which no earlier step creates", p.pod, p.namespace, p.volume), Some("create it first with `create_volume`")));
+                }
+                self.known_node(ctx, &here, &p.node)?;
+                check_dns(self, &here, &p.pod)?;
+                if !ctx.pods.insert((p.namespace.clone(), p.pod.clone())) {
+                    return Err(self.err(&here, format!("pod `{}/{}` is created twice", p.namespace, p.pod), None));
+                }
+                Step::Publish(p)
+            }
+            RawStep::Unpublish(p) => {
+                if !ctx.pods.contains(&(p.namespace.clone(), p.pod.clone())) {
+                    return Err(self.err(&here, format!("pod `{}/{}` is not created by an earlier `publish`", p.namespace, p.pod), None));
+                }
+                Step::Unpublish(p)
+            }
+            RawStep::NodeStage(n) | RawStep::NodePublish(n) if nested => {
+                let _ = n;
+                return Err(self.err(&here, "node calls cannot be part of `concurrent`", None));
+            }
+            RawStep::NodeStage(n) => {
+                self.node_call(ctx, &here, &n)?;
+                Step::NodeStage(n)
+            }
+            RawStep::NodePublish(n) => {
+                self.node_call(ctx, &here, &n)?;
+                Step::NodePublish(n)
+            }
+            RawStep::Deploy(d) => {
+                self.known_deployment(ctx, &here, &d.deployment)?;
+                Step::Deploy(d)
+            }
+            RawStep::RollingUpdate(d) => {
+                self.known_deployment(ctx, &here, &d.deployment)?;
+                Step::RollingUpdate(d)
+            }
+            RawStep::RecreateVm(n) => {
+                self.known_node(ctx, &here, &n.node)?;
+                Step::RecreateVm(n)
+            }
+            RawStep::DirectorDown(_) => Step::DirectorDown,
+            RawStep::DirectorUp(_) => Step::DirectorUp,
         };
         Ok(Located {
             value: step,
@@ -1019,7 +1304,41 @@ impl Validator<'_> {
         })
     }
 
+    fn known_node(&self, ctx: &Ctx, here: &Spanned<()>, node: &str) -> Result<(), ScenarioError> {
+        let bosh = ctx.bosh.as_ref().expect("BOSH steps need a bosh section");
+        if bosh.nodes.iter().any(|n| n.name == node) {
+            return Ok(());
+        }
+        let names: Vec<&str> = bosh.nodes.iter().map(|n| n.name.as_str()).collect();
+        Err(self.err(
+            here,
+            format!("no node `{node}` (nodes: {})", names.join(", ")),
+            Some("declare it under `bosh: nodes:` (the default is one node-<i> per instance of the first deployment)"),
+        ))
+    }
+
+    fn known_deployment(&self, ctx: &Ctx, here: &Spanned<()>, d: &str) -> Result<(), ScenarioError> {
+        let bosh = ctx.bosh.as_ref().expect("BOSH steps need a bosh section");
+        if bosh.deployments.iter().any(|x| x.name == d) {
+            return Ok(());
+        }
+        Err(self.err(here, format!("no deployment `{d}`"), Some("declare it under `bosh: deployments:`")))
+    }
+
+    fn node_call(&self, ctx: &Ctx, here: &Spanned<()>, n: &NodeCallStep) -> Result<(), ScenarioError> {
+        if !ctx.volumes.contains(&(n.namespace.clone(), n.volume.clone())) {
+            return Err(self.err(here, format!("volume `{}/{}` is not created by an earlier step", n.namespace, n.volume), None));
+        }
+        self.known_node(ctx, here, &n.node)
+    }
+
     fn expectation(&self, here: &Spanned<()>, e: &Expectation) -> Result<(), ScenarioError> {
+        if e.bound.is_some() != e.volume.is_some() {
+            return Err(self.err(here, "`bound` and `volume` go together", Some("write `volume: NAME` and `bound: true|false`")));
+        }
+        if e.running.is_some() != e.pod.is_some() {
+            return Err(self.err(here, "`running` and `pod` go together", Some("write `pod: NAME` and `running: true|false`")));
+        }
         if e.ready.is_some() != e.claim.is_some() {
             return Err(self.err(
                 here,
@@ -1039,6 +1358,9 @@ impl Validator<'_> {
             && e.access.is_none()
             && e.backend.is_none()
             && e.driver_calls.is_none()
+            && e.volume.is_none()
+            && e.pod.is_none()
+            && e.iaas_disks.is_none()
         {
             return Err(self.err(
                 here,
@@ -1050,7 +1372,7 @@ impl Validator<'_> {
         }
         if let Some(calls) = &e.driver_calls {
             for k in calls.keys() {
-                if !fault::DRIVER_OPS.contains(&k.as_str()) {
+                if !fault::DRIVER_OPS.contains(&k.as_str()) && !fault::CSI_DRIVER_OPS.contains(&k.as_str()) {
                     return Err(self.err(here, format!("unknown driver RPC `{k}` in driver_calls"), Some("use DriverCreateBucket, DriverDeleteBucket, DriverGrantBucketAccess or DriverRevokeBucketAccess")));
                 }
             }

@@ -189,6 +189,92 @@ fn step_yaml(step: &Step, indent: &str) -> String {
         Step::CreateBackendBucket(b) => {
             format!("create_backend_bucket: {{ name: {} }}", q(&b.name))
         }
+        Step::CreateVolume(v) => format!(
+            "create_volume: {{ name: {}, class: {}, namespace: {}, size: {}, access: {} }}",
+            q(&v.name),
+            q(&v.class),
+            q(&v.namespace),
+            q(&v.size),
+            v.access.as_str()
+        ),
+        Step::DeleteVolume(v) => format!(
+            "delete_volume: {{ name: {}, namespace: {} }}",
+            q(&v.name),
+            q(&v.namespace)
+        ),
+        Step::Publish(p) => format!(
+            "publish: {{ pod: {}, volume: {}, node: {}, namespace: {}, read_only: {} }}",
+            q(&p.pod),
+            q(&p.volume),
+            q(&p.node),
+            q(&p.namespace),
+            p.read_only
+        ),
+        Step::Unpublish(p) => format!(
+            "unpublish: {{ pod: {}, namespace: {} }}",
+            q(&p.pod),
+            q(&p.namespace)
+        ),
+        Step::NodeStage(n) | Step::NodePublish(n) => format!(
+            "{}: {{ volume: {}, node: {}, namespace: {}, read_only: {} }}",
+            step.keyword(),
+            q(&n.volume),
+            q(&n.node),
+            q(&n.namespace),
+            n.read_only
+        ),
+        Step::Deploy(d) | Step::RollingUpdate(d) => {
+            format!("{}: {{ deployment: {} }}", step.keyword(), q(&d.deployment))
+        }
+        Step::RecreateVm(n) => format!("recreate_vm: {{ node: {} }}", q(&n.node)),
+        Step::DirectorDown | Step::DirectorUp => format!("{}: {{}}", step.keyword()),
+    }
+}
+
+/// The `bosh:` section, every default spelled out.
+fn bosh_yaml(b: &super::Bosh, out: &mut String) {
+    let _ = writeln!(out, "bosh:");
+    let _ = writeln!(out, "  workers: {}", b.workers);
+    let _ = writeln!(out, "  task_timeout: {}", duration(b.task_timeout));
+    let _ = writeln!(out, "  disk_jobs_take_vm_lock: {}", b.disk_jobs_take_vm_lock);
+    let _ = writeln!(
+        out,
+        "  disk_jobs_take_deployment_lock: {}",
+        b.disk_jobs_take_deployment_lock
+    );
+    let _ = writeln!(out, "  per_deployment_scoping: {}", b.per_deployment_scoping);
+    let ds: Vec<String> = b.client_deployments.iter().map(|d| q(d)).collect();
+    let _ = writeln!(out, "  client_deployments: [{}]", ds.join(", "));
+    let _ = writeln!(out, "  deployments:");
+    for d in &b.deployments {
+        let _ = writeln!(
+            out,
+            "    - {{ name: {}, instances: {}, instance_group: {} }}",
+            q(&d.name),
+            d.instances,
+            q(&d.instance_group)
+        );
+    }
+    let _ = writeln!(out, "  nodes:");
+    for n in &b.nodes {
+        let _ = writeln!(
+            out,
+            "    - {{ name: {}, instance: {} }}",
+            q(&n.name),
+            q(&n.instance)
+        );
+    }
+    let _ = writeln!(out, "  storage_classes:");
+    for c in &b.storage_classes {
+        let _ = writeln!(
+            out,
+            "    - {{ name: {}, deployment: {}, disk_pool: {}, fstype: {}, reclaim_policy: {} }}",
+            q(&c.name),
+            q(&c.deployment),
+            q(&c.disk_pool),
+            q(&c.fstype),
+            q(&c.reclaim_policy)
+        );
     }
 }
 
@@ -203,9 +289,14 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
         let _ = writeln!(out, "description: {}", q(s.description.trim()));
     }
     let mutants: Vec<&str> = s.driver.mutants.iter().map(|m| m.name()).collect();
+    let builtin = s
+        .driver
+        .builtin()
+        .unwrap_or(super::BuiltinDriver::CosiS3)
+        .name();
     let _ = writeln!(
         out,
-        "driver: {{ builtin: cosi-s3, mutants: [{}] }}",
+        "driver: {{ builtin: {builtin}, mutants: [{}] }}",
         mutants.join(", ")
     );
     if let Some(seed) = s.seed {
@@ -238,6 +329,9 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
                 map(&c.parameters)
             );
         }
+    }
+    if let Some(b) = &s.bosh {
+        bosh_yaml(b, &mut out);
     }
     if !s.faults.is_empty() {
         let _ = writeln!(out, "faults:");
