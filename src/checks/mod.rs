@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::scenario::Invariant;
 
+pub mod bosh;
 pub mod lifecycle;
 #[cfg(test)]
 mod tests;
@@ -595,10 +596,14 @@ pub fn no_rotation(obs: &Observations) -> Verdict {
 
 /// No secret value in any artifact.
 pub fn no_secret_leak(obs: &Observations) -> Verdict {
+    secret_scan(&obs.secrets, &obs.artifacts)
+}
+
+/// no-secret-leak over any system's secrets and artifacts.
+pub(crate) fn secret_scan(all: &[Secret], artifacts: &[(String, String)]) -> Verdict {
     let mut v = Verdict::new(Invariant::NoSecretLeak);
     // Very short values would match by accident; real secrets here are ≥ 16 chars.
-    let secrets: Vec<&Secret> = obs
-        .secrets
+    let secrets: Vec<&Secret> = all
         .iter()
         .filter(|s| s.expose().len() >= 8)
         .collect();
@@ -614,7 +619,7 @@ pub fn no_secret_leak(obs: &Observations) -> Verdict {
             return v.finish(String::new());
         }
     };
-    for (name, text) in &obs.artifacts {
+    for (name, text) in artifacts {
         // First occurrence of each secret, reported in secret order.
         let mut first = std::collections::BTreeMap::new();
         for m in ac.find_overlapping_iter(text.as_str()) {
@@ -631,6 +636,6 @@ pub fn no_secret_leak(obs: &Observations) -> Verdict {
     v.finish(format!(
         "{} secrets searched for in {} artifacts; none found",
         secrets.len(),
-        obs.artifacts.len()
+        artifacts.len()
     ))
 }

@@ -225,7 +225,22 @@ impl Drop for Maintenance {
 
 /// Only traffic of the system under test is faulted; the lab's own probes pass.
 fn in_scope(call: &CallSpec) -> bool {
-    matches!(call.from, Component::Driver | Component::Sidecar)
+    matches!(call.from, Component::Driver | Component::Director) || is_sidecar(call.from)
+}
+
+/// The components that drive a driver (their calls wait out restarts and are scheduling points).
+fn is_sidecar(c: Component) -> bool {
+    matches!(
+        c,
+        Component::Sidecar | Component::CsiProvisioner | Component::CsiAttacher | Component::Kubelet
+    )
+}
+
+/// Calls the seeded scheduler parks: an actor's first hop and the driver's own
+/// calls. The Director's calls into the CPI run on its task workers, outside
+/// any actor, so parking them would count a request no actor is waiting for.
+fn scheduled(call: &CallSpec) -> bool {
+    call.from == Component::Driver || is_sidecar(call.from)
 }
 
 impl GateHook for LabHook {
@@ -234,10 +249,10 @@ impl GateHook for LabHook {
             if !self.in_scope(call) {
                 return Verdict::Proceed;
             }
-            if call.from == Component::Sidecar {
+            if is_sidecar(call.from) {
                 self.until_idle().await;
             }
-            if !self.sched.arrive(id, call.from, call.to, &call.op).await {
+            if scheduled(call) && !self.sched.arrive(id, call.from, call.to, &call.op).await {
                 return Verdict::Cut;
             }
             let mut crash = false;
@@ -335,7 +350,7 @@ impl GateHook for LabHook {
             if !self.in_scope(call) {
                 return Delivery::Deliver;
             }
-            if call.from == Component::Sidecar {
+            if is_sidecar(call.from) {
                 // An actor's continuation is a scheduling point too: when a crash
                 // fails several in-flight calls at once, their replies are taken
                 // in seeded order, not in the order the OS reports them.

@@ -34,6 +34,7 @@ use crate::scenario::{
 };
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
+mod bosh;
 mod driver;
 mod external;
 mod fakes;
@@ -159,6 +160,9 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
         }
     }
     mutants.sort();
+    if scn.system() == crate::scenario::System::Bosh {
+        return bosh::run(scn, seed, &mutants, opts.step_snapshots).await;
+    }
     // The twin: the same scenario, seed and names in a second lab. A driver whose
     // secrets are a function of names hands out the same secrets in both.
     let twin = if scn.invariants.contains(&Invariant::UnpredictableSecrets) {

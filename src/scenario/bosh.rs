@@ -401,6 +401,20 @@ pub struct NodeCallStep {
     pub read_only: bool,
 }
 
+/// `resend_create_volume:` — the provisioner's CreateVolume for a PVC sent again
+/// with another size (the csi-sanity probe for ALREADY_EXISTS).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ResendStep {
+    /// PVC name.
+    pub name: String,
+    /// Namespace (default `default`).
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    /// The size to ask for this time.
+    pub size: String,
+}
+
 /// Bytes in a Kubernetes quantity (`1Gi`, `512Mi`, `10G`, `1000`), if it is one.
 pub fn parse_quantity(s: &str) -> Option<u64> {
     let s = s.trim();

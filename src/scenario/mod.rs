@@ -21,8 +21,8 @@ pub use driver::{
 };
 pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use bosh::{
-    AccessMode, Bosh, DeploymentRef, NodeCallStep, NodeRef, PodRef, PublishStep, VolumeRef,
-    VolumeStep,
+    AccessMode, Bosh, DeploymentRef, NodeCallStep, NodeRef, PodRef, PublishStep, ResendStep,
+    VolumeRef, VolumeStep,
 };
 pub use invariant::Invariant;
 pub use mutant::Mutant;
@@ -188,6 +188,8 @@ pub enum Step {
     DirectorDown,
     /// BOSH: the Director answers again (state kept).
     DirectorUp,
+    /// BOSH: a PVC's CreateVolume sent again with another size.
+    ResendCreateVolume(ResendStep),
 }
 
 impl Step {
@@ -218,6 +220,7 @@ impl Step {
             Step::RollingUpdate(_) => "rolling_update",
             Step::DirectorDown => "director_down",
             Step::DirectorUp => "director_up",
+            Step::ResendCreateVolume(_) => "resend_create_volume",
         }
     }
 
@@ -291,6 +294,10 @@ impl Step {
             Step::RollingUpdate(d) => format!("rolling_update {}", d.deployment),
             Step::DirectorDown => "director_down".into(),
             Step::DirectorUp => "director_up".into(),
+            Step::ResendCreateVolume(r) => format!(
+                "resend_create_volume {}/{} asking {}",
+                r.namespace, r.name, r.size
+            ),
         }
     }
 }
@@ -601,6 +608,7 @@ enum RawStep {
     RollingUpdate(DeploymentRef),
     DirectorDown(bosh::Nothing),
     DirectorUp(bosh::Nothing),
+    ResendCreateVolume(ResendStep),
 }
 
 /// A scenario that cannot run, with where and why.
@@ -965,6 +973,7 @@ impl Validator<'_> {
                 | RawStep::RollingUpdate(_)
                 | RawStep::DirectorDown(_)
                 | RawStep::DirectorUp(_)
+                | RawStep::ResendCreateVolume(_)
         );
         let cosi_step = matches!(
             &s.value,
@@ -1293,6 +1302,18 @@ impl Validator<'_> {
             RawStep::RecreateVm(n) => {
                 self.known_node(ctx, &here, &n.node)?;
                 Step::RecreateVm(n)
+            }
+            RawStep::ResendCreateVolume(r) => {
+                if nested {
+                    return Err(self.err(&here, "`resend_create_volume` cannot be part of `concurrent`", None));
+                }
+                if !ctx.volumes.contains(&(r.namespace.clone(), r.name.clone())) {
+                    return Err(self.err(&here, format!("volume `{}/{}` is not created by an earlier step", r.namespace, r.name), Some("a resend repeats a request an earlier create_volume made")));
+                }
+                if bosh::parse_quantity(&r.size).is_none() {
+                    return Err(self.err(&here, format!("size `{}` is not a Kubernetes quantity", r.size), Some("e.g. 1Gi, 512Mi")));
+                }
+                Step::ResendCreateVolume(r)
             }
             RawStep::DirectorDown(_) => Step::DirectorDown,
             RawStep::DirectorUp(_) => Step::DirectorUp,

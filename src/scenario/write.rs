@@ -228,6 +228,12 @@ fn step_yaml(step: &Step, indent: &str) -> String {
         }
         Step::RecreateVm(n) => format!("recreate_vm: {{ node: {} }}", q(&n.node)),
         Step::DirectorDown | Step::DirectorUp => format!("{}: {{}}", step.keyword()),
+        Step::ResendCreateVolume(r) => format!(
+            "resend_create_volume: {{ name: {}, namespace: {}, size: {} }}",
+            q(&r.name),
+            q(&r.namespace),
+            q(&r.size)
+        ),
     }
 }
 

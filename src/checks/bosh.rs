@@ -1,0 +1,554 @@
+//! The BOSH/CSI invariants: what the IaaS, the Director, the mount tables and
+//! the Kubernetes objects must show at every step boundary and after the final
+//! convergence. Each failure names the calls that show it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use drivelab_fakes::csi::mounts::MountView;
+use drivelab_fakes::csi::{DriverReply, DriverRequest, Exchange};
+use drivelab_fakes::director::{DiskView, TaskView};
+use drivelab_fakes::history::{CallId, CallRecord, Component};
+use drivelab_fakes::json::str_at;
+use drivelab_fakes::secret::Secret;
+use serde_json::Value;
+
+use super::Verdict;
+use crate::scenario::Invariant;
+
+/// The state at one step boundary.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    /// 0-based step (the final convergence is `steps.len()`).
+    pub step: usize,
+    /// IaaS attachments: (disk cid, VM cid).
+    pub attachments: Vec<(String, String)>,
+    /// Every node's mounts.
+    pub mounts: Vec<MountView>,
+    /// VolumeAttachments: (PV, node, attached).
+    pub volume_attachments: Vec<(String, String, bool)>,
+    /// PVs: name → (volume handle, access modes).
+    pub pvs: BTreeMap<String, (String, Vec<String>)>,
+    /// The Director's disks.
+    pub disks: Vec<DiskView>,
+}
+
+/// Everything the BOSH checks read.
+#[derive(Clone, Debug, Default)]
+pub struct BoshObservations {
+    /// One sample per step, the final convergence last.
+    pub samples: Vec<Sample>,
+    /// Every call in the history.
+    pub calls: Vec<CallRecord>,
+    /// Every CSI sidecar → driver exchange.
+    pub exchanges: Vec<Exchange>,
+    /// Every disk cid the Director ever showed, with its disk (= volume) name.
+    pub disk_names: BTreeMap<String, String>,
+    /// IaaS disks at the end.
+    pub iaas_disks: Vec<String>,
+    /// Director disks at the end.
+    pub director_disks: Vec<DiskView>,
+    /// Director tasks at the end.
+    pub tasks: Vec<TaskView>,
+    /// The driver's UAA client.
+    pub client_id: String,
+    /// Deployments that client is granted (empty: all).
+    pub client_deployments: Vec<String>,
+    /// Pod uid → whether its volume was published read-only.
+    pub read_only_pods: BTreeMap<String, bool>,
+    /// Pods at the end.
+    pub pods: Vec<Value>,
+    /// PVCs at the end.
+    pub pvcs: Vec<Value>,
+    /// Sidecar work still requeued after the final convergence.
+    pub pending: Vec<String>,
+    /// Secret values of the run.
+    pub secrets: Vec<Secret>,
+    /// Texts the run wrote or logged: (name, content).
+    pub artifacts: Vec<(String, String)>,
+}
+
+impl BoshObservations {
+    fn last(&self) -> Sample {
+        self.samples.last().cloned().unwrap_or_default()
+    }
+
+    /// Successful CPI calls of `method`.
+    fn cpi_calls<'a>(&'a self, method: &'a str) -> impl Iterator<Item = &'a CallRecord> + 'a {
+        self.calls.iter().filter(move |c| {
+            c.to == Component::Cpi
+                && c.op == method
+                && c.outcome.as_ref().is_some_and(|o| o.is_success())
+        })
+    }
+}
+
+/// Evaluate one invariant over a BOSH run.
+pub fn check(inv: Invariant, obs: &BoshObservations) -> Verdict {
+    match inv {
+        Invariant::SingleAttach => single_attach(obs),
+        Invariant::NoOrphans => no_orphans(obs),
+        Invariant::OwnerOnlyDelete => owner_only_delete(obs),
+        Invariant::ScopedAccess => scoped_access(obs),
+        Invariant::NoLeakedMounts => no_leaked_mounts(obs),
+        Invariant::ReadOnlyEnforced => read_only_enforced(obs),
+        Invariant::NoAttachDuringRecreate => no_attach_during_recreate(obs),
+        Invariant::Converges => converges(obs),
+        Invariant::SpecCodes => spec_codes(obs),
+        Invariant::NoSecretLeak => super::secret_scan(&obs.secrets, &obs.artifacts),
+        other => {
+            let mut v = Verdict::new(other);
+            v.fail("a COSI invariant asked of a BOSH/CSI run".into(), []);
+            v
+        }
+    }
+}
+
+/// A volume that only one node may use at a time.
+fn single_node(modes: &[String]) -> bool {
+    modes.is_empty()
+        || modes
+            .iter()
+            .all(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod")
+}
+
+fn single_attach(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::SingleAttach);
+    let mut reported = BTreeSet::new();
+    for s in &obs.samples {
+        let modes_of_handle: BTreeMap<&str, &[String]> = s
+            .pvs
+            .values()
+            .map(|(h, m)| (h.as_str(), m.as_slice()))
+            .collect();
+        let single = |cid: &str| {
+            obs.disk_names
+                .get(cid)
+                .and_then(|name| modes_of_handle.get(name.as_str()))
+                .is_none_or(|m| single_node(m))
+        };
+        let mut vms: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (d, vm) in &s.attachments {
+            vms.entry(d).or_default().insert(vm);
+        }
+        for (d, set) in vms {
+            if set.len() > 1 && reported.insert(("iaas", d.to_string())) {
+                let calls: Vec<CallId> = obs
+                    .cpi_calls("attach_disk")
+                    .filter(|c| c.subject.ends_with(&format!("/{d}")))
+                    .map(|c| c.id)
+                    .collect();
+                v.fail(
+                    format!(
+                        "after step {}: disk {d} is attached to {} VMs at once",
+                        s.step + 1,
+                        set.len()
+                    ),
+                    calls,
+                );
+            }
+        }
+        let mut nodes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (pv, node, attached) in &s.volume_attachments {
+            if *attached {
+                nodes.entry(pv).or_default().insert(node);
+            }
+        }
+        for (pv, set) in nodes {
+            let modes = s.pvs.get(pv).map(|x| x.1.as_slice()).unwrap_or(&[]);
+            if set.len() > 1 && single_node(modes) && reported.insert(("va", pv.to_string())) {
+                let calls = publish_calls(obs, s.pvs.get(pv).map(|x| x.0.as_str()));
+                v.fail(
+                    format!(
+                        "after step {}: single-node volume {pv} is attached on {} nodes ({})",
+                        s.step + 1,
+                        set.len(),
+                        set.into_iter().collect::<Vec<_>>().join(", ")
+                    ),
+                    calls,
+                );
+            }
+        }
+        let mut mounted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for m in s.mounts.iter().filter(|m| !m.bind && m.device_present) {
+            mounted.entry(&m.disk_cid).or_default().insert(&m.node);
+        }
+        for (d, set) in mounted {
+            if set.len() > 1 && single(d) && reported.insert(("mount", d.to_string())) {
+                v.fail(
+                    format!(
+                        "after step {}: disk {d} is mounted on {} nodes at once",
+                        s.step + 1,
+                        set.len()
+                    ),
+                    publish_calls(obs, obs.disk_names.get(d).map(String::as_str)),
+                );
+            }
+        }
+    }
+    v.finish(format!(
+        "{} step boundaries: every disk on at most one VM, every single-node volume attached and mounted on at most one node",
+        obs.samples.len()
+    ))
+}
+
+/// ControllerPublish calls for a volume handle.
+fn publish_calls(obs: &BoshObservations, handle: Option<&str>) -> Vec<CallId> {
+    let Some(h) = handle else { return vec![] };
+    obs.exchanges
+        .iter()
+        .filter(|e| matches!(&e.request, DriverRequest::ControllerPublish(r) if r.volume_id == h))
+        .map(|e| e.call)
+        .collect()
+}
+
+fn no_orphans(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::NoOrphans);
+    let last = obs.last();
+    let handles: BTreeSet<&str> = last.pvs.values().map(|(h, _)| h.as_str()).collect();
+    for cid in &obs.iaas_disks {
+        let owner = obs.director_disks.iter().find(|d| &d.cid == cid);
+        match owner {
+            None => v.fail(
+                format!("IaaS disk {cid} belongs to no Director disk"),
+                creates_of(obs, cid),
+            ),
+            Some(d) if !handles.contains(d.name.as_str()) => v.fail(
+                format!(
+                    "IaaS disk {cid} (Director disk {}) is owned by no live PersistentVolume",
+                    d.name
+                ),
+                creates_of(obs, cid),
+            ),
+            Some(_) => {}
+        }
+    }
+    v.finish(format!(
+        "{} IaaS disks, each owned by a Director disk of a live PersistentVolume",
+        obs.iaas_disks.len()
+    ))
+}
+
+fn creates_of(obs: &BoshObservations, cid: &str) -> Vec<CallId> {
+    let name = obs.disk_names.get(cid);
+    obs.exchanges
+        .iter()
+        .filter(|e| matches!(&e.request, DriverRequest::CreateVolume(_)))
+        .filter(|e| match (&e.reply, name) {
+            (DriverReply::Created(Some(vol)), Some(n)) => &vol.volume_id == n,
+            // A create whose reply was lost is the usual source of an orphan.
+            (DriverReply::Failed { .. }, _) => true,
+            _ => false,
+        })
+        .map(|e| e.call)
+        .collect()
+}
+
+fn owner_only_delete(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::OwnerOnlyDelete);
+    let deleted: BTreeSet<&str> = obs
+        .exchanges
+        .iter()
+        .filter_map(|e| match &e.request {
+            DriverRequest::DeleteVolume(r) => Some(r.volume_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut n = 0;
+    for c in obs.cpi_calls("delete_disk") {
+        n += 1;
+        let name = obs.disk_names.get(&c.subject).map(String::as_str);
+        match name {
+            Some(name) if deleted.contains(name) => {}
+            _ => v.fail(
+                format!(
+                    "the IaaS deleted disk {} ({}), which no DeleteVolume asked for",
+                    c.subject,
+                    name.unwrap_or("unknown to the Director")
+                ),
+                [c.id],
+            ),
+        }
+    }
+    v.finish(format!(
+        "{n} IaaS disk deletions, each of a volume a DeleteVolume named"
+    ))
+}
+
+fn scoped_access(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::ScopedAccess);
+    for c in &obs.calls {
+        if c.to == Component::Director && c.op == "oauth.token" {
+            if let Some(o) = &c.outcome {
+                if !o.is_success() && !matches!(o, drivelab_fakes::history::Outcome::NoReply { .. })
+                {
+                    v.fail(
+                        format!(
+                            "UAA refused the driver's token request ({}): it asked for scopes its client is not granted",
+                            o.label()
+                        ),
+                        [c.id],
+                    );
+                }
+            }
+        }
+    }
+    if !obs.client_deployments.is_empty() {
+        for t in obs.tasks.iter().filter(|t| t.disk_job && t.user == obs.client_id) {
+            if let Some(d) = &t.deployment {
+                if !obs.client_deployments.contains(d) {
+                    v.fail(
+                        format!(
+                            "Director task {} ({}) ran on deployment {d}, outside the driver's grant",
+                            t.id, t.description
+                        ),
+                        [],
+                    );
+                }
+            }
+        }
+    }
+    v.finish(format!(
+        "every token request granted with the dynamic-disks scopes; {} disk tasks, all on granted deployments",
+        obs.tasks.iter().filter(|t| t.disk_job).count()
+    ))
+}
+
+/// Pods that exist and are not being deleted: uid → node.
+fn live_pods(obs: &BoshObservations) -> BTreeMap<String, String> {
+    obs.pods
+        .iter()
+        .filter(|p| str_at(p, &["metadata", "deletionTimestamp"]).is_empty())
+        .map(|p| {
+            (
+                str_at(p, &["metadata", "uid"]),
+                str_at(p, &["spec", "nodeName"]),
+            )
+        })
+        .collect()
+}
+
+fn no_leaked_mounts(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::NoLeakedMounts);
+    let last = obs.last();
+    let pods = live_pods(obs);
+    let node_calls = |node: &str, path: &str| -> Vec<CallId> {
+        obs.exchanges
+            .iter()
+            .filter(|e| {
+                e.from == Component::Kubelet
+                    && e.request.subject().ends_with(path)
+                    && !node.is_empty()
+            })
+            .map(|e| e.call)
+            .collect()
+    };
+    for m in &last.mounts {
+        if m.bind {
+            let owner = pods
+                .iter()
+                .find(|(uid, node)| m.target.contains(uid.as_str()) && **node == m.node);
+            if owner.is_none() {
+                v.fail(
+                    format!(
+                        "{}: bind mount {} belongs to no running pod on the node",
+                        m.node, m.target
+                    ),
+                    node_calls(&m.node, &m.target),
+                );
+            }
+        } else {
+            let used = last
+                .mounts
+                .iter()
+                .any(|b| b.bind && b.node == m.node && b.source == m.target);
+            if !used {
+                v.fail(
+                    format!(
+                        "{}: staging mount {} of disk {} is used by no pod",
+                        m.node, m.target, m.disk_cid
+                    ),
+                    node_calls(&m.node, &m.target),
+                );
+            }
+        }
+    }
+    v.finish(format!(
+        "{} mounts after convergence, each used by a running pod on its node",
+        last.mounts.len()
+    ))
+}
+
+fn read_only_enforced(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::ReadOnlyEnforced);
+    let mut seen = BTreeSet::new();
+    let mut checked = 0;
+    for s in &obs.samples {
+        for m in s.mounts.iter().filter(|m| m.bind) {
+            let Some((uid, _)) = obs
+                .read_only_pods
+                .iter()
+                .find(|(uid, ro)| **ro && m.target.contains(uid.as_str()))
+            else {
+                continue;
+            };
+            checked += 1;
+            if !m.read_only && seen.insert(m.target.clone()) {
+                let calls: Vec<CallId> = obs
+                    .exchanges
+                    .iter()
+                    .filter(|e| matches!(&e.request, DriverRequest::NodePublish(r) if r.target_path == m.target))
+                    .map(|e| e.call)
+                    .collect();
+                v.fail(
+                    format!(
+                        "after step {}: pod {uid} asked for its volume read-only, but {} on {} is mounted read-write",
+                        s.step + 1,
+                        m.target,
+                        m.node
+                    ),
+                    calls,
+                );
+            }
+        }
+    }
+    v.finish(format!(
+        "{checked} read-only bind mounts seen, all read-only"
+    ))
+}
+
+fn no_attach_during_recreate(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::NoAttachDuringRecreate);
+    // An attach to a VM that is then deleted without that disk being detached
+    // first slipped in between a recreate's detach sweep and its delete_vm.
+    let cpi: Vec<&CallRecord> = obs
+        .calls
+        .iter()
+        .filter(|c| c.to == Component::Cpi && c.outcome.as_ref().is_some_and(|o| o.is_success()))
+        .collect();
+    let mut recreates = 0;
+    for (i, c) in cpi.iter().enumerate() {
+        if c.op != "delete_vm" {
+            continue;
+        }
+        recreates += 1;
+        let vm = c.subject.as_str();
+        let prefix = format!("{vm}/");
+        let mut attached: BTreeMap<&str, CallId> = BTreeMap::new();
+        for e in &cpi[..i] {
+            if let Some(disk) = e.subject.strip_prefix(&prefix) {
+                match e.op.as_str() {
+                    "attach_disk" => {
+                        attached.insert(disk, e.id);
+                    }
+                    "detach_disk" => {
+                        attached.remove(disk);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (disk, attach) in attached {
+            v.fail(
+                format!(
+                    "disk {disk} was attached to VM {vm} and the VM was then deleted with the disk still on it: the attach interleaved with the VM's recreate"
+                ),
+                [attach, c.id],
+            );
+        }
+    }
+    v.finish(format!(
+        "{recreates} VM deletions, none with a dynamic disk attached behind the recreate's back"
+    ))
+}
+
+fn converges(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::Converges);
+    for p in &obs.pending {
+        v.fail(format!("still requeued after the final convergence: {p}"), []);
+    }
+    for c in &obs.pvcs {
+        if str_at(c, &["metadata", "deletionTimestamp"]).is_empty()
+            && str_at(c, &["status", "phase"]) != "Bound"
+        {
+            v.fail(
+                format!(
+                    "PVC {}/{} is {}, not Bound",
+                    str_at(c, &["metadata", "namespace"]),
+                    str_at(c, &["metadata", "name"]),
+                    str_at(c, &["status", "phase"])
+                ),
+                [],
+            );
+        }
+    }
+    for p in &obs.pods {
+        if str_at(p, &["metadata", "deletionTimestamp"]).is_empty()
+            && str_at(p, &["status", "phase"]) != "Running"
+        {
+            v.fail(
+                format!(
+                    "pod {}/{} is {:?}, not Running",
+                    str_at(p, &["metadata", "namespace"]),
+                    str_at(p, &["metadata", "name"]),
+                    str_at(p, &["status", "phase"])
+                ),
+                [],
+            );
+        }
+    }
+    v.finish(format!(
+        "every PVC Bound, every pod Running, nothing requeued ({} PVCs, {} pods)",
+        obs.pvcs.len(),
+        obs.pods.len()
+    ))
+}
+
+fn spec_codes(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::SpecCodes);
+    let mut n = 0;
+    for e in &obs.exchanges {
+        // A volume that does not fit the capacity range asked for is ALREADY_EXISTS, not OK.
+        if let (DriverRequest::CreateVolume(req), DriverReply::Created(Some(vol))) =
+            (&e.request, &e.reply)
+        {
+            if let Some(r) = &req.capacity_range {
+                let fits = (r.required_bytes == 0 || vol.capacity_bytes >= r.required_bytes)
+                    && (r.limit_bytes == 0 || vol.capacity_bytes <= r.limit_bytes);
+                if !fits {
+                    v.fail(
+                        format!(
+                            "CreateVolume {} asked {}..{} bytes and got OK with a {}-byte volume; the spec says ALREADY_EXISTS",
+                            req.name, r.required_bytes, r.limit_bytes, vol.capacity_bytes
+                        ),
+                        [e.call],
+                    );
+                }
+            }
+        }
+        let DriverReply::Failed { code, message } = &e.reply else {
+            continue;
+        };
+        let rpc = e.request.rpc();
+        let bad = match (&e.request, code) {
+            // CSI: unpublishing or deleting what is already gone is success.
+            (DriverRequest::ControllerUnpublish(_), tonic::Code::NotFound)
+            | (DriverRequest::DeleteVolume(_), tonic::Code::NotFound)
+            | (DriverRequest::NodeUnpublish(_), tonic::Code::NotFound)
+            | (DriverRequest::NodeUnstage(_), tonic::Code::NotFound) => true,
+            _ => false,
+        };
+        n += 1;
+        if bad {
+            v.fail(
+                format!(
+                    "{rpc} {} answered NOT_FOUND ({message}); the CSI spec says an already-gone volume or attachment is OK",
+                    e.request.subject()
+                ),
+                [e.call],
+            );
+        }
+    }
+    v.finish(format!(
+        "{n} error replies, none where the spec requires OK"
+    ))
+}

@@ -1,0 +1,1061 @@
+//! The BOSH/CSI lab: a fake Director (with its in-process CPI and agents), the
+//! reference bosh-csi controller and one node plugin per Kubernetes node, one
+//! mount table per node, and the CSI sidecars over the Kubernetes fake — on the
+//! same virtual clock, gates, fault hook and history as the COSI lab.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use drivelab_fakes::clock::SimClock;
+use drivelab_fakes::cpi::{Cpi, CpiConfig};
+use drivelab_fakes::csi::attacher::Attacher;
+use drivelab_fakes::csi::cluster::{CsiSidecars, CsiTarget};
+use drivelab_fakes::csi::kubelet::NodeAgent;
+use drivelab_fakes::csi::mounts::{Device, DeviceSource, Filesystems, MountTable};
+use drivelab_fakes::csi::provisioner::Provisioner;
+use drivelab_fakes::csi::{DriverReply, DriverRequest, Exchange, KubeSlot, Reconcile};
+use drivelab_fakes::director::{
+    ClientConfig, DeploymentConfig, Director, DirectorConfig, DiskPoolConfig, InstanceGroupConfig,
+    Job,
+};
+use drivelab_fakes::gate::Gate;
+use drivelab_fakes::history::{Component, EventKind, History};
+use drivelab_fakes::json::str_at;
+use drivelab_fakes::kube::{Kind, KubeFake};
+use drivelab_fakes::secret::Secret;
+use drivelab_fakes::serve::{loopback, Listener};
+use drivelab_fakes::store::{SledStore, Store};
+use futures_util::future::BoxFuture;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde_json::{json, Value};
+
+use super::driver::InProcessDriver;
+use super::hook::{LabControl, LabHook};
+use super::schedule::Scheduler;
+use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshot, StepSnapshots};
+use crate::checks::bosh::{self as checks, BoshObservations, Sample};
+use crate::scenario::{Bosh, Expectation, Mutant, Scenario, Step};
+use crate::snapshot::{self, Normalizer};
+
+/// The UAA client the driver authenticates as.
+const CLIENT_ID: &str = "bosh-csi";
+/// Resync rounds one convergence may take before the lab gives up on it.
+const MAX_ROUNDS: usize = 400;
+
+/// Run one BOSH/CSI scenario to completion.
+pub(super) async fn run(
+    scn: &Scenario,
+    seed: u64,
+    mutants: &[Mutant],
+    snapshots: StepSnapshots,
+) -> anyhow::Result<RunOutcome> {
+    let log_start = crate::logcap::position();
+    let bosh = scn
+        .bosh
+        .clone()
+        .ok_or_else(|| anyhow!("not a BOSH scenario"))?;
+    let mut lab = BoshLab::start(scn, &bosh, seed, mutants).await?;
+    let result = lab.run_steps(scn, snapshots).await;
+    let outcome = match result {
+        Ok(()) => lab.finish(scn, seed, mutants, log_start).await,
+        Err(e) => Err(e),
+    };
+    lab.stop().await;
+    outcome
+}
+
+/// One node: its mount table, its node plugin and the kubelet that drives it.
+struct Node {
+    name: String,
+    instance_id: String,
+    table: MountTable,
+    _table_l: Listener,
+    plugin: Arc<InProcessDriver>,
+}
+
+/// The Director's listener, which `director_down`/`director_up` and restarts take away and give back.
+struct DirectorServer {
+    director: Director,
+    addr: SocketAddr,
+    listener: tokio::sync::Mutex<Option<Listener>>,
+}
+
+impl DirectorServer {
+    async fn down(&self) {
+        if let Some(l) = self.listener.lock().await.take() {
+            l.stop().await;
+        }
+    }
+
+    async fn up(&self) -> anyhow::Result<()> {
+        let mut slot = self.listener.lock().await;
+        if slot.is_some() {
+            return Ok(());
+        }
+        // The old socket may linger for a moment after stop (real time).
+        let mut last = None;
+        for _ in 0..100 {
+            match self.director.serve(self.addr).await {
+                Ok(l) => {
+                    *slot = Some(l);
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(anyhow!(
+            "could not serve the Director on {} again: {last:?}",
+            self.addr
+        ))
+    }
+}
+
+/// What the fault hook may ask of this lab: crash the controller, restart the Director.
+struct Control {
+    controller: std::sync::Weak<InProcessDriver>,
+    director: std::sync::Weak<DirectorServer>,
+    history: History,
+    hook: std::sync::Weak<LabHook>,
+}
+
+impl LabControl for Control {
+    fn crash_driver(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.history.record(EventKind::Fault {
+                call: None,
+                fault: "crash_driver".into(),
+                detail: "CSI controller killed (all tasks), restarting".into(),
+            });
+            let Some(driver) = self.controller.upgrade() else {
+                return;
+            };
+            let busy = self.hook.upgrade().map(|h| h.maintenance());
+            let held = self.hook.upgrade().map(|h| h.driver_crashing());
+            let history = self.history.clone();
+            // Spawned: the hook may run inside a request of the very driver it kills.
+            let done = tokio::spawn(async move {
+                driver.kill_and_wait().await;
+                drop(held);
+                if let Err(e) = driver.crash_and_restart().await {
+                    history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: format!("CSI controller did not come back: {e:#}"),
+                    });
+                }
+                drop(busy);
+            });
+            let _ = done.await;
+        })
+    }
+
+    fn restart(&self, component: Component) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.history.record(EventKind::Fault {
+                call: None,
+                fault: "restart".into(),
+                detail: format!("{component} restarting (state kept, connections broken)"),
+            });
+            let Some(d) = self.director.upgrade() else {
+                return;
+            };
+            if component != Component::Director {
+                self.history.record(EventKind::Note {
+                    component: Component::Lab,
+                    text: format!("restart of {component} is not supported in the BOSH lab"),
+                });
+                return;
+            }
+            let busy = self.hook.upgrade().map(|h| h.maintenance());
+            let history = self.history.clone();
+            let done = tokio::spawn(async move {
+                d.down().await;
+                if let Err(e) = d.up().await {
+                    history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: format!("Director restart failed: {e:#}"),
+                    });
+                }
+                drop(busy);
+            });
+            let _ = done.await;
+        })
+    }
+}
+
+struct BoshLab {
+    _dir: tempfile::TempDir,
+    clock: SimClock,
+    history: History,
+    hook: Arc<LabHook>,
+    sched: Scheduler,
+    spec: Bosh,
+    director: Arc<DirectorServer>,
+    kube: KubeFake,
+    sidecars: Arc<CsiSidecars>,
+    controller: Arc<InProcessDriver>,
+    nodes: Vec<Node>,
+    client_secret: Secret,
+    converge_within: Duration,
+    /// PVCs and pods the scenario made, and what it asked of each pod.
+    read_only_pods: BTreeMap<String, bool>,
+    samples: Vec<Sample>,
+    disk_names: BTreeMap<String, String>,
+    expect_failures: Vec<ExpectFailure>,
+    not_converged: Vec<String>,
+    pending: Vec<String>,
+    step_calls_from: u64,
+    norm: Normalizer,
+    step_snapshots: Vec<StepSnapshot>,
+}
+
+impl BoshLab {
+    async fn start(
+        scn: &Scenario,
+        spec: &Bosh,
+        seed: u64,
+        mutants: &[Mutant],
+    ) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("drivelab-bosh-")
+            .tempdir()
+            .context("creating the run directory")?;
+        let db = sled::Config::new()
+            .path(dir.path().join("state"))
+            .open()
+            .context("opening the lab's sled store")?;
+        let store = |name: &str| -> anyhow::Result<Arc<dyn Store>> {
+            Ok(Arc::new(SledStore::open(&db, name)?) as Arc<dyn Store>)
+        };
+        let clock = SimClock::new();
+        let history = History::new(clock.clone());
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let client_secret = Secret::new(super::random_token(&mut rng, 40));
+        let signing_key = Secret::new(super::random_token(&mut rng, 48));
+        let sched = Scheduler::new(seed, history.clone());
+        let hook = Arc::new(LabHook::new(history.clone(), sched.clone()));
+        let gate = || {
+            let g = Gate::new(history.clone());
+            g.set_hook(hook.clone());
+            g
+        };
+        let cpi = Cpi::new(store("cpi")?, gate(), CpiConfig::default());
+        let mut pools: Vec<String> = spec
+            .storage_classes
+            .iter()
+            .map(|c| c.disk_pool.clone())
+            .collect();
+        pools.sort();
+        pools.dedup();
+        let config = DirectorConfig {
+            deployments: spec
+                .deployments
+                .iter()
+                .map(|d| DeploymentConfig {
+                    name: d.name.clone(),
+                    instance_groups: vec![InstanceGroupConfig {
+                        name: d.instance_group.clone(),
+                        instances: d.instances,
+                        azs: vec!["z1".into()],
+                    }],
+                })
+                .collect(),
+            disk_pools: pools
+                .into_iter()
+                .map(|name| DiskPoolConfig {
+                    name,
+                    cloud_properties: json!({}),
+                })
+                .collect(),
+            clients: vec![ClientConfig {
+                id: CLIENT_ID.into(),
+                secret: drivelab_fakes::secret::Secret::new(client_secret.expose()),
+                scopes: bosh_csi::config::NARROW_SCOPES
+                    .iter()
+                    .map(|x| x.to_string())
+                    .collect(),
+                deployments: spec.client_deployments.clone(),
+            }],
+            dynamic_disks_workers: spec.workers,
+            per_deployment_scoping: spec.per_deployment_scoping,
+            disk_jobs_take_vm_lock: spec.disk_jobs_take_vm_lock,
+            disk_jobs_take_deployment_lock: spec.disk_jobs_take_deployment_lock,
+            token_signing_key: signing_key,
+            ..Default::default()
+        };
+        let director = Director::new(store("director")?, gate(), cpi, config)
+            .await
+            .map_err(|e| anyhow!("starting the fake Director: {e}"))?;
+        let listener = director
+            .serve(loopback())
+            .await
+            .context("serving the fake Director")?;
+        let director_url = listener.url();
+        let server = Arc::new(DirectorServer {
+            director: director.clone(),
+            addr: listener.addr,
+            listener: tokio::sync::Mutex::new(Some(listener)),
+        });
+
+        let sockets = dir.path().join("csi");
+        std::fs::create_dir_all(&sockets).context("creating the socket directory")?;
+        let ctl_sock: PathBuf = sockets.join("controller.sock");
+        let bosh_mutants = Mutant::bosh(mutants);
+        let controller = Arc::new(InProcessDriver::bosh_csi(
+            bosh_csi::DriverConfig {
+                mode: bosh_csi::Mode::Controller,
+                director_url: director_url.clone(),
+                client_id: CLIENT_ID.into(),
+                client_secret: bosh_csi::Secret::new(client_secret.expose()),
+                poll_interval: Duration::from_millis(5),
+                task_timeout: spec.task_timeout,
+                http_timeout: Duration::from_secs(2),
+                mutants: bosh_mutants.clone(),
+                ..Default::default()
+            },
+            &ctl_sock,
+        ));
+        controller.start().await.context("starting the CSI controller")?;
+
+        let kube = KubeFake::new(store("kube")?, gate(), rng.random())
+            .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))?;
+        let slot: KubeSlot = Arc::new(std::sync::RwLock::new(kube.clone()));
+        let filesystems = Filesystems::default();
+        let instances = director.instances();
+        let mut nodes = Vec::new();
+        let mut agents = BTreeMap::new();
+        for n in &spec.nodes {
+            let (dep, index) = n
+                .instance_ref()
+                .ok_or_else(|| anyhow!("node {}: bad instance {}", n.name, n.instance))?;
+            let group = spec
+                .deployments
+                .iter()
+                .find(|d| d.name == dep)
+                .map(|d| d.instance_group.clone())
+                .unwrap_or_default();
+            let want = format!("{group}/{index}");
+            let instance_id = instances
+                .iter()
+                .find(|i| i.deployment == dep && i.name == want)
+                .map(|i| i.id.clone())
+                .ok_or_else(|| anyhow!("the Director has no instance {}", n.instance))?;
+            let d = director.clone();
+            let iid = instance_id.clone();
+            // What the BOSH agent made visible on this instance, as udev would show it.
+            let source: DeviceSource = Arc::new(move || {
+                d.agent_disks(&iid)
+                    .iter()
+                    .map(|a| Device::for_disk(&a.disk_cid))
+                    .collect()
+            });
+            let table = MountTable::new(&n.name, source, filesystems.clone(), gate());
+            let table_l = table
+                .serve(loopback())
+                .await
+                .context("serving a mount table")?;
+            let sock = sockets.join(format!("{}.sock", n.name));
+            let plugin = Arc::new(InProcessDriver::bosh_csi(
+                bosh_csi::DriverConfig {
+                    mode: bosh_csi::Mode::Node,
+                    node_id: instance_id.clone(),
+                    mounter_url: table_l.url(),
+                    http_timeout: Duration::from_secs(2),
+                    mutants: bosh_mutants.clone(),
+                    ..Default::default()
+                },
+                &sock,
+            ));
+            plugin
+                .start()
+                .await
+                .with_context(|| format!("starting the node plugin on {}", n.name))?;
+            let agent = NodeAgent::connect(&n.name, &sock, slot.clone(), gate())
+                .await
+                .with_context(|| format!("the kubelet on {} could not reach its plugin", n.name))?;
+            agents.insert(n.name.clone(), Arc::new(agent));
+            nodes.push(Node {
+                name: n.name.clone(),
+                instance_id,
+                table,
+                _table_l: table_l,
+                plugin,
+            });
+        }
+        let sidecars = Arc::new(CsiSidecars {
+            kube: slot.clone(),
+            provisioner: Arc::new(
+                Provisioner::connect(&ctl_sock, slot.clone(), gate())
+                    .await
+                    .context("the external-provisioner could not reach the controller")?,
+            ),
+            attacher: Arc::new(
+                Attacher::connect(&ctl_sock, slot.clone(), gate())
+                    .await
+                    .context("the external-attacher could not reach the controller")?,
+            ),
+            nodes: agents,
+        });
+        for c in &spec.storage_classes {
+            kube.create(
+                Kind::StorageClass,
+                json!({"metadata":{"name":c.name},"provisioner":bosh_csi::DRIVER_NAME,
+                    "reclaimPolicy":c.reclaim_policy,
+                    "parameters":{"disk_pool_name":c.disk_pool,"deployment_name":c.deployment,
+                        "csi.storage.k8s.io/fstype":c.fstype}}),
+            )
+            .map_err(|e| anyhow!("creating StorageClass {}: {e}", c.name))?;
+        }
+        hook.set_control(Arc::new(Control {
+            controller: Arc::downgrade(&controller),
+            director: Arc::downgrade(&server),
+            history: history.clone(),
+            hook: Arc::downgrade(&hook),
+        }));
+        for f in &scn.faults {
+            hook.arm(f.clone());
+        }
+        let mut norm = Normalizer::default();
+        norm.fixed(&director_url, "director-url");
+        for n in &nodes {
+            norm.id("instance", &n.instance_id);
+        }
+        Ok(Self {
+            _dir: dir,
+            clock,
+            history,
+            hook,
+            sched,
+            spec: spec.clone(),
+            director: server,
+            kube,
+            sidecars,
+            controller,
+            nodes,
+            client_secret,
+            converge_within: scn.converge_within,
+            read_only_pods: BTreeMap::new(),
+            samples: Vec::new(),
+            disk_names: BTreeMap::new(),
+            expect_failures: Vec::new(),
+            not_converged: Vec::new(),
+            pending: Vec::new(),
+            step_calls_from: 0,
+            norm,
+            step_snapshots: Vec::new(),
+        })
+    }
+
+    fn director(&self) -> &Director {
+        &self.director.director
+    }
+
+    async fn stop(&mut self) {
+        self.controller.kill();
+        for n in &self.nodes {
+            n.plugin.kill();
+        }
+        self.director.down().await;
+    }
+
+    async fn run_steps(&mut self, scn: &Scenario, snapshots: StepSnapshots) -> anyhow::Result<()> {
+        for (i, step) in scn.steps.iter().enumerate() {
+            let at = format!("{}:{}:{}", scn.path.display(), step.line, step.col);
+            self.history.record(EventKind::Step {
+                index: i,
+                name: step.value.describe(),
+            });
+            if !matches!(step.value, Step::Expect(_)) {
+                self.step_calls_from = self.history.len() as u64;
+            }
+            match &step.value {
+                Step::Expect(e) => {
+                    for message in self.expect(e) {
+                        self.expect_failures.push(ExpectFailure {
+                            step: i + 1,
+                            at: at.clone(),
+                            message,
+                        });
+                    }
+                }
+                Step::Fault(f) => self.hook.arm(f.clone()),
+                Step::Partition(p) => self.hook.partition(p.clone()),
+                Step::Heal(h) => {
+                    let parse = |s: &Option<String>| {
+                        s.as_deref()
+                            .and_then(crate::scenario::fault::parse_component)
+                    };
+                    match (parse(&h.from), parse(&h.to)) {
+                        (Some(a), Some(b)) => self.hook.heal(Some((a, b))),
+                        _ => self.hook.heal(None),
+                    }
+                }
+                Step::Restart(r) => {
+                    let c = crate::scenario::fault::parse_component(&r.component)
+                        .unwrap_or(Component::Director);
+                    self.history.record(EventKind::Fault {
+                        call: None,
+                        fault: "restart".into(),
+                        detail: format!("{c} restarting (step)"),
+                    });
+                    self.director.down().await;
+                    self.director.up().await?;
+                    self.converge().await?;
+                }
+                Step::DirectorDown => {
+                    self.history.record(EventKind::Fault {
+                        call: None,
+                        fault: "director_down".into(),
+                        detail: "the Director stops answering (connections refused)".into(),
+                    });
+                    self.director.down().await;
+                }
+                Step::DirectorUp => {
+                    self.history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: "the Director answers again".into(),
+                    });
+                    self.director.up().await?;
+                    self.converge().await?;
+                }
+                Step::Concurrent(steps) => self.concurrent(steps).await?,
+                Step::ResendCreateVolume(r) => self.resend_create(r).await?,
+                Step::NodeStage(_) | Step::NodePublish(_) => {
+                    return Err(anyhow!(
+                        "{at}: {} is not supported by this lab yet",
+                        step.value.keyword()
+                    ));
+                }
+                other => {
+                    let job = self.begin(other)?;
+                    if let Some(job) = job {
+                        self.run_job(job).await;
+                    }
+                    self.converge().await?;
+                }
+            }
+            self.sample(i);
+            if snapshots == StepSnapshots::Every && !matches!(step.value, Step::Expect(_)) {
+                let text = self.render_snapshot();
+                self.step_snapshots.push(StepSnapshot {
+                    step: i,
+                    name: step.value.describe(),
+                    text,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Make the Kubernetes change a step asks for; a VM operation is returned
+    /// as a Director job for the caller to run.
+    fn begin(&mut self, step: &Step) -> anyhow::Result<Option<Job>> {
+        match step {
+            Step::CreateVolume(v) => {
+                let bytes = crate::scenario::bosh::parse_quantity(&v.size).unwrap_or(1 << 30);
+                let obj = self
+                    .kube
+                    .create(
+                        Kind::PersistentVolumeClaim,
+                        json!({"metadata":{"name":v.name,"namespace":v.namespace},"spec":{
+                            "storageClassName":v.class,"accessModes":[v.access.as_str()],
+                            "resources":{"requests":{"storage":bytes.to_string()}}}}),
+                    )
+                    .map_err(|e| anyhow!("creating PVC {}/{}: {e}", v.namespace, v.name))?;
+                self.norm
+                    .id("pv", &format!("pvc-{}", str_at(&obj, &["metadata", "uid"])));
+                Ok(None)
+            }
+            Step::DeleteVolume(v) => {
+                self.kube
+                    .delete(Kind::PersistentVolumeClaim, Some(&v.namespace), &v.name)
+                    .map_err(|e| anyhow!("deleting PVC {}/{}: {e}", v.namespace, v.name))?;
+                Ok(None)
+            }
+            Step::Publish(p) => {
+                let obj = self
+                    .kube
+                    .create(
+                        Kind::Pod,
+                        json!({"metadata":{"name":p.pod,"namespace":p.namespace},"spec":{
+                            "nodeName":p.node,
+                            "containers":[{"name":"c","image":"busybox"}],
+                            "volumes":[{"name":"data","persistentVolumeClaim":{
+                                "claimName":p.volume,"readOnly":p.read_only}}]}}),
+                    )
+                    .map_err(|e| anyhow!("creating pod {}/{}: {e}", p.namespace, p.pod))?;
+                let uid = str_at(&obj, &["metadata", "uid"]);
+                self.norm.id("pod-uid", &uid);
+                self.read_only_pods.insert(uid, p.read_only);
+                Ok(None)
+            }
+            Step::Unpublish(p) => {
+                self.kube
+                    .delete(Kind::Pod, Some(&p.namespace), &p.pod)
+                    .map_err(|e| anyhow!("deleting pod {}/{}: {e}", p.namespace, p.pod))?;
+                Ok(None)
+            }
+            Step::Deploy(d) => Ok(Some(Job::Deploy {
+                deployment: d.deployment.clone(),
+            })),
+            Step::RollingUpdate(d) => Ok(Some(Job::RollingUpdate {
+                deployment: d.deployment.clone(),
+            })),
+            Step::RecreateVm(n) => {
+                let id = self
+                    .nodes
+                    .iter()
+                    .find(|x| x.name == n.node)
+                    .map(|x| x.instance_id.clone())
+                    .ok_or_else(|| anyhow!("no node {}", n.node))?;
+                Ok(Some(Job::Recreate { instance_id: id }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Run a VM operation as the operator would (user `admin`), wait for its task.
+    async fn run_job(&self, job: Job) {
+        let what = format!("{job:?}");
+        let r = self.director().run_job(job, "admin").await;
+        let text = match r {
+            Ok(t) => format!(
+                "operator task {} ({}) ended {:?}{}",
+                t.id,
+                t.description,
+                t.state,
+                t.result.map(|r| format!(": {r}")).unwrap_or_default()
+            ),
+            Err(e) => format!("operator job {what} could not run: {e}"),
+        };
+        self.history.record(EventKind::Note {
+            component: Component::Lab,
+            text,
+        });
+    }
+
+    /// The provisioner's last CreateVolume for a PVC, sent again asking `size`.
+    async fn resend_create(&mut self, r: &crate::scenario::ResendStep) -> anyhow::Result<()> {
+        let uid = self
+            .kube
+            .get(Kind::PersistentVolumeClaim, Some(&r.namespace), &r.name)?
+            .map(|o| str_at(&o, &["metadata", "uid"]))
+            .unwrap_or_default();
+        let name = format!("pvc-{uid}");
+        let original = self
+            .sidecars
+            .provisioner
+            .exchanges()
+            .into_iter()
+            .rev()
+            .find_map(|e| match e.request {
+                DriverRequest::CreateVolume(req) if req.name == name => Some(req),
+                _ => None,
+            });
+        let Some(mut req) = original else {
+            return Err(anyhow!(
+                "resend_create_volume {}/{}: the provisioner never sent its CreateVolume",
+                r.namespace,
+                r.name
+            ));
+        };
+        let bytes = crate::scenario::bosh::parse_quantity(&r.size).unwrap_or(1 << 30);
+        req.capacity_range = Some(drivelab_proto::csi::CapacityRange {
+            required_bytes: bytes as i64,
+            limit_bytes: bytes as i64,
+        });
+        self.sidecars
+            .provisioner
+            .replay(DriverRequest::CreateVolume(req))
+            .await;
+        Ok(())
+    }
+
+    /// Start the steps at once. Their first-hop requests (sidecar → driver) and
+    /// the driver's own calls meet at the gates and are released in seeded
+    /// order; VM operations run as Director tasks beside them.
+    async fn concurrent(&mut self, steps: &[Step]) -> anyhow::Result<()> {
+        let mut jobs = Vec::new();
+        for s in steps {
+            if let Some(j) = self.begin(s)? {
+                jobs.push(j);
+            }
+        }
+        // The targets each step's Kubernetes change made work for, one actor each.
+        let targets = self.sidecars.targets()?;
+        let mut task_ids = Vec::new();
+        for j in jobs {
+            match self.director().start_job(j) {
+                Ok(id) => task_ids.push(id),
+                Err(e) => {
+                    self.history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: format!("operator job could not start: {e}"),
+                    });
+                }
+            }
+        }
+        self.sched.begin(targets.len());
+        let mut handles = Vec::new();
+        for t in targets {
+            self.sched.actor_started();
+            let sidecars = self.sidecars.clone();
+            let sched = self.sched.clone();
+            handles.push(tokio::spawn(async move {
+                let r = sidecars.reconcile(&t).await;
+                sched.actor_done();
+                (t, r)
+            }));
+            self.sched.quiescent().await;
+        }
+        for h in handles {
+            let (t, r) = h
+                .await
+                .map_err(|e| anyhow!("a concurrent step panicked: {e}"))?;
+            if let Err(e) = r {
+                return Err(anyhow!("reconciling {t}: {e}"));
+            }
+        }
+        self.sched.end();
+        for id in task_ids {
+            if let Ok(t) = self.director().wait_task(id).await {
+                self.history.record(EventKind::Note {
+                    component: Component::Lab,
+                    text: format!(
+                        "operator task {} ({}) ended {:?}{}",
+                        t.id,
+                        t.description,
+                        t.state,
+                        t.result.map(|r| format!(": {r}")).unwrap_or_default()
+                    ),
+                });
+            }
+        }
+        self.converge().await
+    }
+
+    /// Resync every sidecar target until a round where all are done and nothing
+    /// changed, or the step's virtual-time window closes. Between rounds the
+    /// clock moves on by the shortest back-off asked for.
+    async fn converge(&mut self) -> anyhow::Result<()> {
+        let deadline = self.clock.now().after(self.converge_within);
+        self.pending.clear();
+        for _ in 0..MAX_ROUNDS {
+            let before = self.fingerprint()?;
+            let mut wait: Option<Duration> = None;
+            let mut pending = Vec::new();
+            for t in self.sidecars.targets()? {
+                let r = self
+                    .sidecars
+                    .reconcile(&t)
+                    .await
+                    .map_err(|e| anyhow!("reconciling {t}: {e}"))?;
+                if let Reconcile::Requeue { after, reason } = r {
+                    self.history.record(EventKind::Note {
+                        component: sidecar_of(&t),
+                        text: format!("requeue {t} in {}ms: {reason}", after.as_millis()),
+                    });
+                    pending.push(format!("{t}: {reason}"));
+                    wait = Some(wait.map_or(after, |w| w.min(after)));
+                }
+            }
+            self.pending = pending;
+            match wait {
+                None if self.fingerprint()? == before => return Ok(()),
+                None => {}
+                Some(w) => {
+                    let at = self.clock.now().after(w);
+                    if at > deadline {
+                        break;
+                    }
+                    self.clock.advance_to(at);
+                }
+            }
+        }
+        for p in &self.pending {
+            let msg = format!("{p} (still pending at {})", self.clock.now());
+            self.history.record(EventKind::Note {
+                component: Component::Lab,
+                text: format!("not converged: {msg}"),
+            });
+            let key = p.split(':').next().unwrap_or_default().to_string();
+            self.not_converged.retain(|m| !m.starts_with(&key));
+            self.not_converged.push(msg);
+        }
+        Ok(())
+    }
+
+    /// Everything the sidecars read, to tell a quiet round from a busy one.
+    fn fingerprint(&self) -> anyhow::Result<String> {
+        let mut out = String::new();
+        for k in [
+            Kind::PersistentVolumeClaim,
+            Kind::PersistentVolume,
+            Kind::VolumeAttachment,
+            Kind::Pod,
+            Kind::CsiNode,
+        ] {
+            out.push_str(&Value::Array(self.kube.list(k, None)?).to_string());
+        }
+        for n in &self.nodes {
+            out.push_str(&format!("{:?}", n.table.mounts()));
+        }
+        Ok(out)
+    }
+
+    /// Every exchange of every CSI sidecar, in call order.
+    fn exchanges(&self) -> Vec<Exchange> {
+        let mut all = self.sidecars.provisioner.exchanges();
+        all.extend(self.sidecars.attacher.exchanges());
+        for a in self.sidecars.nodes.values() {
+            all.extend(a.exchanges());
+        }
+        all.sort_by_key(|e| e.call);
+        all
+    }
+
+    /// What the step boundary shows: attachments, mounts, VolumeAttachments, pods.
+    fn sample(&mut self, step: usize) {
+        let cpi = self.director().cpi().clone();
+        for d in self.director().disks() {
+            self.disk_names.insert(d.cid.clone(), d.name.clone());
+        }
+        let vas = self
+            .kube
+            .list(Kind::VolumeAttachment, None)
+            .unwrap_or_default()
+            .iter()
+            .map(|va| {
+                (
+                    str_at(va, &["spec", "source", "persistentVolumeName"]),
+                    str_at(va, &["spec", "nodeName"]),
+                    va["status"]["attached"].as_bool().unwrap_or(false),
+                )
+            })
+            .collect();
+        let pvs = self
+            .kube
+            .list(Kind::PersistentVolume, None)
+            .unwrap_or_default()
+            .iter()
+            .map(|pv| {
+                let modes = pv["spec"]["accessModes"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                    .unwrap_or_default();
+                (
+                    str_at(pv, &["metadata", "name"]),
+                    (str_at(pv, &["spec", "csi", "volumeHandle"]), modes),
+                )
+            })
+            .collect();
+        self.samples.push(Sample {
+            step,
+            attachments: cpi
+                .attachments()
+                .into_iter()
+                .map(|a| (a.disk_cid, a.vm_cid))
+                .collect(),
+            mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
+            volume_attachments: vas,
+            pvs,
+            disks: self.director().disks(),
+        });
+    }
+
+    fn expect(&self, e: &Expectation) -> Vec<String> {
+        let mut fails = Vec::new();
+        let all = self.exchanges();
+        if let Some(code) = e.code {
+            let mine: Vec<&Exchange> = all
+                .iter()
+                .filter(|x| x.call.0 >= self.step_calls_from)
+                .collect();
+            match mine.last() {
+                None => fails.push(format!(
+                    "expected the last CSI reply to be {}, but the previous step made no CSI call",
+                    code.name()
+                )),
+                Some(x) => {
+                    let got = x.reply.code_name();
+                    if got != code.name() {
+                        let msg = match &x.reply {
+                            DriverReply::Failed { message, .. } => format!(" ({message})"),
+                            _ => String::new(),
+                        };
+                        fails.push(format!(
+                            "{} answered {got}{msg}, expected {}",
+                            x.request.rpc(),
+                            code.name()
+                        ));
+                    }
+                }
+            }
+        }
+        if let (Some(v), Some(want)) = (&e.volume, e.bound) {
+            let got = self
+                .kube
+                .get(Kind::PersistentVolumeClaim, Some(&e.namespace), v)
+                .ok()
+                .flatten()
+                .map(|o| str_at(&o, &["status", "phase"]) == "Bound")
+                .unwrap_or(false);
+            if got != want {
+                fails.push(format!(
+                    "volume {}/{v}: bound is {got}, expected {want}",
+                    e.namespace
+                ));
+            }
+        }
+        if let (Some(p), Some(want)) = (&e.pod, e.running) {
+            let got = self
+                .kube
+                .get(Kind::Pod, Some(&e.namespace), p)
+                .ok()
+                .flatten()
+                .map(|o| str_at(&o, &["status", "phase"]) == "Running")
+                .unwrap_or(false);
+            if got != want {
+                fails.push(format!(
+                    "pod {}/{p}: running is {got}, expected {want}",
+                    e.namespace
+                ));
+            }
+        }
+        if let Some(want) = e.iaas_disks {
+            let got = self.director().cpi().disks().len();
+            if got != want {
+                fails.push(format!("the IaaS has {got} disks, expected {want}"));
+            }
+        }
+        if let Some(calls) = &e.driver_calls {
+            for (rpc, want) in calls {
+                let got = all.iter().filter(|x| x.request.rpc() == rpc).count();
+                if got != *want {
+                    fails.push(format!(
+                        "the CSI sidecars made {got} {rpc} calls, expected {want}"
+                    ));
+                }
+            }
+        }
+        if e.claim.is_some() || e.access.is_some() || e.backend.is_some() {
+            fails.push("claim/access/backend are COSI expectations; this is a BOSH scenario".into());
+        }
+        fails
+    }
+
+    fn render_snapshot(&mut self) -> String {
+        let input = snapshot::bosh::BoshSnapshotInput {
+            instances: self.director().instances(),
+            disks: self.director().disks(),
+            iaas_disks: self.director().cpi().disks(),
+            attachments: self.director().cpi().attachments(),
+            pvcs: self
+                .kube
+                .list(Kind::PersistentVolumeClaim, None)
+                .unwrap_or_default(),
+            pvs: self
+                .kube
+                .list(Kind::PersistentVolume, None)
+                .unwrap_or_default(),
+            volume_attachments: self
+                .kube
+                .list(Kind::VolumeAttachment, None)
+                .unwrap_or_default(),
+            pods: self.kube.list(Kind::Pod, None).unwrap_or_default(),
+            mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
+            tasks: self.director().tasks(),
+            locks: self.director().locks(),
+        };
+        snapshot::bosh::render(&input, &mut self.norm)
+    }
+
+    async fn finish(
+        &mut self,
+        scn: &Scenario,
+        seed: u64,
+        mutants: &[Mutant],
+        log_start: usize,
+    ) -> anyhow::Result<RunOutcome> {
+        // Faults off, partitions healed, the Director up: does everything converge now?
+        self.hook.disarm_all();
+        self.history.record(EventKind::Step {
+            index: scn.steps.len(),
+            name: "final convergence (faults healed)".into(),
+        });
+        self.director.up().await?;
+        self.converge().await?;
+        self.sample(scn.steps.len());
+        let snapshot = self.render_snapshot();
+        let history = self.history.events();
+        let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
+        let history_text = self.norm.text_all(&history_json);
+        let logs = crate::logcap::since(log_start);
+        let secrets = vec![self.client_secret.clone()];
+        let obs = BoshObservations {
+            samples: std::mem::take(&mut self.samples),
+            calls: drivelab_fakes::history::calls(&history),
+            exchanges: self.exchanges(),
+            disk_names: self.disk_names.clone(),
+            iaas_disks: self
+                .director()
+                .cpi()
+                .disks()
+                .into_iter()
+                .map(|d| d.cid)
+                .collect(),
+            director_disks: self.director().disks(),
+            tasks: self.director().tasks(),
+            client_id: CLIENT_ID.to_string(),
+            client_deployments: self.spec.client_deployments.clone(),
+            read_only_pods: self.read_only_pods.clone(),
+            pods: self.kube.list(Kind::Pod, None)?,
+            pvcs: self.kube.list(Kind::PersistentVolumeClaim, None)?,
+            pending: self.pending.clone(),
+            secrets: secrets.clone(),
+            artifacts: vec![
+                ("snapshot".into(), snapshot.clone()),
+                ("history".into(), history_json),
+                ("history (normalised)".into(), history_text.clone()),
+                ("log".into(), logs),
+            ],
+        };
+        let verdicts = scn
+            .invariants
+            .iter()
+            .map(|i| checks::check(*i, &obs))
+            .collect();
+        let driver_name = bosh_csi::DRIVER_NAME.to_string();
+        Ok(RunOutcome {
+            scenario: scn.name.clone(),
+            path: scn.path.clone(),
+            seed,
+            mutants: mutants.to_vec(),
+            driver_name,
+            verdicts,
+            expect_failures: self.expect_failures.clone(),
+            not_converged: self.not_converged.clone(),
+            snapshot,
+            history,
+            history_text,
+            step_snapshots: std::mem::take(&mut self.step_snapshots),
+            claims: scn.claims.clone(),
+            replay: replay_command(&scn.path, seed, mutants),
+            secrets,
+        })
+    }
+}
+
+/// The sidecar a target belongs to (for whose lane its notes go in).
+fn sidecar_of(t: &CsiTarget) -> Component {
+    match t {
+        CsiTarget::Provision(_) => Component::CsiProvisioner,
+        CsiTarget::Attach(_) => Component::CsiAttacher,
+        CsiTarget::Node { .. } => Component::Kubelet,
+    }
+}

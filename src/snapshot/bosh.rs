@@ -1,0 +1,202 @@
+//! The BOSH/CSI ownership snapshot: who owns which IaaS disk (Director disk →
+//! PersistentVolume → claim → deployment), which VM it is attached to, what is
+//! mounted where, and which Director tasks ran and which locks are held. Ids
+//! are labelled in first-seen order, as in the COSI snapshot.
+
+use std::fmt::Write as _;
+
+use drivelab_fakes::cpi::{Attachment, CpiDiskView};
+use drivelab_fakes::csi::mounts::MountView;
+use drivelab_fakes::director::{DiskView, InstanceView, LockView, TaskView};
+use drivelab_fakes::json::str_at;
+use serde_json::Value;
+
+use super::Normalizer;
+
+/// What one BOSH snapshot is rendered from.
+pub struct BoshSnapshotInput {
+    /// Director instances.
+    pub instances: Vec<InstanceView>,
+    /// Director disks.
+    pub disks: Vec<DiskView>,
+    /// IaaS disks.
+    pub iaas_disks: Vec<CpiDiskView>,
+    /// IaaS attachments.
+    pub attachments: Vec<Attachment>,
+    /// PVCs.
+    pub pvcs: Vec<Value>,
+    /// PVs.
+    pub pvs: Vec<Value>,
+    /// VolumeAttachments.
+    pub volume_attachments: Vec<Value>,
+    /// Pods.
+    pub pods: Vec<Value>,
+    /// Every node's mounts.
+    pub mounts: Vec<MountView>,
+    /// Director tasks.
+    pub tasks: Vec<TaskView>,
+    /// Director locks held.
+    pub locks: Vec<LockView>,
+}
+
+/// The snapshot text (deterministic for one seed; no secrets in any input).
+pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
+    let mut out = String::new();
+    // Label in a stable order first, so every later mention reads the same.
+    let mut instances = i.instances.clone();
+    instances.sort_by(|a, b| (&a.deployment, &a.name).cmp(&(&b.deployment, &b.name)));
+    for inst in &instances {
+        n.id("instance", &inst.id);
+        if let Some(vm) = &inst.vm_cid {
+            n.id("vm", vm);
+        }
+    }
+    let mut disks = i.disks.clone();
+    disks.sort_by(|a, b| a.name.cmp(&b.name));
+    for d in &disks {
+        n.id("volume", &d.name);
+        n.id("disk", &d.cid);
+    }
+    let mut iaas = i.iaas_disks.clone();
+    iaas.sort_by(|a, b| a.cid.cmp(&b.cid));
+    for d in &iaas {
+        n.id("disk", &d.cid);
+    }
+
+    let _ = writeln!(out, "instances:");
+    for inst in &instances {
+        let _ = writeln!(
+            out,
+            "  {}/{} {} vm {} ({})",
+            inst.deployment,
+            inst.name,
+            n.text(&inst.id),
+            inst.vm_cid
+                .as_deref()
+                .map(|v| n.text(v))
+                .unwrap_or_else(|| "none".into()),
+            inst.state
+        );
+    }
+    let _ = writeln!(out, "director disks:");
+    for d in &disks {
+        let _ = writeln!(
+            out,
+            "  {} cid {} deployment {} {} MiB attached to {}",
+            n.text(&d.name),
+            n.text(&d.cid),
+            d.deployment,
+            d.size_mib,
+            d.instance_id
+                .as_deref()
+                .map(|x| n.text(x))
+                .unwrap_or_else(|| "nothing".into())
+        );
+    }
+    let _ = writeln!(out, "iaas disks:");
+    for d in &iaas {
+        let owner = disks
+            .iter()
+            .find(|x| x.cid == d.cid)
+            .map(|x| n.text(&x.name))
+            .unwrap_or_else(|| "NO DIRECTOR DISK".into());
+        let vms: Vec<String> = i
+            .attachments
+            .iter()
+            .filter(|a| a.disk_cid == d.cid)
+            .map(|a| n.text(&a.vm_cid))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {} {} MiB of {owner} attached to [{}]",
+            n.text(&d.cid),
+            d.size_mib,
+            vms.join(", ")
+        );
+    }
+    let _ = writeln!(out, "claims:");
+    for c in &i.pvcs {
+        let pv = str_at(c, &["spec", "volumeName"]);
+        let handle = i
+            .pvs
+            .iter()
+            .find(|p| str_at(p, &["metadata", "name"]) == pv)
+            .map(|p| str_at(p, &["spec", "csi", "volumeHandle"]))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {}/{} {} pv {} volume {}{}",
+            str_at(c, &["metadata", "namespace"]),
+            str_at(c, &["metadata", "name"]),
+            str_at(c, &["status", "phase"]),
+            if pv.is_empty() { "none".into() } else { n.id("pv", &pv) },
+            if handle.is_empty() { "none".into() } else { n.text(&handle) },
+            deleting(c)
+        );
+    }
+    let _ = writeln!(out, "volume attachments:");
+    for va in &i.volume_attachments {
+        let _ = writeln!(
+            out,
+            "  {} on {} attached={}{}",
+            n.id("pv", &str_at(va, &["spec", "source", "persistentVolumeName"])),
+            str_at(va, &["spec", "nodeName"]),
+            va["status"]["attached"].as_bool().unwrap_or(false),
+            deleting(va)
+        );
+    }
+    let _ = writeln!(out, "pods:");
+    for p in &i.pods {
+        let _ = writeln!(
+            out,
+            "  {}/{} on {} {}{}",
+            str_at(p, &["metadata", "namespace"]),
+            str_at(p, &["metadata", "name"]),
+            str_at(p, &["spec", "nodeName"]),
+            str_at(p, &["status", "phase"]),
+            deleting(p)
+        );
+    }
+    let _ = writeln!(out, "mounts:");
+    let mut mounts = i.mounts.clone();
+    mounts.sort_by(|a, b| (&a.node, &a.target).cmp(&(&b.node, &b.target)));
+    for m in &mounts {
+        let _ = writeln!(
+            out,
+            "  {} {} {} of disk {} {}{}",
+            m.node,
+            if m.bind { "bind" } else { "stage" },
+            n.text_all(&m.target),
+            n.text(&m.disk_cid),
+            if m.read_only { "ro" } else { "rw" },
+            if m.device_present { "" } else { " (device gone)" }
+        );
+    }
+    let _ = writeln!(out, "director tasks:");
+    let mut by_state: std::collections::BTreeMap<String, usize> = Default::default();
+    for t in &i.tasks {
+        *by_state
+            .entry(format!(
+                "{} {:?}",
+                if t.disk_job { "disk" } else { "vm" },
+                t.state
+            ))
+            .or_default() += 1;
+    }
+    for (k, c) in by_state {
+        let _ = writeln!(out, "  {k}: {c}");
+    }
+    let _ = writeln!(out, "locks held:");
+    for l in &i.locks {
+        let _ = writeln!(out, "  {}", n.text(&l.name));
+    }
+    out
+}
+
+fn deleting(o: &Value) -> &'static str {
+    if str_at(o, &["metadata", "deletionTimestamp"]).is_empty() {
+        ""
+    } else {
+        " (deleting)"
+    }
+}
