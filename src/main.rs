@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
 use crate::scenario::Mutant;
-use drivelab::{engine, report, scenario};
+use clap::{Parser, Subcommand};
 use drivelab::scenario::BuiltinDriver;
+use drivelab::{engine, report, scenario};
 
 #[derive(Parser)]
 #[command(
@@ -349,7 +349,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 };
                 if let Some(m) = mutants.iter().find(|m| m.driver() != BuiltinDriver::CosiS3) {
-                    eprintln!("drivelab: mutant {m} is a bug of {}, not cosi-s3", m.driver().name());
+                    eprintln!(
+                        "drivelab: mutant {m} is a bug of {}, not cosi-s3",
+                        m.driver().name()
+                    );
                     return ExitCode::from(2);
                 }
                 let config = cosi_s3::DriverConfig {

@@ -293,7 +293,11 @@ fn scoped_access(obs: &BoshObservations) -> Verdict {
         }
     }
     if !obs.client_deployments.is_empty() {
-        for t in obs.tasks.iter().filter(|t| t.disk_job && t.user == obs.client_id) {
+        for t in obs
+            .tasks
+            .iter()
+            .filter(|t| t.disk_job && t.user == obs.client_id)
+        {
             if let Some(d) = &t.deployment {
                 if !obs.client_deployments.contains(d) {
                     v.fail(
@@ -464,7 +468,10 @@ fn no_attach_during_recreate(obs: &BoshObservations) -> Verdict {
 fn converges(obs: &BoshObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::Converges);
     for p in &obs.pending {
-        v.fail(format!("still requeued after the final convergence: {p}"), []);
+        v.fail(
+            format!("still requeued after the final convergence: {p}"),
+            [],
+        );
     }
     for c in &obs.pvcs {
         if str_at(c, &["metadata", "deletionTimestamp"]).is_empty()

@@ -603,10 +603,7 @@ pub fn no_secret_leak(obs: &Observations) -> Verdict {
 pub(crate) fn secret_scan(all: &[Secret], artifacts: &[(String, String)]) -> Verdict {
     let mut v = Verdict::new(Invariant::NoSecretLeak);
     // Very short values would match by accident; real secrets here are ≥ 16 chars.
-    let secrets: Vec<&Secret> = all
-        .iter()
-        .filter(|s| s.expose().len() >= 8)
-        .collect();
+    let secrets: Vec<&Secret> = all.iter().filter(|s| s.expose().len() >= 8).collect();
     // One automaton over every secret, one pass per artifact: searching each
     // secret separately made this O(secrets × text), quadratic in a run's size.
     let ac = aho_corasick::AhoCorasick::builder()

@@ -209,7 +209,7 @@ struct BoshLab {
     expect_failures: Vec<ExpectFailure>,
     not_converged: Vec<String>,
     pending: Vec<String>,
-    step_calls_from: u64,
+    step_exchanges_from: usize,
     norm: Normalizer,
     step_snapshots: Vec<StepSnapshot>,
 }
@@ -320,7 +320,10 @@ impl BoshLab {
             },
             &ctl_sock,
         ));
-        controller.start().await.context("starting the CSI controller")?;
+        controller
+            .start()
+            .await
+            .context("starting the CSI controller")?;
 
         let kube = KubeFake::new(store("kube")?, gate(), rng.random())
             .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))?;
@@ -445,7 +448,7 @@ impl BoshLab {
             expect_failures: Vec::new(),
             not_converged: Vec::new(),
             pending: Vec::new(),
-            step_calls_from: 0,
+            step_exchanges_from: 0,
             norm,
             step_snapshots: Vec::new(),
         })
@@ -471,7 +474,7 @@ impl BoshLab {
                 name: step.value.describe(),
             });
             if !matches!(step.value, Step::Expect(_)) {
-                self.step_calls_from = self.history.len() as u64;
+                self.step_exchanges_from = self.exchanges().len();
             }
             match &step.value {
                 Step::Expect(e) => {
@@ -846,7 +849,12 @@ impl BoshLab {
             .map(|pv| {
                 let modes = pv["spec"]["accessModes"]
                     .as_array()
-                    .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
                     .unwrap_or_default();
                 (
                     str_at(pv, &["metadata", "name"]),
@@ -872,10 +880,7 @@ impl BoshLab {
         let mut fails = Vec::new();
         let all = self.exchanges();
         if let Some(code) = e.code {
-            let mine: Vec<&Exchange> = all
-                .iter()
-                .filter(|x| x.call.0 >= self.step_calls_from)
-                .collect();
+            let mine = &all[self.step_exchanges_from.min(all.len())..];
             match mine.last() {
                 None => fails.push(format!(
                     "expected the last CSI reply to be {}, but the previous step made no CSI call",
@@ -944,7 +949,8 @@ impl BoshLab {
             }
         }
         if e.claim.is_some() || e.access.is_some() || e.backend.is_some() {
-            fails.push("claim/access/backend are COSI expectations; this is a BOSH scenario".into());
+            fails
+                .push("claim/access/backend are COSI expectations; this is a BOSH scenario".into());
         }
         fails
     }

@@ -37,9 +37,9 @@ impl InProcessDriver {
     pub fn cosi(config: cosi_s3::DriverConfig, socket: &Path) -> Self {
         let serve: ServeFn = std::sync::Arc::new(move |socket: PathBuf| {
             let config = config.clone();
-            Box::pin(async move {
-                cosi_s3::serve_unix(config, &socket, std::future::pending()).await
-            })
+            Box::pin(
+                async move { cosi_s3::serve_unix(config, &socket, std::future::pending()).await },
+            )
         });
         Self::new(serve, socket)
     }
@@ -48,9 +48,9 @@ impl InProcessDriver {
     pub fn bosh_csi(config: bosh_csi::DriverConfig, socket: &Path) -> Self {
         let serve: ServeFn = std::sync::Arc::new(move |socket: PathBuf| {
             let config = config.clone();
-            Box::pin(async move {
-                bosh_csi::serve_unix(config, &socket, std::future::pending()).await
-            })
+            Box::pin(
+                async move { bosh_csi::serve_unix(config, &socket, std::future::pending()).await },
+            )
         });
         Self::new(serve, socket)
     }

@@ -232,7 +232,10 @@ fn in_scope(call: &CallSpec) -> bool {
 fn is_sidecar(c: Component) -> bool {
     matches!(
         c,
-        Component::Sidecar | Component::CsiProvisioner | Component::CsiAttacher | Component::Kubelet
+        Component::Sidecar
+            | Component::CsiProvisioner
+            | Component::CsiAttacher
+            | Component::Kubelet
     )
 }
 

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::scenario::Mutant;
 use anyhow::{anyhow, Context};
 use base64::Engine as _;
-use crate::scenario::Mutant;
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cosi_sidecar::{
     CosiSidecar, DriverOp, DriverReply, DriverRequest, Exchange, Reconcile, Target,

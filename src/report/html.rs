@@ -283,12 +283,21 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
     page(&format!("{} — drivelab", r.scenario), &b)
 }
 
-const LANE_ORDER: [Component; 7] = [
+/// Lanes top to bottom: the lab, whoever drives the driver, the driver, what it calls.
+/// Only lanes with events are drawn, so a COSI and a BOSH run each get their own set.
+const LANE_ORDER: [Component; 14] = [
     Component::Lab,
     Component::Sidecar,
+    Component::CsiProvisioner,
+    Component::CsiAttacher,
+    Component::Kubelet,
     Component::Driver,
     Component::S3Admin,
     Component::S3,
+    Component::Director,
+    Component::Cpi,
+    Component::Agent,
+    Component::Mounts,
     Component::Kube,
     Component::Workload,
 ];

@@ -226,7 +226,10 @@ impl RawBosh {
             }
             if !["Delete", "Retain"].contains(&c.reclaim_policy.as_str()) {
                 return Err((
-                    format!("reclaim_policy `{}` is not Delete or Retain", c.reclaim_policy),
+                    format!(
+                        "reclaim_policy `{}` is not Delete or Retain",
+                        c.reclaim_policy
+                    ),
                     None,
                 ));
             }

@@ -106,7 +106,10 @@ pub fn parse_target(s: &str) -> Result<FaultTarget, String> {
         .ok_or_else(|| format!("unknown component `{c}` (sidecar, driver, s3, s3admin, kube; director, cpi, agent, mounts)"))?;
     if matches!(
         component,
-        Component::Sidecar | Component::CsiProvisioner | Component::CsiAttacher | Component::Kubelet
+        Component::Sidecar
+            | Component::CsiProvisioner
+            | Component::CsiAttacher
+            | Component::Kubelet
     ) {
         return Err(
             "faults hit the callee; the sidecar is never called (aim at `driver.<RPC>` instead)"

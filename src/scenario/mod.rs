@@ -10,20 +10,20 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+pub mod bosh;
 pub mod driver;
 pub mod fault;
 pub mod invariant;
 pub mod mutant;
-pub mod bosh;
 pub mod write;
-pub use driver::{
-    BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, ExternalDriver, PLACEHOLDERS,
-};
-pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use bosh::{
     AccessMode, Bosh, DeploymentRef, NodeCallStep, NodeRef, PodRef, PublishStep, ResendStep,
     VolumeRef, VolumeStep,
 };
+pub use driver::{
+    BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, ExternalDriver, PLACEHOLDERS,
+};
+pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use invariant::Invariant;
 pub use mutant::Mutant;
 
@@ -825,7 +825,10 @@ impl Validator<'_> {
                 let at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
                 return Err(self.err(
                     &at,
-                    format!("a `bosh:` scenario drives a CSI driver, but {} speaks COSI", driver.describe()),
+                    format!(
+                        "a `bosh:` scenario drives a CSI driver, but {} speaks COSI",
+                        driver.describe()
+                    ),
                     Some("use `builtin: bosh-csi`, or `protocol: csi` for a command/image driver"),
                 ));
             }
@@ -833,7 +836,10 @@ impl Validator<'_> {
                 let at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
                 return Err(self.err(
                     &at,
-                    format!("{} speaks CSI, which needs the BOSH system", driver.describe()),
+                    format!(
+                        "{} speaks CSI, which needs the BOSH system",
+                        driver.describe()
+                    ),
                     Some("add a `bosh:` section (`bosh: {}` takes every default)"),
                 ));
             }
@@ -857,7 +863,11 @@ impl Validator<'_> {
         for s in raw.steps.value {
             steps.push(self.step(&mut ctx, s, false)?);
         }
-        let system = if bosh.is_some() { System::Bosh } else { System::Cosi };
+        let system = if bosh.is_some() {
+            System::Bosh
+        } else {
+            System::Cosi
+        };
         let mut invariants = Vec::new();
         for i in raw.invariants {
             if !i.value.applies_to(system) {
@@ -866,7 +876,11 @@ impl Validator<'_> {
                     format!(
                         "invariant `{}` does not apply to a {} scenario",
                         i.value.id(),
-                        if system == System::Bosh { "BOSH/CSI" } else { "COSI" }
+                        if system == System::Bosh {
+                            "BOSH/CSI"
+                        } else {
+                            "COSI"
+                        }
                     ),
                     Some("`drivelab list invariants` says which system each is for"),
                 ));
@@ -1162,7 +1176,13 @@ impl Validator<'_> {
             }
             RawStep::Restart(r) if ctx.bosh.is_some() => {
                 if !["director", "kube"].contains(&r.component.as_str()) {
-                    return Err(self.err(&here, format!("cannot restart `{}`", r.component), Some("restart director or kube; crash the driver with a crash_driver fault")));
+                    return Err(self.err(
+                        &here,
+                        format!("cannot restart `{}`", r.component),
+                        Some(
+                            "restart director or kube; crash the driver with a crash_driver fault",
+                        ),
+                    ));
                 }
                 Step::Restart(r)
             }
@@ -1243,39 +1263,78 @@ impl Validator<'_> {
                 if !bosh.storage_classes.iter().any(|c| c.name == v.class) {
                     return Err(self.err(
                         &here,
-                        format!("volume `{}` uses storage class `{}`, which is not defined", v.name, v.class),
+                        format!(
+                            "volume `{}` uses storage class `{}`, which is not defined",
+                            v.name, v.class
+                        ),
                         Some("add it under `bosh: storage_classes:`"),
                     ));
                 }
                 if bosh::parse_quantity(&v.size).is_none() {
-                    return Err(self.err(&here, format!("size `{}` is not a Kubernetes quantity", v.size), Some("e.g. 1Gi, 512Mi")));
+                    return Err(self.err(
+                        &here,
+                        format!("size `{}` is not a Kubernetes quantity", v.size),
+                        Some("e.g. 1Gi, 512Mi"),
+                    ));
                 }
                 check_dns(self, &here, &v.name)?;
                 if !ctx.volumes.insert((v.namespace.clone(), v.name.clone())) {
-                    return Err(self.err(&here, format!("volume `{}/{}` is created twice", v.namespace, v.name), None));
+                    return Err(self.err(
+                        &here,
+                        format!("volume `{}/{}` is created twice", v.namespace, v.name),
+                        None,
+                    ));
                 }
                 Step::CreateVolume(v)
             }
             RawStep::DeleteVolume(v) => {
                 if !ctx.volumes.contains(&(v.namespace.clone(), v.name.clone())) {
-                    return Err(self.err(&here, format!("volume `{}/{}` is not created by an earlier step", v.namespace, v.name), None));
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "volume `{}/{}` is not created by an earlier step",
+                            v.namespace, v.name
+                        ),
+                        None,
+                    ));
                 }
                 Step::DeleteVolume(v)
             }
             RawStep::Publish(p) => {
-                if !ctx.volumes.contains(&(p.namespace.clone(), p.volume.clone())) {
-                    return Err(self.err(&here, format!("pod `{}` uses volume `{}/{}`, which no earlier step creates", p.pod, p.namespace, p.volume), Some("create it first with `create_volume`")));
+                if !ctx
+                    .volumes
+                    .contains(&(p.namespace.clone(), p.volume.clone()))
+                {
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "pod `{}` uses volume `{}/{}`, which no earlier step creates",
+                            p.pod, p.namespace, p.volume
+                        ),
+                        Some("create it first with `create_volume`"),
+                    ));
                 }
                 self.known_node(ctx, &here, &p.node)?;
                 check_dns(self, &here, &p.pod)?;
                 if !ctx.pods.insert((p.namespace.clone(), p.pod.clone())) {
-                    return Err(self.err(&here, format!("pod `{}/{}` is created twice", p.namespace, p.pod), None));
+                    return Err(self.err(
+                        &here,
+                        format!("pod `{}/{}` is created twice", p.namespace, p.pod),
+                        None,
+                    ));
                 }
                 Step::Publish(p)
             }
             RawStep::Unpublish(p) => {
                 if !ctx.pods.contains(&(p.namespace.clone(), p.pod.clone())) {
-                    return Err(self.err(&here, format!("pod `{}/{}` is not created by an earlier `publish`", p.namespace, p.pod), None));
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "pod `{}/{}` is not created by an earlier `publish`",
+                            p.namespace, p.pod
+                        ),
+                        None,
+                    ));
                 }
                 Step::Unpublish(p)
             }
@@ -1305,13 +1364,28 @@ impl Validator<'_> {
             }
             RawStep::ResendCreateVolume(r) => {
                 if nested {
-                    return Err(self.err(&here, "`resend_create_volume` cannot be part of `concurrent`", None));
+                    return Err(self.err(
+                        &here,
+                        "`resend_create_volume` cannot be part of `concurrent`",
+                        None,
+                    ));
                 }
                 if !ctx.volumes.contains(&(r.namespace.clone(), r.name.clone())) {
-                    return Err(self.err(&here, format!("volume `{}/{}` is not created by an earlier step", r.namespace, r.name), Some("a resend repeats a request an earlier create_volume made")));
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "volume `{}/{}` is not created by an earlier step",
+                            r.namespace, r.name
+                        ),
+                        Some("a resend repeats a request an earlier create_volume made"),
+                    ));
                 }
                 if bosh::parse_quantity(&r.size).is_none() {
-                    return Err(self.err(&here, format!("size `{}` is not a Kubernetes quantity", r.size), Some("e.g. 1Gi, 512Mi")));
+                    return Err(self.err(
+                        &here,
+                        format!("size `{}` is not a Kubernetes quantity", r.size),
+                        Some("e.g. 1Gi, 512Mi"),
+                    ));
                 }
                 Step::ResendCreateVolume(r)
             }
@@ -1338,27 +1412,59 @@ impl Validator<'_> {
         ))
     }
 
-    fn known_deployment(&self, ctx: &Ctx, here: &Spanned<()>, d: &str) -> Result<(), ScenarioError> {
+    fn known_deployment(
+        &self,
+        ctx: &Ctx,
+        here: &Spanned<()>,
+        d: &str,
+    ) -> Result<(), ScenarioError> {
         let bosh = ctx.bosh.as_ref().expect("BOSH steps need a bosh section");
         if bosh.deployments.iter().any(|x| x.name == d) {
             return Ok(());
         }
-        Err(self.err(here, format!("no deployment `{d}`"), Some("declare it under `bosh: deployments:`")))
+        Err(self.err(
+            here,
+            format!("no deployment `{d}`"),
+            Some("declare it under `bosh: deployments:`"),
+        ))
     }
 
-    fn node_call(&self, ctx: &Ctx, here: &Spanned<()>, n: &NodeCallStep) -> Result<(), ScenarioError> {
-        if !ctx.volumes.contains(&(n.namespace.clone(), n.volume.clone())) {
-            return Err(self.err(here, format!("volume `{}/{}` is not created by an earlier step", n.namespace, n.volume), None));
+    fn node_call(
+        &self,
+        ctx: &Ctx,
+        here: &Spanned<()>,
+        n: &NodeCallStep,
+    ) -> Result<(), ScenarioError> {
+        if !ctx
+            .volumes
+            .contains(&(n.namespace.clone(), n.volume.clone()))
+        {
+            return Err(self.err(
+                here,
+                format!(
+                    "volume `{}/{}` is not created by an earlier step",
+                    n.namespace, n.volume
+                ),
+                None,
+            ));
         }
         self.known_node(ctx, here, &n.node)
     }
 
     fn expectation(&self, here: &Spanned<()>, e: &Expectation) -> Result<(), ScenarioError> {
         if e.bound.is_some() != e.volume.is_some() {
-            return Err(self.err(here, "`bound` and `volume` go together", Some("write `volume: NAME` and `bound: true|false`")));
+            return Err(self.err(
+                here,
+                "`bound` and `volume` go together",
+                Some("write `volume: NAME` and `bound: true|false`"),
+            ));
         }
         if e.running.is_some() != e.pod.is_some() {
-            return Err(self.err(here, "`running` and `pod` go together", Some("write `pod: NAME` and `running: true|false`")));
+            return Err(self.err(
+                here,
+                "`running` and `pod` go together",
+                Some("write `pod: NAME` and `running: true|false`"),
+            ));
         }
         if e.ready.is_some() != e.claim.is_some() {
             return Err(self.err(
@@ -1393,7 +1499,9 @@ impl Validator<'_> {
         }
         if let Some(calls) = &e.driver_calls {
             for k in calls.keys() {
-                if !fault::DRIVER_OPS.contains(&k.as_str()) && !fault::CSI_DRIVER_OPS.contains(&k.as_str()) {
+                if !fault::DRIVER_OPS.contains(&k.as_str())
+                    && !fault::CSI_DRIVER_OPS.contains(&k.as_str())
+                {
                     return Err(self.err(here, format!("unknown driver RPC `{k}` in driver_calls"), Some("use DriverCreateBucket, DriverDeleteBucket, DriverGrantBucketAccess or DriverRevokeBucketAccess")));
                 }
             }

@@ -242,13 +242,21 @@ fn bosh_yaml(b: &super::Bosh, out: &mut String) {
     let _ = writeln!(out, "bosh:");
     let _ = writeln!(out, "  workers: {}", b.workers);
     let _ = writeln!(out, "  task_timeout: {}", duration(b.task_timeout));
-    let _ = writeln!(out, "  disk_jobs_take_vm_lock: {}", b.disk_jobs_take_vm_lock);
+    let _ = writeln!(
+        out,
+        "  disk_jobs_take_vm_lock: {}",
+        b.disk_jobs_take_vm_lock
+    );
     let _ = writeln!(
         out,
         "  disk_jobs_take_deployment_lock: {}",
         b.disk_jobs_take_deployment_lock
     );
-    let _ = writeln!(out, "  per_deployment_scoping: {}", b.per_deployment_scoping);
+    let _ = writeln!(
+        out,
+        "  per_deployment_scoping: {}",
+        b.per_deployment_scoping
+    );
     let ds: Vec<String> = b.client_deployments.iter().map(|d| q(d)).collect();
     let _ = writeln!(out, "  client_deployments: [{}]", ds.join(", "));
     let _ = writeln!(out, "  deployments:");

@@ -129,8 +129,16 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
             str_at(c, &["metadata", "namespace"]),
             str_at(c, &["metadata", "name"]),
             str_at(c, &["status", "phase"]),
-            if pv.is_empty() { "none".into() } else { n.id("pv", &pv) },
-            if handle.is_empty() { "none".into() } else { n.text(&handle) },
+            if pv.is_empty() {
+                "none".into()
+            } else {
+                n.id("pv", &pv)
+            },
+            if handle.is_empty() {
+                "none".into()
+            } else {
+                n.text(&handle)
+            },
             deleting(c)
         );
     }
@@ -139,7 +147,10 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
         let _ = writeln!(
             out,
             "  {} on {} attached={}{}",
-            n.id("pv", &str_at(va, &["spec", "source", "persistentVolumeName"])),
+            n.id(
+                "pv",
+                &str_at(va, &["spec", "source", "persistentVolumeName"])
+            ),
             str_at(va, &["spec", "nodeName"]),
             va["status"]["attached"].as_bool().unwrap_or(false),
             deleting(va)
@@ -169,7 +180,11 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
             n.text_all(&m.target),
             n.text(&m.disk_cid),
             if m.read_only { "ro" } else { "rw" },
-            if m.device_present { "" } else { " (device gone)" }
+            if m.device_present {
+                ""
+            } else {
+                " (device gone)"
+            }
         );
     }
     let _ = writeln!(out, "director tasks:");
