@@ -312,7 +312,12 @@ impl BoshLab {
                 director_url: director_url.clone(),
                 client_id: CLIENT_ID.into(),
                 client_secret: bosh_csi::Secret::new(client_secret.expose()),
-                poll_interval: Duration::from_millis(5),
+                // The Director answers a disk request once its task has run as
+                // far as it can (Director::settle), so the first poll usually
+                // sees it done. Polls of a task that must wait are spaced so the
+                // wall-clock task timeout always falls between the same two
+                // polls: the poll count, and so the history, is the same every run.
+                poll_interval: spec.task_timeout * 2 / 3,
                 task_timeout: spec.task_timeout,
                 http_timeout: Duration::from_secs(2),
                 mutants: bosh_mutants.clone(),
@@ -626,19 +631,9 @@ impl BoshLab {
     async fn run_job(&self, job: Job) {
         let what = format!("{job:?}");
         let r = self.director().run_job(job, "admin").await;
-        let text = match r {
-            Ok(t) => format!(
-                "operator task {} ({}) ended {:?}{}",
-                t.id,
-                t.description,
-                t.state,
-                t.result.map(|r| format!(": {r}")).unwrap_or_default()
-            ),
-            Err(e) => format!("operator job {what} could not run: {e}"),
-        };
         self.history.record(EventKind::Note {
             component: Component::Lab,
-            text,
+            text: job_note(&what, r),
         });
     }
 
@@ -689,22 +684,28 @@ impl BoshLab {
                 jobs.push(j);
             }
         }
-        // The targets each step's Kubernetes change made work for, one actor each.
+        // The targets each step's Kubernetes change made work for, one actor
+        // each, and each operator job as an actor of its own.
         let targets = self.sidecars.targets()?;
-        let mut task_ids = Vec::new();
-        for j in jobs {
-            match self.director().start_job(j) {
-                Ok(id) => task_ids.push(id),
-                Err(e) => {
-                    self.history.record(EventKind::Note {
-                        component: Component::Lab,
-                        text: format!("operator job could not start: {e}"),
-                    });
-                }
-            }
-        }
-        self.sched.begin(targets.len());
+        self.sched.begin(targets.len() + jobs.len());
         let mut handles = Vec::new();
+        for j in jobs {
+            self.sched.actor_started();
+            let director = self.director().clone();
+            let sched = self.sched.clone();
+            let history = self.history.clone();
+            handles.push(tokio::spawn(async move {
+                let what = format!("{j:?}");
+                let r = director.run_job(j, "admin").await;
+                history.record(EventKind::Note {
+                    component: Component::Lab,
+                    text: job_note(&what, r),
+                });
+                sched.actor_done();
+                Ok(())
+            }));
+            self.sched.quiescent().await;
+        }
         for t in targets {
             self.sched.actor_started();
             let sidecars = self.sidecars.clone();
@@ -712,32 +713,24 @@ impl BoshLab {
             handles.push(tokio::spawn(async move {
                 let r = sidecars.reconcile(&t).await;
                 sched.actor_done();
-                (t, r)
+                r.map(|_| ()).map_err(|e| anyhow!("reconciling {t}: {e}"))
             }));
+            // Start the next only when this one is parked at a gate or done, so
+            // arrival order (and so the seeded choice) does not depend on timing.
             self.sched.quiescent().await;
         }
+        let mut first_err = None;
         for h in handles {
-            let (t, r) = h
+            let r = h
                 .await
                 .map_err(|e| anyhow!("a concurrent step panicked: {e}"))?;
             if let Err(e) = r {
-                return Err(anyhow!("reconciling {t}: {e}"));
+                first_err.get_or_insert(e);
             }
         }
         self.sched.end();
-        for id in task_ids {
-            if let Ok(t) = self.director().wait_task(id).await {
-                self.history.record(EventKind::Note {
-                    component: Component::Lab,
-                    text: format!(
-                        "operator task {} ({}) ended {:?}{}",
-                        t.id,
-                        t.description,
-                        t.state,
-                        t.result.map(|r| format!(": {r}")).unwrap_or_default()
-                    ),
-                });
-            }
+        if let Some(e) = first_err {
+            return Err(e);
         }
         self.converge().await
     }
@@ -1054,6 +1047,23 @@ impl BoshLab {
             replay: replay_command(&scn.path, seed, mutants),
             secrets,
         })
+    }
+}
+
+/// The history note for how an operator's job ended.
+fn job_note(
+    what: &str,
+    r: Result<drivelab_fakes::director::TaskView, drivelab_fakes::director::DirectorError>,
+) -> String {
+    match r {
+        Ok(t) => format!(
+            "operator task {} ({}) ended {:?}{}",
+            t.id,
+            t.description,
+            t.state,
+            t.result.map(|r| format!(": {r}")).unwrap_or_default()
+        ),
+        Err(e) => format!("operator job {what} could not run: {e}"),
     }
 }
 

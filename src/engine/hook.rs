@@ -239,11 +239,12 @@ fn is_sidecar(c: Component) -> bool {
     )
 }
 
-/// Calls the seeded scheduler parks: an actor's first hop and the driver's own
-/// calls. The Director's calls into the CPI run on its task workers, outside
-/// any actor, so parking them would count a request no actor is waiting for.
+/// Calls the seeded scheduler parks: an actor's first hop, the driver's own
+/// calls, and the Director's calls into the CPI and agents (a Director task is
+/// either an operator's VM job, itself an actor, or a disk job the driver's
+/// request started and is waiting on).
 fn scheduled(call: &CallSpec) -> bool {
-    call.from == Component::Driver || is_sidecar(call.from)
+    matches!(call.from, Component::Driver | Component::Director) || is_sidecar(call.from)
 }
 
 impl GateHook for LabHook {

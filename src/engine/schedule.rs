@@ -103,7 +103,9 @@ impl Scheduler {
             notified.as_mut().enable();
             {
                 let s = self.lock();
-                if s.started - s.done - s.parked.len() == 0 || s.total == 0 {
+                // Saturating: a disk job still running for an actor that has
+                // moved on to polling can park beside that actor's own call.
+                if s.started.saturating_sub(s.done + s.parked.len()) == 0 || s.total == 0 {
                     return;
                 }
             }

@@ -624,8 +624,9 @@ fn context_id(headers: &HeaderMap) -> String {
         .to_string()
 }
 
-/// Queue `job` and answer 302 to its task.
-fn queued(
+/// Queue `job` and answer 302 to its task once the task has run as far as it
+/// can without waiting (see [`Inner::settle`]: the lab's determinism rule).
+async fn queued(
     inner: &Shared,
     job: Job,
     claims: &Claims,
@@ -634,6 +635,7 @@ fn queued(
     let id = inner
         .create_task(job, &claims.client_id, &context_id(headers))
         .map_err(ApiError::internal)?;
+    inner.settle(id).await;
     let mut r = Response::new(Body::empty());
     *r.status_mut() = StatusCode::FOUND;
     if let Ok(v) = http::HeaderValue::from_str(&format!("/tasks/{id}")) {
@@ -688,6 +690,7 @@ async fn provide(
         &c,
         &headers,
     )
+    .await
 }
 
 async fn create_disk(
@@ -724,6 +727,7 @@ async fn create_disk(
         &c,
         &headers,
     )
+    .await
 }
 
 /// A token scoped to other deployments may not touch this disk.
@@ -758,6 +762,7 @@ async fn attach(
         &c,
         &headers,
     )
+    .await
 }
 
 async fn detach(
@@ -768,7 +773,7 @@ async fn detach(
     let c = authenticate(&inner, &headers, "/dynamic_disks")?;
     require(&c, &[Permission::Detach])?;
     check_disk_scope(&inner, &c, &name)?;
-    queued(&inner, Job::Detach { disk_name: name }, &c, &headers)
+    queued(&inner, Job::Detach { disk_name: name }, &c, &headers).await
 }
 
 async fn delete_disk(
@@ -779,7 +784,7 @@ async fn delete_disk(
     let c = authenticate(&inner, &headers, "/dynamic_disks")?;
     require(&c, &[Permission::Delete])?;
     check_disk_scope(&inner, &c, &name)?;
-    queued(&inner, Job::Delete { disk_name: name }, &c, &headers)
+    queued(&inner, Job::Delete { disk_name: name }, &c, &headers).await
 }
 
 async fn list_disks(State(inner): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {

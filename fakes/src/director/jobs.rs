@@ -182,11 +182,30 @@ fn checkpoint(inner: &Inner, id: u64) -> JobResult<()> {
 }
 
 async fn lock(inner: &Inner, task: u64, name: String) -> JobResult<LockGuard> {
-    inner
+    let mark = |on: bool| {
+        let mut b = inner.blocked.lock().unwrap_or_else(|p| p.into_inner());
+        if on {
+            b.insert(task);
+        } else {
+            b.remove(&task);
+        }
+        drop(b);
+        inner.progress.notify_waiters();
+    };
+    // Only a lock someone else holds makes the task wait.
+    let contended = inner.locks.holder(&name).is_some_and(|t| t != task);
+    if contended {
+        mark(true);
+    }
+    let r = inner
         .locks
         .acquire(name, task, inner.config.lock_timeout, &inner.clock)
         .await
-        .map_err(JobError::Failed)
+        .map_err(JobError::Failed);
+    if contended {
+        mark(false);
+    }
+    r
 }
 
 fn instance(inner: &Inner, id: &str) -> JobResult<InstanceRec> {

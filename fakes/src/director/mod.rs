@@ -243,6 +243,10 @@ pub(crate) struct Inner {
     wake: Notify,
     /// Signalled whenever a task finishes.
     pub finished: Notify,
+    /// Tasks waiting for a lock right now (they cannot get further on their own).
+    pub blocked: Mutex<std::collections::BTreeSet<u64>>,
+    /// Signalled when a task starts or stops waiting for a lock.
+    pub progress: Notify,
     stemcell: Mutex<Option<String>>,
     tasks_lock: Mutex<()>,
     jti: std::sync::atomic::AtomicU64,
@@ -317,6 +321,8 @@ impl Director {
             clock,
             wake: Notify::new(),
             finished: Notify::new(),
+            blocked: Mutex::default(),
+            progress: Notify::new(),
             stemcell: Mutex::new(None),
             tasks_lock: Mutex::new(()),
             jti: std::sync::atomic::AtomicU64::new(0),
@@ -710,6 +716,51 @@ impl Inner {
             self.spawn_task(id);
         }
         Ok(id)
+    }
+
+    /// Wait until task `id` has run as far as it can without waiting: finished,
+    /// queued with no free disk worker, or waiting for a lock. The API answers
+    /// a disk request only then, so a task's CPI and agent calls come before
+    /// the reply in the history instead of racing the client's polls in real
+    /// time (a job that must wait still runs later, on its own). Bounded in
+    /// real time so a stuck job cannot hold a request for ever.
+    pub async fn settle(&self, id: u64) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let finished = self.finished.notified();
+            let progress = self.progress.notified();
+            tokio::pin!(finished, progress);
+            finished.as_mut().enable();
+            progress.as_mut().enable();
+            let state = match self.state.task(id) {
+                Ok(Some(t)) => t.state,
+                _ => return,
+            };
+            if state.is_finished() {
+                return;
+            }
+            if self
+                .blocked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&id)
+            {
+                return;
+            }
+            if state == TaskState::Queued {
+                let s = self.sched();
+                if s.running >= s.workers && s.queue.contains(&id) {
+                    return;
+                }
+            }
+            let tick = tokio::time::sleep(std::time::Duration::from_millis(2));
+            tokio::select! {
+                _ = finished => {}
+                _ = progress => {}
+                _ = tick => {}
+                _ = tokio::time::sleep_until(deadline) => return,
+            }
+        }
     }
 
     /// Run task `id` now, off the disk pool.
