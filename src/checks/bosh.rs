@@ -55,6 +55,8 @@ pub struct BoshObservations {
     pub client_deployments: Vec<String>,
     /// Pod uid → whether its volume was published read-only.
     pub read_only_pods: BTreeMap<String, bool>,
+    /// (node, path) of mounts the scenario itself asked for (node_stage/node_publish).
+    pub lab_mounts: BTreeSet<(String, String)>,
     /// Pods at the end.
     pub pods: Vec<Value>,
     /// PVCs at the end.
@@ -347,6 +349,9 @@ fn no_leaked_mounts(obs: &BoshObservations) -> Verdict {
             .collect()
     };
     for m in &last.mounts {
+        if obs.lab_mounts.contains(&(m.node.clone(), m.target.clone())) {
+            continue;
+        }
         if m.bind {
             let owner = pods
                 .iter()

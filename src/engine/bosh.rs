@@ -14,7 +14,7 @@ use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cpi::{Cpi, CpiConfig};
 use drivelab_fakes::csi::attacher::Attacher;
 use drivelab_fakes::csi::cluster::{CsiSidecars, CsiTarget};
-use drivelab_fakes::csi::kubelet::NodeAgent;
+use drivelab_fakes::csi::kubelet::{self, NodeAgent};
 use drivelab_fakes::csi::mounts::{Device, DeviceSource, Filesystems, MountTable};
 use drivelab_fakes::csi::provisioner::Provisioner;
 use drivelab_fakes::csi::{DriverReply, DriverRequest, Exchange, KubeSlot, Reconcile};
@@ -39,8 +39,9 @@ use super::hook::{LabControl, LabHook};
 use super::schedule::Scheduler;
 use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshot, StepSnapshots};
 use crate::checks::bosh::{self as checks, BoshObservations, Sample};
-use crate::scenario::{Bosh, Expectation, Mutant, Scenario, Step};
+use crate::scenario::{Bosh, Expectation, Mutant, NodeCallStep, Scenario, Step};
 use crate::snapshot::{self, Normalizer};
+use drivelab_proto::csi;
 
 /// The UAA client the driver authenticates as.
 const CLIENT_ID: &str = "bosh-csi";
@@ -204,6 +205,8 @@ struct BoshLab {
     converge_within: Duration,
     /// PVCs and pods the scenario made, and what it asked of each pod.
     read_only_pods: BTreeMap<String, bool>,
+    /// (node, path) of mounts the scenario's own node_stage/node_publish made.
+    lab_mounts: std::collections::BTreeSet<(String, String)>,
     samples: Vec<Sample>,
     disk_names: BTreeMap<String, String>,
     expect_failures: Vec<ExpectFailure>,
@@ -448,6 +451,7 @@ impl BoshLab {
             client_secret,
             converge_within: scn.converge_within,
             read_only_pods: BTreeMap::new(),
+            lab_mounts: Default::default(),
             samples: Vec::new(),
             disk_names: BTreeMap::new(),
             expect_failures: Vec::new(),
@@ -533,12 +537,8 @@ impl BoshLab {
                 }
                 Step::Concurrent(steps) => self.concurrent(steps).await?,
                 Step::ResendCreateVolume(r) => self.resend_create(r).await?,
-                Step::NodeStage(_) | Step::NodePublish(_) => {
-                    return Err(anyhow!(
-                        "{at}: {} is not supported by this lab yet",
-                        step.value.keyword()
-                    ));
-                }
+                Step::NodeStage(n) => self.node_call(true, n, i, &at).await?,
+                Step::NodePublish(n) => self.node_call(false, n, i, &at).await?,
                 other => {
                     let job = self.begin(other)?;
                     if let Some(job) = job {
@@ -671,6 +671,103 @@ impl BoshLab {
             .provisioner
             .replay(DriverRequest::CreateVolume(req))
             .await;
+        Ok(())
+    }
+
+    /// One NodeStageVolume or NodePublishVolume, built as the kubelet builds it
+    /// from the PV and the node's VolumeAttachment, outside any pod. What it
+    /// mounts belongs to the scenario (no-leaked-mounts leaves it alone).
+    async fn node_call(
+        &mut self,
+        stage: bool,
+        n: &NodeCallStep,
+        step: usize,
+        at: &str,
+    ) -> anyhow::Result<()> {
+        let pv_name = self
+            .kube
+            .get(Kind::PersistentVolumeClaim, Some(&n.namespace), &n.volume)?
+            .map(|c| str_at(&c, &["spec", "volumeName"]))
+            .unwrap_or_default();
+        let pv = match self.kube.get(Kind::PersistentVolume, None, &pv_name)? {
+            Some(pv) if !pv_name.is_empty() => pv,
+            _ => {
+                self.expect_failures.push(ExpectFailure {
+                    step: step + 1,
+                    at: at.to_string(),
+                    message: format!(
+                        "{} {}/{}: the volume is not bound, there is nothing to call the node plugin for",
+                        if stage { "node_stage" } else { "node_publish" },
+                        n.namespace,
+                        n.volume
+                    ),
+                });
+                return Ok(());
+            }
+        };
+        let handle = str_at(&pv, &["spec", "csi", "volumeHandle"]);
+        let publish_context: std::collections::HashMap<String, String> = self
+            .kube
+            .list(Kind::VolumeAttachment, None)?
+            .into_iter()
+            .find(|va| {
+                str_at(va, &["spec", "source", "persistentVolumeName"]) == pv_name
+                    && str_at(va, &["spec", "nodeName"]) == n.node
+            })
+            .and_then(|va| va["status"]["attachmentMetadata"].as_object().cloned())
+            .map(|m| {
+                m.into_iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let volume_context: std::collections::HashMap<String, String> = pv["spec"]["csi"]
+            ["volumeAttributes"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let staging = kubelet::staging_path(bosh_csi::DRIVER_NAME, &handle);
+        let cap = drivelab_fakes::csi::pv_capability(&pv, true);
+        let agent = self
+            .sidecars
+            .nodes
+            .get(&n.node)
+            .cloned()
+            .ok_or_else(|| anyhow!("no kubelet on {}", n.node))?;
+        let request = if stage {
+            self.lab_mounts.insert((n.node.clone(), staging.clone()));
+            DriverRequest::NodeStage(csi::NodeStageVolumeRequest {
+                volume_id: handle,
+                publish_context,
+                staging_target_path: staging,
+                volume_capability: Some(cap),
+                secrets: Default::default(),
+                volume_context,
+            })
+        } else {
+            // As if for a pod `lab-<node>`, so read-only-enforced reads it like a pod's.
+            let owner = format!("lab-{}", n.node);
+            let target = kubelet::target_path(&owner, &pv_name);
+            self.lab_mounts.insert((n.node.clone(), target.clone()));
+            if n.read_only {
+                self.read_only_pods.insert(owner, true);
+            }
+            DriverRequest::NodePublish(csi::NodePublishVolumeRequest {
+                volume_id: handle,
+                publish_context,
+                staging_target_path: staging,
+                target_path: target,
+                volume_capability: Some(cap),
+                readonly: n.read_only,
+                secrets: Default::default(),
+                volume_context,
+            })
+        };
+        agent.replay(request).await;
         Ok(())
     }
 
@@ -1013,6 +1110,7 @@ impl BoshLab {
             client_id: CLIENT_ID.to_string(),
             client_deployments: self.spec.client_deployments.clone(),
             read_only_pods: self.read_only_pods.clone(),
+            lab_mounts: self.lab_mounts.clone(),
             pods: self.kube.list(Kind::Pod, None)?,
             pvcs: self.kube.list(Kind::PersistentVolumeClaim, None)?,
             pending: self.pending.clone(),
