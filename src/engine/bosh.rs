@@ -247,7 +247,14 @@ impl BoshLab {
             g.set_hook(hook.clone());
             g
         };
-        let cpi = Cpi::new(store("cpi")?, gate(), CpiConfig::default());
+        let cpi = Cpi::new(
+            store("cpi")?,
+            gate(),
+            CpiConfig {
+                latency: spec.iaas_latency.clone(),
+                ..CpiConfig::default()
+            },
+        );
         let mut pools: Vec<String> = spec
             .storage_classes
             .iter()
@@ -775,16 +782,20 @@ impl BoshLab {
     /// the driver's own calls meet at the gates and are released in seeded
     /// order; VM operations run as Director tasks beside them.
     async fn concurrent(&mut self, steps: &[Step]) -> anyhow::Result<()> {
+        // What each step's actor works on, read before the steps change it.
+        let mut works = Vec::new();
+        for s in steps {
+            if let Some(w) = self.work_of(s)? {
+                works.push(w);
+            }
+        }
         let mut jobs = Vec::new();
         for s in steps {
             if let Some(j) = self.begin(s)? {
                 jobs.push(j);
             }
         }
-        // The targets each step's Kubernetes change made work for, one actor
-        // each, and each operator job as an actor of its own.
-        let targets = self.sidecars.targets()?;
-        self.sched.begin(targets.len() + jobs.len());
+        self.sched.begin(works.len() + jobs.len());
         let mut handles = Vec::new();
         for j in jobs {
             self.sched.actor_started();
@@ -803,14 +814,15 @@ impl BoshLab {
             }));
             self.sched.quiescent().await;
         }
-        for t in targets {
+        for w in works {
             self.sched.actor_started();
             let sidecars = self.sidecars.clone();
+            let kube = self.kube.clone();
             let sched = self.sched.clone();
             handles.push(tokio::spawn(async move {
-                let r = sidecars.reconcile(&t).await;
+                let r = act(&sidecars, &kube, &w).await;
                 sched.actor_done();
-                r.map(|_| ()).map_err(|e| anyhow!("reconciling {t}: {e}"))
+                r
             }));
             // Start the next only when this one is parked at a gate or done, so
             // arrival order (and so the seeded choice) does not depend on timing.
@@ -830,6 +842,39 @@ impl BoshLab {
             return Err(e);
         }
         self.converge().await
+    }
+
+    /// The objects a concurrent step's actor reconciles, as their controllers would.
+    fn work_of(&self, step: &Step) -> anyhow::Result<Option<Work>> {
+        Ok(match step {
+            Step::CreateVolume(v) => Some(Work::Claim {
+                namespace: v.namespace.clone(),
+                name: v.name.clone(),
+            }),
+            Step::DeleteVolume(v) => Some(Work::Claim {
+                namespace: v.namespace.clone(),
+                name: v.name.clone(),
+            }),
+            Step::Publish(p) => Some(Work::Pod {
+                namespace: p.namespace.clone(),
+                pod: p.pod.clone(),
+                node: p.node.clone(),
+                claim: p.volume.clone(),
+            }),
+            Step::Unpublish(p) => self
+                .kube
+                .get(Kind::Pod, Some(&p.namespace), &p.pod)?
+                .map(|o| Work::Pod {
+                    namespace: p.namespace.clone(),
+                    pod: p.pod.clone(),
+                    node: str_at(&o, &["spec", "nodeName"]),
+                    claim: o["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                }),
+            _ => None,
+        })
     }
 
     /// Resync every sidecar target until a round where all are done and nothing
@@ -1128,6 +1173,7 @@ impl BoshLab {
             .map(|i| checks::check(*i, &obs))
             .collect();
         let driver_name = bosh_csi::DRIVER_NAME.to_string();
+        let figures = attach_figures(&self.history.events());
         Ok(RunOutcome {
             scenario: scn.name.clone(),
             path: scn.path.clone(),
@@ -1137,6 +1183,7 @@ impl BoshLab {
             verdicts,
             expect_failures: self.expect_failures.clone(),
             not_converged: self.not_converged.clone(),
+            figures,
             snapshot,
             history,
             history_text,
@@ -1146,6 +1193,78 @@ impl BoshLab {
             secrets,
         })
     }
+}
+
+/// Attach throughput and latency, from the history: every attacher
+/// ControllerPublishVolume of a volume on a node, from its first try to its OK.
+fn attach_figures(events: &[drivelab_fakes::history::Event]) -> Vec<String> {
+    use drivelab_fakes::clock::VTime;
+    use drivelab_fakes::history::EventKind as K;
+    let mut replies: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    for e in events {
+        if let K::Reply { id, outcome } = &e.kind {
+            replies.insert(id.0, (e.at.0, outcome.is_success()));
+        }
+    }
+    // volume@node → (first try, first OK)
+    let mut per: BTreeMap<String, (u64, Option<u64>)> = BTreeMap::new();
+    for e in events {
+        if let K::Call {
+            id,
+            from: Component::CsiAttacher,
+            op,
+            subject,
+            ..
+        } = &e.kind
+        {
+            if op != "ControllerPublishVolume" {
+                continue;
+            }
+            let entry = per.entry(subject.clone()).or_insert((e.at.0, None));
+            if entry.1.is_none() {
+                if let Some((at, true)) = replies.get(&id.0) {
+                    entry.1 = Some(*at);
+                }
+            }
+        }
+    }
+    let mut lat: Vec<u64> = per
+        .values()
+        .filter_map(|(t0, ok)| ok.map(|t| t.saturating_sub(*t0)))
+        .collect();
+    if lat.is_empty() {
+        return Vec::new();
+    }
+    lat.sort_unstable();
+    let first = per.values().map(|(t0, _)| *t0).min().unwrap_or(0);
+    let last = per
+        .values()
+        .filter_map(|(_, ok)| *ok)
+        .max()
+        .unwrap_or(first);
+    let span_ms = last.saturating_sub(first);
+    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
+    let rate = if span_ms == 0 {
+        "all at one virtual instant".to_string()
+    } else {
+        format!(
+            "{:.1} attaches per virtual minute",
+            lat.len() as f64 * 60_000.0 / span_ms as f64
+        )
+    };
+    vec![
+        format!(
+            "attach throughput: {} attachments over {} of virtual time, {rate}",
+            lat.len(),
+            VTime(span_ms)
+        ),
+        format!(
+            "attach latency (first ControllerPublishVolume to its OK, virtual): p50 {}, p99 {}, max {}",
+            VTime(pct(0.50)),
+            VTime(pct(0.99)),
+            VTime(*lat.last().unwrap_or(&0))
+        ),
+    ]
 }
 
 /// The history note for how an operator's job ended.
@@ -1163,6 +1282,106 @@ fn job_note(
         ),
         Err(e) => format!("operator job {what} could not run: {e}"),
     }
+}
+
+/// What one actor of a `concurrent:` block drives.
+#[derive(Clone, Debug)]
+enum Work {
+    /// A PVC: the provisioner on the claim, then on its PV.
+    Claim { namespace: String, name: String },
+    /// A pod: its kubelet, and the attacher on the pod's VolumeAttachment.
+    Pod {
+        namespace: String,
+        pod: String,
+        node: String,
+        claim: String,
+    },
+}
+
+/// The sidecar targets of `w` right now (a VolumeAttachment appears once the
+/// kubelet has asked for it).
+fn work_targets(kube: &KubeFake, w: &Work) -> Vec<CsiTarget> {
+    use drivelab_fakes::csi::attacher::AttachTarget;
+    use drivelab_fakes::csi::kubelet::NodeTarget;
+    use drivelab_fakes::csi::provisioner::ProvisionTarget;
+    let pv_of = |ns: &str, claim: &str| {
+        kube.get(Kind::PersistentVolumeClaim, Some(ns), claim)
+            .ok()
+            .flatten()
+            .map(|c| str_at(&c, &["spec", "volumeName"]))
+            .filter(|pv| !pv.is_empty())
+    };
+    match w {
+        Work::Claim { namespace, name } => {
+            let mut out = vec![CsiTarget::Provision(ProvisionTarget::Claim {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            })];
+            if let Some(pv) = pv_of(namespace, name) {
+                out.push(CsiTarget::Provision(ProvisionTarget::Volume { name: pv }));
+            }
+            out
+        }
+        Work::Pod {
+            namespace,
+            pod,
+            node,
+            claim,
+        } => {
+            let mut out = vec![CsiTarget::Node {
+                node: node.clone(),
+                target: NodeTarget::Pod {
+                    namespace: namespace.clone(),
+                    name: pod.clone(),
+                },
+            }];
+            let handle = pv_of(namespace, claim).and_then(|pv| {
+                kube.get(Kind::PersistentVolume, None, &pv)
+                    .ok()
+                    .flatten()
+                    .map(|o| str_at(&o, &["spec", "csi", "volumeHandle"]))
+            });
+            if let Some(h) = handle {
+                let name = kubelet::attachment_name(&h, bosh_csi::DRIVER_NAME, node);
+                if kube
+                    .get(Kind::VolumeAttachment, None, &name)
+                    .ok()
+                    .flatten()
+                    .is_some()
+                {
+                    out.push(CsiTarget::Attach(AttachTarget::Attachment { name }));
+                }
+            }
+            out
+        }
+    }
+}
+
+/// One actor: reconcile its targets pass after pass (as their controllers would,
+/// concurrently with the other actors) until a pass is all done with nothing
+/// new, or makes no progress; whatever is left, the convergence after the block
+/// finishes on the virtual clock.
+async fn act(sidecars: &CsiSidecars, kube: &KubeFake, w: &Work) -> anyhow::Result<()> {
+    let mut last: Vec<CsiTarget> = Vec::new();
+    for _ in 0..6 {
+        let targets = work_targets(kube, w);
+        let mut done = 0;
+        for t in &targets {
+            match sidecars
+                .reconcile(t)
+                .await
+                .map_err(|e| anyhow!("reconciling {t}: {e}"))?
+            {
+                Reconcile::Done => done += 1,
+                Reconcile::Requeue { .. } => {}
+            }
+        }
+        if done == 0 || (done == targets.len() && targets == last) {
+            break;
+        }
+        last = targets;
+    }
+    Ok(())
 }
 
 /// The sidecar a target belongs to (for whose lane its notes go in).

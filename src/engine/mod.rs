@@ -113,6 +113,8 @@ pub struct RunOutcome {
     pub expect_failures: Vec<ExpectFailure>,
     /// Objects that had not converged when their step's window closed.
     pub not_converged: Vec<String>,
+    /// Measured figures for the report, one line each (e.g. attach throughput).
+    pub figures: Vec<String>,
     /// The canonical ownership snapshot.
     pub snapshot: String,
     /// The full history.
@@ -1279,6 +1281,7 @@ impl Lab {
             verdicts,
             expect_failures: self.expect_failures.clone(),
             not_converged: self.not_converged.clone(),
+            figures: Vec::new(),
             snapshot,
             history: self.history.events(),
             history_text,

@@ -16,6 +16,12 @@ use tokio::sync::{oneshot, Notify};
 /// that blocks on something other than a gate cannot hang the lab.
 pub const WATCHDOG: Duration = Duration::from_secs(10);
 
+/// Real time with no actor reaching a gate after which the scheduler takes the
+/// live actors to be waiting on each other inside the driver (a lock held by a
+/// request parked here) and releases a parked request by seed. Long enough
+/// that a running actor on a loaded machine is not mistaken for a waiting one.
+pub const STALL: Duration = Duration::from_secs(1);
+
 struct Parked {
     call: CallId,
     from: Component,
@@ -31,6 +37,8 @@ struct State {
     parked: Vec<Parked>,
     rng: ChaCha20Rng,
     releases: u64,
+    /// When anything last happened here (a park, a release, an actor start or end).
+    last_change: std::time::Instant,
 }
 
 /// Shared between the engine (which starts actors) and the gate hook (which parks requests).
@@ -52,6 +60,7 @@ impl Scheduler {
                 parked: Vec::new(),
                 rng: ChaCha20Rng::seed_from_u64(seed ^ 0x5c4e_d01e),
                 releases: 0,
+                last_change: std::time::Instant::now(),
             })),
             changed: Arc::new(Notify::new()),
             history,
@@ -65,6 +74,7 @@ impl Scheduler {
     /// A block of `total` actors begins.
     pub fn begin(&self, total: usize) {
         let mut s = self.lock();
+        s.last_change = std::time::Instant::now();
         s.total = total;
         s.started = 0;
         s.done = 0;
@@ -81,7 +91,10 @@ impl Scheduler {
 
     /// One more actor is about to run.
     pub fn actor_started(&self) {
-        self.lock().started += 1;
+        let mut s = self.lock();
+        s.started += 1;
+        s.last_change = std::time::Instant::now();
+        drop(s);
         self.changed.notify_waiters();
     }
 
@@ -89,6 +102,7 @@ impl Scheduler {
     pub fn actor_done(&self) {
         let mut s = self.lock();
         s.done += 1;
+        s.last_change = std::time::Instant::now();
         self.release_if_quiet(&mut s);
         drop(s);
         self.changed.notify_waiters();
@@ -153,6 +167,7 @@ impl Scheduler {
                 label: format!("{from}->{to} {op}"),
                 go,
             });
+            s.last_change = std::time::Instant::now();
             self.release_if_quiet(&mut s);
             rx
         };
@@ -160,7 +175,24 @@ impl Scheduler {
         // If this request dies while parked (its connection cut by a crash), it
         // must stop counting as a parked actor, or nobody would be released.
         let guard = Unpark { sched: self, call };
-        let waited = tokio::time::timeout(WATCHDOG, rx).await;
+        let started = std::time::Instant::now();
+        let mut rx = rx;
+        let waited = loop {
+            match tokio::time::timeout(STALL, &mut rx).await {
+                Ok(r) => break Ok(r),
+                Err(_) if started.elapsed() >= WATCHDOG => break Err(()),
+                Err(_) => {
+                    let mut s = self.lock();
+                    if s.total > 0
+                        && s.started == s.total
+                        && !s.parked.is_empty()
+                        && s.last_change.elapsed() >= STALL
+                    {
+                        self.release_one(&mut s, "no actor reached a gate for 1s (one waits inside the driver on a request held here)");
+                    }
+                }
+            }
+        };
         std::mem::forget(guard);
         match waited {
             Ok(Ok(go)) => return go,
@@ -192,6 +224,12 @@ impl Scheduler {
         if s.total == 0 || s.started < s.total || running > 0 || s.parked.is_empty() {
             return;
         }
+        self.release_one(s, "");
+    }
+
+    /// Release one parked request, chosen by seed; `why` is said in the note when not empty.
+    fn release_one(&self, s: &mut State, why: &str) {
+        s.last_change = std::time::Instant::now();
         // Choose among the parked in call-id order, not arrival order: after a
         // crash several replies arrive at once, in whatever order the OS reports.
         s.parked.sort_by_key(|p| p.call);
@@ -202,10 +240,15 @@ impl Scheduler {
         self.history.record(EventKind::Note {
             component: Component::Lab,
             text: format!(
-                "scheduler released call #{} ({}), choice {} of {n} waiting",
+                "scheduler released call #{} ({}), choice {} of {n} waiting{}",
                 p.call.0,
                 p.label,
-                i + 1
+                i + 1,
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {why}")
+                }
             ),
         });
         let _ = p.go.send(true);

@@ -230,6 +230,9 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
     for n in &r.not_converged {
         let _ = writeln!(b, "<p>not converged: {}</p>", esc(n));
     }
+    for f in &r.figures {
+        let _ = writeln!(b, "<p class=\"figure\">{}</p>", esc(f));
+    }
     for v in r.verdicts.iter().filter(|v| !v.passed) {
         let _ = writeln!(
             b,

@@ -119,6 +119,12 @@ pub fn scenario_summary(r: &ScenarioReport) -> String {
     for n in &r.not_converged {
         let _ = writeln!(md, "\n- not converged: {n}");
     }
+    if !r.figures.is_empty() {
+        let _ = writeln!(md, "\n## Figures\n");
+        for f in &r.figures {
+            let _ = writeln!(md, "- {f}");
+        }
+    }
     for v in r.verdicts.iter().filter(|v| !v.passed) {
         let _ = writeln!(md, "\n## Evidence: {}\n", v.invariant);
         for d in &v.details {

@@ -54,6 +54,9 @@ pub fn console(o: &RunOutcome) -> String {
     for n in &o.not_converged {
         let _ = writeln!(s, "  note not converged: {n}");
     }
+    for f in &o.figures {
+        let _ = writeln!(s, "  figure: {f}");
+    }
     let _ = writeln!(s, "  replay: {}", o.replay);
     s
 }

@@ -42,6 +42,9 @@ pub struct ScenarioReport {
     pub expect_failures: Vec<String>,
     /// Objects that had not converged when their step's window closed.
     pub not_converged: Vec<String>,
+    /// Measured figures (throughput, latency), one line each.
+    #[serde(default)]
+    pub figures: Vec<String>,
     /// Final ownership snapshot (labelled).
     pub snapshot: String,
     /// Snapshot after each step (labelled).
@@ -213,6 +216,7 @@ impl ScenarioReport {
                 .map(|f| labels.apply(&format!("step {} ({}): {}", f.step, f.at, f.message)))
                 .collect(),
             not_converged: o.not_converged.iter().map(|n| labels.apply(n)).collect(),
+            figures: o.figures.clone(),
             snapshot: o.snapshot.clone(),
             step_snapshots,
             history,

@@ -27,6 +27,8 @@ pub struct Bosh {
     pub per_deployment_scoping: bool,
     /// How long (real time) the driver waits for a Director task before giving up the call.
     pub task_timeout: Duration,
+    /// Virtual time each successful CPI method takes (`attach_disk: 3s`).
+    pub iaas_latency: std::collections::BTreeMap<String, Duration>,
 }
 
 /// A deployment with one instance group.
@@ -102,6 +104,8 @@ pub(super) struct RawBosh {
     per_deployment_scoping: bool,
     #[serde(default)]
     task_timeout: Option<String>,
+    #[serde(default)]
+    iaas_latency: std::collections::BTreeMap<String, String>,
 }
 
 fn two() -> u32 {
@@ -125,6 +129,29 @@ fn ext4() -> String {
 fn delete() -> String {
     "Delete".into()
 }
+
+/// The BOSH CPI API v2 methods (what `iaas_latency` may name).
+pub const CPI_METHODS: &[&str] = &[
+    "info",
+    "create_stemcell",
+    "delete_stemcell",
+    "create_vm",
+    "delete_vm",
+    "has_vm",
+    "reboot_vm",
+    "set_vm_metadata",
+    "calculate_vm_cloud_properties",
+    "create_disk",
+    "delete_disk",
+    "resize_disk",
+    "has_disk",
+    "attach_disk",
+    "detach_disk",
+    "get_disks",
+    "set_disk_metadata",
+    "snapshot_disk",
+    "delete_snapshot",
+];
 
 /// The deployment every default refers to.
 pub const DEFAULT_DEPLOYMENT: &str = "k8s";
@@ -256,7 +283,26 @@ impl RawBosh {
                     )
                 })?,
         };
+        let mut iaas_latency = std::collections::BTreeMap::new();
+        for (method, d) in &self.iaas_latency {
+            if !CPI_METHODS.contains(&method.as_str()) {
+                return Err((
+                    format!("iaas_latency: `{method}` is not a CPI method"),
+                    Some("e.g. create_disk, attach_disk, detach_disk, delete_disk, create_vm, delete_vm"),
+                ));
+            }
+            let d = super::parse_duration(d)
+                .filter(|d| *d <= Duration::from_secs(3600))
+                .ok_or_else(|| {
+                    (
+                        format!("iaas_latency.{method}: `{d}` is not a duration up to 1h"),
+                        Some("write e.g. 500ms, 3s"),
+                    )
+                })?;
+            iaas_latency.insert(method.clone(), d);
+        }
         Ok(Bosh {
+            iaas_latency,
             deployments,
             nodes,
             storage_classes,

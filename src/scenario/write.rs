@@ -257,6 +257,14 @@ fn bosh_yaml(b: &super::Bosh, out: &mut String) {
         "  per_deployment_scoping: {}",
         b.per_deployment_scoping
     );
+    if !b.iaas_latency.is_empty() {
+        let items: Vec<String> = b
+            .iaas_latency
+            .iter()
+            .map(|(m, d)| format!("{m}: {}", duration(*d)))
+            .collect();
+        let _ = writeln!(out, "  iaas_latency: {{ {} }}", items.join(", "));
+    }
     let ds: Vec<String> = b.client_deployments.iter().map(|d| q(d)).collect();
     let _ = writeln!(out, "  client_deployments: [{}]", ds.join(", "));
     let _ = writeln!(out, "  deployments:");

@@ -369,6 +369,15 @@ impl Director {
         }
     }
 
+    /// Fetch a token now, best effort: a controller that starts with bad
+    /// credentials says so in its log at once, and its first requests do not
+    /// all queue behind one token fetch.
+    pub async fn warm_up(&self) {
+        if let Err(e) = self.token(false).await {
+            tracing::warn!(error = %e, "no UAA token at start; requests will retry");
+        }
+    }
+
     /// The cached token, or a fresh one when it is missing, expiring or `force`d.
     async fn token(&self, force: bool) -> Result<Secret, DriverError> {
         let mut slot = self.token.lock().await;

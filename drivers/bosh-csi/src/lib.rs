@@ -80,6 +80,9 @@ pub async fn serve_driver(
     socket: &Path,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    if let Some(d) = &driver.inner.director {
+        d.warm_up().await;
+    }
     let listener = bind_unix(socket)?;
     let mode = driver.config().mode;
     tracing::info!(socket = %socket.display(), driver = DRIVER_NAME, ?mode, "serving CSI");

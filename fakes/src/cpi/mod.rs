@@ -149,6 +149,9 @@ pub struct CpiConfig {
     pub max_disk_size_mib: u64,
     /// What `info` advertises.
     pub stemcell_formats: Vec<String>,
+    /// Virtual time a successful call of a method takes (`attach_disk`: 3s);
+    /// the IaaS answers one call at a time, so latencies add up on the clock.
+    pub latency: std::collections::BTreeMap<String, std::time::Duration>,
 }
 
 impl Default for CpiConfig {
@@ -157,6 +160,7 @@ impl Default for CpiConfig {
             max_disks_per_vm: 8,
             max_disk_size_mib: 16 * 1024 * 1024,
             stemcell_formats: vec!["warden-tar".into(), "general-tar".into()],
+            latency: Default::default(),
         }
     }
 }
@@ -208,6 +212,7 @@ struct CpiInner {
     // One method at a time, like one IaaS account's consistent view.
     core: Mutex<CpiCore>,
     gate: Gate,
+    latency: std::collections::BTreeMap<String, std::time::Duration>,
 }
 
 /// The gate's subject for a call: the VM, the disk, or `vm/disk` for attachments.
@@ -236,6 +241,7 @@ impl Cpi {
     pub fn new(store: Arc<dyn Store>, gate: Gate, config: CpiConfig) -> Self {
         Self {
             inner: Arc::new(CpiInner {
+                latency: config.latency.clone(),
                 core: Mutex::new(CpiCore::new(store, config)),
                 gate,
             }),
@@ -279,6 +285,12 @@ impl Cpi {
             let core = self.inner.core.lock().unwrap_or_else(|p| p.into_inner());
             core.dispatch(method, &args)
         };
+        if result.is_ok() {
+            if let Some(d) = self.inner.latency.get(method) {
+                let clock = gate.history().clock();
+                clock.advance_to(clock.now().after(*d));
+            }
+        }
         match gate.leave(id, &spec, outcome(&result)).await {
             Delivery::Deliver => result,
             Delivery::Cut => Err(lost(method, "the CPI's reply was lost after it committed")),

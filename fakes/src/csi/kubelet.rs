@@ -208,6 +208,8 @@ impl NodeAgent {
 
     /// Re-dial the driver (after it was restarted on the same socket).
     pub async fn reconnect(&self) -> Result<(), CsiError> {
+        // A restarted plugin registers again.
+        lock(&self.state).node_id = None;
         self.conn.reconnect().await
     }
 
@@ -245,6 +247,17 @@ impl NodeAgent {
     }
 
     async fn register(&self) -> Result<Step, CsiError> {
+        // Kubelet registers a plugin once per plugin start, not on every resync.
+        let registered = lock(&self.state).node_id.is_some()
+            && self
+                .kube()
+                .get(Kind::CsiNode, None, &self.node)?
+                .and_then(|n| crate::json::at(&n, &["spec", "drivers"]).cloned())
+                .and_then(|d| d.as_array().cloned())
+                .is_some_and(|d| d.iter().any(|x| str_at(x, &["name"]) == self.driver_name));
+        if registered {
+            return Ok(Step::Done);
+        }
         let ex = self.conn.send(DriverRequest::NodeGetInfo).await;
         let info = match ex.reply {
             DriverReply::Info(i) if !i.node_id.is_empty() => i,

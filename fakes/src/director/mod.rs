@@ -719,7 +719,7 @@ impl Inner {
     }
 
     /// Wait until task `id` has run as far as it can without waiting: finished,
-    /// queued with no free disk worker, or waiting for a lock. The API answers
+    /// queued with no disk workers at all, or waiting for a lock. The API answers
     /// a disk request only then, so a task's CPI and agent calls come before
     /// the reply in the history instead of racing the client's polls in real
     /// time (a job that must wait still runs later, on its own). Bounded in
@@ -747,11 +747,10 @@ impl Inner {
             {
                 return;
             }
-            if state == TaskState::Queued {
-                let s = self.sched();
-                if s.running >= s.workers && s.queue.contains(&id) {
-                    return;
-                }
+            // Queued behind busy workers it will run soon; with no workers at
+            // all (the feature off) it never will.
+            if state == TaskState::Queued && self.sched().workers == 0 {
+                return;
             }
             let tick = tokio::time::sleep(std::time::Duration::from_millis(2));
             tokio::select! {
