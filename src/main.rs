@@ -267,7 +267,7 @@ fn main() -> ExitCode {
                 ..
             } => {
                 for m in Mutant::all() {
-                    drivelab::outln!("{:28} {}", m.name(), m.describe());
+                    drivelab::outln!("{:28} {:9} {}", m.name(), m.driver().name(), m.describe());
                 }
                 ExitCode::SUCCESS
             }
@@ -299,8 +299,14 @@ fn main() -> ExitCode {
                 what: ListWhat::Invariants | ListWhat::Checks,
                 ..
             } => {
-                for i in drivelab::scenario::Invariant::cosi_defaults() {
-                    drivelab::outln!("{:24} {}", i.id(), i.claim());
+                use drivelab::scenario::{Invariant, System};
+                for i in Invariant::all() {
+                    let system = match (i.applies_to(System::Cosi), i.applies_to(System::Bosh)) {
+                        (true, true) => "cosi+bosh",
+                        (true, false) => "cosi",
+                        _ => "bosh",
+                    };
+                    drivelab::outln!("{:26} {:10} {}", i.id(), system, i.claim());
                 }
                 ExitCode::SUCCESS
             }

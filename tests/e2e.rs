@@ -26,7 +26,10 @@ async fn run_seeded(rel: &str, seed: Option<u64>, mutants: &[Mutant]) -> RunOutc
         &scn,
         &RunOptions {
             seed,
-            mutants: mutants.to_vec(),
+            mutants: mutants
+                .iter()
+                .map(|m| drivelab::scenario::Mutant::Cosi(*m))
+                .collect(),
             ..Default::default()
         },
     )
@@ -136,6 +139,9 @@ async fn racy_scenario_same_seed_gives_byte_identical_history() {
     for rel in [
         "cosi/concurrent-grants.yaml",
         "cosi/grant-races-revoke.yaml",
+        // BOSH: two attaches racing, and an attach racing a VM recreate (Director tasks in play).
+        "bosh/two-nodes-one-disk.yaml",
+        "bosh/attach-during-recreate.yaml",
     ] {
         let a = run_seeded(rel, Some(7), &[]).await;
         let b = run_seeded(rel, Some(7), &[]).await;

@@ -27,7 +27,9 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
         cases: 300,
         seed: 1,
         time_budget: Duration::from_secs(240),
-        mutants: vec![Mutant::UserBeforeCheckpoint],
+        mutants: vec![drivelab::scenario::Mutant::Cosi(
+            Mutant::UserBeforeCheckpoint,
+        )],
         out_dir: dir.path().to_path_buf(),
         detect_only: false,
     };
@@ -47,7 +49,9 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
         &file,
         &RunOptions {
             seed: None,
-            mutants: vec![Mutant::UserBeforeCheckpoint],
+            mutants: vec![drivelab::scenario::Mutant::Cosi(
+                Mutant::UserBeforeCheckpoint,
+            )],
             ..Default::default()
         },
     )

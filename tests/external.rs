@@ -232,7 +232,9 @@ while True:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutants_are_builtin_only() {
     let mut scn = load("cosi/happy-path.yaml");
-    scn.driver.mutants = vec![cosi_s3::Mutant::RotateOnRetry];
+    scn.driver.mutants = vec![drivelab::scenario::Mutant::Cosi(
+        cosi_s3::Mutant::RotateOnRetry,
+    )];
     let e = run_with(&scn, Some("command: [/bin/true]"))
         .await
         .unwrap_err();

@@ -66,7 +66,10 @@ async fn run_into(out: &Path, paths: &[PathBuf], mutants: &[Mutant]) -> Vec<Scen
     let files = scenario::discover(paths).expect("discover");
     let opts = RunOptions {
         seed: None,
-        mutants: mutants.to_vec(),
+        mutants: mutants
+            .iter()
+            .map(|m| drivelab::scenario::Mutant::Cosi(*m))
+            .collect(),
         ..Default::default()
     };
     let mut reports = Vec::new();

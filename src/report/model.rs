@@ -119,7 +119,7 @@ pub struct ClaimReport {
 
 /// The claim text of an invariant id (empty when unknown).
 pub fn claim_of(id: &str) -> String {
-    Invariant::cosi_defaults()
+    Invariant::all()
         .iter()
         .find(|i| i.id() == id)
         .map(|i| i.claim().to_string())
@@ -737,7 +737,7 @@ pub struct ClaimRow {
 /// documented order), then the scenarios' own claims grouped by wording.
 pub fn claims_table(reports: &[ScenarioReport]) -> Vec<ClaimRow> {
     let mut rows = Vec::new();
-    let mut ids: Vec<String> = Invariant::cosi_defaults()
+    let mut ids: Vec<String> = Invariant::all()
         .iter()
         .map(|i| i.id().to_string())
         .collect();

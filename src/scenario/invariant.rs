@@ -71,10 +71,10 @@ impl Invariant {
             Invariant::LeastPrivilege => "credentials reach exactly the buckets they were granted, and no grant changes another's policy",
             Invariant::NoRotation => "credentials once handed out keep authenticating (a signed PutObject works)",
             Invariant::NoSecretLeak => "no secret value appears in a snapshot, history or log",
-            Invariant::NoOrphans => "after convergence every backend user, policy and bucket belongs to a live object or a recorded checkpoint",
-            Invariant::OwnerOnlyDelete => "deleting or revoking X never deletes what Y (or someone outside COSI) owns",
+            Invariant::NoOrphans => "after convergence everything the driver made (backend users, policies, buckets; IaaS disks) belongs to a live object or a recorded checkpoint",
+            Invariant::OwnerOnlyDelete => "deleting or revoking X never deletes what Y (or someone outside the driver) owns",
             Invariant::Converges => "once faults heal, every request reaches a terminal state within the retry budget",
-            Invariant::SpecCodes => "incompatible parameters → ALREADY_EXISTS, unknown auth type → INVALID_ARGUMENT, already gone → OK",
+            Invariant::SpecCodes => "the spec's codes: incompatible parameters or size → ALREADY_EXISTS, unknown auth type → INVALID_ARGUMENT, already gone → OK",
             Invariant::UnpredictableSecrets => "a secret is random: not derived from the account or key, different in a twin lab with the same names",
             Invariant::SingleAttach => "a single-node volume is attached to at most one VM and mounted on at most one node, at every step",
             Invariant::ScopedAccess => "the driver's token carries only the dynamic-disks scopes and acts only on its own deployments' disks",
@@ -100,6 +100,17 @@ impl Invariant {
             | Invariant::NoAttachDuringRecreate => system == System::Bosh,
             _ => system == System::Cosi,
         }
+    }
+
+    /// Every invariant, COSI's first, in the documented order.
+    pub fn all() -> Vec<Invariant> {
+        let mut v = Invariant::cosi_defaults().to_vec();
+        for i in Invariant::bosh_defaults() {
+            if !v.contains(i) {
+                v.push(*i);
+            }
+        }
+        v
     }
 
     /// Checked when a BOSH scenario lists none.

@@ -1493,7 +1493,7 @@ impl Validator<'_> {
                 here,
                 "`expect` asserts nothing",
                 Some(
-                    "give at least one of code, claim/ready, access/granted, backend, driver_calls",
+                    "give at least one of code, claim/ready, access/granted, backend, driver_calls (COSI), volume/bound, pod/running, iaas_disks (BOSH)",
                 ),
             ));
         }

@@ -139,5 +139,119 @@ fn every_committed_scenario_round_trips_through_the_writer() {
         assert_eq!(a.bucket_classes, b.bucket_classes);
         assert_eq!(a.access_classes, b.access_classes);
         assert_eq!(a.converge_within, b.converge_within);
+        assert_eq!(a.bosh, b.bosh, "{}", f.display());
+        assert_eq!(a.driver, b.driver, "{}", f.display());
     }
+}
+
+const BOSH: &str = r#"name: b
+driver: { builtin: bosh-csi }
+bosh: {}
+steps:
+  - create_volume: { name: data }
+  - publish: { pod: web, volume: data, node: node-1 }
+  - concurrent:
+      - recreate_vm: { node: node-0 }
+      - unpublish: { pod: web }
+  - delete_volume: { name: data }
+"#;
+
+#[test]
+fn a_bosh_file_takes_every_default() {
+    let s = p(BOSH).unwrap();
+    assert_eq!(s.system(), System::Bosh);
+    let b = s.bosh.as_ref().unwrap();
+    assert_eq!(b.deployments.len(), 1);
+    assert_eq!(b.deployments[0].name, "k8s");
+    let nodes: Vec<(&str, &str)> = b
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.instance.as_str()))
+        .collect();
+    assert_eq!(nodes, [("node-0", "k8s/0"), ("node-1", "k8s/1")]);
+    assert_eq!(b.storage_classes[0].name, "bosh");
+    assert_eq!(b.workers, 2);
+    assert_eq!(s.invariants, Invariant::bosh_defaults());
+    assert!(matches!(&s.steps[2].value, Step::Concurrent(v) if v.len() == 2));
+}
+
+#[test]
+fn bosh_mistakes_point_at_the_step() {
+    let cases = [
+        (
+            BOSH.replace("node: node-1", "node: node-7"),
+            6,
+            "no node `node-7`",
+        ),
+        (
+            BOSH.replace("  - create_volume: { name: data }\n", ""),
+            5,
+            "which no earlier step creates",
+        ),
+        (
+            BOSH.replace(
+                "{ name: data }\n  - publish",
+                "{ name: data, size: lots }\n  - publish",
+            ),
+            5,
+            "not a Kubernetes quantity",
+        ),
+        (
+            BOSH.replace("bosh: {}", "bosh: { task_timeout: forever }"),
+            3,
+            "task_timeout",
+        ),
+        (BOSH.replace("bosh: {}\n", ""), 2, "needs the BOSH system"),
+        (
+            BOSH.replace(
+                "  - delete_volume: { name: data }",
+                "  - grant_access: { name: a, claim: c, class: k }",
+            ),
+            10,
+            "COSI step",
+        ),
+    ];
+    for (text, line, needle) in cases {
+        let e = p(&text).expect_err(needle);
+        assert!(e.message.contains(needle), "{needle}: {e}");
+        assert_eq!(e.line, line, "{needle}: {e}");
+    }
+}
+
+#[test]
+fn systems_and_drivers_must_match() {
+    let e = p(&BOSH.replace("bosh-csi", "cosi-s3")).unwrap_err();
+    assert!(e.message.contains("speaks COSI"), "{e}");
+    let e = p(&GOOD.replace("cosi-s3", "bosh-csi")).unwrap_err();
+    assert!(e.message.contains("speaks CSI"), "{e}");
+    let e = p(&BOSH.replace("bosh: {}", "bosh: {}\ninvariants: [no-rotation]")).unwrap_err();
+    assert!(e.message.contains("does not apply"), "{e}");
+    let e = p(&BOSH.replace(
+        "{ builtin: bosh-csi }",
+        "{ builtin: bosh-csi, mutants: [rotate-on-retry] }",
+    ))
+    .unwrap_err();
+    assert!(e.message.contains("is a bug of cosi-s3"), "{e}");
+}
+
+#[test]
+fn a_bosh_scenario_round_trips_through_the_writer() {
+    let s = p(BOSH).unwrap();
+    let text = write::to_yaml(&s, &["round trip".into()]);
+    let again = p(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(again.bosh, s.bosh);
+    let a: Vec<&Step> = s.steps.iter().map(|l| &l.value).collect();
+    let b: Vec<&Step> = again.steps.iter().map(|l| &l.value).collect();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_bosh_step_in_a_cosi_file_says_what_is_missing() {
+    let text = GOOD.replace(
+        "  - delete_bucket_claim: { name: photos }",
+        "  - create_volume: { name: data }",
+    );
+    let e = p(&text).unwrap_err();
+    assert!(e.message.contains("no `bosh:` section"), "{e}");
+    assert_eq!(e.line, 13, "{e}");
 }

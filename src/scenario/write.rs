@@ -160,6 +160,15 @@ fn step_yaml(step: &Step, indent: &str) -> String {
                 let items: Vec<String> = d.iter().map(|(k, v)| format!("{k}: {v}")).collect();
                 parts.push(format!("driver_calls: {{ {} }}", items.join(", ")));
             }
+            if let (Some(v), Some(b)) = (&e.volume, e.bound) {
+                parts.push(format!("volume: {}, bound: {b}", q(v)));
+            }
+            if let (Some(p), Some(r)) = (&e.pod, e.running) {
+                parts.push(format!("pod: {}, running: {r}", q(p)));
+            }
+            if let Some(n) = e.iaas_disks {
+                parts.push(format!("iaas_disks: {n}"));
+            }
             format!("expect: {{ {} }}", parts.join(", "))
         }
         Step::Fault(f) => format!("fault: {{ {} }}", fault_yaml(f)),
