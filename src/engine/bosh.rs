@@ -79,14 +79,38 @@ struct Node {
     plugin: Arc<InProcessDriver>,
 }
 
-/// The Director's listener, which `director_down`/`director_up` and restarts take away and give back.
+/// The Director "process": its listener, which `director_down`/`director_up`
+/// take away and give back, and what a restart rebuilds it from (its store).
 struct DirectorServer {
-    director: Director,
+    current: std::sync::RwLock<Director>,
+    rebuild: (Arc<dyn Store>, Gate, Cpi, DirectorConfig),
     addr: SocketAddr,
     listener: tokio::sync::Mutex<Option<Listener>>,
 }
 
 impl DirectorServer {
+    fn director(&self) -> Director {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The process restarts: connections break, its running jobs die (their
+    /// tasks end in error, as the real Director marks them), queued tasks run
+    /// again, state comes back from the store.
+    async fn restart(&self) -> anyhow::Result<()> {
+        self.down().await;
+        let (store, gate, cpi, config) = self.rebuild.clone();
+        // The old process dies first: two dispatchers must never share the store.
+        self.director().kill();
+        let fresh = Director::new(store, gate, cpi, config)
+            .await
+            .map_err(|e| anyhow!("the Director did not come back: {e}"))?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        self.up().await
+    }
+
     async fn down(&self) {
         if let Some(l) = self.listener.lock().await.take() {
             l.stop().await;
@@ -101,7 +125,7 @@ impl DirectorServer {
         // The old socket may linger for a moment after stop (real time).
         let mut last = None;
         for _ in 0..100 {
-            match self.director.serve(self.addr).await {
+            match self.director().serve(self.addr).await {
                 Ok(l) => {
                     *slot = Some(l);
                     return Ok(());
@@ -175,8 +199,7 @@ impl LabControl for Control {
             let busy = self.hook.upgrade().map(|h| h.maintenance());
             let history = self.history.clone();
             let done = tokio::spawn(async move {
-                d.down().await;
-                if let Err(e) = d.up().await {
+                if let Err(e) = d.restart().await {
                     history.record(EventKind::Note {
                         component: Component::Lab,
                         text: format!("Director restart failed: {e:#}"),
@@ -298,7 +321,9 @@ impl BoshLab {
             token_signing_key: signing_key,
             ..Default::default()
         };
-        let director = Director::new(store("director")?, gate(), cpi, config)
+        let director_store = store("director")?;
+        let rebuild = (director_store.clone(), gate(), cpi.clone(), config.clone());
+        let director = Director::new(director_store, gate(), cpi, config)
             .await
             .map_err(|e| anyhow!("starting the fake Director: {e}"))?;
         let listener = director
@@ -307,7 +332,8 @@ impl BoshLab {
             .context("serving the fake Director")?;
         let director_url = listener.url();
         let server = Arc::new(DirectorServer {
-            director: director.clone(),
+            current: std::sync::RwLock::new(director.clone()),
+            rebuild,
             addr: listener.addr,
             listener: tokio::sync::Mutex::new(Some(listener)),
         });
@@ -363,11 +389,17 @@ impl BoshLab {
                 .find(|i| i.deployment == dep && i.name == want)
                 .map(|i| i.id.clone())
                 .ok_or_else(|| anyhow!("the Director has no instance {}", n.instance))?;
-            let d = director.clone();
+            // Through the server, not a Director handle: a handle kept here would
+            // keep a restarted Director's old workers alive.
+            let d = Arc::downgrade(&server);
             let iid = instance_id.clone();
             // What the BOSH agent made visible on this instance, as udev would show it.
             let source: DeviceSource = Arc::new(move || {
-                d.agent_disks(&iid)
+                let Some(d) = d.upgrade() else {
+                    return Vec::new();
+                };
+                d.director()
+                    .agent_disks(&iid)
                     .iter()
                     .map(|a| Device::for_disk(&a.disk_cid))
                     .collect()
@@ -470,8 +502,8 @@ impl BoshLab {
         })
     }
 
-    fn director(&self) -> &Director {
-        &self.director.director
+    fn director(&self) -> Director {
+        self.director.director()
     }
 
     async fn stop(&mut self) {
@@ -522,8 +554,7 @@ impl BoshLab {
                         fault: "restart".into(),
                         detail: format!("{c} restarting (step)"),
                     });
-                    self.director.down().await;
-                    self.director.up().await?;
+                    self.director.restart().await?;
                     self.converge().await?;
                 }
                 Step::DirectorDown => {

@@ -545,6 +545,21 @@ impl Director {
         self.inner.sched().workers
     }
 
+    /// The process dies: its dispatcher and running jobs stop where they are
+    /// (their tasks stay as the store has them; a Director built on the same
+    /// store afterwards recovers them as a restarted one does).
+    pub fn kill(&self) {
+        for h in self
+            .inner
+            .spawned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            h.abort();
+        }
+    }
+
     /// Resize the disk-job worker pool now (0 stops new disk jobs starting;
     /// running ones finish).
     pub fn set_dynamic_disks_workers(&self, n: usize) {
