@@ -831,7 +831,12 @@ async fn take_snapshot(
     } else {
         metadata_field(&parse_body(&body)?)?
     };
-    if inner.state.disk(&name).map_err(ApiError::internal)?.is_none() {
+    if inner
+        .state
+        .disk(&name)
+        .map_err(ApiError::internal)?
+        .is_none()
+    {
         return Err(ApiError::new(
             404,
             520002,
@@ -861,7 +866,12 @@ async fn delete_snapshot(
     if let Some(s) = inner.state.snapshot(&cid).map_err(ApiError::internal)? {
         require_deployment(&inner, &c, &s.deployment)?;
     }
-    queued(&inner, Job::DeleteSnapshot { snapshot_cid: cid }, &c, &headers)
+    queued(
+        &inner,
+        Job::DeleteSnapshot { snapshot_cid: cid },
+        &c,
+        &headers,
+    )
 }
 
 /// `GET /dynamic_disks/snapshots` (BOSH: `GET /deployments/:d/snapshots`).
