@@ -79,6 +79,7 @@ struct Setup {
     mutants: Vec<Mutant>,
     variable: bool,
     page: u64,
+    credential: &'static str,
 }
 
 impl Default for Setup {
@@ -87,6 +88,7 @@ impl Default for Setup {
             mutants: vec![],
             variable: false,
             page: 10_000,
+            credential: IAAS_CRED,
         }
     }
 }
@@ -167,7 +169,7 @@ impl Lab {
             task_timeout: Duration::from_secs(20),
             mutants: s.mutants.clone(),
             block_api_url: block_l.url(),
-            block_api_credential: Secret::new(IAAS_CRED),
+            block_api_credential: Secret::new(s.credential),
             block_api_page: s.page,
             variable_length_metadata: s.variable,
             session_ttl: SESSION_TTL,
@@ -752,6 +754,35 @@ async fn snapshot_deleted_mid_stream_fails_the_stream() {
     let b = got.blocks();
     assert_eq!(b, truth[..b.len()].to_vec());
     assert_eq!(b.len(), 100);
+}
+
+#[tokio::test]
+async fn the_block_api_refuses_a_wrong_credential() {
+    let mut lab = Lab::start(Setup {
+        credential: "not-the-iaas-credential",
+        ..Default::default()
+    })
+    .await;
+    let tok = lab.token();
+    let (vol, disk) = lab.volume("pvc-data", 1).await;
+    lab.write(&disk, &[(0, 2)]);
+    lab.snap(&vol, "s1", NS).await;
+    let e = lab
+        .sidecar
+        .get_metadata_allocated(
+            AllocatedRequest {
+                security_token: tok,
+                namespace: NS.into(),
+                snapshot_name: "s1".into(),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(e.code(), Code::Internal);
+    assert!(!e.message().contains(IAAS_CRED));
 }
 
 /// `cargo test -p bosh-csi --test cbt -- --ignored --nocapture delta_throughput`
