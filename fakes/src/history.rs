@@ -40,6 +40,12 @@ pub enum Component {
     Kubelet,
     /// The fake node mount table the CSI node plugin mounts into.
     Mounts,
+    /// The fake CSI external-snapshotter sidecar.
+    CsiSnapshotter,
+    /// The fake CSI external-snapshot-metadata sidecar.
+    CsiSnapshotMetadata,
+    /// A backup application reading changed blocks.
+    BackupClient,
 }
 
 impl Component {
@@ -60,6 +66,9 @@ impl Component {
             Component::CsiAttacher => "csi-attacher",
             Component::Kubelet => "kubelet",
             Component::Mounts => "mounts",
+            Component::CsiSnapshotter => "csi-snapshotter",
+            Component::CsiSnapshotMetadata => "csi-snapshot-metadata",
+            Component::BackupClient => "backup-client",
         }
     }
 }

@@ -109,6 +109,16 @@ pub struct DriverConfig {
     pub max_volumes_per_node: i64,
     /// Seeded bugs switched on; empty is the correct driver.
     pub mutants: Vec<Mutant>,
+    /// Base URL of the IaaS block API (snapshot metadata); empty = not served.
+    pub block_api_url: String,
+    /// The IaaS credential for the block API.
+    pub block_api_credential: Secret,
+    /// Blocks asked per block-API page (the API allows 100..=10000).
+    pub block_api_page: u64,
+    /// Report snapshot metadata as VARIABLE_LENGTH extents instead of FIXED_LENGTH blocks.
+    pub variable_length_metadata: bool,
+    /// How long a snapshot-metadata session token stays valid.
+    pub session_ttl: Duration,
 }
 
 impl Default for DriverConfig {
@@ -126,6 +136,11 @@ impl Default for DriverConfig {
             mounter_url: String::new(),
             max_volumes_per_node: 0,
             mutants: Vec::new(),
+            block_api_url: String::new(),
+            block_api_credential: Secret::default(),
+            block_api_page: 10_000,
+            variable_length_metadata: false,
+            session_ttl: Duration::from_secs(600),
         }
     }
 }
@@ -221,6 +236,12 @@ pub enum Mutant {
     WritableReadonlyPublish,
     /// The token request asks UAA for bosh.admin instead of the dynamic-disks scopes.
     AdminToken,
+    /// GetMetadataDelta caches change lists by base snapshot only, so a later
+    /// target from the same base gets the earlier target's (stale) delta.
+    StaleDelta,
+    /// A snapshot-metadata session token is accepted for any client, volume,
+    /// snapshot pair and after its expiry.
+    ReplayableToken,
 }
 
 impl Mutant {
@@ -234,6 +255,8 @@ impl Mutant {
             Mutant::LeakMountOnFailedStage,
             Mutant::WritableReadonlyPublish,
             Mutant::AdminToken,
+            Mutant::StaleDelta,
+            Mutant::ReplayableToken,
         ]
     }
 
@@ -247,6 +270,8 @@ impl Mutant {
             Mutant::LeakMountOnFailedStage => "leak-mount-on-failed-stage",
             Mutant::WritableReadonlyPublish => "writable-readonly-publish",
             Mutant::AdminToken => "admin-token",
+            Mutant::StaleDelta => "stale-delta",
+            Mutant::ReplayableToken => "replayable-token",
         }
     }
 
@@ -273,6 +298,12 @@ impl Mutant {
             }
             Mutant::AdminToken => {
                 "the controller asks UAA for bosh.admin instead of the bosh.dynamic-disks.* scopes (scoped-access / least privilege)"
+            }
+            Mutant::StaleDelta => {
+                "GetMetadataDelta keys its change-list cache on the base snapshot alone, so a newer target reports the older delta and misses the last writes (delta-exact)"
+            }
+            Mutant::ReplayableToken => {
+                "the snapshot-metadata session token is not checked against its client, volume, snapshot pair or expiry, so a replayed token resumes any stream (token-bound)"
             }
         }
     }
@@ -559,7 +590,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 7);
+        assert_eq!(Mutant::all().len(), 9);
         assert_eq!(Mutant::parse("nope"), None);
     }
 

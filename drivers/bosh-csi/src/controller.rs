@@ -413,12 +413,17 @@ impl Controller for BoshCsiDriver {
         _req: Request<ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
         use controller_service_capability::{rpc::Type, Rpc, Type as Cap};
-        let caps = [Type::CreateDeleteVolume, Type::PublishUnpublishVolume]
-            .into_iter()
-            .map(|t| ControllerServiceCapability {
-                r#type: Some(Cap::Rpc(Rpc { r#type: t as i32 })),
-            })
-            .collect();
+        let caps = [
+            Type::CreateDeleteVolume,
+            Type::PublishUnpublishVolume,
+            Type::CreateDeleteSnapshot,
+            Type::ListSnapshots,
+        ]
+        .into_iter()
+        .map(|t| ControllerServiceCapability {
+            r#type: Some(Cap::Rpc(Rpc { r#type: t as i32 })),
+        })
+        .collect();
         Ok(Response::new(ControllerGetCapabilitiesResponse {
             capabilities: caps,
         }))
@@ -426,23 +431,41 @@ impl Controller for BoshCsiDriver {
 
     async fn create_snapshot(
         &self,
-        _req: Request<CreateSnapshotRequest>,
+        req: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        Err(unimplemented("CreateSnapshot"))
+        let req = req.into_inner();
+        let subject = req.name.clone();
+        answer(
+            "CreateSnapshot",
+            &subject,
+            self.create_snapshot_inner(req).await,
+        )
     }
 
     async fn delete_snapshot(
         &self,
-        _req: Request<DeleteSnapshotRequest>,
+        req: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        Err(unimplemented("DeleteSnapshot"))
+        let req = req.into_inner();
+        let subject = req.snapshot_id.clone();
+        answer(
+            "DeleteSnapshot",
+            &subject,
+            self.delete_snapshot_inner(req)
+                .await
+                .map(|()| DeleteSnapshotResponse {}),
+        )
     }
 
     async fn list_snapshots(
         &self,
-        _req: Request<ListSnapshotsRequest>,
+        req: Request<ListSnapshotsRequest>,
     ) -> Result<Response<ListSnapshotsResponse>, Status> {
-        Err(unimplemented("ListSnapshots"))
+        answer(
+            "ListSnapshots",
+            "",
+            self.list_snapshots_inner(req.into_inner()).await,
+        )
     }
 
     async fn controller_expand_volume(

@@ -124,6 +124,25 @@ impl std::fmt::Debug for Director {
     }
 }
 
+/// A disk snapshot as `GET /dynamic_disks/snapshots` lists it.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct DiskSnapshot {
+    /// The IaaS snapshot id (= the CSI snapshot id).
+    pub snapshot_cid: String,
+    /// The dynamic disk it was taken of (= the CSI volume id).
+    pub disk_name: String,
+    /// The IaaS disk id.
+    pub disk_cid: String,
+    /// Disk size in MiB when taken.
+    pub size: u64,
+    /// Seconds since the epoch of the Director's clock.
+    #[serde(default)]
+    pub created_at: u64,
+    /// What the driver stored with it (`csi_snapshot_name`).
+    #[serde(default)]
+    pub metadata: serde_json::Map<String, Value>,
+}
+
 impl Director {
     /// A client as the config says. Contacts nothing yet.
     pub fn new(config: &DriverConfig) -> Self {
@@ -237,6 +256,65 @@ impl Director {
     pub async fn delete(&self, name: &str) -> Result<(), DriverError> {
         let path = format!("/dynamic_disks/{}", crate::http::encode(name));
         self.write("delete dynamic disk", Method::DELETE, &path, None)
+            .await
+            .map(drop)
+    }
+
+    /// Every disk snapshot the token may see (`GET /dynamic_disks/snapshots`).
+    pub async fn snapshots(&self) -> Result<Vec<DiskSnapshot>, DriverError> {
+        let op = "list snapshots";
+        let a = self
+            .call(op, Method::GET, "/dynamic_disks/snapshots", None)
+            .await?;
+        if a.status != StatusCode::OK {
+            return Err(director_error(op, a.status, &a.body));
+        }
+        serde_json::from_slice(&a.body).map_err(|e| {
+            DriverError::Internal(format!(
+                "GET /dynamic_disks/snapshots answered something that is not a snapshot list: {e}"
+            ))
+        })
+    }
+
+    /// Snapshot disk `name` with `metadata` and wait for the task; returns the snapshot cid.
+    pub async fn snapshot(&self, name: &str, metadata: Value) -> Result<String, DriverError> {
+        let op = "snapshot dynamic disk";
+        let path = format!("/dynamic_disks/{}/snapshots", crate::http::encode(name));
+        let task = self
+            .write(
+                op,
+                Method::POST,
+                &path,
+                Some(json!({ "metadata": metadata })),
+            )
+            .await?;
+        let a = self
+            .call(
+                op,
+                Method::GET,
+                &format!("/tasks/{}/output?type=result", task.id),
+                None,
+            )
+            .await?;
+        if a.status != StatusCode::OK {
+            return Err(director_error(op, a.status, &a.body));
+        }
+        let v: Value = serde_json::from_slice(&a.body).map_err(|e| {
+            DriverError::Internal(format!("task {} result is not JSON: {e}", task.id))
+        })?;
+        v.get("snapshot_cid")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                DriverError::Internal(format!("task {} result has no snapshot_cid", task.id))
+            })
+    }
+
+    /// Delete snapshot `cid` and wait for the task (OK for an unknown cid).
+    pub async fn delete_snapshot(&self, cid: &str) -> Result<(), DriverError> {
+        let path = format!("/dynamic_disks/snapshots/{}", crate::http::encode(cid));
+        self.write("delete snapshot", Method::DELETE, &path, None)
             .await
             .map(drop)
     }

@@ -28,6 +28,7 @@ pub(crate) struct Inner {
     pub(crate) config: DriverConfig,
     pub(crate) director: Option<Director>,
     pub(crate) mounter: Option<Arc<dyn Mounter>>,
+    pub(crate) metadata: crate::snapshot_metadata::MetadataState,
     inflight: Mutex<HashSet<String>>,
 }
 
@@ -67,6 +68,7 @@ impl BoshCsiDriver {
         }
         BoshCsiDriver {
             inner: Arc::new(Inner {
+                metadata: crate::snapshot_metadata::MetadataState::new(config.http_timeout),
                 config,
                 director,
                 mounter,

@@ -35,7 +35,14 @@
 //!
 //! `create-not-idempotent`, `ignore-incompatible-size`,
 //! `publish-steals-attachment`, `unpublish-missing-is-error`,
-//! `leak-mount-on-failed-stage`, `writable-readonly-publish`, `admin-token`.
+//! `leak-mount-on-failed-stage`, `writable-readonly-publish`, `admin-token`,
+//! `stale-delta`, `replayable-token`.
+//!
+//! # Snapshots and changed blocks
+//!
+//! See [`snapshots`] (CreateSnapshot/DeleteSnapshot/ListSnapshots through the
+//! Director's snapshot endpoints) and [`snapshot_metadata`] (the CSI
+//! SnapshotMetadata service over the IaaS block API, with session tokens).
 
 pub mod cli;
 pub mod config;
@@ -47,12 +54,15 @@ pub mod http;
 pub mod mounter;
 pub mod node;
 pub mod secret;
+pub mod snapshot_metadata;
+pub mod snapshots;
 
 use std::path::Path;
 
 use anyhow::Context as _;
 use drivelab_proto::csi::{
     controller_server::ControllerServer, identity_server::IdentityServer, node_server::NodeServer,
+    snapshot_metadata_server::SnapshotMetadataServer,
 };
 
 pub use config::{DriverConfig, Mode, Mutant};
@@ -91,10 +101,15 @@ pub async fn serve_driver(
         .controller()
         .then(|| ControllerServer::new(driver.clone()));
     let node = mode.node().then(|| NodeServer::new(driver.clone()));
+    // The SnapshotMetadata service shares the controller's socket (the
+    // sidecar is its only caller) when an IaaS block API is configured.
+    let metadata = (mode.controller() && !driver.config().block_api_url.is_empty())
+        .then(|| SnapshotMetadataServer::new(driver.clone()));
     tonic::transport::Server::builder()
         .add_service(IdentityServer::new(driver))
         .add_optional_service(controller)
         .add_optional_service(node)
+        .add_optional_service(metadata)
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::UnixListenerStream::new(listener),
             shutdown,

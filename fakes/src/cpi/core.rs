@@ -46,11 +46,59 @@ struct StemcellRec {
     cloud_properties: Value,
 }
 
+/// A snapshot as the IaaS holds it; its frozen block map lives beside it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-struct SnapshotRec {
-    cid: String,
-    disk_cid: String,
-    metadata: Value,
+pub struct SnapshotRec {
+    pub cid: String,
+    pub disk_cid: String,
+    pub metadata: Value,
+    /// The disk's size when it was taken (a later resize does not change it).
+    #[serde(default)]
+    pub size_mib: u64,
+}
+
+/// The IaaS block size (the EBS direct APIs' 512 KiB).
+pub const BLOCK_SIZE: u64 = 512 * 1024;
+
+/// What one block holds: which write put it there and a hash standing for
+/// its content (no data is ever stored; the hash is what a BlockToken names).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BlockVersion {
+    /// The global write sequence number of the write that last touched the block.
+    pub seq: u64,
+    /// A content hash derived from (disk, block, seq).
+    pub hash: u64,
+}
+
+/// A sparse block map: only written blocks, by block index.
+pub type BlockMap = BTreeMap<u64, BlockVersion>;
+
+/// A run of blocks `[start, start + count)`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BlockRange {
+    /// First block index.
+    pub start: u64,
+    /// Number of blocks (at least 1).
+    pub count: u64,
+}
+
+/// Blocks in a disk of `size_mib` MiB.
+pub fn blocks_in(size_mib: u64) -> u64 {
+    (size_mib * 1024 * 1024).div_ceil(BLOCK_SIZE)
+}
+
+fn content_hash(disk: &str, index: u64, seq: u64) -> u64 {
+    // FNV-1a over the three: stable across runs and platforms.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in disk
+        .bytes()
+        .chain(index.to_le_bytes())
+        .chain(seq.to_le_bytes())
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
 }
 
 /// The CPI's state machine. Callers serialize access (one method at a time).
@@ -188,6 +236,90 @@ impl CpiCore {
             .collect())
     }
 
+    /// The live block map of a disk (empty when never written).
+    pub fn block_map(&self, disk_cid: &str) -> Result<BlockMap, CpiFault> {
+        Ok(self
+            .store
+            .get_json(&format!("blocks/disk/{disk_cid}"))
+            .map_err(store_err)?
+            .unwrap_or_default())
+    }
+
+    /// A snapshot's record, if it exists.
+    pub fn snapshot(&self, cid: &str) -> Result<Option<SnapshotRec>, CpiFault> {
+        self.store
+            .get_json(&format!("snapshot/{cid}"))
+            .map_err(store_err)
+    }
+
+    /// Every snapshot, by cid.
+    pub fn snapshots(&self) -> Result<Vec<SnapshotRec>, CpiFault> {
+        Ok(self
+            .store
+            .scan_json::<SnapshotRec>("snapshot/")
+            .map_err(store_err)?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
+    }
+
+    /// The frozen block map of a snapshot (`SnapshotNotFound`-like `DiskNotFound`
+    /// fault when it is gone).
+    pub fn snapshot_blocks(&self, cid: &str) -> Result<(SnapshotRec, BlockMap), CpiFault> {
+        let Some(rec) = self.snapshot(cid)? else {
+            return Err(CpiFault::new(
+                ErrorType::CloudError,
+                format!("Snapshot '{cid}' not found"),
+                false,
+            ));
+        };
+        let map = self
+            .store
+            .get_json(&format!("blocks/snap/{cid}"))
+            .map_err(store_err)?
+            .unwrap_or_default();
+        Ok((rec, map))
+    }
+
+    /// Write `ranges` of blocks on a disk (the workload on the VM writing):
+    /// every block gets this write's sequence number. Returns the sequence number.
+    pub fn write_blocks(&self, disk_cid: &str, ranges: &[BlockRange]) -> Result<u64, CpiFault> {
+        let d = self.need_disk(disk_cid)?;
+        let total = blocks_in(d.size_mib);
+        for r in ranges {
+            let end = r.start.checked_add(r.count);
+            if r.count == 0 || end.is_none_or(|e| e > total) {
+                return Err(CpiFault::bad_argument(
+                    "write_blocks",
+                    format!(
+                        "range {}+{} is empty or beyond the disk's {total} blocks",
+                        r.start, r.count
+                    ),
+                ));
+            }
+        }
+        let key = "counter/write";
+        let seq: u64 = self.store.get_json(key).map_err(store_err)?.unwrap_or(0) + 1;
+        self.store.put_json(key, &seq).map_err(store_err)?;
+        let mut map = self.block_map(disk_cid)?;
+        for r in ranges {
+            for i in r.start..r.start + r.count {
+                map.insert(
+                    i,
+                    BlockVersion {
+                        seq,
+                        hash: content_hash(disk_cid, i, seq),
+                    },
+                );
+            }
+        }
+        self.store
+            .put_json(&format!("blocks/disk/{disk_cid}"), &map)
+            .map_err(store_err)?;
+        self.store.flush().map_err(store_err)?;
+        Ok(seq)
+    }
+
     /// Run one CPI method with its positional arguments.
     pub fn dispatch(&self, method: &str, args: &[Value]) -> Result<Value, CpiFault> {
         let r = match method {
@@ -268,10 +400,17 @@ impl CpiCore {
             "snapshot_disk" => {
                 let d = self.need_disk(arg_str(method, args, 0, "disk_cid")?)?;
                 let cid = self.next_id("snapshot")?;
+                // Freeze the disk's blocks as they are now: the snapshot's
+                // version is the block map at this instant.
+                let frozen = self.block_map(&d.cid)?;
+                self.store
+                    .put_json(&format!("blocks/snap/{cid}"), &frozen)
+                    .map_err(store_err)?;
                 let rec = SnapshotRec {
                     cid: cid.clone(),
                     disk_cid: d.cid,
                     metadata: arg_opt(args, 1),
+                    size_mib: d.size_mib,
                 };
                 self.store
                     .put_json(&format!("snapshot/{cid}"), &rec)
@@ -282,6 +421,9 @@ impl CpiCore {
                 let cid = arg_str(method, args, 0, "snapshot_cid")?;
                 self.store
                     .remove(&format!("snapshot/{cid}"))
+                    .map_err(store_err)?;
+                self.store
+                    .remove(&format!("blocks/snap/{cid}"))
                     .map_err(store_err)?;
                 Ok(Value::Null)
             }
@@ -426,6 +568,10 @@ impl CpiCore {
         }
         self.store
             .remove(&format!("disk/{}", d.cid))
+            .map_err(store_err)?;
+        // Snapshots outlive their disk (as EBS snapshots do); the live blocks do not.
+        self.store
+            .remove(&format!("blocks/disk/{}", d.cid))
             .map_err(store_err)?;
         Ok(Value::Null)
     }

@@ -25,7 +25,12 @@ use crate::gate::{CallSpec, Delivery, Gate, Verdict};
 use crate::history::{Component, Outcome};
 use crate::store::Store;
 
-pub use self::core::{slot_device, CpiCore, DiskRec, VmRec};
+pub mod block_api;
+
+pub use self::core::{
+    blocks_in, slot_device, BlockMap, BlockRange, BlockVersion, CpiCore, DiskRec, SnapshotRec,
+    VmRec, BLOCK_SIZE,
+};
 
 /// The error classes the Director's external CPI caller knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,7 +406,56 @@ impl Cpi {
             .map(drop)
     }
 
-    fn with_core<T>(&self, f: impl FnOnce(&CpiCore) -> T) -> T {
+    /// `snapshot_disk(disk_cid, metadata)` → snapshot cid.
+    pub async fn snapshot_disk(&self, disk_cid: &str, metadata: Value) -> Result<String, CpiFault> {
+        let v = self
+            .call("snapshot_disk", vec![json!(disk_cid), metadata])
+            .await?;
+        as_cid("snapshot_disk", v)
+    }
+
+    /// `delete_snapshot(snapshot_cid)`.
+    pub async fn delete_snapshot(&self, snapshot_cid: &str) -> Result<(), CpiFault> {
+        self.call("delete_snapshot", vec![json!(snapshot_cid)])
+            .await
+            .map(drop)
+    }
+
+    /// The lab writing blocks on a disk (the workload on its VM): not a CPI
+    /// call, so it bypasses the gate. Returns the write's sequence number.
+    pub fn write_blocks(&self, disk_cid: &str, ranges: &[BlockRange]) -> Result<u64, CpiFault> {
+        self.with_core(|c| c.write_blocks(disk_cid, ranges))
+    }
+
+    /// Ground truth: the written blocks of a snapshot, ascending.
+    pub fn allocated_blocks(&self, snapshot_cid: &str) -> Result<Vec<u64>, CpiFault> {
+        self.with_core(|c| c.snapshot_blocks(snapshot_cid))
+            .map(|(_, m)| m.into_keys().collect())
+    }
+
+    /// Ground truth: the blocks whose content differs between two snapshots of
+    /// one disk (written in one and not the other, or rewritten), ascending.
+    pub fn changed_blocks(&self, base: &str, target: &str) -> Result<Vec<u64>, CpiFault> {
+        let (b, bm) = self.with_core(|c| c.snapshot_blocks(base))?;
+        let (t, tm) = self.with_core(|c| c.snapshot_blocks(target))?;
+        if b.disk_cid != t.disk_cid {
+            return Err(CpiFault::bad_argument(
+                "changed_blocks",
+                format!("snapshots '{base}' and '{target}' are of different disks"),
+            ));
+        }
+        Ok(block_api::diff(&bm, &tm))
+    }
+
+    /// Every snapshot the IaaS holds (a view; bypasses the gate).
+    pub fn snapshots(&self) -> Vec<SnapshotRec> {
+        self.with_core(|c| c.snapshots()).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cpi fake: reading snapshots failed");
+            vec![]
+        })
+    }
+
+    pub(crate) fn with_core<T>(&self, f: impl FnOnce(&CpiCore) -> T) -> T {
         let core = self.inner.core.lock().unwrap_or_else(|p| p.into_inner());
         f(&core)
     }

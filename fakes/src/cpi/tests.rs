@@ -247,3 +247,59 @@ fn external_reply_shape_and_malformed_request() {
     assert_eq!(v["error"], Value::Null);
     assert_eq!(v["result"]["api_version"], 2);
 }
+
+fn r(start: u64, count: u64) -> BlockRange {
+    BlockRange { start, count }
+}
+
+#[tokio::test]
+async fn snapshots_freeze_the_block_map_and_deltas_are_exact() {
+    let c = cpi(4);
+    let d = c.create_disk(1024, json!({}), None).await.unwrap();
+    assert_eq!(blocks_in(1024), 2048);
+    c.write_blocks(&d, &[r(0, 4), r(10, 1)]).unwrap();
+    let s1 = c.snapshot_disk(&d, json!({})).await.unwrap();
+    // Rewriting a block changes it; writing new ones adds them.
+    c.write_blocks(&d, &[r(3, 2), r(2047, 1)]).unwrap();
+    let s2 = c.snapshot_disk(&d, json!({})).await.unwrap();
+    assert_eq!(c.allocated_blocks(&s1).unwrap(), vec![0, 1, 2, 3, 10]);
+    assert_eq!(
+        c.allocated_blocks(&s2).unwrap(),
+        vec![0, 1, 2, 3, 4, 10, 2047]
+    );
+    assert_eq!(c.changed_blocks(&s1, &s2).unwrap(), vec![3, 4, 2047]);
+    assert_eq!(c.changed_blocks(&s2, &s2).unwrap(), Vec::<u64>::new());
+    // Later writes do not reach a frozen snapshot.
+    c.write_blocks(&d, &[r(500, 1)]).unwrap();
+    assert_eq!(c.allocated_blocks(&s2).unwrap().len(), 7);
+    // Snapshots of different disks have no delta.
+    let e = c.create_disk(1024, json!({}), None).await.unwrap();
+    let s3 = c.snapshot_disk(&e, json!({})).await.unwrap();
+    assert!(c.changed_blocks(&s1, &s3).is_err());
+    c.delete_snapshot(&s1).await.unwrap();
+    assert!(c.allocated_blocks(&s1).is_err());
+}
+
+#[test]
+fn writes_beyond_the_disk_or_empty_are_refused() {
+    let c = cpi(4);
+    let d = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(c.create_disk(1, json!({}), None))
+        .unwrap();
+    assert_eq!(blocks_in(1), 2);
+    assert!(c.write_blocks(&d, &[r(1, 1)]).is_ok());
+    assert!(c.write_blocks(&d, &[r(2, 1)]).is_err());
+    assert!(c.write_blocks(&d, &[r(0, 0)]).is_err());
+    assert!(c.write_blocks(&d, &[r(u64::MAX, 2)]).is_err());
+    assert!(c.write_blocks("disk-nope", &[r(0, 1)]).is_err());
+}
+
+#[test]
+fn diff_counts_rewrites_and_new_blocks_only() {
+    let v = |seq| BlockVersion { seq, hash: seq };
+    let a: BlockMap = [(1, v(1)), (2, v(1))].into();
+    let b: BlockMap = [(1, v(1)), (2, v(2)), (7, v(2))].into();
+    assert_eq!(block_api::diff(&a, &b), vec![2, 7]);
+}

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod kubelet;
 pub mod mounts;
 pub mod provisioner;
+pub mod snapshot_metadata;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -131,6 +131,11 @@ fn classify(parts: &Parts) -> CallSpec {
         ("POST", ["dynamic_disks"]) => ("dynamic_disks.create", body_subject),
         ("POST", ["dynamic_disks", n, "attach"]) => ("dynamic_disks.attach", n.to_string()),
         ("POST", ["dynamic_disks", n, "detach"]) => ("dynamic_disks.detach", n.to_string()),
+        ("GET", ["dynamic_disks", "snapshots"]) => ("dynamic_disks.snapshots", String::new()),
+        ("POST", ["dynamic_disks", n, "snapshots"]) => ("dynamic_disks.snapshot", n.to_string()),
+        ("DELETE", ["dynamic_disks", "snapshots", c]) => {
+            ("dynamic_disks.delete_snapshot", c.to_string())
+        }
         ("DELETE", ["dynamic_disks", n]) => ("dynamic_disks.delete", n.to_string()),
         _ => ("unknown", path.to_string()),
     };
@@ -158,6 +163,9 @@ pub(crate) fn router(inner: Shared) -> Router {
         .route("/dynamic_disks/{name}/attach", post(attach))
         .route("/dynamic_disks/{name}/detach", post(detach))
         .route("/dynamic_disks/{name}", delete(delete_disk))
+        .route("/dynamic_disks/snapshots", get(list_snapshots))
+        .route("/dynamic_disks/{name}/snapshots", post(take_snapshot))
+        .route("/dynamic_disks/snapshots/{cid}", delete(delete_snapshot))
         .fallback(not_found)
         .layer(from_fn_with_state(tap, http_gate))
         .layer(from_fn(peek_body))
@@ -807,6 +815,93 @@ async fn list_disks(State(inner): State<Shared>, headers: HeaderMap) -> Result<R
                 "disk_pool_name": d.pool,
                 "cpi": d.cpi,
                 "metadata": d.metadata,
+            })
+        })
+        .collect();
+    Ok(axum::Json(out).into_response())
+}
+
+/// `POST /dynamic_disks/:name/snapshots {metadata}`: a task whose result is
+/// `{"snapshot_cid": ...}` (BOSH's per-instance snapshot endpoint, per disk).
+async fn take_snapshot(
+    State(inner): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks")?;
+    require(&c, &[Permission::Create])?;
+    let metadata = if body.is_empty() {
+        None
+    } else {
+        metadata_field(&parse_body(&body)?)?
+    };
+    if inner
+        .state
+        .disk(&name)
+        .map_err(ApiError::internal)?
+        .is_none()
+    {
+        return Err(ApiError::new(
+            404,
+            520002,
+            format!("Disk '{name}' not found"),
+        ));
+    }
+    check_disk_scope(&inner, &c, &name)?;
+    queued(
+        &inner,
+        Job::Snapshot {
+            disk_name: name,
+            metadata,
+        },
+        &c,
+        &headers,
+    )
+}
+
+/// `DELETE /dynamic_disks/snapshots/:cid` (OK for an unknown cid, like disks).
+async fn delete_snapshot(
+    State(inner): State<Shared>,
+    Path(cid): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks")?;
+    require(&c, &[Permission::Delete])?;
+    if let Some(s) = inner.state.snapshot(&cid).map_err(ApiError::internal)? {
+        require_deployment(&inner, &c, &s.deployment)?;
+    }
+    queued(
+        &inner,
+        Job::DeleteSnapshot { snapshot_cid: cid },
+        &c,
+        &headers,
+    )
+}
+
+/// `GET /dynamic_disks/snapshots` (BOSH: `GET /deployments/:d/snapshots`).
+async fn list_snapshots(
+    State(inner): State<Shared>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks")?;
+    require(&c, &[Permission::List])?;
+    let out: Vec<Value> = inner
+        .state
+        .snapshots()
+        .map_err(ApiError::internal)?
+        .into_iter()
+        .filter(|s| !inner.config.per_deployment_scoping || c.may_touch(&s.deployment))
+        .map(|s| {
+            json!({
+                "snapshot_cid": s.snapshot_cid,
+                "disk_name": s.disk_name,
+                "disk_cid": s.disk_cid,
+                "deployment": s.deployment,
+                "size": s.size_mib,
+                "created_at": s.created_at,
+                "clean": true,
+                "metadata": s.metadata,
             })
         })
         .collect();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::locks::LockGuard;
-use super::state::{DiskRec, InstanceRec, Job, TaskState};
+use super::state::{DiskRec, InstanceRec, Job, SnapshotRec, TaskState};
 use super::Inner;
 use crate::cpi::ErrorType;
 
@@ -73,6 +73,19 @@ pub(crate) fn describe(inner: &Inner, job: &Job) -> (String, Option<String>) {
         Job::Delete { disk_name } => (
             format!("delete dynamic disk '{disk_name}'"),
             disk_dep(disk_name),
+        ),
+        Job::Snapshot { disk_name, .. } => (
+            format!("snapshot dynamic disk '{disk_name}'"),
+            disk_dep(disk_name),
+        ),
+        Job::DeleteSnapshot { snapshot_cid } => (
+            format!("delete snapshot '{snapshot_cid}'"),
+            inner
+                .state
+                .snapshot(snapshot_cid)
+                .ok()
+                .flatten()
+                .map(|s| s.deployment),
         ),
         Job::Deploy { deployment } => ("create deployment".into(), Some(deployment.clone())),
         Job::RollingUpdate { deployment } => {
@@ -383,6 +396,41 @@ async fn exec(inner: &Arc<Inner>, task: u64, job: &Job) -> JobResult<(String, Op
             let d = disk(inner, disk_name)?;
             detach(inner, task, d, true).await?;
             Ok((format!("detached dynamic disk '{disk_name}'"), None))
+        }
+        Job::Snapshot {
+            disk_name,
+            metadata,
+        } => {
+            let _d = lock(inner, task, format!("lock:disk:{disk_name}")).await?;
+            let d = disk(inner, disk_name)?;
+            checkpoint(inner, task)?;
+            let meta = metadata.clone().unwrap_or_default();
+            let cid = inner
+                .cpi
+                .snapshot_disk(&d.cid, Value::Object(meta.clone()))
+                .await?;
+            inner.state.put_snapshot(&SnapshotRec {
+                snapshot_cid: cid.clone(),
+                disk_name: d.name.clone(),
+                disk_cid: d.cid.clone(),
+                deployment: d.deployment.clone(),
+                size_mib: d.size_mib,
+                created_at: inner.now_secs(),
+                metadata: meta,
+            })?;
+            Ok((
+                format!("snapshot of dynamic disk '{disk_name}' taken"),
+                Some(json!({ "snapshot_cid": cid }).to_string()),
+            ))
+        }
+        Job::DeleteSnapshot { snapshot_cid } => {
+            let _d = lock(inner, task, format!("lock:snapshot:{snapshot_cid}")).await?;
+            if inner.state.snapshot(snapshot_cid)?.is_none() {
+                return Ok((format!("snapshot '{snapshot_cid}' does not exist"), None));
+            }
+            inner.cpi.delete_snapshot(snapshot_cid).await?;
+            inner.state.remove_snapshot(snapshot_cid)?;
+            Ok((format!("deleted snapshot '{snapshot_cid}'"), None))
         }
         Job::Delete { disk_name } => {
             let _d = lock(inner, task, format!("lock:disk:{disk_name}")).await?;

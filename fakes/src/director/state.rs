@@ -84,6 +84,14 @@ pub enum Job {
     Detach { disk_name: String },
     /// `DELETE /dynamic_disks/:name`.
     Delete { disk_name: String },
+    /// `POST /dynamic_disks/:name/snapshots` (per-disk form of BOSH's
+    /// `POST /deployments/:d/jobs/:j/:i/snapshots`).
+    Snapshot {
+        disk_name: String,
+        metadata: Option<serde_json::Map<String, Value>>,
+    },
+    /// `DELETE /dynamic_disks/snapshots/:cid` (BOSH: `DELETE /deployments/:d/snapshots/:cid`).
+    DeleteSnapshot { snapshot_cid: String },
     /// Create the VMs a deployment's instances lack.
     Deploy { deployment: String },
     /// Recreate one instance's VM.
@@ -108,8 +116,23 @@ impl Job {
                 | Job::Attach { .. }
                 | Job::Detach { .. }
                 | Job::Delete { .. }
+                | Job::Snapshot { .. }
+                | Job::DeleteSnapshot { .. }
         )
     }
+}
+
+/// A disk snapshot the Director recorded (BOSH keeps them in its `snapshots` table).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotRec {
+    pub snapshot_cid: String,
+    pub disk_name: String,
+    pub disk_cid: String,
+    pub deployment: String,
+    pub size_mib: u64,
+    /// Virtual seconds when taken.
+    pub created_at: u64,
+    pub metadata: serde_json::Map<String, Value>,
 }
 
 /// A task record.
@@ -257,6 +280,30 @@ impl State {
     pub fn remove_disk(&self, name: &str) -> Result<(), StoreError> {
         self.store.remove(&format!("disk/{name}"))?;
         self.store.flush()
+    }
+
+    pub fn snapshot(&self, cid: &str) -> Result<Option<SnapshotRec>, StoreError> {
+        self.store.get_json(&format!("snapshot/{cid}"))
+    }
+
+    pub fn put_snapshot(&self, s: &SnapshotRec) -> Result<(), StoreError> {
+        self.store
+            .put_json(&format!("snapshot/{}", s.snapshot_cid), s)?;
+        self.store.flush()
+    }
+
+    pub fn remove_snapshot(&self, cid: &str) -> Result<(), StoreError> {
+        self.store.remove(&format!("snapshot/{cid}"))?;
+        self.store.flush()
+    }
+
+    pub fn snapshots(&self) -> Result<Vec<SnapshotRec>, StoreError> {
+        Ok(self
+            .store
+            .scan_json::<SnapshotRec>("snapshot/")?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
     }
 
     pub fn disks(&self) -> Result<Vec<DiskRec>, StoreError> {

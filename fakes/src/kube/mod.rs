@@ -6,6 +6,7 @@
 
 mod api;
 mod patch;
+pub mod review;
 mod selector;
 mod state;
 mod status;
