@@ -857,7 +857,7 @@ async fn take_snapshot(
         },
         &c,
         &headers,
-    )
+    ).await
 }
 
 /// `DELETE /dynamic_disks/snapshots/:cid` (OK for an unknown cid, like disks).
@@ -876,7 +876,7 @@ async fn delete_snapshot(
         Job::DeleteSnapshot { snapshot_cid: cid },
         &c,
         &headers,
-    )
+    ).await
 }
 
 /// `GET /dynamic_disks/snapshots` (BOSH: `GET /deployments/:d/snapshots`).
