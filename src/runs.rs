@@ -3,10 +3,12 @@
 //! killed mid-suite leaves everything up to its last step behind for
 //! `drivelab runs` and `drivelab report RUN` to show.
 //!
-//! The db is opened only for the length of one flush: sled holds an exclusive
-//! file lock while open, and a reader (`drivelab runs` beside a running suite)
-//! must be able to get in between two steps. After a SIGKILL the kernel drops
-//! the lock with the process, so the reader opens fine.
+//! The writer keeps a run's db open for the length of the run (reopening it
+//! per step cost ~15 ms a step; a flush of the open db ~0.5 ms). sled holds an
+//! exclusive file lock meanwhile, so the run also keeps a small `live.json`
+//! (start record and progress) that `drivelab runs` reads for a run whose db
+//! is locked. After a SIGKILL the kernel drops the lock with the process, and
+//! the db itself is read.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -28,8 +30,11 @@ pub const RUNS_DIR_ENV: &str = "DRIVELAB_RUNS";
 /// about half a megabyte however small the run, and every `drivelab run` records).
 pub const KEEP_RUNS: usize = 100;
 
-/// How long an open waits for another process's flush or read to let go.
+/// How long the writer waits for a reader to let go of a run's db.
 const LOCK_WAIT: Duration = Duration::from_secs(20);
+/// How long a reader waits before taking a locked db for a run in progress.
+const READ_WAIT: Duration = Duration::from_millis(300);
+const LIVE: &str = "live.json";
 
 const META: &[u8] = b"meta";
 const PROGRESS: &[u8] = b"progress";
@@ -64,6 +69,12 @@ pub enum RunStoreError {
         what: &'static str,
         /// Why.
         source: serde_json::Error,
+    },
+    /// The run's db is held by the drivelab recording it.
+    #[error("{path}: the run is still being recorded by a running drivelab")]
+    Busy {
+        /// Where.
+        path: PathBuf,
     },
     /// No run by that id.
     #[error("no run `{id}` in {dir} (see `drivelab runs`)")]
@@ -120,11 +131,24 @@ pub struct StoredRun {
     pub progress: Progress,
     /// The report, once the run completed.
     pub report: Option<ScenarioReport>,
+    /// A drivelab is recording it right now (read from `live.json`).
+    pub live: bool,
+}
+
+/// What `live.json` holds.
+#[derive(Serialize, Deserialize)]
+struct Live {
+    meta: RunMeta,
+    progress: Progress,
 }
 
 impl StoredRun {
-    /// `pass`, `fail`, `error` for completed runs, `INCOMPLETE` otherwise.
+    /// `pass`, `fail`, `error` for completed runs, `running` while being
+    /// recorded, `INCOMPLETE` for a run whose lab stopped.
     pub fn status(&self) -> &'static str {
+        if self.live {
+            return "running";
+        }
         match &self.report {
             Some(r) if r.error.is_some() => "error",
             Some(r) if r.passed => "pass",
@@ -135,7 +159,7 @@ impl StoredRun {
 
     /// The incomplete marker, e.g. `incomplete: the lab stopped after step 3 (event 41)`.
     pub fn incomplete_note(&self) -> Option<String> {
-        if self.report.is_some() {
+        if self.report.is_some() || self.live {
             return None;
         }
         let last = self.progress.events.checked_sub(1);
@@ -191,21 +215,24 @@ impl RunStore {
         };
         meta.id = id;
         self.prune(&meta.id);
-        let db = open(&dir)?;
+        let db = open(&dir, LOCK_WAIT)?;
         put_json(&db, &dir, META, &meta)?;
         put_json(&db, &dir, PROGRESS, &Progress::default())?;
         db.flush().map_err(|source| RunStoreError::Db {
             path: dir.clone(),
             source,
         })?;
+        let inner = RecorderInner {
+            dir,
+            db: Some(db),
+            meta,
+            stored: 0,
+            last_step: 0,
+            secrets: BTreeSet::new(),
+        };
+        inner.write_live(&Progress::default())?;
         Ok(Recorder {
-            inner: Arc::new(Mutex::new(RecorderInner {
-                dir,
-                id: meta.id,
-                stored: 0,
-                last_step: 0,
-                secrets: BTreeSet::new(),
-            })),
+            inner: Arc::new(Mutex::new(inner)),
         })
     }
 
@@ -242,10 +269,37 @@ impl RunStore {
         Ok(ids)
     }
 
-    /// Read one run's records (not its events).
+    /// Read one run's records (not its events); a run being recorded right
+    /// now comes from its `live.json`.
     pub fn load(&self, id: &str) -> Result<StoredRun, RunStoreError> {
         let dir = self.run_dir(id)?;
-        let db = open(&dir)?;
+        // A run with a live.json is being recorded, or its lab died: one try
+        // tells which (waiting would only wait for the run to end).
+        let wait = if dir.join(LIVE).is_file() {
+            Duration::ZERO
+        } else {
+            READ_WAIT
+        };
+        let db = match open(&dir, wait) {
+            Ok(db) => db,
+            Err(RunStoreError::Busy { path }) => {
+                let live = dir.join(LIVE);
+                let text = std::fs::read(&live).map_err(|_| RunStoreError::Busy { path })?;
+                let l: Live =
+                    serde_json::from_slice(&text).map_err(|source| RunStoreError::Json {
+                        path: live,
+                        what: "live progress",
+                        source,
+                    })?;
+                return Ok(StoredRun {
+                    meta: l.meta,
+                    progress: l.progress,
+                    report: None,
+                    live: true,
+                });
+            }
+            Err(e) => return Err(e),
+        };
         let meta: RunMeta =
             get_json(&db, &dir, META, "start record")?.ok_or_else(|| RunStoreError::NotFound {
                 id: id.to_string(),
@@ -257,13 +311,14 @@ impl RunStore {
             meta,
             progress,
             report,
+            live: false,
         })
     }
 
     /// The events a run stored, in order (redacted as they were written).
     pub fn events(&self, id: &str) -> Result<Vec<Event>, RunStoreError> {
         let dir = self.run_dir(id)?;
-        let db = open(&dir)?;
+        let db = open(&dir, READ_WAIT)?;
         let mut out = Vec::new();
         for kv in db.scan_prefix(EVENT_PREFIX.as_bytes()) {
             let (_, v) = kv.map_err(|source| RunStoreError::Db {
@@ -295,6 +350,10 @@ impl RunStore {
                     let detail = match &r.report {
                         Some(rep) if !rep.passed => rep.failed_names().join(", "),
                         Some(_) => String::new(),
+                        None if r.live => format!(
+                            "{} events so far, in step {}",
+                            r.progress.events, r.progress.last_step
+                        ),
                         None => format!(
                             "{} events, last step reached {}",
                             r.progress.events, r.progress.last_step
@@ -411,7 +470,9 @@ pub struct Recorder {
 #[derive(Debug)]
 struct RecorderInner {
     dir: PathBuf,
-    id: String,
+    // Open from begin to complete; None after.
+    db: Option<sled::Db>,
+    meta: RunMeta,
     stored: usize,
     last_step: usize,
     // Every secret value seen so far: a secret handed out in step 2 is still
@@ -422,7 +483,7 @@ struct RecorderInner {
 impl Recorder {
     /// The run id.
     pub fn id(&self) -> String {
-        self.lock().id.clone()
+        self.lock().meta.id.clone()
     }
 
     /// Append the events recorded since the last flush and note `steps_done`;
@@ -444,7 +505,9 @@ impl Recorder {
         let events = history.events_from(g.stored);
         let redact = Redactor::new(&g.secrets);
         let dir = g.dir.clone();
-        let db = open(&dir)?;
+        let Some(db) = g.db.clone() else {
+            return Ok(());
+        };
         let mut batch = sled::Batch::default();
         for e in &events {
             let json = serde_json::to_string(e).unwrap_or_default();
@@ -472,27 +535,50 @@ impl Recorder {
             .map_err(|source| RunStoreError::Db { path: dir, source })?;
         g.stored += events.len();
         g.last_step = last_step;
-        Ok(())
+        g.write_live(&progress)
     }
 
     /// Store the run's report and mark it complete. The report holds only
     /// labelled text (what `--report-dir` writes), so nothing new to redact;
     /// the known secrets are still scrubbed from it as a second guard.
     pub fn complete(&self, report: &ScenarioReport) -> Result<(), RunStoreError> {
-        let g = self.lock();
+        let mut g = self.lock();
         let json = serde_json::to_string(report).unwrap_or_default();
         let json = Redactor::new(&g.secrets).apply(&json);
-        let db = open(&g.dir)?;
+        // Taken: the lock goes with the last handle, so readers get the db now.
+        let Some(db) = g.db.take() else {
+            return Ok(());
+        };
         db.insert(REPORT, json.as_bytes())
             .and_then(|_| db.flush().map(|_| ()))
             .map_err(|source| RunStoreError::Db {
                 path: g.dir.clone(),
                 source,
-            })
+            })?;
+        drop(db);
+        let _ = std::fs::remove_file(g.dir.join(LIVE));
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RecorderInner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl RecorderInner {
+    /// Replace `live.json` (write and rename: a reader never sees half of it).
+    fn write_live(&self, progress: &Progress) -> Result<(), RunStoreError> {
+        let live = Live {
+            meta: self.meta.clone(),
+            progress: progress.clone(),
+        };
+        let tmp = self.dir.join("live.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&live).unwrap_or_default())
+            .and_then(|()| std::fs::rename(&tmp, self.dir.join(LIVE)))
+            .map_err(|source| RunStoreError::Io {
+                path: self.dir.join(LIVE),
+                source,
+            })
     }
 }
 
@@ -522,16 +608,20 @@ impl Redactor {
     }
 }
 
-fn open(dir: &Path) -> Result<sled::Db, RunStoreError> {
-    // Another drivelab may hold the lock for the length of one flush or read.
-    let give_up = std::time::Instant::now() + LOCK_WAIT;
+fn open(dir: &Path, wait: Duration) -> Result<sled::Db, RunStoreError> {
+    let give_up = std::time::Instant::now() + wait;
     loop {
         // No background flusher: every write is flushed by hand, and joining the
         // flusher thread on close cost ~20 ms per open (4 ms without).
         match sled::Config::new().path(dir).flush_every_ms(None).open() {
             Ok(db) => return Ok(db),
-            Err(sled::Error::Io(e)) if std::time::Instant::now() < give_up => {
-                tracing::debug!(error = %e, dir = %dir.display(), "run db busy, retrying");
+            // sled's only word for "another process holds the lock".
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if std::time::Instant::now() >= give_up {
+                    return Err(RunStoreError::Busy {
+                        path: dir.to_path_buf(),
+                    });
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(source) => {
@@ -620,7 +710,19 @@ mod tests {
         // The secret is not passed again: it stays known.
         rec.flush(&h, 1, []).unwrap();
 
-        let run = store.load(&rec.id()).unwrap();
+        // While recording, the db is locked: readers get live.json.
+        let live = store.load(&rec.id()).unwrap();
+        assert_eq!(live.status(), "running");
+        assert_eq!(live.progress.events, 3);
+        assert!(matches!(
+            store.events(&rec.id()),
+            Err(RunStoreError::Busy { .. })
+        ));
+        // The lab dies: its handles (and sled's lock) go.
+        let id = rec.id();
+        drop(rec);
+
+        let run = store.load(&id).unwrap();
         assert_eq!(run.status(), "INCOMPLETE");
         assert_eq!(
             run.progress,
@@ -630,7 +732,7 @@ mod tests {
                 last_step: 1,
             }
         );
-        let events = store.events(&rec.id()).unwrap();
+        let events = store.events(&id).unwrap();
         assert_eq!(events.len(), 3);
         let text = serde_json::to_string(&events).unwrap();
         assert!(!text.contains("s3cr3t-value"), "{text}");
@@ -640,21 +742,22 @@ mod tests {
             "incomplete: the lab stopped after step 1 (event 2)"
         );
 
-        let (run, r) = store.report(&rec.id()).unwrap();
+        let (run, r) = store.report(&id).unwrap();
         let md = RunStore::markdown(&run, &r);
         assert!(md.contains("INCOMPLETE"), "{md}");
         assert!(md.contains("step 1: first"), "{md}");
 
+        let second = store.begin(meta("b")).unwrap();
+        second.flush(&h, 2, []).unwrap();
         let done = ScenarioReport {
-            scenario: "a".into(),
+            scenario: "b".into(),
             passed: true,
             ..Default::default()
         };
-        rec.complete(&done).unwrap();
-        assert_eq!(store.load(&rec.id()).unwrap().status(), "pass");
-
-        let second = store.begin(meta("b")).unwrap();
-        assert_eq!(store.ids().unwrap(), vec![rec.id(), second.id()]);
+        second.complete(&done).unwrap();
+        // Completing closes the db at once, though a clone of the handle lives on.
+        assert_eq!(store.load(&second.id()).unwrap().status(), "pass");
+        assert_eq!(store.ids().unwrap(), vec![id, second.id()]);
         assert!(second.id().starts_with("00002-"));
         assert!(store.load("../x").is_err());
     }

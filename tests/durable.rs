@@ -11,9 +11,13 @@ use drivelab::runs::RunStore;
 
 const BIN: &str = env!("CARGO_BIN_EXE_drivelab");
 
-/// Poll until the newest run is past its first step while an older one
-/// completed; returns that run's id, or None if the suite ended first.
-fn wait_for_run_in_progress(store: &RunStore, child: &mut std::process::Child) -> Option<String> {
+/// Poll until the newest run is being recorded past its first step while an
+/// older one completed; returns that run's id and the events it had stored
+/// then, or None if the suite ended first.
+fn wait_for_run_in_progress(
+    store: &RunStore,
+    child: &mut std::process::Child,
+) -> Option<(String, u64)> {
     // ~10 minutes at most: generous for a loaded CI machine, bounded all the same.
     for _ in 0..60_000 {
         if let Ok(Some(_)) = child.try_wait() {
@@ -24,8 +28,8 @@ fn wait_for_run_in_progress(store: &RunStore, child: &mut std::process::Child) -
             let done = store.load(older).map(|r| r.report.is_some());
             let newest_run = store.load(newest);
             if let (Ok(true), Ok(run)) = (done, newest_run) {
-                if run.report.is_none() && run.progress.steps_done >= 1 {
-                    return Some(newest.clone());
+                if run.live && run.progress.steps_done >= 1 {
+                    return Some((newest.clone(), run.progress.events));
                 }
             }
         }
@@ -71,10 +75,10 @@ fn kill_9_mid_suite_leaves_a_listed_and_reportable_incomplete_run() {
         // SIGKILL: no destructor, no flush, the sled lock dies with the process.
         let _ = child.kill();
         let _ = child.wait();
-        let Some(seen) = seen else {
+        let Some((seen, seen_events)) = seen else {
             panic!("the suite ended before a run was seen in progress (attempt {attempt})");
         };
-        let seen_events = store.load(&seen).map(|r| r.progress.events).unwrap_or(0);
+        assert!(seen_events > 0);
 
         let listing = drivelab(&["runs"], &runs_dir);
         let lines: Vec<&str> = listing.lines().skip(1).collect();
@@ -89,8 +93,9 @@ fn kill_9_mid_suite_leaves_a_listed_and_reportable_incomplete_run() {
             continue;
         };
         let id = line.split_whitespace().next().unwrap();
+        // The writer's sled lock died with it: the db itself opens.
         let run = store.load(id).expect("the interrupted run reads back");
-        assert!(run.report.is_none());
+        assert!(run.report.is_none() && !run.live, "{run:?}");
         if id == seen {
             // Everything stored before the kill is still there.
             assert!(run.progress.events >= seen_events, "{listing}");
