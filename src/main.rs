@@ -69,8 +69,8 @@ enum Command {
         #[arg(long)]
         no_record: bool,
     },
-    /// List recorded runs: id, scenario, seed, pass/fail/error, or INCOMPLETE with
-    /// the events stored and the last step reached (a lab killed mid-run).
+    /// List recorded runs: id, scenario, seed, pass/fail/error, running, or INCOMPLETE
+    /// with the events stored and the last step reached (a lab killed mid-run).
     Runs {
         /// The runs dir (default: $DRIVELAB_RUNS, else .drivelab/runs).
         #[arg(long)]
@@ -124,7 +124,6 @@ enum Command {
         /// For `scenarios`: where to look (default: scenarios/).
         paths: Vec<PathBuf>,
     },
-    /// Mutation test: run the scenarios against the correct driver and then
     /// Explore a scenario: generated fault schedules, concurrency and seeds; a
     /// failure is shrunk and written as a scenario file that replays it. Exit 1 if found.
     Explore {
@@ -149,6 +148,7 @@ enum Command {
         #[arg(long)]
         detect_only: bool,
     },
+    /// Mutation test: run the scenarios against the correct driver and then
     /// against every mutant; print mutant → killing scenario → invariant; exit 1
     /// if the correct driver fails anything or any mutant survives.
     Mutate {
