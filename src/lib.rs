@@ -8,6 +8,7 @@ pub mod engine;
 pub mod explore;
 pub mod logcap;
 pub mod report;
+pub mod runs;
 pub mod scenario;
 pub mod snapshot;
 #[cfg(feature = "containers")]

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use crate::scenario::Mutant;
 use clap::{Parser, Subcommand};
+use drivelab::runs::{RunMeta, RunStore};
 use drivelab::scenario::BuiltinDriver;
 use drivelab::{engine, report, scenario};
 
@@ -61,6 +62,32 @@ enum Command {
         /// 'command: [target/debug/cosi-s3, --endpoint, "{endpoint}"]' or 'image: cosi-s3:dev'.
         #[arg(long)]
         driver: Option<String>,
+        /// Record each run here as it happens (default: $DRIVELAB_RUNS, else .drivelab/runs);
+        /// see `drivelab runs` and `drivelab report RUN`.
+        #[arg(long)]
+        runs_dir: Option<PathBuf>,
+        /// Do not record runs.
+        #[arg(long)]
+        no_record: bool,
+    },
+    /// List recorded runs: id, scenario, seed, pass/fail/error, running, or INCOMPLETE
+    /// with the events stored and the last step reached (a lab killed mid-run).
+    Runs {
+        /// The runs dir (default: $DRIVELAB_RUNS, else .drivelab/runs).
+        #[arg(long)]
+        runs_dir: Option<PathBuf>,
+    },
+    /// Render a recorded run as Markdown on stdout (an interrupted run is marked
+    /// incomplete); with --report-dir also summary.md, index.html, run.json there.
+    Report {
+        /// Run id, as `drivelab runs` lists it.
+        run: String,
+        /// The runs dir (default: $DRIVELAB_RUNS, else .drivelab/runs).
+        #[arg(long)]
+        runs_dir: Option<PathBuf>,
+        /// Also write the scenario's report files under this directory.
+        #[arg(long)]
+        report_dir: Option<PathBuf>,
     },
     /// Serve the fakes on 127.0.0.1 until Ctrl-C, for a driver or client pointed at them by hand.
     Serve {
@@ -98,7 +125,6 @@ enum Command {
         /// For `scenarios`: where to look (default: scenarios/).
         paths: Vec<PathBuf>,
     },
-    /// Mutation test: run the scenarios against the correct driver and then
     /// Explore a scenario: generated fault schedules, concurrency and seeds; a
     /// failure is shrunk and written as a scenario file that replays it. Exit 1 if found.
     Explore {
@@ -123,6 +149,7 @@ enum Command {
         #[arg(long)]
         detect_only: bool,
     },
+    /// Mutation test: run the scenarios against the correct driver and then
     /// against every mutant; print mutant → killing scenario → invariant; exit 1
     /// if the correct driver fails anything or any mutant survives.
     Mutate {
@@ -219,7 +246,33 @@ fn main() -> ExitCode {
                 filter,
                 partition,
                 driver,
-            } => run(paths, seed, mutants, report_dir, filter, partition, driver).await,
+                runs_dir,
+                no_record,
+            } => {
+                let runs = (!no_record).then(|| RunStore::new(RunStore::resolve(runs_dir)));
+                run(
+                    paths, seed, mutants, report_dir, filter, partition, driver, runs,
+                )
+                .await
+            }
+            Command::Runs { runs_dir } => {
+                let store = RunStore::new(RunStore::resolve(runs_dir));
+                match store.list_text() {
+                    Ok(t) => {
+                        drivelab::out!("{t}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("drivelab: runs: {e}");
+                        ExitCode::from(2)
+                    }
+                }
+            }
+            Command::Report {
+                run,
+                runs_dir,
+                report_dir,
+            } => stored_report(RunStore::new(RunStore::resolve(runs_dir)), &run, report_dir),
             Command::Serve {
                 config,
                 ports,
@@ -234,6 +287,8 @@ fn main() -> ExitCode {
                 filter,
                 partition,
                 driver: _,
+                runs_dir: _,
+                no_record: _,
             } => {
                 sweep(
                     paths,
@@ -457,6 +512,7 @@ fn validate(paths: Vec<PathBuf>) -> ExitCode {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // one per `drivelab run` flag
 async fn run(
     paths: Vec<PathBuf>,
     seed: Option<u64>,
@@ -465,6 +521,7 @@ async fn run(
     filter: Option<String>,
     partition: Option<report::cli::Partition>,
     driver: Option<String>,
+    runs: Option<RunStore>,
 ) -> ExitCode {
     let mut scenarios = match load_all(&paths, filter.as_deref(), partition) {
         Ok(s) => s,
@@ -487,7 +544,7 @@ async fn run(
         .as_ref()
         .map(|d| format!(" --driver '{}'", d.replace('\'', "'\\''")))
         .unwrap_or_default();
-    let opts = engine::RunOptions {
+    let mut opts = engine::RunOptions {
         seed,
         mutants,
         ..Default::default()
@@ -496,6 +553,9 @@ async fn run(
     let mut reports: Vec<report::ScenarioReport> = Vec::new();
     for (i, scn) in scenarios.iter().enumerate() {
         progress.start(i, &scn.name, reports.iter().filter(|r| !r.passed).count());
+        opts.recorder = runs
+            .as_ref()
+            .and_then(|store| begin_record(store, scn, &opts, &replay_driver));
         let result = engine::run(scn, &opts).await;
         progress.clear();
         let r = match result {
@@ -521,6 +581,11 @@ async fn run(
                 )
             }
         };
+        if let Some(rec) = opts.recorder.take() {
+            if let Err(e) = rec.complete(&r) {
+                eprintln!("drivelab: run record {}: {e}", rec.id());
+            }
+        }
         if let Some(dir) = &report_dir {
             if let Err(e) = report::write_scenario(dir, &r) {
                 eprintln!("drivelab: writing the report for {}: {e}", r.scenario);
@@ -547,6 +612,63 @@ async fn run(
     let passed = reports.iter().filter(|r| r.passed).count();
     drivelab::outln!("\n{passed} passed, {} failed", reports.len() - passed);
     ExitCode::from(report::cli::exit_code(&reports))
+}
+
+/// Start the durable record of one scenario run; a runs dir that cannot be
+/// written costs the record, not the run.
+fn begin_record(
+    store: &RunStore,
+    scn: &scenario::Scenario,
+    opts: &engine::RunOptions,
+    replay_driver: &str,
+) -> Option<drivelab::runs::Recorder> {
+    let seed = opts.seed.or(scn.seed).unwrap_or(engine::DEFAULT_SEED);
+    let mut mutants = scn.driver.mutants.clone();
+    mutants.extend(opts.mutants.iter().copied());
+    mutants.sort();
+    mutants.dedup();
+    let meta = RunMeta {
+        id: String::new(),
+        scenario: scn.name.clone(),
+        path: scn.path.display().to_string(),
+        seed,
+        mutants: mutants.iter().map(|m| m.name().to_string()).collect(),
+        replay: engine::replay_command(&scn.path, seed, &mutants) + replay_driver,
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default(),
+    };
+    match store.begin(meta) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("drivelab: not recording {}: {e}", scn.name);
+            None
+        }
+    }
+}
+
+/// `drivelab report RUN`: Markdown on stdout, the report files under `report_dir`.
+fn stored_report(store: RunStore, id: &str, report_dir: Option<PathBuf>) -> ExitCode {
+    let (run, r) = match store.report(id) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("drivelab: report: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let md = RunStore::markdown(&run, &r);
+    drivelab::out!("{md}");
+    if let Some(dir) = report_dir {
+        let written = report::write_scenario(&dir, &r)
+            .and_then(|()| std::fs::write(dir.join(&r.dir).join("summary.md"), &md));
+        if let Err(e) = written {
+            eprintln!("drivelab: report: writing {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+        eprintln!("drivelab: report written to {}", dir.join(&r.dir).display());
+    }
+    ExitCode::SUCCESS
 }
 
 /// Every scenario under seeds `from..from+n`; prints failures and a per-scenario line.

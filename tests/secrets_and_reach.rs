@@ -113,18 +113,37 @@ fn full_suite_writes_and_logs_no_secret_and_listens_on_loopback_only() {
         .unwrap();
     let mut secrets = Vec::new();
     let mut reports = Vec::new();
+    // The durable run records (`drivelab run` writes them too) are scanned with the rest.
+    let runs = drivelab::runs::RunStore::new(out.path().join("runs"));
     rt.block_on(async {
         for f in &files {
             let scn = scenario::load(f).unwrap_or_else(|e| panic!("{e}"));
-            let o = engine::run(&scn, &engine::RunOptions::default())
+            let recorder = runs
+                .begin(drivelab::runs::RunMeta {
+                    id: String::new(),
+                    scenario: scn.name.clone(),
+                    path: f.display().to_string(),
+                    seed: 0,
+                    mutants: vec![],
+                    replay: String::new(),
+                    started_unix: 0,
+                })
+                .expect("begin a run record");
+            let opts = engine::RunOptions {
+                recorder: Some(recorder.clone()),
+                ..Default::default()
+            };
+            let o = engine::run(&scn, &opts)
                 .await
                 .unwrap_or_else(|e| panic!("{}: {e:#}", f.display()));
             secrets.extend(o.secrets.iter().map(|s| s.expose().to_string()));
             let r = report::ScenarioReport::from_outcome(&o);
+            recorder.complete(&r).expect("complete the run record");
             report::write_scenario(out.path(), &r).expect("write report");
             reports.push(r);
         }
     });
+    assert_eq!(runs.ids().unwrap().len(), files.len(), "one record per run");
     report::write_index(
         out.path(),
         &report::RunMeta {

@@ -69,6 +69,9 @@ pub struct RunOptions {
     /// per-step diffs need it). Rendering is O(state) per step, so a run of N
     /// steps is O(N²) with it; benches of the engine's own growth turn it off.
     pub step_snapshots: StepSnapshots,
+    /// Where the run's history is appended at each step boundary (`drivelab run`
+    /// records; library callers and benches leave it off).
+    pub recorder: Option<crate::runs::Recorder>,
 }
 
 /// When the engine renders per-step ownership snapshots.
@@ -169,16 +172,19 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
     // secrets are a function of names hands out the same secrets in both.
     let twin = if scn.invariants.contains(&Invariant::UnpredictableSecrets) {
         Some(
-            run_once(scn, seed, &mutants, opts.step_snapshots, None)
+            run_once(scn, seed, &mutants, opts.step_snapshots, None, None)
                 .await?
                 .1,
         )
     } else {
         None
     };
-    Ok(run_once(scn, seed, &mutants, opts.step_snapshots, twin)
-        .await?
-        .0)
+    let recorder = opts.recorder.as_ref();
+    Ok(
+        run_once(scn, seed, &mutants, opts.step_snapshots, twin, recorder)
+            .await?
+            .0,
+    )
 }
 
 async fn run_once(
@@ -187,9 +193,11 @@ async fn run_once(
     mutants: &[Mutant],
     step_snapshots: StepSnapshots,
     twin: Option<BTreeMap<String, Secret>>,
+    recorder: Option<&crate::runs::Recorder>,
 ) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
     let log_start = crate::logcap::position();
     let mut lab = Lab::start(scn, seed, mutants).await?;
+    lab.recorder = recorder.cloned();
     let result = lab.run_steps(scn, step_snapshots).await;
     let outcome = match result {
         Ok(()) => lab.finish(scn, seed, mutants, log_start, twin).await,
@@ -310,6 +318,7 @@ struct Lab {
     step_exchanges_from: usize,
     norm: Normalizer,
     step_snapshots: Vec<StepSnapshot>,
+    recorder: Option<crate::runs::Recorder>,
 }
 
 /// The ownership snapshot after one step (labels shared with the final one).
@@ -455,7 +464,38 @@ impl Lab {
                 n
             },
             step_snapshots: Vec::new(),
+            recorder: None,
         })
+    }
+
+    /// A step boundary: append what happened since the last one to the run's
+    /// durable record, with every secret value known so far redacted.
+    fn checkpoint(&self, steps_done: usize) {
+        let Some(rec) = &self.recorder else {
+            return;
+        };
+        let mut secrets = vec![self.admin_secret.clone()];
+        secrets.extend(
+            self.fakes
+                .s3()
+                .users()
+                .into_iter()
+                .map(|u| Secret::new(u.secret_key)),
+        );
+        for ex in self.sidecar.exchanges() {
+            if let DriverReply::Granted {
+                credentials: Some(c),
+                ..
+            } = ex.reply
+            {
+                secrets.push(c.secret);
+            }
+        }
+        // The record is the lab's, not the driver's: failing to write it is
+        // logged, never turned into a verdict.
+        if let Err(e) = rec.flush(&self.history, steps_done, secrets) {
+            tracing::warn!(error = %e, "run record: flush failed");
+        }
     }
 
     /// The ownership snapshot of the state right now.
@@ -512,6 +552,8 @@ impl Lab {
                 index: i,
                 name: step.value.describe(),
             });
+            // After the step's header: a lab killed in step i shows which one it was in.
+            self.checkpoint(i);
             let before = self.step_exchanges_from;
             if !matches!(step.value, Step::Expect(_)) {
                 self.step_exchanges_from = self.sidecar.exchange_count();
@@ -564,6 +606,7 @@ impl Lab {
                 });
             }
         }
+        self.checkpoint(scn.steps.len());
         Ok(())
     }
 

@@ -1,0 +1,139 @@
+//! The lab's own durability (issue 10, item 4): `kill -9` the real drivelab
+//! binary mid-suite, then `drivelab runs` lists the interrupted run with what it
+//! stored up to the kill, and `drivelab report RUN` renders it marked incomplete.
+//! The store is polled (bounded), never timed.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use drivelab::runs::RunStore;
+
+const BIN: &str = env!("CARGO_BIN_EXE_drivelab");
+
+/// Poll until the newest run is being recorded past its first step while an
+/// older one completed; returns that run's id and the events it had stored
+/// then, or None if the suite ended first.
+fn wait_for_run_in_progress(
+    store: &RunStore,
+    child: &mut std::process::Child,
+) -> Option<(String, u64)> {
+    // ~10 minutes at most: generous for a loaded CI machine, bounded all the same.
+    for _ in 0..60_000 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return None;
+        }
+        let ids = store.ids().unwrap_or_default();
+        if let [.., older, newest] = ids.as_slice() {
+            let done = store.load(older).map(|r| r.report.is_some());
+            let newest_run = store.load(newest);
+            if let (Ok(true), Ok(run)) = (done, newest_run) {
+                if run.live && run.progress.steps_done >= 1 {
+                    return Some((newest.clone(), run.progress.events));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+fn drivelab(args: &[&str], runs: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .arg("--runs-dir")
+        .arg(runs)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("running drivelab");
+    assert!(
+        out.status.success(),
+        "drivelab {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn kill_9_mid_suite_leaves_a_listed_and_reportable_incomplete_run() {
+    // The kill can land in the instant between one run's end and the next's
+    // start (then nothing is incomplete): try again, a bounded number of times.
+    for attempt in 1..=5 {
+        let tmp = tempfile::tempdir().unwrap();
+        let runs_dir = tmp.path().join("runs");
+        let mut child = Command::new(BIN)
+            .args(["run", "scenarios/cosi/", "--runs-dir"])
+            .arg(&runs_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning drivelab run");
+        let store = RunStore::new(&runs_dir);
+        let seen = wait_for_run_in_progress(&store, &mut child);
+        // SIGKILL: no destructor, no flush, the sled lock dies with the process.
+        let _ = child.kill();
+        let _ = child.wait();
+        let Some((seen, seen_events)) = seen else {
+            panic!("the suite ended before a run was seen in progress (attempt {attempt})");
+        };
+        assert!(seen_events > 0);
+
+        let listing = drivelab(&["runs"], &runs_dir);
+        let lines: Vec<&str> = listing.lines().skip(1).collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(" pass ") || l.contains(" fail ")),
+            "no finished run listed:\n{listing}"
+        );
+        let Some(line) = lines.iter().rev().find(|l| l.contains("INCOMPLETE")) else {
+            eprintln!("attempt {attempt}: killed between two runs; again\n{listing}");
+            continue;
+        };
+        let id = line.split_whitespace().next().unwrap();
+        // The writer's sled lock died with it: the db itself opens.
+        let run = store.load(id).expect("the interrupted run reads back");
+        assert!(run.report.is_none() && !run.live, "{run:?}");
+        if id == seen {
+            // Everything stored before the kill is still there.
+            assert!(run.progress.events >= seen_events, "{listing}");
+        }
+        let events = store.events(id).expect("stored events parse");
+        assert_eq!(events.len() as u64, run.progress.events);
+        assert!(
+            line.contains(&format!(
+                "{} events, last step reached {}",
+                run.progress.events, run.progress.last_step
+            )),
+            "{line}"
+        );
+
+        let out = tmp.path().join("report");
+        let md = drivelab(
+            &["report", id, "--report-dir", out.to_str().unwrap()],
+            &runs_dir,
+        );
+        let note = run.incomplete_note().unwrap();
+        assert!(md.contains("— INCOMPLETE"), "{md}");
+        assert!(md.contains(&note), "{md}");
+        if run.progress.events > 0 {
+            assert!(note.contains(&format!("(event {})", run.progress.events - 1)));
+            assert!(md.contains(&format!("## Events stored ({})", events.len())));
+        }
+        let dir = out.join(drivelab::report::sanitize(&run.meta.scenario));
+        let html = std::fs::read_to_string(dir.join("index.html")).expect("index.html");
+        assert!(
+            html.contains(&note),
+            "the HTML page names the incomplete run"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("summary.md")).unwrap(),
+            md,
+            "summary.md is what was printed"
+        );
+        return;
+    }
+    panic!("every attempt killed the lab between two runs");
+}
