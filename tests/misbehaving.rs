@@ -176,3 +176,29 @@ fn the_next_scenario_runs_after_a_misbehaving_driver() {
     assert!(stdout.contains("0 passed, 2 failed"), "{stdout}");
     assert!(stdout.contains("cosi-retried-grant"), "{stdout}");
 }
+
+#[test]
+fn a_bad_call_timeout_is_located_in_the_scenario_file() {
+    let text = std::fs::read_to_string(root().join("scenarios/cosi/happy-path.yaml"))
+        .unwrap()
+        .replace(
+            "driver: { builtin: cosi-s3 }",
+            "driver: { command: [/bin/drv], call_timeout: soon }",
+        );
+    let e = scenario::parse(Path::new("bad-deadline.yaml"), &text)
+        .expect_err("`soon` is no deadline")
+        .to_string();
+    assert!(e.contains("bad-deadline.yaml:6:"), "{e}");
+    assert!(e.contains("call_timeout `soon`"), "{e}");
+    let ok = scenario::parse(
+        Path::new("ok.yaml"),
+        &text.replace("call_timeout: soon", "call_timeout: 2s"),
+    )
+    .unwrap();
+    assert_eq!(ok.driver.call_timeout, Duration::from_secs(2));
+    let default = load("cosi/happy-path.yaml");
+    assert_eq!(
+        default.driver.call_timeout,
+        drivelab::scenario::driver::DEFAULT_CALL_TIMEOUT
+    );
+}
