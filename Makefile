@@ -10,7 +10,7 @@ REPORT_DIR ?= reports/e2e
 # 5 targets x 60 s plus the fuzz build is over its budget; the committed corpus
 # and regressions are replayed by `make test` through fuzz_replay tests).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= scenario s3_http admin_http madmin kube_http
+FUZZ_TARGETS ?= scenario s3_http admin_http madmin kube_http director_http cpi_json
 
 .PHONY: fuzz-smoke e2e test test-rust test-containers image py-deps browser-deps build validate mutants sweep clean-reports bench bench-check bench-explore
 

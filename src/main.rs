@@ -205,6 +205,17 @@ enum DriverCommand {
         #[arg(long = "mutant", value_parser = parse_mutant)]
         mutants: Vec<Mutant>,
     },
+    /// TEST DRIVER (hidden): a COSI driver that hangs, speaks garbage, answers
+    /// nonsense, exits mid-call or floods its logs, for tests/misbehaving.rs.
+    #[command(hide = true)]
+    Misbehave {
+        /// hang | garbage | nonsense | exit | flood
+        #[arg(long)]
+        mode: String,
+        /// unix:///path/to/cosi.sock
+        #[arg(long)]
+        endpoint: String,
+    },
     /// The reference BOSH CSI driver (flags as the `bosh-csi` binary's; `--help` lists them).
     #[command(disable_help_flag = true)]
     BoshCsi {
@@ -433,6 +444,22 @@ fn main() -> ExitCode {
                 }
             }
             Command::Driver {
+                which: DriverCommand::Misbehave { mode, endpoint },
+            } => {
+                let Some(mode) = drivelab_fakes::misbehave::Mode::parse(&mode) else {
+                    eprintln!("drivelab: misbehave: unknown --mode `{mode}` (hang|garbage|nonsense|exit|flood)");
+                    return ExitCode::from(2);
+                };
+                let path = endpoint.strip_prefix("unix://").unwrap_or(&endpoint);
+                match drivelab_fakes::misbehave::serve(mode, std::path::Path::new(path)).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("drivelab: misbehave driver: {e:#}");
+                        ExitCode::from(1)
+                    }
+                }
+            }
+            Command::Driver {
                 which: DriverCommand::BoshCsi { args },
             } => {
                 let inv = match bosh_csi::cli::parse(args) {
@@ -538,6 +565,7 @@ async fn run(
         for s in &mut scenarios {
             s.driver.launch = spec.launch.clone();
             s.driver.start_timeout = spec.start_timeout;
+            s.driver.call_timeout = spec.call_timeout;
         }
     }
     let replay_driver = driver

@@ -61,8 +61,28 @@ const CUT_MESSAGE: &str = "transport: connection refused or reset";
 pub const CLAIM_FINALIZER: &str = "cosi.objectstorage.k8s.io/bucketclaim-protection";
 /// Finalizer the sidecar puts on BucketAccesses it works on.
 pub const ACCESS_FINALIZER: &str = "cosi.objectstorage.k8s.io/bucketaccess-protection";
-/// Per-call deadline, in real time (a hung driver must not hang the lab).
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default per-call deadline, in real time (a hung driver must not hang the
+/// lab): the external-provisioner's `--timeout` default, 10 s. A scenario's
+/// `driver: { call_timeout: … }` overrides it ([`CosiSidecar::set_call_timeout`]).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Kept for callers of the old name.
+pub const CALL_TIMEOUT: Duration = DEFAULT_CALL_TIMEOUT;
+
+/// The history's message for a call cut at its deadline.
+pub fn deadline_message(rpc: &str, deadline: Duration) -> String {
+    format!(
+        "{rpc}: the driver did not answer within the call deadline ({}, call_timeout); the sidecar cancelled the call and will retry with back-off",
+        show_duration(deadline)
+    )
+}
+
+fn show_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
 
 /// Errors that stop the sidecar itself (not driver errors, which are requeued).
 #[derive(Debug, thiserror::Error)]
@@ -334,9 +354,26 @@ pub struct CosiSidecar {
     /// Set after a transport failure: dial afresh before the next call, as
     /// grpc-go's reconnect would, rather than trust a channel to a dead peer.
     redial: std::sync::atomic::AtomicBool,
+    /// Per-call deadline in milliseconds (real time).
+    call_timeout_ms: std::sync::atomic::AtomicU64,
 }
 
 impl CosiSidecar {
+    /// Set the deadline of every later driver call (the scenario's `call_timeout`).
+    pub fn set_call_timeout(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.call_timeout_ms
+            .store(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The current per-call deadline.
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(
+            self.call_timeout_ms
+                .load(std::sync::atomic::Ordering::SeqCst),
+        )
+    }
+
     /// Connect to the driver at `socket` and learn its name (DriverGetInfo).
     pub async fn connect(socket: &Path, kube: KubeSlot, gate: Gate) -> Result<Self, SidecarError> {
         let channel = connect_unix(socket)
@@ -368,6 +405,9 @@ impl CosiSidecar {
             failures: Mutex::default(),
             exchanges: Mutex::default(),
             redial: Default::default(),
+            call_timeout_ms: std::sync::atomic::AtomicU64::new(
+                DEFAULT_CALL_TIMEOUT.as_millis() as u64
+            ),
         })
     }
 
@@ -889,6 +929,8 @@ impl CosiSidecar {
     }
 
     async fn rpc_once(&self, request: &DriverRequest) -> DriverReply {
+        let deadline = self.call_timeout();
+        let rpc_name = request.op().rpc();
         let mut client = lock(&self.provisioner).clone();
         let fut = async move {
             match request.clone() {
@@ -958,7 +1000,7 @@ impl CosiSidecar {
                     .map(|_| DriverReply::Empty),
             }
         };
-        match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        match tokio::time::timeout(deadline, fut).await {
             Ok(Ok(reply)) => reply,
             // A dead peer shows up as UNKNOWN or UNAVAILABLE with varying text,
             // depending on how the OS reported the broken connection; the real
@@ -980,7 +1022,7 @@ impl CosiSidecar {
             },
             Err(_) => DriverReply::Failed {
                 code: tonic::Code::DeadlineExceeded,
-                message: format!("no reply within {}s", CALL_TIMEOUT.as_secs()),
+                message: deadline_message(rpc_name, deadline),
             },
         }
     }

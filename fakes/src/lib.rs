@@ -11,6 +11,7 @@ pub mod gate;
 pub mod history;
 pub mod json;
 pub mod kube;
+pub mod misbehave;
 pub mod s3;
 pub mod secret;
 pub mod serve;

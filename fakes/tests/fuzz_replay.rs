@@ -61,3 +61,13 @@ fn kube_http_inputs() {
 fn madmin_inputs() {
     replay("madmin", harness::madmin);
 }
+
+#[test]
+fn director_http_inputs() {
+    replay("director_http", harness::director_http);
+}
+
+#[test]
+fn cpi_json_inputs() {
+    replay("cpi_json", harness::cpi_json);
+}

@@ -647,3 +647,158 @@ pub fn madmin(data: &[u8]) {
         let _ = madmin::decrypt(ROOT_SK, rest);
     }
 }
+
+/// The fuzzed Director's UAA client (`x-fuzz-auth` issues its tokens directly).
+pub const DIRECTOR_CLIENT: &str = "fuzz-client";
+/// Its secret (for scripts that go through `/oauth/token`).
+pub const DIRECTOR_SECRET: &str = "fuzz-client-secret";
+const DIRECTOR_KEY: &str = "fuzz-director-signing-key";
+
+fn director_config() -> drivelab_fakes::director::DirectorConfig {
+    use drivelab_fakes::director::*;
+    use drivelab_fakes::secret::Secret;
+    DirectorConfig {
+        deployments: vec![DeploymentConfig {
+            name: "dep".into(),
+            instance_groups: vec![InstanceGroupConfig {
+                name: "w".into(),
+                instances: 2,
+                azs: vec!["z1".into()],
+            }],
+        }],
+        clients: vec![ClientConfig {
+            id: DIRECTOR_CLIENT.into(),
+            secret: Secret::new(DIRECTOR_SECRET),
+            scopes: vec![
+                auth::ADMIN.into(),
+                "bosh.dynamic-disks.attach".into(),
+                "bosh.dynamic-disks.delete".into(),
+            ],
+            deployments: vec![],
+        }],
+        dynamic_disks_workers: 1,
+        token_signing_key: Secret::new(DIRECTOR_KEY),
+        ..DirectorConfig::default()
+    }
+}
+
+/// `x-fuzz-auth: admin|SCOPE…|expired`: a bearer token signed with the
+/// fake's key, so inputs reach the handlers without a token round trip.
+fn director_auth(r: &mut RawRequest) {
+    use drivelab_fakes::director::auth;
+    let Some(i) = r
+        .headers
+        .iter()
+        .position(|(n, _)| n.eq_ignore_ascii_case(b"x-fuzz-auth"))
+    else {
+        return;
+    };
+    let (_, v) = r.headers.remove(i);
+    let v = String::from_utf8_lossy(&v).into_owned();
+    let (scope, exp) = match v.trim() {
+        "expired" => (vec![auth::ADMIN.to_string()], 0),
+        "admin" | "" => (vec![auth::ADMIN.to_string()], u64::MAX / 4),
+        other => (
+            other.split_whitespace().map(str::to_string).collect(),
+            u64::MAX / 4,
+        ),
+    };
+    let claims = auth::Claims {
+        jti: "jti-fuzz".into(),
+        client_id: DIRECTOR_CLIENT.into(),
+        scope,
+        deployments: vec![],
+        iat: 0,
+        exp,
+    };
+    let token = auth::issue(&drivelab_fakes::secret::Secret::new(DIRECTOR_KEY), &claims);
+    r.headers.push((
+        b"authorization".to_vec(),
+        format!("Bearer {}", token.expose()).into_bytes(),
+    ));
+}
+
+/// Director errors are `{"code": N, "description": "…"}`; the fake UAA's are
+/// `{"error", "error_description"}` on `/oauth/token`.
+pub fn check_director_answer(method: &Method, path: &str, a: &Answer) {
+    no_server_error(method, path, a);
+    if a.status < 400 {
+        return;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap_or_else(|e| {
+        panic!(
+            "{method} {path}: error is not JSON ({e}): {}",
+            text(&a.body)
+        )
+    });
+    if path == "/oauth/token" && v.get("error").is_some() {
+        assert!(
+            v["error"].as_str().is_some_and(|e| !e.is_empty())
+                && v["error_description"].is_string(),
+            "{method} {path}: UAA error without error/error_description: {v}"
+        );
+        return;
+    }
+    assert!(
+        v["code"].as_u64().is_some() && v["description"].is_string(),
+        "{method} {path}: Director error without code/description: {v}"
+    );
+}
+
+/// Target `director_http`: the Director API and its fake UAA (tokens, tasks,
+/// `/dynamic_disks` bodies, locks) over a fresh Director with one deployment
+/// of two VMs and one disk-job worker.
+pub fn director_http(data: &[u8]) {
+    use drivelab_fakes::cpi::{Cpi, CpiConfig};
+    use drivelab_fakes::director::Director;
+    let director = runtime().block_on(async {
+        let gate = Gate::new(History::new(SimClock::new()));
+        let cpi = Cpi::new(
+            Arc::new(MemStore::default()),
+            gate.clone(),
+            CpiConfig::default(),
+        );
+        Director::new(Arc::new(MemStore::default()), gate, cpi, director_config())
+            .await
+            .expect("fuzz Director setup")
+    });
+    run_script(
+        director.router(),
+        data,
+        director_auth,
+        check_director_answer,
+    );
+    drop(director);
+}
+
+/// Target `cpi_json`: the external CPI's stdin request parser and method
+/// dispatcher (no process, no state dir) — `\n~~~\n`-separated requests
+/// against one in-memory IaaS, so a create_vm can be followed by its
+/// attach_disk. Every reply must be `{result, error, log}` with either a
+/// result or a typed error, never a panic.
+pub fn cpi_json(data: &[u8]) {
+    use drivelab_fakes::cpi::{external, CpiConfig, CpiCore};
+    let core = CpiCore::new(Arc::new(MemStore::default()), CpiConfig::default());
+    for raw in split(data, SEP).into_iter().take(MAX_REQUESTS) {
+        let v = external::answer(&core, raw);
+        let obj = v.as_object().expect("a CPI reply is an object");
+        assert!(
+            obj.contains_key("result") && obj.contains_key("error") && obj.contains_key("log"),
+            "CPI reply without result/error/log: {v}"
+        );
+        if let Some(e) = obj["error"].as_object() {
+            assert!(
+                e["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("Bosh::Clouds::"))
+                    && e["message"].is_string()
+                    && e["ok_to_retry"].is_boolean(),
+                "CPI error not in the {{type, message, ok_to_retry}} shape: {v}"
+            );
+            assert!(
+                obj["result"].is_null(),
+                "CPI reply with result and error: {v}"
+            );
+        }
+    }
+}

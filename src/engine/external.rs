@@ -131,15 +131,37 @@ impl Redactor {
 const KEEP_LINES: usize = 2000;
 /// Lines of output quoted in a start failure.
 const QUOTE_LINES: usize = 20;
+/// Lines per stream that become history notes as they come; a driver that
+/// floods its logs must not grow the history (and the report) without bound.
+pub const HEAD_LINES: usize = 200;
+/// Lines per stream kept past the head, the newest, noted when the stream
+/// ends or the run collects the driver's output.
+pub const TAIL_LINES: usize = 50;
+/// Bytes kept of one line (a line with no newline in sight is cut here, so a
+/// reader never buffers more than this).
+pub const MAX_LINE_BYTES: usize = 4096;
+
+/// Per-stream counts past the head: what was dropped, and the newest lines.
+#[derive(Default)]
+struct StreamTail {
+    /// Lines seen on the stream (this process's life).
+    lines: usize,
+    /// Lines neither noted nor in `tail`.
+    dropped: usize,
+    /// The newest lines past the head, redacted.
+    tail: VecDeque<String>,
+}
 
 /// What a driver printed: raw lines (for the no-secret-leak check) and redacted
-/// notes in the history.
+/// notes in the history — the first [`HEAD_LINES`] of each stream, then a
+/// count of the dropped ones and the last [`TAIL_LINES`].
 pub struct Output {
     raw: Mutex<VecDeque<String>>,
     history: History,
     redactor: Redactor,
     /// Lines already seen per stream (a restarted container's log repeats them).
     seen: Mutex<BTreeMap<&'static str, usize>>,
+    tails: Mutex<BTreeMap<&'static str, StreamTail>>,
 }
 
 impl Output {
@@ -149,6 +171,7 @@ impl Output {
             history,
             redactor,
             seen: Mutex::default(),
+            tails: Mutex::default(),
         })
     }
 
@@ -161,10 +184,49 @@ impl Output {
             }
             raw.push_back(format!("{stream}: {line}"));
         }
-        self.history.record(EventKind::Note {
-            component: Component::Driver,
-            text: format!("{stream}: {}", self.redactor.apply(&line)),
-        });
+        let text = format!("{stream}: {}", self.redactor.apply(&line));
+        let mut tails = self.tails.lock().unwrap_or_else(|p| p.into_inner());
+        let t = tails.entry(stream).or_default();
+        t.lines += 1;
+        if t.lines <= HEAD_LINES {
+            drop(tails);
+            self.history.record(EventKind::Note {
+                component: Component::Driver,
+                text,
+            });
+            return;
+        }
+        if t.tail.len() == TAIL_LINES {
+            t.tail.pop_front();
+            t.dropped += 1;
+        }
+        t.tail.push_back(text);
+    }
+
+    /// Note what was held back past the head of each stream: how many lines
+    /// were dropped, then the newest ones. Idempotent: held lines are noted once.
+    pub fn note_held_back(&self) {
+        let mut tails = self.tails.lock().unwrap_or_else(|p| p.into_inner());
+        for (stream, t) in tails.iter_mut() {
+            if t.dropped > 0 {
+                self.history.record(EventKind::Note {
+                    component: Component::Driver,
+                    text: format!(
+                        "{stream}: [{} lines dropped: the driver printed {} lines, the first {HEAD_LINES} and the last {} are kept]",
+                        t.dropped,
+                        t.lines,
+                        t.tail.len()
+                    ),
+                });
+                t.dropped = 0;
+            }
+            for text in t.tail.drain(..) {
+                self.history.record(EventKind::Note {
+                    component: Component::Driver,
+                    text,
+                });
+            }
+        }
     }
 
     /// Everything kept, unredacted (only for checks, never written out).
@@ -189,10 +251,12 @@ impl Output {
     }
 
     /// Read `reader` line by line into this output; `skip` lines already seen.
+    /// Reads as fast as the driver writes (never blocks it on a full pipe) and
+    /// holds at most [`MAX_LINE_BYTES`] of a line.
     fn follow(
         self: &Arc<Self>,
         stream: &'static str,
-        reader: impl AsyncBufRead + Send + Unpin + 'static,
+        mut reader: impl AsyncBufRead + Send + Unpin + 'static,
     ) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         let skip = *me
@@ -201,26 +265,54 @@ impl Output {
             .unwrap_or_else(|p| p.into_inner())
             .get(stream)
             .unwrap_or(&0);
+        me.tails
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(stream);
         tokio::spawn(async move {
-            let mut lines = reader.lines();
             let mut n = 0usize;
-            loop {
-                match lines.next_line().await {
-                    Ok(Some(l)) => {
-                        n += 1;
-                        if n > skip {
-                            me.line(stream, &l);
-                            *me.seen
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .entry(stream)
-                                .or_insert(0) = n;
-                        }
+            let mut line: Vec<u8> = Vec::new();
+            let mut cut = 0usize;
+            let mut emit = |line: &mut Vec<u8>, cut: &mut usize| {
+                n += 1;
+                if n > skip {
+                    let mut text = String::from_utf8_lossy(line).into_owned();
+                    if *cut > 0 {
+                        text.push_str(&format!(" [… {cut} more bytes of this line dropped]"));
                     }
-                    // Not UTF-8 or the pipe broke: what was read is kept.
-                    Ok(None) | Err(_) => break,
+                    me.line(stream, &text);
+                    *me.seen
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(stream)
+                        .or_insert(0) = n;
+                }
+                line.clear();
+                *cut = 0;
+            };
+            loop {
+                let buf = match reader.fill_buf().await {
+                    Ok([]) | Err(_) => break,
+                    Ok(b) => b,
+                };
+                let (chunk, used, done) = match buf.iter().position(|&b| b == b'\n') {
+                    Some(i) => (&buf[..i], i + 1, true),
+                    None => (buf, buf.len(), false),
+                };
+                let room = MAX_LINE_BYTES.saturating_sub(line.len());
+                line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                cut += chunk.len().saturating_sub(room);
+                reader.consume(used);
+                if done {
+                    emit(&mut line, &mut cut);
                 }
             }
+            // The pipe closed (the driver exited or was killed): a last
+            // unterminated line counts, and what was held back is noted.
+            if !line.is_empty() || cut > 0 {
+                emit(&mut line, &mut cut);
+            }
+            me.note_held_back();
         })
     }
 }
@@ -354,8 +446,10 @@ impl ProcessDriver {
         }
     }
 
-    /// What it printed, unredacted (for the leak check only).
+    /// What it printed, unredacted (for the leak check only); notes what was
+    /// held back of a flood first, so the history has it while it is still open.
     pub fn output(&self) -> String {
+        self.output.note_held_back();
         self.output.raw_text()
     }
 
@@ -531,6 +625,7 @@ mod container {
 
         /// What it printed, unredacted (for the leak check only).
         pub fn output(&self) -> String {
+            self.output.note_held_back();
             self.output.raw_text()
         }
 

@@ -37,6 +37,7 @@ use crate::snapshot::{self, Normalizer, SnapshotInput};
 mod bosh;
 mod driver;
 mod external;
+pub use external::{HEAD_LINES, MAX_LINE_BYTES, TAIL_LINES};
 mod fakes;
 mod hook;
 mod queue;
@@ -389,6 +390,7 @@ impl Lab {
         let sidecar = CosiSidecar::connect(&sidecar, fakes.kube_slot(), gate())
             .await
             .context("the sidecar could not reach the driver")?;
+        sidecar.set_call_timeout(scn.driver.call_timeout);
         let driver_name = sidecar.driver_name().to_string();
         let placeholders = [
             ("{s3_endpoint}", s3_url.clone()),

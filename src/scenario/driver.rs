@@ -18,6 +18,10 @@ pub struct DriverSpec {
     /// Real time the lab waits for the socket to answer DriverGetInfo (and, for
     /// external drivers, the deadline of that first call).
     pub start_timeout: Duration,
+    /// Deadline of every sidecar→driver call after start-up (real time: the
+    /// driver is a real process); a call past it is cut as DEADLINE_EXCEEDED
+    /// and retried with back-off, as the real sidecar's `--timeout` does.
+    pub call_timeout: Duration,
 }
 
 impl Default for DriverSpec {
@@ -26,12 +30,17 @@ impl Default for DriverSpec {
             launch: DriverLaunch::Builtin(BuiltinDriver::CosiS3),
             mutants: Vec::new(),
             start_timeout: DEFAULT_START_TIMEOUT,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
         }
     }
 }
 
 /// How long the lab waits for a driver's socket unless `start_timeout:` says otherwise.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The sidecar's per-call deadline unless `call_timeout:` says otherwise: the
+/// external-provisioner's `--timeout` default (10 s, cmd/csi-provisioner).
+pub const DEFAULT_CALL_TIMEOUT: Duration = drivelab_fakes::cosi_sidecar::DEFAULT_CALL_TIMEOUT;
 
 impl DriverSpec {
     /// The linked-in driver, if this is one.
@@ -203,6 +212,8 @@ pub(super) struct RawDriver {
     #[serde(default)]
     start_timeout: Option<String>,
     #[serde(default)]
+    call_timeout: Option<String>,
+    #[serde(default)]
     mutants: Vec<Mutant>,
 }
 
@@ -233,6 +244,17 @@ impl RawDriver {
                     (
                         format!("start_timeout `{s}` is not a duration"),
                         Some("write e.g. 500ms, 30s, 2m"),
+                    )
+                })?,
+        };
+        let call_timeout = match &self.call_timeout {
+            None => DEFAULT_CALL_TIMEOUT,
+            Some(s) => super::parse_duration(s)
+                .filter(|d| !d.is_zero() && *d <= MAX_CALL_TIMEOUT)
+                .ok_or_else(|| {
+                    (
+                        format!("call_timeout `{s}` is not a duration between 1ms and 10m"),
+                        Some("write e.g. 500ms, 10s, 2m (the real sidecar's default is 10s)"),
                     )
                 })?,
         };
@@ -318,9 +340,13 @@ impl RawDriver {
             launch,
             mutants: self.mutants,
             start_timeout,
+            call_timeout,
         })
     }
 }
+
+/// Longer deadlines only make a hung driver cost more real time.
+const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Parse `--driver` (the same YAML as a scenario's `driver:` value, e.g.
 /// `'command: [target/debug/cosi-s3, --endpoint, "unix://{socket}"]'` or `builtin: cosi-s3`).
@@ -358,6 +384,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(d.start_timeout, Duration::from_secs(3));
+        assert_eq!(d.call_timeout, DEFAULT_CALL_TIMEOUT);
+        let d = parse_cli("{command: [/bin/drv], call_timeout: 750ms}").unwrap();
+        assert_eq!(d.call_timeout, Duration::from_millis(750));
         let d = parse_cli("{image: 'cosi-s3:dev', args: ['--endpoint', '{endpoint}']}").unwrap();
         assert!(
             matches!(&d.launch, DriverLaunch::Image(e) if e.program == ["cosi-s3:dev", "--endpoint", "{endpoint}"])
@@ -377,6 +406,8 @@ mod tests {
             ("{command: [x], args: [y]}", "`args` is for `image`"),
             ("{image: 'a b'}", "not an image name"),
             ("{command: [x], start_timeout: soon}", "not a duration"),
+            ("{command: [x], call_timeout: 0s}", "call_timeout `0s`"),
+            ("{command: [x], call_timeout: 1h}", "between 1ms and 10m"),
             ("{builtin: nfs}", "unknown variant"),
             ("{command: [x], colour: red}", "unknown field"),
         ] {

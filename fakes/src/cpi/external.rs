@@ -88,22 +88,29 @@ pub fn run_stdio(
     output.flush()
 }
 
+fn parse_request(raw: &[u8]) -> Result<Request, CpiFault> {
+    serde_json::from_slice(raw).map_err(|e| {
+        CpiFault::new(
+            ErrorType::CpiError,
+            format!("Must provide a JSON request with 'method', 'arguments' and 'context': {e}"),
+            false,
+        )
+    })
+}
+
+/// The reply to one stdin request against `core`, without the state dir
+/// (no markers, no call log, no sled): the parser and dispatcher alone, for
+/// the `cpi_json` fuzz target.
+pub fn answer(core: &CpiCore, raw: &[u8]) -> Value {
+    let r = parse_request(raw).and_then(|req| core.dispatch(&req.method, &req.arguments));
+    reply(r, String::new())
+}
+
 fn handle(opts: &ExternalOptions, raw: &[u8]) -> (Result<Value, CpiFault>, String) {
     let mut log = String::new();
-    let req: Request = match serde_json::from_slice(raw) {
+    let req: Request = match parse_request(raw) {
         Ok(r) => r,
-        Err(e) => {
-            return (
-                Err(CpiFault::new(
-                    ErrorType::CpiError,
-                    format!(
-                        "Must provide a JSON request with 'method', 'arguments' and 'context': {e}"
-                    ),
-                    false,
-                )),
-                log,
-            )
-        }
+        Err(f) => return (Err(f), log),
     };
     let request_id = req
         .context

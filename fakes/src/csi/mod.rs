@@ -35,7 +35,7 @@ use crate::history::{CallId, Component, Outcome};
 use crate::kube::{Kind, KubeError, KubeFake};
 
 /// Per-call deadline, in real time (a hung driver must not hang the lab).
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub const CALL_TIMEOUT: Duration = crate::cosi_sidecar::DEFAULT_CALL_TIMEOUT;
 /// What a sidecar sees when the link to the driver is cut.
 const CUT_MESSAGE: &str = "transport: connection refused or reset";
 
@@ -207,6 +207,8 @@ pub struct DriverConn {
     /// grpc-go's reconnect would, rather than trust a channel to a dead peer.
     redial: AtomicBool,
     exchanges: Mutex<Vec<Exchange>>,
+    /// Per-call deadline in milliseconds (real time; the driver is a real process).
+    call_timeout_ms: std::sync::atomic::AtomicU64,
 }
 
 impl DriverConn {
@@ -229,6 +231,7 @@ impl DriverConn {
             channel: Mutex::new(channel),
             redial: AtomicBool::new(false),
             exchanges: Mutex::default(),
+            call_timeout_ms: std::sync::atomic::AtomicU64::new(CALL_TIMEOUT.as_millis() as u64),
         })
     }
 
@@ -242,6 +245,17 @@ impl DriverConn {
             })?;
         *lock(&self.channel) = channel;
         Ok(())
+    }
+
+    /// Set the deadline of every later driver call (the scenario's `call_timeout`).
+    pub fn set_call_timeout(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.call_timeout_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// The current per-call deadline.
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms.load(Ordering::SeqCst))
     }
 
     /// The gate calls pass through.
@@ -276,10 +290,12 @@ impl DriverConn {
                     status: tonic::Status::unavailable(CUT_MESSAGE),
                 });
             }
-            Verdict::Proceed => match tokio::time::timeout(CALL_TIMEOUT, f(self.channel())).await {
-                Ok(r) => r.map(tonic::Response::into_inner),
-                Err(_) => Err(tonic::Status::deadline_exceeded(format!("{rpc} timed out"))),
-            },
+            Verdict::Proceed => {
+                match tokio::time::timeout(self.call_timeout(), f(self.channel())).await {
+                    Ok(r) => r.map(tonic::Response::into_inner),
+                    Err(_) => Err(tonic::Status::deadline_exceeded(format!("{rpc} timed out"))),
+                }
+            }
         };
         let outcome = match &res {
             Ok(_) => Outcome::Grpc {
@@ -356,6 +372,8 @@ impl DriverConn {
     }
 
     async fn rpc_once(&self, request: &DriverRequest) -> DriverReply {
+        let deadline = self.call_timeout();
+        let rpc_name = request.rpc();
         let ch = self.channel();
         let fut = async move {
             let mut ctl = ControllerClient::new(ch.clone());
@@ -400,7 +418,7 @@ impl DriverConn {
                     .map(|r| DriverReply::Info(r.into_inner())),
             }
         };
-        match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        match tokio::time::timeout(deadline, fut).await {
             Ok(Ok(reply)) => reply,
             // A dead peer shows up as UNKNOWN or UNAVAILABLE with varying text,
             // depending on how the OS reported the broken connection; the real
@@ -422,7 +440,7 @@ impl DriverConn {
             },
             Err(_) => DriverReply::Failed {
                 code: tonic::Code::DeadlineExceeded,
-                message: format!("no reply within {}s", CALL_TIMEOUT.as_secs()),
+                message: crate::cosi_sidecar::deadline_message(rpc_name, deadline),
             },
         }
     }
