@@ -167,9 +167,20 @@ pub(crate) fn router(inner: Shared) -> Router {
         .route("/dynamic_disks/{name}/snapshots", post(take_snapshot))
         .route("/dynamic_disks/snapshots/{cid}", delete(delete_snapshot))
         .fallback(not_found)
+        // A known path with the wrong method: axum's default is an empty 405,
+        // the Director answers in its error shape (found by fuzz director_http).
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(tap, http_gate))
         .layer(from_fn(peek_body))
         .with_state(inner)
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        405,
+        100,
+        format!("{} not allowed on {}", req.method(), req.uri().path()),
+    )
 }
 
 async fn not_found(req: Request) -> ApiError {
