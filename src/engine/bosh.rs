@@ -451,6 +451,14 @@ impl BoshLab {
             ),
             nodes: agents,
         });
+        // The sidecars' per-call deadline, as the scenario's driver declares it.
+        sidecars
+            .provisioner
+            .set_call_timeout(scn.driver.call_timeout);
+        sidecars.attacher.set_call_timeout(scn.driver.call_timeout);
+        for a in sidecars.nodes.values() {
+            a.set_call_timeout(scn.driver.call_timeout);
+        }
         for c in &spec.storage_classes {
             kube.create(
                 Kind::StorageClass,

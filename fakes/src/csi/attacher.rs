@@ -110,6 +110,11 @@ impl Attacher {
         self.conn.reconnect().await
     }
 
+    /// Set the deadline of every later call to the driver (the scenario's `call_timeout`).
+    pub fn set_call_timeout(&self, d: std::time::Duration) {
+        self.conn.set_call_timeout(d);
+    }
+
     /// Every exchange so far, in order.
     pub fn exchanges(&self) -> Vec<Exchange> {
         self.conn.exchanges()
