@@ -32,6 +32,44 @@ pub struct Sample {
     pub disks: Vec<DiskView>,
 }
 
+/// One backup a scenario made, beside the ground truth.
+#[derive(Clone, Debug)]
+pub struct BackupRecord {
+    /// Its name in the scenario.
+    pub name: String,
+    /// 0-based step.
+    pub step: usize,
+    /// The token the client presented.
+    pub token: crate::scenario::BackupToken,
+    /// A delta (true) or the allocated blocks (false).
+    pub incremental: bool,
+    /// The IaaS's ground truth at the time (None: a snapshot was gone).
+    pub expected: Option<Vec<u64>>,
+    /// The blocks the stream reported.
+    pub got: Vec<u64>,
+    /// How the stream ended (`OK` or a gRPC code).
+    pub code: String,
+    /// Calls the sidecar relayed to the driver for it.
+    pub driver_calls: usize,
+    /// The driver's session token, if it gave one.
+    pub session: Option<Secret>,
+    /// The Kubernetes token the client presented.
+    pub client_token: Secret,
+}
+
+/// One replay of an earlier backup's session.
+#[derive(Clone, Debug)]
+pub struct ReplayRecord {
+    /// 0-based step.
+    pub step: usize,
+    /// Whose session.
+    pub backup: String,
+    /// The backup had a session token to replay.
+    pub had_session: bool,
+    /// How the replayed stream ended.
+    pub code: String,
+}
+
 /// Everything the BOSH checks read.
 #[derive(Clone, Debug, Default)]
 pub struct BoshObservations {
@@ -63,6 +101,10 @@ pub struct BoshObservations {
     pub pvcs: Vec<Value>,
     /// Sidecar work still requeued after the final convergence.
     pub pending: Vec<String>,
+    /// Backups, by name.
+    pub backups: BTreeMap<String, BackupRecord>,
+    /// Session replays, in order.
+    pub replays: Vec<ReplayRecord>,
     /// Secret values of the run.
     pub secrets: Vec<Secret>,
     /// Texts the run wrote or logged: (name, content).
@@ -97,6 +139,8 @@ pub fn check(inv: Invariant, obs: &BoshObservations) -> Verdict {
         Invariant::Converges => converges(obs),
         Invariant::SpecCodes => spec_codes(obs),
         Invariant::NoSecretLeak => super::secret_scan(&obs.secrets, &obs.artifacts),
+        Invariant::DeltaExact => delta_exact(obs),
+        Invariant::TokenBound => token_bound(obs),
         other => {
             let mut v = Verdict::new(other);
             v.fail("a COSI invariant asked of a BOSH/CSI run".into(), []);
@@ -512,6 +556,103 @@ fn converges(obs: &BoshObservations) -> Verdict {
         "every PVC Bound, every pod Running, nothing requeued ({} PVCs, {} pods)",
         obs.pvcs.len(),
         obs.pods.len()
+    ))
+}
+
+fn delta_exact(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::DeltaExact);
+    let mut n = 0;
+    for b in obs.backups.values().filter(|b| b.code == "OK") {
+        n += 1;
+        let what = if b.incremental {
+            "changed"
+        } else {
+            "allocated"
+        };
+        match &b.expected {
+            None => v.fail(
+                format!(
+                    "backup {} (step {}) got OK with {} blocks, but a snapshot it reads is gone",
+                    b.name,
+                    b.step + 1,
+                    b.got.len()
+                ),
+                [],
+            ),
+            Some(want) if *want != b.got => {
+                let want_set: BTreeSet<u64> = want.iter().copied().collect();
+                let got_set: BTreeSet<u64> = b.got.iter().copied().collect();
+                let missing: Vec<u64> = want_set.difference(&got_set).copied().take(8).collect();
+                let extra: Vec<u64> = got_set.difference(&want_set).copied().take(8).collect();
+                v.fail(
+                    format!(
+                        "backup {} (step {}): {} {what} blocks reported, {} written; missing {missing:?}, extra {extra:?}",
+                        b.name,
+                        b.step + 1,
+                        b.got.len(),
+                        want.len()
+                    ),
+                    [],
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    v.finish(format!(
+        "{n} completed backups, each reporting exactly the blocks written"
+    ))
+}
+
+fn token_bound(obs: &BoshObservations) -> Verdict {
+    use crate::scenario::BackupToken;
+    let mut v = Verdict::new(Invariant::TokenBound);
+    for b in obs
+        .backups
+        .values()
+        .filter(|b| b.token != BackupToken::Valid)
+    {
+        if b.code == "OK" {
+            v.fail(
+                format!(
+                    "backup {} with a {} token was served",
+                    b.name,
+                    b.token.as_str()
+                ),
+                [],
+            );
+        } else if b.driver_calls > 0 {
+            v.fail(
+                format!(
+                    "backup {} with a {} token reached the driver ({} calls) before it was refused",
+                    b.name,
+                    b.token.as_str(),
+                    b.driver_calls
+                ),
+                [],
+            );
+        }
+    }
+    for r in &obs.replays {
+        let refused = r.code == "PERMISSION_DENIED" || r.code == "UNAUTHENTICATED";
+        if r.had_session && !refused {
+            v.fail(
+                format!(
+                    "the session token of backup {} was accepted again at step {} (answer {})",
+                    r.backup,
+                    r.step + 1,
+                    r.code
+                ),
+                [],
+            );
+        }
+    }
+    v.finish(format!(
+        "{} refused clients, each stopped before the driver; {} session replays, all refused",
+        obs.backups
+            .values()
+            .filter(|b| b.token != crate::scenario::BackupToken::Valid)
+            .count(),
+        obs.replays.len()
     ))
 }
 

@@ -204,7 +204,9 @@ pub fn check(inv: Invariant, obs: &Observations) -> Verdict {
         | Invariant::ScopedAccess
         | Invariant::NoLeakedMounts
         | Invariant::ReadOnlyEnforced
-        | Invariant::NoAttachDuringRecreate => {
+        | Invariant::NoAttachDuringRecreate
+        | Invariant::DeltaExact
+        | Invariant::TokenBound => {
             let mut v = Verdict::new(inv);
             v.fail("a BOSH/CSI invariant asked of a COSI run".into(), []);
             v

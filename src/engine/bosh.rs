@@ -34,6 +34,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 
+use super::cbt::{Cbt, SESSION_TTL};
 use super::driver::InProcessDriver;
 use super::hook::{LabControl, LabHook};
 use super::schedule::Scheduler;
@@ -238,6 +239,10 @@ struct BoshLab {
     step_exchanges_from: usize,
     norm: Normalizer,
     step_snapshots: Vec<StepSnapshot>,
+    cbt: Cbt,
+    /// The code of the previous step's own call, for steps the lab makes itself
+    /// (snapshots, backups): what `expect: { code }` after them reads.
+    last_step_code: Option<String>,
 }
 
 impl BoshLab {
@@ -338,11 +343,23 @@ impl BoshLab {
             listener: tokio::sync::Mutex::new(Some(listener)),
         });
 
+        // The IaaS's block API the driver reads changed blocks from, with its own credential.
+        let block_secret = Secret::new(super::random_token(&mut rng, 40));
+        let block_l = server
+            .rebuild
+            .2
+            .serve_block_api(
+                loopback(),
+                drivelab_fakes::secret::Secret::new(block_secret.expose()),
+            )
+            .await
+            .context("serving the IaaS block API")?;
         let sockets = dir.path().join("csi");
         std::fs::create_dir_all(&sockets).context("creating the socket directory")?;
         let ctl_sock: PathBuf = sockets.join("controller.sock");
         let bosh_mutants = Mutant::bosh(mutants);
-        let controller = Arc::new(InProcessDriver::bosh_csi(
+        let vclock = clock.clone();
+        let controller = Arc::new(InProcessDriver::bosh_csi_clocked(
             bosh_csi::DriverConfig {
                 mode: bosh_csi::Mode::Controller,
                 director_url: director_url.clone(),
@@ -357,9 +374,13 @@ impl BoshLab {
                 task_timeout: spec.task_timeout,
                 http_timeout: Duration::from_secs(2),
                 mutants: bosh_mutants.clone(),
+                block_api_url: block_l.url(),
+                block_api_credential: bosh_csi::Secret::new(block_secret.expose()),
+                session_ttl: SESSION_TTL,
                 ..Default::default()
             },
             &ctl_sock,
+            Arc::new(move || vclock.now().0),
         ));
         controller
             .start()
@@ -469,6 +490,16 @@ impl BoshLab {
             )
             .map_err(|e| anyhow!("creating StorageClass {}: {e}", c.name))?;
         }
+        let cbt = Cbt::start(
+            &ctl_sock,
+            &clock,
+            &mut rng,
+            gate(),
+            gate(),
+            block_l,
+            block_secret,
+        )
+        .await?;
         hook.set_control(Arc::new(Control {
             controller: Arc::downgrade(&controller),
             director: Arc::downgrade(&server),
@@ -507,6 +538,8 @@ impl BoshLab {
             step_exchanges_from: 0,
             norm,
             step_snapshots: Vec::new(),
+            cbt,
+            last_step_code: None,
         })
     }
 
@@ -531,6 +564,7 @@ impl BoshLab {
             });
             if !matches!(step.value, Step::Expect(_)) {
                 self.step_exchanges_from = self.exchanges().len();
+                self.last_step_code = None;
             }
             match &step.value {
                 Step::Expect(e) => {
@@ -583,6 +617,31 @@ impl BoshLab {
                 }
                 Step::Concurrent(steps) => self.concurrent(steps).await?,
                 Step::ResendCreateVolume(r) => self.resend_create(r).await?,
+                Step::WriteBlocks(w) => self.write_blocks(w)?,
+                Step::Snapshot(sn) => {
+                    let handle = self.handle_of(&sn.namespace, &sn.volume)?;
+                    self.last_step_code = Some(self.cbt.snapshot(sn, &handle).await);
+                }
+                Step::DeleteSnapshot(sn) => {
+                    self.last_step_code = Some(self.cbt.delete_snapshot(sn).await);
+                }
+                Step::Backup(b) => {
+                    let code = self
+                        .cbt
+                        .backup(
+                            i,
+                            b,
+                            &self.history,
+                            &self.clock,
+                            &self.director().cpi().clone(),
+                        )
+                        .await;
+                    self.last_step_code = Some(code);
+                }
+                Step::ReplaySession(r) => {
+                    let code = self.cbt.replay(i, r, &self.history, &self.clock).await;
+                    self.last_step_code = Some(code);
+                }
                 Step::NodeStage(n) => self.node_call(true, n, i, &at).await?,
                 Step::NodePublish(n) => self.node_call(false, n, i, &at).await?,
                 other => {
@@ -681,6 +740,61 @@ impl BoshLab {
             component: Component::Lab,
             text: job_note(&what, r),
         });
+    }
+
+    /// The CSI volume handle of a bound PVC.
+    fn handle_of(&self, ns: &str, claim: &str) -> anyhow::Result<String> {
+        let pv = self
+            .kube
+            .get(Kind::PersistentVolumeClaim, Some(ns), claim)?
+            .map(|c| str_at(&c, &["spec", "volumeName"]))
+            .unwrap_or_default();
+        let handle = self
+            .kube
+            .get(Kind::PersistentVolume, None, &pv)?
+            .map(|p| str_at(&p, &["spec", "csi", "volumeHandle"]))
+            .unwrap_or_default();
+        if handle.is_empty() {
+            return Err(anyhow!("volume {ns}/{claim} is not bound"));
+        }
+        Ok(handle)
+    }
+
+    /// A workload's writes, straight to the IaaS disk (the ground truth the deltas are checked against).
+    fn write_blocks(&mut self, w: &crate::scenario::WriteBlocksStep) -> anyhow::Result<()> {
+        let handle = self.handle_of(&w.namespace, &w.volume)?;
+        let cid = self
+            .director()
+            .disks()
+            .into_iter()
+            .find(|d| d.name == handle)
+            .map(|d| d.cid)
+            .ok_or_else(|| anyhow!("volume {}/{} has no disk", w.namespace, w.volume))?;
+        let ranges: Vec<drivelab_fakes::cpi::BlockRange> = w
+            .ranges
+            .iter()
+            .map(|[start, count]| drivelab_fakes::cpi::BlockRange {
+                start: *start,
+                count: *count,
+            })
+            .collect();
+        match self.director().cpi().write_blocks(&cid, &ranges) {
+            Ok(seq) => self.history.record(EventKind::Note {
+                component: Component::Lab,
+                text: format!(
+                    "workload wrote {} blocks of {cid} (write #{seq})",
+                    w.ranges.iter().map(|[_, n]| n).sum::<u64>()
+                ),
+            }),
+            Err(e) => {
+                return Err(anyhow!(
+                    "write_blocks {}/{}: the IaaS refused: {e:?}",
+                    w.namespace,
+                    w.volume
+                ))
+            }
+        };
+        Ok(())
     }
 
     /// The provisioner's last CreateVolume for a PVC, sent again asking `size`.
@@ -1053,7 +1167,14 @@ impl BoshLab {
     fn expect(&self, e: &Expectation) -> Vec<String> {
         let mut fails = Vec::new();
         let all = self.exchanges();
-        if let Some(code) = e.code {
+        if let (Some(code), Some(got)) = (e.code, &self.last_step_code) {
+            if *got != code.name() {
+                fails.push(format!(
+                    "the previous step's call answered {got}, expected {}",
+                    code.name()
+                ));
+            }
+        } else if let Some(code) = e.code {
             let mine = &all[self.step_exchanges_from.min(all.len())..];
             match mine.last() {
                 None => fails.push(format!(
@@ -1151,6 +1272,7 @@ impl BoshLab {
             mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
             tasks: self.director().tasks(),
             locks: self.director().locks(),
+            snapshots: self.director().cpi().snapshots(),
         };
         snapshot::bosh::render(&input, &mut self.norm)
     }
@@ -1176,7 +1298,12 @@ impl BoshLab {
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
         let history_text = self.norm.text_all(&history_json);
         let logs = crate::logcap::since(log_start);
-        let secrets = vec![self.client_secret.clone()];
+        let mut secrets = vec![self.client_secret.clone()];
+        secrets.extend(self.cbt.secrets.iter().cloned());
+        for b in self.cbt.backups.values() {
+            secrets.extend(b.session.iter().cloned());
+            secrets.push(b.client_token.clone());
+        }
         let obs = BoshObservations {
             samples: std::mem::take(&mut self.samples),
             calls: drivelab_fakes::history::calls(&history),
@@ -1198,6 +1325,8 @@ impl BoshLab {
             pods: self.kube.list(Kind::Pod, None)?,
             pvcs: self.kube.list(Kind::PersistentVolumeClaim, None)?,
             pending: self.pending.clone(),
+            backups: self.cbt.backups.clone(),
+            replays: self.cbt.replays.clone(),
             secrets: secrets.clone(),
             artifacts: vec![
                 ("snapshot".into(), snapshot.clone()),

@@ -44,6 +44,25 @@ impl InProcessDriver {
         Self::new(serve, socket)
     }
 
+    /// The reference BOSH CSI driver whose session tokens expire on `clock`
+    /// (milliseconds of virtual time), as its snapshot-metadata service needs.
+    pub fn bosh_csi_clocked(
+        config: bosh_csi::DriverConfig,
+        socket: &Path,
+        clock: bosh_csi::snapshot_metadata::ClockFn,
+    ) -> Self {
+        let serve: ServeFn = std::sync::Arc::new(move |socket: PathBuf| {
+            let config = config.clone();
+            let clock = clock.clone();
+            Box::pin(async move {
+                let driver = bosh_csi::BoshCsiDriver::new(config).map_err(anyhow::Error::msg)?;
+                driver.set_clock(clock);
+                bosh_csi::serve_driver(driver, &socket, std::future::pending()).await
+            })
+        });
+        Self::new(serve, socket)
+    }
+
     /// The reference BOSH CSI driver (controller or node plugin, by `config.mode`).
     pub fn bosh_csi(config: bosh_csi::DriverConfig, socket: &Path) -> Self {
         let serve: ServeFn = std::sync::Arc::new(move |socket: PathBuf| {

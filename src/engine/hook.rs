@@ -236,6 +236,8 @@ fn is_sidecar(c: Component) -> bool {
             | Component::CsiProvisioner
             | Component::CsiAttacher
             | Component::Kubelet
+            | Component::CsiSnapshotter
+            | Component::CsiSnapshotMetadata
     )
 }
 

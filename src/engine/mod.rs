@@ -35,6 +35,7 @@ use crate::scenario::{
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
 mod bosh;
+mod cbt;
 mod driver;
 mod external;
 pub use external::{HEAD_LINES, MAX_LINE_BYTES, TAIL_LINES};

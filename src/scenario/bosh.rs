@@ -499,3 +499,111 @@ mod tests {
         assert_eq!(parse_quantity("99999999999999Ti"), None);
     }
 }
+
+/// `write_blocks:` — a workload writes blocks of a volume's disk (the lab's ground truth).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WriteBlocksStep {
+    /// PVC name.
+    pub volume: String,
+    /// Namespace (default `default`).
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    /// `[first block, count]` pairs (512 KiB blocks).
+    pub ranges: Vec<[u64; 2]>,
+}
+
+/// `snapshot:` — a VolumeSnapshot of a volume (the lab calls CreateSnapshot as
+/// the external-snapshotter would, and binds the VolumeSnapshot to it).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotStep {
+    /// VolumeSnapshot name.
+    pub name: String,
+    /// PVC name.
+    pub volume: String,
+    /// Namespace of both (default `default`).
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+}
+
+/// `delete_snapshot:`
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRef {
+    /// VolumeSnapshot name.
+    pub name: String,
+    /// Namespace (default `default`).
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+}
+
+/// Which Kubernetes token a backup client presents to the snapshot-metadata sidecar.
+#[derive(Copy, Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackupToken {
+    /// The backup service account's token for the service's audience.
+    #[default]
+    Valid,
+    /// The same, expired.
+    Expired,
+    /// A token for another audience.
+    WrongAudience,
+    /// A service account without the role to read VolumeSnapshots here.
+    NoRole,
+    /// Not a token the API server issued.
+    Forged,
+}
+
+impl BackupToken {
+    /// As written in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackupToken::Valid => "valid",
+            BackupToken::Expired => "expired",
+            BackupToken::WrongAudience => "wrong-audience",
+            BackupToken::NoRole => "no-role",
+            BackupToken::Forged => "forged",
+        }
+    }
+}
+
+/// `backup:` — a backup client asks which blocks are allocated in `snapshot`
+/// (no `base`) or changed from `base` to `snapshot`, through the sidecar.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BackupStep {
+    /// A name for this backup (later steps refer to its session).
+    pub name: String,
+    /// The target VolumeSnapshot.
+    pub snapshot: String,
+    /// The base VolumeSnapshot of an incremental backup.
+    #[serde(default)]
+    pub base: Option<String>,
+    /// Namespace of the snapshots (default `default`).
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    /// The Kubernetes token the client presents (default `valid`).
+    #[serde(default)]
+    pub token: BackupToken,
+}
+
+/// `replay_session:` — resume a stream with an earlier backup's session token,
+/// for another pair of snapshots or after `after` of virtual time.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayStep {
+    /// The earlier backup whose session token is replayed.
+    pub backup: String,
+    /// The target VolumeSnapshot this time.
+    pub snapshot: String,
+    /// The base VolumeSnapshot this time.
+    #[serde(default)]
+    pub base: Option<String>,
+    /// Namespace (default `default`).
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    /// Virtual time to let pass first (to replay an expired session).
+    #[serde(default)]
+    pub after: Option<String>,
+}

@@ -93,6 +93,8 @@ pub fn parse_component(s: &str) -> Option<Component> {
         "csi-provisioner" => Component::CsiProvisioner,
         "csi-attacher" => Component::CsiAttacher,
         "kubelet" => Component::Kubelet,
+        "csi-snapshotter" => Component::CsiSnapshotter,
+        "csi-snapshot-metadata" => Component::CsiSnapshotMetadata,
         _ => return None,
     })
 }

@@ -39,6 +39,10 @@ pub enum Invariant {
     ReadOnlyEnforced,
     /// BOSH: no disk attach or detach runs on a VM while the Director recreates it.
     NoAttachDuringRecreate,
+    /// CBT: every reported change list equals the ground truth of the writes, no more, no less.
+    DeltaExact,
+    /// CBT: a session token works only for its client, volume and snapshot pair, and not after it expires; a client without the role is refused before any driver call.
+    TokenBound,
 }
 
 impl Invariant {
@@ -60,6 +64,8 @@ impl Invariant {
             Invariant::NoLeakedMounts => "no-leaked-mounts",
             Invariant::ReadOnlyEnforced => "read-only-enforced",
             Invariant::NoAttachDuringRecreate => "no-attach-during-recreate",
+            Invariant::DeltaExact => "delta-exact",
+            Invariant::TokenBound => "token-bound",
         }
     }
 
@@ -81,6 +87,8 @@ impl Invariant {
             Invariant::NoLeakedMounts => "after convergence every mount belongs to a running pod's volume on that node; a failed stage leaves none",
             Invariant::ReadOnlyEnforced => "a read-only publish (or a reader-only access mode) gives a read-only bind mount",
             Invariant::NoAttachDuringRecreate => "no disk attach or detach runs on a VM while the Director recreates that VM",
+            Invariant::DeltaExact => "the blocks a backup is told about are exactly the blocks written: allocated for a full backup, changed for an incremental",
+            Invariant::TokenBound => "a session token serves only its client, volume and snapshot pair until it expires; tokens without the role are refused before any driver call",
         }
     }
 
@@ -97,7 +105,9 @@ impl Invariant {
             | Invariant::ScopedAccess
             | Invariant::NoLeakedMounts
             | Invariant::ReadOnlyEnforced
-            | Invariant::NoAttachDuringRecreate => system == System::Bosh,
+            | Invariant::NoAttachDuringRecreate
+            | Invariant::DeltaExact
+            | Invariant::TokenBound => system == System::Bosh,
             _ => system == System::Cosi,
         }
     }
@@ -123,6 +133,8 @@ impl Invariant {
             Invariant::NoLeakedMounts,
             Invariant::ReadOnlyEnforced,
             Invariant::NoAttachDuringRecreate,
+            Invariant::DeltaExact,
+            Invariant::TokenBound,
             Invariant::Converges,
             Invariant::SpecCodes,
             Invariant::NoSecretLeak,

@@ -17,8 +17,9 @@ pub mod invariant;
 pub mod mutant;
 pub mod write;
 pub use bosh::{
-    AccessMode, Bosh, DeploymentRef, NodeCallStep, NodeRef, PodRef, PublishStep, ResendStep,
-    VolumeRef, VolumeStep,
+    AccessMode, BackupStep, BackupToken, Bosh, DeploymentRef, NodeCallStep, NodeRef, PodRef,
+    PublishStep, ReplayStep, ResendStep, SnapshotRef, SnapshotStep, VolumeRef, VolumeStep,
+    WriteBlocksStep,
 };
 pub use driver::{
     BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, ExternalDriver, PLACEHOLDERS,
@@ -190,6 +191,16 @@ pub enum Step {
     DirectorUp,
     /// BOSH: a PVC's CreateVolume sent again with another size.
     ResendCreateVolume(ResendStep),
+    /// CBT: a workload writes blocks of a volume.
+    WriteBlocks(WriteBlocksStep),
+    /// CBT: a VolumeSnapshot (CreateSnapshot, as the external-snapshotter sends it).
+    Snapshot(SnapshotStep),
+    /// CBT: delete a VolumeSnapshot (DeleteSnapshot).
+    DeleteSnapshot(SnapshotRef),
+    /// CBT: a backup client reads allocated or changed blocks through the snapshot-metadata sidecar.
+    Backup(BackupStep),
+    /// CBT: an earlier backup's session token replayed.
+    ReplaySession(ReplayStep),
 }
 
 impl Step {
@@ -221,6 +232,11 @@ impl Step {
             Step::DirectorDown => "director_down",
             Step::DirectorUp => "director_up",
             Step::ResendCreateVolume(_) => "resend_create_volume",
+            Step::WriteBlocks(_) => "write_blocks",
+            Step::Snapshot(_) => "snapshot",
+            Step::DeleteSnapshot(_) => "delete_snapshot",
+            Step::Backup(_) => "backup",
+            Step::ReplaySession(_) => "replay_session",
         }
     }
 
@@ -297,6 +313,37 @@ impl Step {
             Step::ResendCreateVolume(r) => format!(
                 "resend_create_volume {}/{} asking {}",
                 r.namespace, r.name, r.size
+            ),
+            Step::WriteBlocks(w) => format!(
+                "write_blocks {}/{} ({} ranges)",
+                w.namespace,
+                w.volume,
+                w.ranges.len()
+            ),
+            Step::Snapshot(s) => format!("snapshot {}/{} of {}", s.namespace, s.name, s.volume),
+            Step::DeleteSnapshot(s) => format!("delete_snapshot {}/{}", s.namespace, s.name),
+            Step::Backup(b) => match &b.base {
+                Some(base) => format!(
+                    "backup {} (changed blocks {base} → {}, token {})",
+                    b.name,
+                    b.snapshot,
+                    b.token.as_str()
+                ),
+                None => format!(
+                    "backup {} (allocated blocks of {}, token {})",
+                    b.name,
+                    b.snapshot,
+                    b.token.as_str()
+                ),
+            },
+            Step::ReplaySession(r) => format!(
+                "replay_session of backup {} on {}{}",
+                r.backup,
+                r.snapshot,
+                r.after
+                    .as_ref()
+                    .map(|a| format!(" after {a}"))
+                    .unwrap_or_default()
             ),
         }
     }
@@ -609,6 +656,11 @@ enum RawStep {
     DirectorDown(bosh::Nothing),
     DirectorUp(bosh::Nothing),
     ResendCreateVolume(ResendStep),
+    WriteBlocks(WriteBlocksStep),
+    Snapshot(SnapshotStep),
+    DeleteSnapshot(SnapshotRef),
+    Backup(BackupStep),
+    ReplaySession(ReplayStep),
 }
 
 /// A scenario that cannot run, with where and why.
@@ -962,6 +1014,8 @@ struct Ctx {
     bosh: Option<Bosh>,
     volumes: BTreeSet<(String, String)>,
     pods: BTreeSet<(String, String)>,
+    snapshots: BTreeSet<(String, String)>,
+    backups: BTreeSet<String>,
 }
 
 impl Validator<'_> {
@@ -988,6 +1042,11 @@ impl Validator<'_> {
                 | RawStep::DirectorDown(_)
                 | RawStep::DirectorUp(_)
                 | RawStep::ResendCreateVolume(_)
+                | RawStep::WriteBlocks(_)
+                | RawStep::Snapshot(_)
+                | RawStep::DeleteSnapshot(_)
+                | RawStep::Backup(_)
+                | RawStep::ReplaySession(_)
         );
         let cosi_step = matches!(
             &s.value,
@@ -1388,6 +1447,138 @@ impl Validator<'_> {
                     ));
                 }
                 Step::ResendCreateVolume(r)
+            }
+            RawStep::WriteBlocks(_)
+            | RawStep::Snapshot(_)
+            | RawStep::DeleteSnapshot(_)
+            | RawStep::Backup(_)
+            | RawStep::ReplaySession(_)
+                if nested =>
+            {
+                return Err(self.err(
+                    &here,
+                    "snapshot and backup steps cannot be part of `concurrent`",
+                    None,
+                ));
+            }
+            RawStep::WriteBlocks(w) => {
+                if !ctx
+                    .volumes
+                    .contains(&(w.namespace.clone(), w.volume.clone()))
+                {
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "volume `{}/{}` is not created by an earlier step",
+                            w.namespace, w.volume
+                        ),
+                        None,
+                    ));
+                }
+                if w.ranges.is_empty() || w.ranges.iter().any(|[_, n]| *n == 0) {
+                    return Err(self.err(
+                        &here,
+                        "`ranges` needs [first, count] pairs with count > 0",
+                        Some("e.g. ranges: [[0, 4], [100, 2]]"),
+                    ));
+                }
+                Step::WriteBlocks(w)
+            }
+            RawStep::Snapshot(sn) => {
+                if !ctx
+                    .volumes
+                    .contains(&(sn.namespace.clone(), sn.volume.clone()))
+                {
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "volume `{}/{}` is not created by an earlier step",
+                            sn.namespace, sn.volume
+                        ),
+                        None,
+                    ));
+                }
+                check_dns(self, &here, &sn.name)?;
+                if !ctx
+                    .snapshots
+                    .insert((sn.namespace.clone(), sn.name.clone()))
+                {
+                    return Err(self.err(
+                        &here,
+                        format!("snapshot `{}/{}` is taken twice", sn.namespace, sn.name),
+                        None,
+                    ));
+                }
+                Step::Snapshot(sn)
+            }
+            RawStep::DeleteSnapshot(sn) => {
+                if !ctx
+                    .snapshots
+                    .contains(&(sn.namespace.clone(), sn.name.clone()))
+                {
+                    return Err(self.err(
+                        &here,
+                        format!(
+                            "snapshot `{}/{}` is not taken by an earlier step",
+                            sn.namespace, sn.name
+                        ),
+                        None,
+                    ));
+                }
+                Step::DeleteSnapshot(sn)
+            }
+            RawStep::Backup(b) => {
+                for sn in std::iter::once(&b.snapshot).chain(b.base.iter()) {
+                    if !ctx.snapshots.contains(&(b.namespace.clone(), sn.clone())) {
+                        return Err(self.err(
+                            &here,
+                            format!(
+                                "backup `{}` reads snapshot `{}/{sn}`, which no earlier step takes",
+                                b.name, b.namespace
+                            ),
+                            Some("take it first with `snapshot`"),
+                        ));
+                    }
+                }
+                if !ctx.backups.insert(b.name.clone()) {
+                    return Err(self.err(
+                        &here,
+                        format!("backup `{}` is named twice", b.name),
+                        None,
+                    ));
+                }
+                Step::Backup(b)
+            }
+            RawStep::ReplaySession(r) => {
+                if !ctx.backups.contains(&r.backup) {
+                    return Err(self.err(
+                        &here,
+                        format!("no earlier backup `{}` to replay the session of", r.backup),
+                        None,
+                    ));
+                }
+                for sn in std::iter::once(&r.snapshot).chain(r.base.iter()) {
+                    if !ctx.snapshots.contains(&(r.namespace.clone(), sn.clone())) {
+                        return Err(self.err(
+                            &here,
+                            format!(
+                                "snapshot `{}/{sn}` is not taken by an earlier step",
+                                r.namespace
+                            ),
+                            None,
+                        ));
+                    }
+                }
+                if let Some(a) = &r.after {
+                    if parse_duration(a).is_none() {
+                        return Err(self.err(
+                            &here,
+                            format!("`{a}` is not a duration"),
+                            Some("write e.g. 10m"),
+                        ));
+                    }
+                }
+                Step::ReplaySession(r)
             }
             RawStep::DirectorDown(_) => Step::DirectorDown,
             RawStep::DirectorUp(_) => Step::DirectorUp,

@@ -14,25 +14,12 @@ pub enum Mutant {
 }
 
 impl Mutant {
-    /// Every mutant a scenario can switch on, COSI first. bosh-csi's
-    /// changed-block-tracking bugs (stale-delta, replayable-token) are left out
-    /// until scenarios drive the snapshot-metadata path; until then
-    /// drivers/bosh-csi/tests/cbt.rs is what kills them.
+    /// Every mutant of every reference driver, COSI first.
     pub fn all() -> Vec<Mutant> {
         cosi_s3::Mutant::all()
             .iter()
             .map(|m| Mutant::Cosi(*m))
-            .chain(
-                bosh_csi::Mutant::all()
-                    .iter()
-                    .filter(|m| {
-                        !matches!(
-                            m,
-                            bosh_csi::Mutant::StaleDelta | bosh_csi::Mutant::ReplayableToken
-                        )
-                    })
-                    .map(|m| Mutant::Bosh(*m)),
-            )
+            .chain(bosh_csi::Mutant::all().iter().map(|m| Mutant::Bosh(*m)))
             .collect()
     }
 

@@ -237,6 +237,55 @@ fn step_yaml(step: &Step, indent: &str) -> String {
         }
         Step::RecreateVm(n) => format!("recreate_vm: {{ node: {} }}", q(&n.node)),
         Step::DirectorDown | Step::DirectorUp => format!("{}: {{}}", step.keyword()),
+        Step::WriteBlocks(w) => {
+            let r: Vec<String> = w
+                .ranges
+                .iter()
+                .map(|[a, n]| format!("[{a}, {n}]"))
+                .collect();
+            format!(
+                "write_blocks: {{ volume: {}, namespace: {}, ranges: [{}] }}",
+                q(&w.volume),
+                q(&w.namespace),
+                r.join(", ")
+            )
+        }
+        Step::Snapshot(sn) => format!(
+            "snapshot: {{ name: {}, volume: {}, namespace: {} }}",
+            q(&sn.name),
+            q(&sn.volume),
+            q(&sn.namespace)
+        ),
+        Step::DeleteSnapshot(sn) => format!(
+            "delete_snapshot: {{ name: {}, namespace: {} }}",
+            q(&sn.name),
+            q(&sn.namespace)
+        ),
+        Step::Backup(b) => format!(
+            "backup: {{ name: {}, snapshot: {}, {}namespace: {}, token: {} }}",
+            q(&b.name),
+            q(&b.snapshot),
+            b.base
+                .as_ref()
+                .map(|x| format!("base: {}, ", q(x)))
+                .unwrap_or_default(),
+            q(&b.namespace),
+            b.token.as_str()
+        ),
+        Step::ReplaySession(r) => format!(
+            "replay_session: {{ backup: {}, snapshot: {}, {}{}namespace: {} }}",
+            q(&r.backup),
+            q(&r.snapshot),
+            r.base
+                .as_ref()
+                .map(|x| format!("base: {}, ", q(x)))
+                .unwrap_or_default(),
+            r.after
+                .as_ref()
+                .map(|x| format!("after: {}, ", q(x)))
+                .unwrap_or_default(),
+            q(&r.namespace)
+        ),
         Step::ResendCreateVolume(r) => format!(
             "resend_create_volume: {{ name: {}, namespace: {}, size: {} }}",
             q(&r.name),

@@ -37,6 +37,8 @@ pub struct BoshSnapshotInput {
     pub tasks: Vec<TaskView>,
     /// Director locks held.
     pub locks: Vec<LockView>,
+    /// IaaS snapshots.
+    pub snapshots: Vec<drivelab_fakes::cpi::SnapshotRec>,
 }
 
 /// The snapshot text (deterministic for one seed; no secrets in any input).
@@ -112,6 +114,18 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
             n.text(&d.cid),
             d.size_mib,
             vms.join(", ")
+        );
+    }
+    let _ = writeln!(out, "iaas snapshots:");
+    let mut snaps = i.snapshots.clone();
+    snaps.sort_by(|a, b| a.cid.cmp(&b.cid));
+    for s in &snaps {
+        let label = n.id("snapshot", &s.cid);
+        let _ = writeln!(
+            out,
+            "  {label} of {} {} MiB",
+            n.text(&s.disk_cid),
+            s.size_mib
         );
     }
     let _ = writeln!(out, "claims:");

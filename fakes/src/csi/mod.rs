@@ -274,7 +274,7 @@ impl DriverConn {
 
     /// A start-up RPC (GetPluginInfo, capabilities), recorded through the gate
     /// but not kept as an exchange; faults at the gate fail the start-up.
-    pub(crate) async fn startup<T, F, Fut>(&self, rpc: &'static str, f: F) -> Result<T, CsiError>
+    pub async fn startup<T, F, Fut>(&self, rpc: &'static str, f: F) -> Result<T, CsiError>
     where
         F: FnOnce(Channel) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,

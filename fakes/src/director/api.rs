@@ -868,7 +868,8 @@ async fn take_snapshot(
         },
         &c,
         &headers,
-    ).await
+    )
+    .await
 }
 
 /// `DELETE /dynamic_disks/snapshots/:cid` (OK for an unknown cid, like disks).
@@ -887,7 +888,8 @@ async fn delete_snapshot(
         Job::DeleteSnapshot { snapshot_cid: cid },
         &c,
         &headers,
-    ).await
+    )
+    .await
 }
 
 /// `GET /dynamic_disks/snapshots` (BOSH: `GET /deployments/:d/snapshots`).
