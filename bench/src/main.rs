@@ -1,13 +1,18 @@
 //! drivelab-bench: `make bench` prints what the lab costs (per driver call,
-//! whole suite, virtual clock, growth) beside its targets and writes
+//! COSI and CSI; whole suite; virtual clock; growth in BucketAccesses and in
+//! volumes) beside its targets and writes
 //! reports/bench.json; `make bench-check` re-measures the ratios only and
 //! compares them with the committed file, with a generous margin.
 //!
 //! Usage:
 //!   drivelab-bench [--out reports/bench.json] [--max-n 10000] [--quick]
 //!   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
-//!   drivelab-bench child (percall | suite DIR | virtual | growth N)   (internal)
+//!   drivelab-bench child (percall | csi-percall | suite DIR | virtual | growth N | csi-growth N)   (internal)
+//!
+//! Sections are plain functions called from `bench`/`measure_ratios`; a new
+//! one (e.g. explorer figures) adds a child command and a report key.
 
+mod csi;
 mod measure;
 mod percall;
 mod scenarios;
@@ -33,6 +38,10 @@ const TARGET_EXPONENT: f64 = 1.15;
 const BUDGET: Duration = Duration::from_secs(270);
 /// A single growth size may take at most this long (the "~2 minutes").
 const SIZE_CAP: Duration = Duration::from_secs(120);
+/// Budget kept back from the BucketAccess growth for the sections after it.
+const RESERVE_AFTER_BA_GROWTH: f64 = 45.0;
+/// VMs the volume growth series spreads its attachments over.
+const VOLUME_VMS: u32 = 4;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -95,6 +104,21 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
             let dir = PathBuf::from(args.get(1).context("suite DIR")?);
             rt.block_on(scenarios::suite(&dir))
         }
+        Some("csi-percall") => {
+            let pc = rt.block_on(csi::per_call(8, 20, 10))?;
+            let mut series = serde_json::Map::new();
+            for s in &pc.series {
+                series.insert(s.id.to_string(), s.summary());
+            }
+            Ok(
+                json!({"series": series, "gated_calls_per_pair": pc.gated_calls_per_pair,
+                "task_polls_per_pair": pc.task_polls_per_pair, "poll_interval_ms": csi::POLL.as_millis() as u64}),
+            )
+        }
+        Some("csi-growth") => {
+            let n: usize = args.get(1).context("csi-growth N")?.parse()?;
+            rt.block_on(csi::growth(n, VOLUME_VMS))
+        }
         Some("virtual") => rt.block_on(scenarios::virtual_clock(7)),
         Some("growth") => {
             let n: usize = args.get(1).context("growth N")?.parse()?;
@@ -109,8 +133,17 @@ fn med(v: &Value, id: &str) -> f64 {
     v["series"][id]["median_us"].as_f64().unwrap_or(f64::NAN)
 }
 
+/// What `measure_ratios` measured (JSON sections of the report).
+struct Measured {
+    per_call: Value,
+    csi_per_call: Value,
+    vc: Value,
+    growth: Value,
+    volume_growth: Value,
+}
+
 /// Everything but the suite: what `check` needs (ratios) plus the growth points.
-fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Value, Value)> {
+fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<Measured> {
     eprintln!("[bench] per-call: lab vs bare (interleaved rounds) ...");
     let pc = child(&["percall"], Duration::from_secs(120))?;
     let lab = med(&pc, "lab");
@@ -119,15 +152,67 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Valu
         "lab_over_lab_driver_direct": lab / med(&pc, "lab_driver_direct"),
         "lab_driver_direct_over_mem_fakes_direct": med(&pc, "lab_driver_direct") / med(&pc, "mem_fakes_direct"),
         "mem_fakes_direct_over_bare": med(&pc, "mem_fakes_direct") / med(&pc, "bare"),
+        "before_fix_lab_fsync_each_write_over_bare": med(&pc, "lab_fsync_each_write") / med(&pc, "bare"),
     });
     let per_call = json!({"ratios": ratios, "target_lab_over_bare": TARGET_RATIO, "raw": pc});
 
     eprintln!("[bench] virtual clock ...");
     let vc = child(&["virtual"], Duration::from_secs(60))?;
 
+    let growth = growth_series(
+        "one claim + N grants, one step each (scenarios::growth_text), final snapshot only (StepSnapshots::FinalOnly)",
+        &[10, 100, 1000, 10000],
+        max_n,
+        |n| vec!["growth".into(), n.to_string()],
+        started,
+        RESERVE_AFTER_BA_GROWTH,
+    );
+
+    eprintln!("[bench] CSI per-call: ControllerPublishVolume lab vs bare ...");
+    let cpc = child(&["csi-percall"], Duration::from_secs(120))?;
+    let cm = |id: &str| med(&cpc, id);
+    let csi_ratios = json!({
+        "publish_lab_over_bare": cm("publish_lab") / cm("publish_bare"),
+        "publish_lab_over_lab_driver_direct": cm("publish_lab") / cm("publish_lab_driver_direct"),
+        "publish_lab_driver_direct_over_mem_director_direct": cm("publish_lab_driver_direct") / cm("publish_mem_director_direct"),
+        "publish_mem_director_direct_over_bare": cm("publish_mem_director_direct") / cm("publish_bare"),
+        "unpublish_lab_over_bare": cm("unpublish_lab") / cm("unpublish_bare"),
+    });
+    let csi_per_call =
+        json!({"ratios": csi_ratios, "target_lab_over_bare": TARGET_RATIO, "raw": cpc});
+
+    let volume_growth = growth_series(
+        "N volumes: CreateVolume + ControllerPublish + ControllerUnpublish each, bare client -> bosh-csi -> fake Director -> fake CPI (sled), 4 VMs",
+        &[10, 100, 1000, 10000],
+        max_n,
+        |n| vec!["csi-growth".into(), n.to_string()],
+        started,
+        0.0,
+    );
+    Ok(Measured {
+        per_call,
+        csi_per_call,
+        vc,
+        growth,
+        volume_growth,
+    })
+}
+
+/// One growth family: a child per size (so peak RSS is that size's own), a
+/// size skipped when the fit from the sizes before predicts more than the
+/// per-size cap or than the budget leaves (minus `reserve_s` for later
+/// sections); the fitted exponents.
+fn growth_series(
+    family: &str,
+    sizes: &[usize],
+    max_n: usize,
+    args_for: impl Fn(usize) -> Vec<String>,
+    started: Instant,
+    reserve_s: f64,
+) -> Value {
     let mut points: Vec<Value> = Vec::new();
     let mut capped: Vec<Value> = Vec::new();
-    for n in [10usize, 100, 1000, 10000] {
+    for &n in sizes {
         if n > max_n {
             capped.push(json!({"n": n, "why": format!("--max-n {max_n}")}));
             continue;
@@ -144,21 +229,21 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Valu
                 1.0
             };
             let predicted = lt * (n as f64 / ln).powf(k);
-            let left = BUDGET.saturating_sub(started.elapsed()).as_secs_f64() - 30.0; // 30 s for the suite's margin
+            let left = BUDGET.saturating_sub(started.elapsed()).as_secs_f64() - reserve_s;
             if predicted > SIZE_CAP.as_secs_f64() || predicted > left {
                 eprintln!("[bench] growth N={n}: skipped, predicted {predicted:.0}s (cap {}s, {left:.0}s left)", SIZE_CAP.as_secs());
                 capped.push(json!({"n": n, "predicted_wall_s": predicted, "why": "predicted over the per-size cap or the 5-minute budget"}));
                 continue;
             }
         }
-        eprintln!("[bench] growth N={n} ...");
+        eprintln!("[bench] growth ({}) N={n} ...", args_for(n)[0]);
         let left = BUDGET
             .saturating_sub(started.elapsed())
+            .saturating_sub(Duration::from_secs_f64(reserve_s))
             .max(Duration::from_secs(10));
-        match child(
-            &["growth", &n.to_string()],
-            left.min(SIZE_CAP + Duration::from_secs(30)),
-        ) {
+        let args = args_for(n);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match child(&args, left.min(SIZE_CAP + Duration::from_secs(30))) {
             Ok(v) => points.push(v),
             Err(e) => capped.push(json!({"n": n, "why": format!("{e:#}")})),
         }
@@ -194,8 +279,8 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Valu
             json!({"from": n0, "to": n1, "exponent": (t1 / t0).ln() / (n1 / n0).ln()})
         })
         .collect();
-    let growth = json!({
-        "family": "one claim + N grants, one step each (scenarios::growth_text), final snapshot only (StepSnapshots::FinalOnly)",
+    json!({
+        "family": family,
         "points": points,
         "capped": capped,
         "exponent_wall": loglog_slope(&xy("wall_s", usize::MAX)),
@@ -203,8 +288,7 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<(Value, Valu
         "exponent_wall_per_decade": per_step,
         "exponent_rss_above_base": loglog_slope(&extra_rss),
         "target_exponent": TARGET_EXPONENT,
-    });
-    Ok((per_call, vc, growth))
+    })
 }
 
 fn bench(args: &[String]) -> anyhow::Result<()> {
@@ -218,17 +302,19 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
 
     eprintln!("[bench] suite: scenarios/ through drivelab::engine::run ...");
     let suite = child(&["suite", "scenarios"], Duration::from_secs(120))?;
-    let (per_call, vc, growth) = measure_ratios(max_n, started)?;
+    let m = measure_ratios(max_n, started)?;
 
     let report = json!({
-        "schema": 1,
+        "schema": 2,
         "command": format!("make bench  (target/release/drivelab-bench {})", args.join(" ")),
         "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
         "total_wall_s": started.elapsed().as_secs_f64(),
-        "per_call": per_call,
+        "per_call": m.per_call,
+        "csi_per_call": m.csi_per_call,
         "suite": suite,
-        "virtual_clock": vc,
-        "growth": growth,
+        "virtual_clock": m.vc,
+        "growth": m.growth,
+        "volume_growth": m.volume_growth,
     });
     print_table(&report);
     if let Some(dir) = out.parent() {
@@ -252,11 +338,66 @@ fn ok(pass: bool) -> &'static str {
     }
 }
 
+type Row = (String, String, String, &'static str);
+
+/// The rows of one growth family: each size, the capped ones, the exponents.
+fn growth_rows(rows: &mut Vec<Row>, g: &Value, label: &str, unit: &str) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    for p in g["points"].as_array().into_iter().flatten() {
+        rows.push((
+            format!("{label} N={} {unit}: wall / peak RSS", p["n"]),
+            format!(
+                "{:.2} s / {:.0} MiB",
+                f(&p["wall_s"]),
+                f(&p["peak_rss_mib"])
+            ),
+            "-".into(),
+            "",
+        ));
+    }
+    for c in g["capped"].as_array().into_iter().flatten() {
+        rows.push((
+            format!("{label} N={} {unit}: not run", c["n"]),
+            c["predicted_wall_s"]
+                .as_f64()
+                .map(|p| format!("~{p:.0} s predicted"))
+                .unwrap_or_else(|| c["why"].as_str().unwrap_or("").to_string()),
+            "-".into(),
+            "CAPPED",
+        ));
+    }
+    let e = f(&g["exponent_wall"]);
+    rows.push((
+        format!("{label}: fitted exponent, wall (log-log)"),
+        format!("{e:.2}"),
+        format!("<= {TARGET_EXPONENT}"),
+        ok(e <= TARGET_EXPONENT),
+    ));
+    for d in g["exponent_wall_per_decade"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        rows.push((
+            format!("  N {} -> {}", d["from"], d["to"]),
+            format!("{:.2}", f(&d["exponent"])),
+            "-".into(),
+            "",
+        ));
+    }
+    rows.push((
+        format!("{label}: fitted exponent, RSS above N=10"),
+        format!("{:.2}", f(&g["exponent_rss_above_base"])),
+        "-".into(),
+        "",
+    ));
+}
+
 fn print_table(r: &Value) {
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     let pc = &r["per_call"];
     let s = &pc["raw"]["series"];
-    let mut rows: Vec<(String, String, String, &str)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     let ratio = f(&pc["ratios"]["lab_over_bare"]);
     rows.push((
         "per-call: lab / bare median (DriverGrantBucketAccess)".into(),
@@ -269,6 +410,10 @@ fn print_table(r: &Value) {
         ("lab_driver_direct", "  same driver+fakes, no sidecar"),
         ("mem_fakes_direct", "  fakes on MemStore, no sidecar"),
         ("bare", "  bare client + stub backend"),
+        (
+            "lab_fsync_each_write",
+            "  before the fix: lab path, fsync per request",
+        ),
     ] {
         rows.push((
             label.into(),
@@ -322,56 +467,61 @@ fn print_table(r: &Value) {
         "-".into(),
         "",
     ));
-    let g = &r["growth"];
-    for p in g["points"].as_array().into_iter().flatten() {
-        rows.push((
-            format!("growth N={}: wall / peak RSS", p["n"]),
-            format!(
-                "{:.2} s / {:.0} MiB",
-                f(&p["wall_s"]),
-                f(&p["peak_rss_mib"])
-            ),
-            "-".into(),
-            "",
-        ));
-    }
-    for c in g["capped"].as_array().into_iter().flatten() {
-        rows.push((
-            format!("growth N={}: not run", c["n"]),
-            c["predicted_wall_s"]
-                .as_f64()
-                .map(|p| format!("~{p:.0} s predicted"))
-                .unwrap_or_else(|| c["why"].as_str().unwrap_or("").to_string()),
-            "-".into(),
-            "CAPPED",
-        ));
-    }
-    let e = f(&g["exponent_wall"]);
+    growth_rows(&mut rows, &r["growth"], "growth", "BucketAccesses");
+    let c = &r["csi_per_call"];
+    let cs = &c["raw"]["series"];
+    let cr = f(&c["ratios"]["publish_lab_over_bare"]);
     rows.push((
-        "growth: fitted exponent, wall (log-log)".into(),
-        format!("{e:.2}"),
-        format!("<= {TARGET_EXPONENT}"),
-        ok(e <= TARGET_EXPONENT),
+        "CSI per-call: lab / bare median (ControllerPublishVolume)".into(),
+        format!("{cr:.2}x"),
+        format!("<= {TARGET_RATIO}x"),
+        ok(cr <= TARGET_RATIO),
     ));
-    for d in g["exponent_wall_per_decade"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
+    for (id, label) in [
+        (
+            "publish_lab",
+            "  lab path (attacher -> bosh-csi -> Director -> CPI)",
+        ),
+        (
+            "publish_lab_driver_direct",
+            "  same driver+fakes, no attacher",
+        ),
+        (
+            "publish_mem_director_direct",
+            "  fakes on MemStore, no attacher",
+        ),
+        ("publish_bare", "  bare client + Director stub"),
+    ] {
         rows.push((
-            format!("  N {} -> {}", d["from"], d["to"]),
-            format!("{:.2}", f(&d["exponent"])),
+            label.into(),
+            format!("{:.0} us", f(&cs[id]["median_us"])),
             "-".into(),
             "",
         ));
     }
+    let ur = f(&c["ratios"]["unpublish_lab_over_bare"]);
     rows.push((
-        "growth: fitted exponent, RSS above N=10".into(),
-        format!("{:.2}", f(&g["exponent_rss_above_base"])),
+        "  ControllerUnpublishVolume lab / bare".into(),
+        format!("{ur:.2}x"),
         "-".into(),
         "",
     ));
-
+    rows.push((
+        "  gated calls per lab publish+unpublish".into(),
+        format!("{:.1}", f(&c["raw"]["gated_calls_per_pair"])),
+        "-".into(),
+        "",
+    ));
+    rows.push((
+        format!(
+            "  task polls per lab pair (2 = no {} ms poll sleep)",
+            c["raw"]["poll_interval_ms"]
+        ),
+        format!("{:.1}", f(&c["raw"]["task_polls_per_pair"])),
+        "-".into(),
+        "",
+    ));
+    growth_rows(&mut rows, &r["volume_growth"], "volume growth", "volumes");
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(10);
     let w2 = rows.iter().map(|r| r.2.len()).max().unwrap_or(10);
@@ -396,7 +546,8 @@ fn check(args: &[String]) -> anyhow::Result<bool> {
         &std::fs::read_to_string(&against)
             .with_context(|| format!("reading {}", against.display()))?,
     )?;
-    let (per_call, _vc, growth) = measure_ratios(1000, Instant::now())?;
+    let m = measure_ratios(1000, Instant::now())?;
+    let (per_call, growth) = (&m.per_call, &m.growth);
     let mut good = true;
     println!(
         "{:44} {:>10} {:>10} {:>10}",
@@ -412,6 +563,20 @@ fn check(args: &[String]) -> anyhow::Result<bool> {
         good &= pass;
         println!(
             "{key:44} {was:>10.2} {now:>10.2} {limit:>10.2} {}",
+            ok(pass)
+        );
+    }
+    // The CSI ratio is new in schema 2: compared only when the committed file has it.
+    if let Some(was) = committed["csi_per_call"]["ratios"]["publish_lab_over_bare"].as_f64() {
+        let now = m.csi_per_call["ratios"]["publish_lab_over_bare"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
+        let limit = was * margin;
+        let pass = now <= limit;
+        good &= pass;
+        println!(
+            "{:44} {was:>10.2} {now:>10.2} {limit:>10.2} {}",
+            "csi publish_lab_over_bare",
             ok(pass)
         );
     }

@@ -20,7 +20,7 @@ use drivelab_fakes::history::{CallId, Component, History, Outcome};
 use drivelab_fakes::kube::{Kind, KubeFake};
 use drivelab_fakes::s3::{S3Config, S3Fake};
 use drivelab_fakes::serve::{loopback, Listener};
-use drivelab_fakes::store::{MemStore, SledStore, Store};
+use drivelab_fakes::store::{MemStore, SledStore, Store, StoreError};
 use drivelab_proto::cosi::provisioner_client::ProvisionerClient;
 use drivelab_proto::cosi::{
     AuthenticationType, DriverCreateBucketRequest, DriverGrantBucketAccessRequest,
@@ -84,7 +84,7 @@ impl Drop for DriverRt {
 /// What the engine's LabHook does on a call when no fault is armed: lock and
 /// count per component.operation. (LabHook itself is private to the engine.)
 #[derive(Default)]
-struct IdleHook {
+pub struct IdleHook {
     counts: Mutex<BTreeMap<(Component, String), u32>>,
 }
 
@@ -115,6 +115,39 @@ impl GateHook for IdleHook {
     }
 }
 
+/// What the fakes' stores sit on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// sled, as the engine opens it.
+    Sled,
+    /// sled with an fsync on every `flush` (what `SledStore` did before issue 9's fix).
+    SledFsyncEachWrite,
+    /// `MemStore`.
+    Mem,
+}
+
+/// `SledStore` as it was before the fix: every `flush` (one per mutating
+/// request) is a real fsync. Kept here so before/after is measured in one run.
+pub struct FsyncEachWrite(pub SledStore);
+
+impl Store for FsyncEachWrite {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.get(key)
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.0.put(key, value)
+    }
+    fn remove(&self, key: &str) -> Result<bool, StoreError> {
+        self.0.remove(key)
+    }
+    fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.0.scan(prefix)
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        self.0.sync()
+    }
+}
+
 /// The lab's fakes, wired as `engine::fakes::FakeSet` wires them, over sled or memory.
 struct LabFakes {
     _dir: tempfile::TempDir,
@@ -127,20 +160,23 @@ struct LabFakes {
 }
 
 impl LabFakes {
-    async fn start(sled_backed: bool) -> anyhow::Result<Self> {
+    async fn start(backing: Backing) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("drivelab-bench-")
             .tempdir()?;
         let history = History::new(SimClock::new());
         let hook = Arc::new(IdleHook::default());
-        let (s3_store, kube_store): (Arc<dyn Store>, Arc<dyn Store>) = if sled_backed {
-            let db = sled::Config::new().path(dir.path().join("state")).open()?;
-            (
-                Arc::new(SledStore::open(&db, "s3")?),
-                Arc::new(SledStore::open(&db, "kube")?),
-            )
-        } else {
-            (Arc::new(MemStore::default()), Arc::new(MemStore::default()))
+        let (s3_store, kube_store): (Arc<dyn Store>, Arc<dyn Store>) = match backing {
+            Backing::Sled | Backing::SledFsyncEachWrite => {
+                let db = sled::Config::new().path(dir.path().join("state")).open()?;
+                let (s3, kube) = (SledStore::open(&db, "s3")?, SledStore::open(&db, "kube")?);
+                if backing == Backing::Sled {
+                    (Arc::new(s3), Arc::new(kube))
+                } else {
+                    (Arc::new(FsyncEachWrite(s3)), Arc::new(FsyncEachWrite(kube)))
+                }
+            }
+            Backing::Mem => (Arc::new(MemStore::default()), Arc::new(MemStore::default())),
         };
         let s3 = S3Fake::new(
             s3_store,
@@ -308,7 +344,7 @@ impl Series {
 
 /// Everything `run` measured.
 pub struct PerCall {
-    /// lab, lab-driver-direct, mem-fakes-direct, bare (in that order).
+    /// lab, lab-driver-direct, mem-fakes-direct, bare, lab-fsync-each-write (in that order).
     pub series: Vec<Series>,
     /// Gate calls the lab path made per grant (history entries / grants).
     pub gated_calls_per_grant: f64,
@@ -322,7 +358,7 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
         .tempdir()?;
 
     // The lab's full path, and the same driver reached without the sidecar.
-    let lab = LabFakes::start(true).await?;
+    let lab = LabFakes::start(Backing::Sled).await?;
     let lab_driver = DriverRt::start(lab.kube_url.clone(), &dir.path().join("lab.sock")).await?;
     let slot = Arc::new(RwLock::new(lab.kube.clone()));
     let sidecar =
@@ -336,8 +372,19 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
         endpoint: lab.s3_url.clone(),
     };
 
+    // The lab's full path with the old store (fsync per request): the "before".
+    let old = LabFakes::start(Backing::SledFsyncEachWrite).await?;
+    let old_driver = DriverRt::start(old.kube_url.clone(), &dir.path().join("old.sock")).await?;
+    let old_slot = Arc::new(RwLock::new(old.kube.clone()));
+    let old_sidecar =
+        CosiSidecar::connect(&old_driver.socket, old_slot, gate(&old.history, &old.hook)).await?;
+    let via_old_sidecar = Path_::Sidecar {
+        sidecar: old_sidecar,
+        endpoint: old.s3_url.clone(),
+    };
+
     // The same fakes over memory instead of sled, reached directly.
-    let mem = LabFakes::start(false).await?;
+    let mem = LabFakes::start(Backing::Mem).await?;
     let mem_driver = DriverRt::start(mem.kube_url.clone(), &dir.path().join("mem.sock")).await?;
     let mem_direct = Path_::Bare {
         client: ProvisionerClient::new(connect_unix(&mem_driver.socket).await?),
@@ -354,7 +401,7 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
         endpoint: stub_url,
     };
 
-    let paths: [(&'static str, &'static str, &Path_); 4] = [
+    let paths: [(&'static str, &'static str, &Path_); 5] = [
         (
             "lab",
             "sidecar -> gate+history -> driver -> gated S3/admin + kube fakes (sled)",
@@ -371,9 +418,15 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
             &mem_direct,
         ),
         ("bare", "bare client -> driver -> trivial axum stub", &bare),
+        (
+            "lab_fsync_each_write",
+            "as lab, stores fsync on every flush (SledStore before the issue-9 fix)",
+            &via_old_sidecar,
+        ),
     ];
     // lab and lab_driver_direct share a driver and fakes, so one bucket does for both.
     via_sidecar.create_bucket().await?;
+    via_old_sidecar.create_bucket().await?;
     mem_direct.create_bucket().await?;
     bare.create_bucket().await?;
 
@@ -405,7 +458,7 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
         via_sidecar.grant(&format!("ba-bench-count-{k}")).await?;
     }
     let gated_calls_per_grant = ((lab.history.len() - before) as f64 - 5.0) / 2.0 / 5.0;
-    drop((lab_driver, mem_driver, bare_driver));
+    drop((lab_driver, old_driver, mem_driver, bare_driver));
     Ok(PerCall {
         series,
         gated_calls_per_grant,

@@ -315,6 +315,8 @@ struct Lab {
     class_params: BTreeMap<String, Value>,
     seen_buckets: std::collections::BTreeSet<String>,
     seen_users: std::collections::BTreeSet<String>,
+    /// Where `observe_backend` stopped reading the S3 fake's write log.
+    seen_cursor: drivelab_fakes::s3::WriteCursor,
     expect_failures: Vec<ExpectFailure>,
     not_converged: Vec<String>,
     step_exchanges_from: usize,
@@ -457,6 +459,7 @@ impl Lab {
             class_params,
             seen_buckets: Default::default(),
             seen_users: Default::default(),
+            seen_cursor: Default::default(),
             expect_failures: Vec::new(),
             not_converged: Vec::new(),
             step_exchanges_from: 0,
@@ -625,12 +628,14 @@ impl Lab {
     }
 
     /// Remember every backend bucket and user that ever existed (owner-only-delete reads this).
+    /// Reads only what was written since the last step (that still exists, as
+    /// a full listing would show it): a scan of every user and bucket per step
+    /// made a run O(N²) (issue 9).
     fn observe_backend(&mut self) {
-        let s3 = self.fakes.s3();
-        self.seen_buckets
-            .extend(s3.buckets().into_iter().map(|b| b.name));
-        self.seen_users
-            .extend(s3.users().into_iter().map(|u| u.access_key));
+        let (written, cursor) = self.fakes.s3().written_since(self.seen_cursor);
+        self.seen_cursor = cursor;
+        self.seen_buckets.extend(written.buckets);
+        self.seen_users.extend(written.users);
     }
 
     fn create_static_bucket(
@@ -831,15 +836,15 @@ impl Lab {
             entry.1 = account_id;
         }
         // What this grant's user may do right after it converged; a later grant must not change it.
-        let backend = self.backend();
+        // Only this user and its policies: a whole backend() snapshot per grant is O(N).
         if let Some(creds) = self.current_credentials(&a.namespace, &secret_name)? {
-            let docs = backend
-                .users
-                .get(&creds.0)
+            let s3 = self.fakes.s3();
+            let docs = s3
+                .user(&creds.0)
                 .map(|u| {
                     u.policies
                         .iter()
-                        .filter_map(|p| backend.policies.get(p).map(|d| (p.clone(), d.clone())))
+                        .filter_map(|p| s3.policy(p).map(|d| (p.clone(), d.document)))
                         .collect()
                 })
                 .unwrap_or_default();

@@ -245,7 +245,7 @@ impl KubeFake {
 
     /// Make every write so far durable.
     pub fn flush(&self) -> Result<()> {
-        Ok(self.inner.store.flush()?)
+        Ok(self.inner.store.sync()?)
     }
 
     fn lock(&self) -> MutexGuard<'_, u64> {

@@ -85,6 +85,24 @@ impl std::fmt::Debug for UserView {
     }
 }
 
+/// A position in the S3 fake's log of written users and buckets (see
+/// [`S3Fake::written_since`]); the default reads from the start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteCursor {
+    instance: u64,
+    pos: usize,
+}
+
+/// Users (access keys) and buckets written since a cursor, in write order
+/// (a name written twice appears twice).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WrittenNames {
+    /// Access keys.
+    pub users: Vec<String>,
+    /// Bucket names.
+    pub buckets: Vec<String>,
+}
+
 /// A canned policy.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PolicyView {
@@ -205,6 +223,74 @@ impl S3Fake {
                 }
             })
             .collect()
+    }
+
+    /// The user `access_key`, if it exists (one read, not a scan).
+    pub fn user(&self, access_key: &str) -> Option<UserView> {
+        let u = self.inner.state.user(access_key).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "s3 fake: reading a user failed");
+            None
+        })?;
+        let mut policies = u.policies;
+        policies.sort();
+        Some(UserView {
+            access_key: access_key.to_string(),
+            secret_key: u.secret_key,
+            status: u.status,
+            policies,
+        })
+    }
+
+    /// The canned policy `name`, if it exists (one read, not a scan).
+    pub fn policy(&self, name: &str) -> Option<PolicyView> {
+        let p = self.inner.state.policy(name).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "s3 fake: reading a policy failed");
+            None
+        })?;
+        Some(PolicyView {
+            name: name.to_string(),
+            document: p.document,
+            builtin: p.builtin,
+        })
+    }
+
+    /// Users and buckets written since `cursor` that still exist, and the
+    /// cursor to pass next time. A cursor from another instance (the fake was
+    /// restarted) reads everything. Costs what changed, not what exists: the
+    /// engine calls it after every step.
+    pub fn written_since(&self, cursor: WriteCursor) -> (WrittenNames, WriteCursor) {
+        let (instance, entries, pos_after) = {
+            let j = self.inner.state.journal();
+            let from = if j.instance == cursor.instance {
+                cursor.pos.min(j.entries.len())
+            } else {
+                0
+            };
+            (j.instance, j.entries[from..].to_vec(), j.entries.len())
+        };
+        let st = &self.inner.state;
+        let mut out = WrittenNames::default();
+        for e in entries {
+            match e {
+                state::Written::User(ak) => {
+                    if matches!(st.user(&ak), Ok(Some(_))) {
+                        out.users.push(ak);
+                    }
+                }
+                state::Written::Bucket(b) => {
+                    if matches!(st.bucket(&b), Ok(Some(_))) {
+                        out.buckets.push(b);
+                    }
+                }
+            }
+        }
+        (
+            out,
+            WriteCursor {
+                instance,
+                pos: pos_after,
+            },
+        )
     }
 
     /// Every canned policy, sorted by name.

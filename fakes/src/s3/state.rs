@@ -57,7 +57,26 @@ pub(crate) fn now_rfc3339() -> String {
 pub(crate) struct State {
     store: Arc<dyn Store>,
     lock: Mutex<()>,
+    journal: Mutex<Journal>,
 }
+
+/// Every user and bucket written since this state was opened (those present
+/// at open first), in write order, so that a reader that wants "what is new"
+/// reads only that instead of scanning everything (issue 9).
+pub(crate) struct Journal {
+    /// Distinguishes this state from one reopened over the same store.
+    pub instance: u64,
+    pub entries: Vec<Written>,
+}
+
+/// One journal entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    User(String),
+    Bucket(String),
+}
+
+static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn strip<T>(prefix: &str, v: Vec<(String, T)>) -> Vec<(String, T)> {
     v.into_iter()
@@ -71,6 +90,10 @@ impl State {
         let s = Self {
             store,
             lock: Mutex::new(()),
+            journal: Mutex::new(Journal {
+                instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                entries: Vec::new(),
+            }),
         };
         if s.store.get(SEEDED)?.is_none() {
             let now = now_rfc3339();
@@ -86,7 +109,18 @@ impl State {
             s.store.put(SEEDED, b"1")?;
             s.store.flush()?;
         }
+        let mut seeded: Vec<Written> = s
+            .users()?
+            .into_iter()
+            .map(|(k, _)| Written::User(k))
+            .collect();
+        seeded.extend(s.buckets()?.into_iter().map(|(k, _)| Written::Bucket(k)));
+        s.journal().entries = seeded;
         Ok(s)
+    }
+
+    pub fn journal(&self) -> MutexGuard<'_, Journal> {
+        self.journal.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Held across every read-modify-write so concurrent requests serialise.
@@ -102,7 +136,9 @@ impl State {
         self.store.get_json(&format!("{USER}{ak}"))
     }
     pub fn put_user(&self, ak: &str, u: &UserRec) -> Result<(), StoreError> {
-        self.store.put_json(&format!("{USER}{ak}"), u)
+        self.store.put_json(&format!("{USER}{ak}"), u)?;
+        self.journal().entries.push(Written::User(ak.to_string()));
+        Ok(())
     }
     pub fn remove_user(&self, ak: &str) -> Result<bool, StoreError> {
         self.store.remove(&format!("{USER}{ak}"))
@@ -128,7 +164,11 @@ impl State {
         self.store.get_json(&format!("{BUCKET}{name}"))
     }
     pub fn put_bucket(&self, name: &str, b: &BucketRec) -> Result<(), StoreError> {
-        self.store.put_json(&format!("{BUCKET}{name}"), b)
+        self.store.put_json(&format!("{BUCKET}{name}"), b)?;
+        self.journal()
+            .entries
+            .push(Written::Bucket(name.to_string()));
+        Ok(())
     }
     pub fn remove_bucket(&self, name: &str) -> Result<bool, StoreError> {
         self.store.remove(&format!("{BUCKET}{name}"))

@@ -822,3 +822,38 @@ async fn concurrent_attaches_lose_no_update() {
     }
     assert_eq!(f.users()[0].policies.len(), 12);
 }
+
+#[tokio::test]
+async fn written_since_reads_only_what_is_new_and_still_there() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::default());
+    let (f, _) = fake_on(store.clone());
+    let (w, c0) = f.written_since(WriteCursor::default());
+    assert_eq!(
+        w,
+        WrittenNames::default(),
+        "a fresh fake has written nothing"
+    );
+    add_user(&f, "alice", "alicesecret1").await;
+    call(&f, "PUT", "/b1", AK, SK, b"").await;
+    let (w, c1) = f.written_since(c0);
+    assert_eq!(w.users, vec!["alice"]);
+    // Nothing new: nothing read.
+    let (w, c2) = f.written_since(c1);
+    assert_eq!(w, WrittenNames::default());
+    assert_eq!(c1, c2);
+    // Written and gone before the next read: not reported (a listing would not show it).
+    add_user(&f, "bob", "bobsecret123").await;
+    admin(&f, "DELETE", "remove-user?accessKey=bob", b"").await;
+    add_user(&f, "carol", "carolsecret1").await;
+    let (w, c3) = f.written_since(c2);
+    assert_eq!(w.users, vec!["carol"]);
+    assert!(w.buckets.is_empty());
+    // A fake reopened over the same store: an old cursor reads everything present.
+    let (g, _) = fake_on(store);
+    let (w, _) = g.written_since(c3);
+    assert_eq!(w.users, vec!["alice", "carol"]);
+    // user() / policy() read one record.
+    assert_eq!(g.user("carol").map(|u| u.access_key), Some("carol".into()));
+    assert!(g.user("bob").is_none());
+    assert!(g.policy("readwrite").is_some_and(|p| p.builtin));
+}
