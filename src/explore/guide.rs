@@ -23,9 +23,10 @@ pub(super) const MAX_DUPS: usize = 2;
 pub(super) const MAX_MERGES: usize = 2;
 /// Occurrences past this count as one tuple: the tenth head_bucket is not news.
 const NTH_CAP: u32 = 3;
-/// Children a newly kept schedule gets before the explorer moves on.
-const ENERGY_BASE: u32 = 4;
-const ENERGY_MAX: u32 = 12;
+/// Children a newly kept schedule is owed: one per call it reached first (a
+/// fault of a drawn kind aimed at it; at most this many of each sort), plus a few random.
+const OWED_MAX: usize = 16;
+const OWED_RANDOM: usize = 2;
 
 /// A seeded draw from the explorer's own generator (never OS randomness).
 pub(super) fn below(rng: &mut TestRng, n: usize) -> usize {
@@ -132,15 +133,21 @@ struct Entry {
     calls: Vec<(usize, u32)>,
     /// Those whose tuple no earlier run had reached.
     fresh: Vec<(usize, u32)>,
+    /// Those past the furthest occurrence any earlier run reached at that
+    /// point: a path the driver had not taken (the mutant's second delete).
+    deeper: Vec<(usize, u32)>,
 }
 
 /// The schedules worth mutating, and what the explorer has reached so far.
 #[derive(Default)]
 pub(super) struct Corpus {
     tuples: BTreeSet<(usize, u32, String)>,
+    furthest: BTreeMap<usize, u32>,
     entries: Vec<Entry>,
-    /// Entries still owed children, oldest first.
-    queue: VecDeque<(usize, u32)>,
+    /// Children owed, aimed at a new occurrence (served first, oldest first).
+    owed_deeper: VecDeque<Schedule>,
+    /// Children owed, aimed at a new answer or random (oldest first).
+    owed: VecDeque<Schedule>,
 }
 
 impl Corpus {
@@ -151,26 +158,88 @@ impl Corpus {
         sched: &Schedule,
         o: &RunOutcome,
         targets: &mut Vec<FaultTarget>,
+        rng: &mut TestRng,
+        dups: &[(usize, Dup)],
+        n_steps: usize,
     ) -> usize {
         let mut calls = BTreeSet::new();
         let mut fresh = BTreeSet::new();
+        let mut deeper = BTreeSet::new();
+        let mut furthest: BTreeMap<usize, u32> = BTreeMap::new();
         for r in reached(o, targets) {
             let nth = r.nth.min(NTH_CAP);
             calls.insert((r.target, r.nth));
+            if r.nth > self.furthest.get(&r.target).copied().unwrap_or(0) {
+                deeper.insert((r.target, r.nth));
+            }
+            let f = furthest.entry(r.target).or_insert(0);
+            *f = (*f).max(r.nth);
             if self.tuples.insert((r.target, nth, r.answer)) {
                 fresh.insert((r.target, r.nth));
             }
         }
-        let new = fresh.len();
-        if new > 0 {
-            self.entries.push(Entry {
-                sched: sched.clone(),
-                calls: calls.into_iter().collect(),
-                fresh: fresh.into_iter().collect(),
-            });
-            let energy = (ENERGY_BASE + new as u32).min(ENERGY_MAX);
-            self.queue.push_back((self.entries.len() - 1, energy));
+        for (t, n) in furthest {
+            let f = self.furthest.entry(t).or_insert(0);
+            *f = (*f).max(n);
         }
+        let new = fresh.len() + deeper.len();
+        if new == 0 {
+            return 0;
+        }
+        let e = Entry {
+            sched: sched.clone(),
+            calls: calls.into_iter().collect(),
+            fresh: fresh.into_iter().collect(),
+            deeper: deeper.into_iter().collect(),
+        };
+        let mut children: Vec<Schedule> = (0..OWED_RANDOM)
+            .map(|_| mutate(&e, rng, targets, dups, n_steps))
+            .collect();
+        let mut deeper = e.deeper.clone();
+        while deeper.len() > OWED_MAX {
+            deeper.remove(below(rng, deeper.len()));
+        }
+        let mut aimed: Vec<(usize, u32)> = e
+            .fresh
+            .iter()
+            .filter(|c| !e.deeper.contains(c))
+            .copied()
+            .collect();
+        while aimed.len() > OWED_MAX {
+            aimed.remove(below(rng, aimed.len()));
+        }
+        let mut deeper_children = Vec::new();
+        for (is_deeper, (target, nth)) in deeper
+            .into_iter()
+            .map(|c| (true, c))
+            .chain(aimed.into_iter().map(|c| (false, c)))
+        {
+            let kinds = targets.get(target).map(kinds_for).unwrap_or(&[]);
+            if let Some(&kind) = kinds.get(below(rng, kinds.len())) {
+                let f = GenFault { target, nth, kind };
+                // Half alone: the parent's faults may mask what this one shows
+                // (the call may then not be reached; the other half keeps them).
+                let child = if below(rng, 2) == 0 {
+                    Schedule {
+                        faults: vec![f],
+                        ..e.sched.clone()
+                    }
+                } else {
+                    with_fault(&e.sched, f, rng)
+                };
+                if is_deeper {
+                    deeper_children.push(child);
+                } else {
+                    children.push(child);
+                }
+            }
+        }
+        if std::env::var_os("DRIVELAB_EXPLORE_TRACE").is_some() {
+            eprintln!("  kept: deeper {:?} fresh {:?}", e.deeper, e.fresh);
+        }
+        self.owed_deeper.extend(deeper_children);
+        self.owed.extend(children);
+        self.entries.push(e);
         new
     }
 
@@ -193,17 +262,20 @@ impl Corpus {
         if self.entries.is_empty() || below(rng, 3) == 0 {
             return None;
         }
-        let parent = match self.queue.front_mut() {
-            Some((i, energy)) => {
-                let i = *i;
-                *energy -= 1;
-                if *energy == 0 {
-                    self.queue.pop_front();
-                }
-                i
-            }
-            None if below(rng, 2) == 0 => below(rng, self.entries.len()),
-            None => return None,
+        // Newest first: the schedule that just reached something new is the
+        // one whose children should fault it, before older entries' leftovers.
+        // A new occurrence is a path no run had taken: fault it before
+        // anything else; then the other owed children, oldest first.
+        if let Some(s) = self
+            .owed_deeper
+            .pop_front()
+            .or_else(|| self.owed.pop_front())
+        {
+            return Some(s);
+        }
+        let parent = match below(rng, 2) {
+            0 => below(rng, self.entries.len()),
+            _ => return None,
         };
         let e = &self.entries[parent];
         Some(mutate(e, rng, targets, dups, n_steps))
@@ -219,27 +291,22 @@ fn mutate(
 ) -> Schedule {
     let mut s = e.sched.clone();
     match below(rng, 10) {
-        // Aim a fault at a call the parent reached, mostly at one it reached first.
-        0..=5 => {
-            let pool = if !e.fresh.is_empty() && below(rng, 4) != 0 {
-                &e.fresh
-            } else {
-                &e.calls
+        // Aim a fault at a call the parent reached: mostly at one past where
+        // any run had gone at that point, else at one it reached first.
+        0..=6 => {
+            let pool = match below(rng, 8) {
+                0..=4 if !e.deeper.is_empty() => &e.deeper,
+                0..=6 if !e.fresh.is_empty() => &e.fresh,
+                _ => &e.calls,
             };
             if let Some(&(target, nth)) = pool.get(below(rng, pool.len())) {
                 let kinds = targets.get(target).map(kinds_for).unwrap_or(&[]);
                 if let Some(&kind) = kinds.get(below(rng, kinds.len())) {
-                    let f = GenFault { target, nth, kind };
-                    if s.faults.len() >= MAX_FAULTS {
-                        let i = below(rng, s.faults.len());
-                        s.faults[i] = f;
-                    } else {
-                        s.faults.push(f);
-                    }
+                    s = with_fault(&s, GenFault { target, nth, kind }, rng);
                 }
             }
         }
-        6 | 7 => {
+        7 => {
             if let Some(&d) = dups.get(below(rng, dups.len())) {
                 if s.dups.len() >= MAX_DUPS {
                     let i = below(rng, s.dups.len());
@@ -259,6 +326,18 @@ fn mutate(
             }
         }
         _ => s.seed = rng.next_u64() % 1_000_000,
+    }
+    s
+}
+
+/// `s` with one more fault (replacing a drawn one when it has the most it may).
+fn with_fault(s: &Schedule, f: GenFault, rng: &mut TestRng) -> Schedule {
+    let mut s = s.clone();
+    if s.faults.len() >= MAX_FAULTS {
+        let i = below(rng, s.faults.len());
+        s.faults[i] = f;
+    } else {
+        s.faults.push(f);
     }
     s
 }

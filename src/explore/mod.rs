@@ -36,6 +36,9 @@ pub struct ExploreOptions {
     pub out_dir: PathBuf,
     /// Stop at the first failure: no shrinking, no file (for measuring time to detection).
     pub detect_only: bool,
+    /// Count failing schedules and go on to the budget (for measuring the rate);
+    /// nothing is shrunk or written.
+    pub keep_going: bool,
 }
 
 /// The kinds of fault the explorer places.
@@ -161,6 +164,8 @@ pub struct ExploreReport {
     pub reference_failures: usize,
     /// Wall time to the first failing case, if any.
     pub first_failure_after: Option<Duration>,
+    /// Failing schedules (more than one only with `keep_going`).
+    pub failing_schedules: usize,
     /// The shrunk failure.
     pub found: Option<Found>,
     /// Total wall time.
@@ -175,6 +180,7 @@ struct Coverage {
     runs: usize,
     duplicates: usize,
     reference_failures: usize,
+    failing: usize,
     first_failure: Option<Duration>,
 }
 
@@ -429,9 +435,13 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
         }
         c.runs += 1;
         c.orders.insert(call_order_hash(&outcome));
-        corpus.observe(&sched, &outcome, &mut targets);
+        corpus.observe(&sched, &outcome, &mut targets, &mut rng, &dups, n_steps);
         if !failed.is_empty() {
-            c.first_failure = Some(started.elapsed());
+            c.failing += 1;
+            c.first_failure.get_or_insert(started.elapsed());
+            if opts.keep_going {
+                continue;
+            }
             failing = Some(sched);
             break;
         }
@@ -452,6 +462,7 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
         tuples_reached: corpus.tuples(),
         targets,
         first_failure_after: c.first_failure,
+        failing_schedules: c.failing,
         found,
         elapsed: started.elapsed(),
     })
@@ -484,12 +495,14 @@ fn dup_choices(base: &Scenario) -> Vec<(usize, Dup)> {
 /// Fresh schedules: a seed, up to three faults, merges and duplicates.
 fn fresh_schedules(base: &Scenario, targets: &[FaultTarget]) -> BoxedStrategy<Schedule> {
     let n_steps = base.steps.len().max(1);
-    // The sidecar→driver link is where ambiguous failures (a committed grant
-    // whose reply is lost) live; give its four RPCs as much weight as the rest.
-    // Destructive backend calls (a delete whose failure is retried decides
-    // owner-only-delete) count double; a taken bucket name (the one 409 a
-    // backend gives honestly) three times: it is one kind at one point.
-    let mut placements: Vec<(usize, GenKind)> = Vec::new();
+    // The kind first, then a point that takes it: every kind gets a fifth of
+    // the faults, so the one 409 a backend gives honestly (a taken bucket
+    // name, only at s3.create_bucket) is not drowned by 90 crash/unavailable
+    // placements. Among points: the sidecar→driver link (where ambiguous
+    // failures, a committed grant whose reply is lost, live) weighs as much as
+    // the rest together; destructive backend calls (a failed delete that is
+    // retried decides owner-only-delete) count double.
+    let mut by_kind: Vec<(GenKind, Vec<usize>)> = Vec::new();
     for (i, t) in targets.iter().enumerate() {
         let w = if t.component == Component::Driver {
             (targets.len() / 4).max(1)
@@ -499,10 +512,17 @@ fn fresh_schedules(base: &Scenario, targets: &[FaultTarget]) -> BoxedStrategy<Sc
             1
         };
         for &k in guide::kinds_for(t) {
-            let w = if k == GenKind::Conflict { 3 * w } else { w };
-            placements.extend(std::iter::repeat_n((i, k), w));
+            let at = match by_kind.iter().position(|(kk, _)| *kk == k) {
+                Some(at) => at,
+                None => {
+                    by_kind.push((k, Vec::new()));
+                    by_kind.len() - 1
+                }
+            };
+            by_kind[at].1.extend(std::iter::repeat_n(i, w));
         }
     }
+    let n_kinds = by_kind.len().max(1);
     let dups = dup_choices(base);
     let dup_strategy = if dups.is_empty() {
         Just(Vec::new()).boxed()
@@ -511,18 +531,23 @@ fn fresh_schedules(base: &Scenario, targets: &[FaultTarget]) -> BoxedStrategy<Sc
     };
     (
         any::<u64>(),
-        proptest::collection::vec(
-            (proptest::sample::select(placements), 1u32..=3),
-            0..=guide::MAX_FAULTS,
-        ),
+        proptest::collection::vec((0..n_kinds, any::<u32>(), 1u32..=3), 0..=guide::MAX_FAULTS),
         proptest::collection::vec(0..n_steps, 0..=guide::MAX_MERGES),
         dup_strategy,
     )
-        .prop_map(|(seed, faults, merges, dups)| Schedule {
+        .prop_map(move |(seed, faults, merges, dups)| Schedule {
             seed: seed % 1_000_000,
             faults: faults
                 .into_iter()
-                .map(|((target, kind), nth)| GenFault { target, nth, kind })
+                .filter_map(|(k, r, nth)| {
+                    let (kind, at) = by_kind.get(k)?;
+                    let target = *at.get(r as usize % at.len().max(1))?;
+                    Some(GenFault {
+                        target,
+                        nth,
+                        kind: *kind,
+                    })
+                })
                 .collect(),
             merges,
             dups,
