@@ -890,6 +890,7 @@ async fn explore(
         mutants,
         out_dir,
         detect_only,
+        keep_going: false,
     };
     match drivelab::explore::explore(&scn, &opts).await {
         Ok(r) => {

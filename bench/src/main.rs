@@ -7,12 +7,14 @@
 //! Usage:
 //!   drivelab-bench [--out reports/bench.json] [--max-n 10000] [--quick]
 //!   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
-//!   drivelab-bench child (percall | csi-percall | suite DIR | virtual | growth N | csi-growth N)   (internal)
+//!   drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
+//!   drivelab-bench child (percall | csi-percall | suite DIR | virtual | growth N | csi-growth N | explore)   (internal)
 //!
 //! Sections are plain functions called from `bench`/`measure_ratios`; a new
-//! one (e.g. explorer figures) adds a child command and a report key.
+//! one adds a child command and a report key.
 
 mod csi;
+mod explore;
 mod measure;
 mod percall;
 mod scenarios;
@@ -36,6 +38,11 @@ const TARGET_VIRTUAL_MS: f64 = 50.0;
 const TARGET_EXPONENT: f64 = 1.15;
 /// Whole `make bench` must stay under 5 minutes; keep a reserve for the rest.
 const BUDGET: Duration = Duration::from_secs(270);
+/// The explorer figures (bench/src/explore.rs) get about two minutes of their
+/// own, after the rest, and never push the whole past 5 minutes.
+const EXPLORE_TOTAL_S: u64 = 150;
+const EXPLORE_PER_RUN_S: u64 = 10;
+const WHOLE_BENCH: Duration = Duration::from_secs(290);
 /// A single growth size may take at most this long (the "~2 minutes").
 const SIZE_CAP: Duration = Duration::from_secs(120);
 /// Budget kept back from the BucketAccess growth for the sections after it.
@@ -51,6 +58,7 @@ fn main() -> ExitCode {
             true
         }),
         Some("check") => check(&args[1..]),
+        Some("explore") => explore_only(&args[1..]).map(|_| true),
         _ => bench(&args).map(|_| true),
     };
     match r {
@@ -124,6 +132,22 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
             let n: usize = args.get(1).context("growth N")?.parse()?;
             let every_step = args.iter().any(|a| a == "--step-snapshots");
             rt.block_on(scenarios::growth(n, every_step))
+        }
+        Some("explore") => {
+            let secs = |name: &str, default: u64| -> anyhow::Result<Duration> {
+                Ok(Duration::from_secs(
+                    flag(args, name)
+                        .map(|s| s.parse())
+                        .transpose()?
+                        .unwrap_or(default),
+                ))
+            };
+            let plan = explore::Plan {
+                rate_for: secs("--rate-s", 15)?,
+                per_run: secs("--per-run-s", EXPLORE_PER_RUN_S)?,
+                total: secs("--total-s", EXPLORE_TOTAL_S)?,
+            };
+            rt.block_on(explore::run(&plan))
         }
         other => bail!("unknown child {other:?}"),
     }
@@ -303,6 +327,16 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
     eprintln!("[bench] suite: scenarios/ through drivelab::engine::run ...");
     let suite = child(&["suite", "scenarios"], Duration::from_secs(120))?;
     let m = measure_ratios(max_n, started)?;
+    let explore_total = WHOLE_BENCH
+        .saturating_sub(started.elapsed())
+        .min(Duration::from_secs(EXPLORE_TOTAL_S))
+        .as_secs()
+        .max(EXPLORE_PER_RUN_S + 20);
+    eprintln!("[bench] explore: schedules/min and first detection per mutant over {} seeds ({explore_total} s) ...", explore::SEEDS);
+    let explore = child(
+        &["explore", "--total-s", &explore_total.to_string()],
+        Duration::from_secs(explore_total + 60),
+    )?;
 
     let report = json!({
         "schema": 2,
@@ -315,6 +349,7 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
         "virtual_clock": m.vc,
         "growth": m.growth,
         "volume_growth": m.volume_growth,
+        "explore": explore,
     });
     print_table(&report);
     if let Some(dir) = out.parent() {
@@ -327,6 +362,34 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
         out.display(),
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// `drivelab-bench explore [--out reports/bench.json] [--total-s T] [--per-run-s P]`:
+/// the explorer figures alone, merged into the report's `explore` key.
+fn explore_only(args: &[String]) -> anyhow::Result<()> {
+    let out = PathBuf::from(flag(args, "--out").unwrap_or_else(|| "reports/bench.json".into()));
+    let total = flag(args, "--total-s").unwrap_or_else(|| EXPLORE_TOTAL_S.to_string());
+    let per_run = flag(args, "--per-run-s").unwrap_or_else(|| EXPLORE_PER_RUN_S.to_string());
+    let limit = Duration::from_secs(total.parse::<u64>()? + 60);
+    let e = child(
+        &["explore", "--total-s", &total, "--per-run-s", &per_run],
+        limit,
+    )?;
+    let mut report: Value = std::fs::read_to_string(&out)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({"schema": 1}));
+    for (a, b, c, d) in explore::rows(&e) {
+        println!("{a:50}  {b:>24}  {c:28}  {d}");
+    }
+    report["explore"] = e;
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("[bench] merged the explorer figures into {}", out.display());
     Ok(())
 }
 
@@ -522,6 +585,9 @@ fn print_table(r: &Value) {
         "",
     ));
     growth_rows(&mut rows, &r["volume_growth"], "volume growth", "volumes");
+
+    rows.extend(explore::rows(&r["explore"]));
+
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(10);
     let w2 = rows.iter().map(|r| r.2.len()).max().unwrap_or(10);

@@ -83,7 +83,16 @@ impl InProcessDriver {
             .build()
             .context("starting the driver's runtime")?;
         let task = rt.spawn((self.serve)(self.socket.clone()));
-        *self.runtime.lock().unwrap_or_else(|p| p.into_inner()) = Some(rt);
+        // Never drop a runtime in async context (it panics): a runtime still
+        // here is shut down in the background instead.
+        let old = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(rt);
+        if let Some(old) = old {
+            old.shutdown_background();
+        }
         // Real time: the driver binds its socket on its own schedule.
         for _ in 0..2000 {
             if tokio::net::UnixStream::connect(&self.socket).await.is_ok() {

@@ -217,6 +217,11 @@ struct Control {
     fakes: std::sync::Weak<FakeSet>,
     history: History,
     hook: std::sync::Weak<LabHook>,
+    /// One crash-and-restart at a time: two crash faults hit in one concurrent
+    /// block used to restart the driver twice at once, and the loser dropped
+    /// the winner's runtime inside async code (a panic, then a 20 s wait for a
+    /// socket the other restart had unlinked).
+    crashing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Control {
@@ -241,7 +246,9 @@ impl LabControl for Control {
             };
             let held = self.hook.upgrade().map(|h| h.driver_crashing());
             let history = self.history.clone();
+            let crashing = self.crashing.clone();
             let done = tokio::spawn(async move {
+                let _one_at_a_time = crashing.lock().await;
                 driver.kill_and_wait().await;
                 drop(held);
                 if let Err(e) = driver.crash_and_restart().await {
@@ -389,6 +396,7 @@ impl Lab {
             fakes: Arc::downgrade(&fakes),
             history: history.clone(),
             hook: Arc::downgrade(&hook),
+            crashing: Default::default(),
         }));
         let sidecar = CosiSidecar::connect(&sidecar, fakes.kube_slot(), gate())
             .await

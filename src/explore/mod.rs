@@ -1,22 +1,25 @@
 //! Explore: proptest generates fault schedules (which interception point,
 //! which occurrence, which fault), concurrency (which adjacent steps run
-//! together) and an interleaving seed for a scenario, runs each case on the
-//! virtual clock, and shrinks a failure to a plain scenario file that
+//! together) and an interleaving seed for a scenario, and a coverage guide
+//! ([`guide`]) mutates the schedules that reached new calls; each case runs on
+//! the virtual clock, and a failure is shrunk to a plain scenario file that
 //! `drivelab run` replays with the same result.
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::scenario::Mutant;
 use anyhow::{anyhow, Context};
 use drivelab_fakes::history::{Component, EventKind};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 use crate::engine::{self, RunOptions, RunOutcome};
 use crate::scenario::{self, FaultAction, FaultSpec, FaultTarget, Located, Scenario, Step, When};
+
+mod guide;
 
 /// What to explore and how hard.
 #[derive(Clone, Debug)]
@@ -33,6 +36,9 @@ pub struct ExploreOptions {
     pub out_dir: PathBuf,
     /// Stop at the first failure: no shrinking, no file (for measuring time to detection).
     pub detect_only: bool,
+    /// Count failing schedules and go on to the budget (for measuring the rate);
+    /// nothing is shrunk or written.
+    pub keep_going: bool,
 }
 
 /// The kinds of fault the explorer places.
@@ -49,14 +55,6 @@ pub enum GenKind {
     /// The callee answers "already exists / taken" (409 / ALREADY_EXISTS).
     Conflict,
 }
-
-const KINDS: [GenKind; 5] = [
-    GenKind::CrashAfter,
-    GenKind::DropResponse,
-    GenKind::CrashBefore,
-    GenKind::Unavailable,
-    GenKind::Conflict,
-];
 
 /// One generated fault: index into the scenario's interception points.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -157,12 +155,17 @@ pub struct ExploreReport {
     pub distinct_interleavings: usize,
     /// Distinct (point, occurrence, fault) placements tried.
     pub fault_placements: usize,
-    /// Interception points faults were aimed at.
+    /// Distinct (interception point, occurrence, answer) tuples the runs reached.
+    pub tuples_reached: usize,
+    /// Interception points faults were aimed at (the baseline's, then any
+    /// further ones a schedule reached).
     pub targets: Vec<FaultTarget>,
     /// Schedules that broke the correct driver too (skipped when hunting a mutant).
     pub reference_failures: usize,
     /// Wall time to the first failing case, if any.
     pub first_failure_after: Option<Duration>,
+    /// Failing schedules (more than one only with `keep_going`).
+    pub failing_schedules: usize,
     /// The shrunk failure.
     pub found: Option<Found>,
     /// Total wall time.
@@ -177,6 +180,7 @@ struct Coverage {
     runs: usize,
     duplicates: usize,
     reference_failures: usize,
+    failing: usize,
     first_failure: Option<Duration>,
 }
 
@@ -185,16 +189,7 @@ pub fn targets_of(outcome: &RunOutcome) -> Vec<FaultTarget> {
     let mut t: BTreeSet<(Component, String)> = BTreeSet::new();
     for e in &outcome.history {
         if let EventKind::Call { from, to, op, .. } = &e.kind {
-            // DriverGetInfo happens once, at connect, before any fault is armed.
-            let faultable =
-                *to != Component::Driver || scenario::fault::DRIVER_OPS.contains(&op.as_str());
-            if faultable
-                && matches!(from, Component::Driver | Component::Sidecar)
-                && matches!(
-                    to,
-                    Component::S3 | Component::S3Admin | Component::Kube | Component::Driver
-                )
-            {
+            if guide::faultable(*from, *to, op) {
                 t.insert((*to, op.clone()));
             }
         }
@@ -285,7 +280,7 @@ pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scen
             ),
             // Only where "taken" is an answer a real backend gives without lying
             // about state: another tenant owns the bucket name. Elsewhere, unavailable.
-            GenKind::Conflict if on.component == Component::S3 && on.op == "create_bucket" => (
+            GenKind::Conflict if guide::takes_conflict(&on) => (
                 FaultAction::Error {
                     status: 409,
                     code: "BucketAlreadyExists".into(),
@@ -336,11 +331,12 @@ fn failed_invariants(o: &RunOutcome) -> Vec<&'static str> {
         .collect()
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
-}
-
 /// Explore `base`. Must be called on a multi-thread tokio runtime.
+///
+/// Each case is either fresh (drawn by proptest from the whole schedule
+/// space) or a child of a kept schedule (see [`guide`]): one that reached an
+/// (interception point, occurrence, answer) tuple no earlier run had, with a
+/// fault aimed at what it reached, or one more duplicate, merge or seed.
 pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<ExploreReport> {
     let started = Instant::now();
     let baseline = engine::run(
@@ -353,151 +349,109 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
     )
     .await
     .context("the baseline run")?;
-    let targets = targets_of(&baseline);
+    let mut targets = targets_of(&baseline);
     if targets.is_empty() {
         return Err(anyhow!(
             "the scenario's baseline run made no calls a fault could hit"
         ));
     }
     let n_steps = base.steps.len().max(1);
-    // The sidecar→driver link is where ambiguous failures (a committed grant
-    // whose reply is lost) live; give its four RPCs as much weight as the rest.
-    // Destructive backend calls (a delete whose failure is retried decides
-    // owner-only-delete) and create_bucket (a taken name) count double: with
-    // uniform weights the explorer found delete-unowned on 1 seed in 10.
-    let weighted: Vec<usize> = (0..targets.len())
-        .flat_map(|i| {
-            let t = &targets[i];
-            let w = if t.component == Component::Driver {
-                (targets.len() / 4).max(1)
-            } else if t.op.contains("delete") || t.op.contains("remove") || t.op == "create_bucket"
-            {
-                2
-            } else {
-                1
-            };
-            std::iter::repeat_n(i, w)
-        })
-        .collect();
-    // Duplicated steps: only those `dup_of` can retry; deletes and revokes
-    // (whose retries are where a driver deletes what it does not own) weigh most.
-    let dup_steps: Vec<usize> = base
-        .steps
-        .iter()
-        .enumerate()
-        .flat_map(|(i, st)| {
-            let w = match &st.value {
-                _ if dup_of(&st.value, Dup::Same).is_none() => 0,
-                Step::DeleteBucketClaim(_) | Step::RevokeAccess(_) => 3,
-                _ => 2,
-            };
-            std::iter::repeat_n(i, w)
-        })
-        .collect();
-    let dup_steps = if dup_steps.is_empty() {
-        vec![0]
-    } else {
-        dup_steps
-    };
-    let strategy = (
-        any::<u64>(),
-        proptest::collection::vec(
-            (proptest::sample::select(weighted), 1u32..=3, 0..KINDS.len()),
-            0..=3,
-        ),
-        proptest::collection::vec(0..n_steps, 0..=2),
-        proptest::collection::vec((proptest::sample::select(dup_steps), 0..DUPS.len()), 0..=2),
-    )
-        .prop_map(|(seed, faults, merges, dups)| Schedule {
-            seed: seed % 1_000_000,
-            faults: faults
-                .into_iter()
-                .map(|(target, nth, k)| GenFault {
-                    target,
-                    nth,
-                    kind: KINDS[k],
-                })
-                .collect(),
-            merges,
-            dups: dups.into_iter().map(|(i, d)| (i, DUPS[d])).collect(),
-        });
+    let strategy = fresh_schedules(base, &targets);
+    let dups = dup_choices(base);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&opts.seed.to_le_bytes());
-    let shrink = if opts.detect_only { 0 } else { 200 };
-    let config = Config {
-        cases: opts.cases,
-        failure_persistence: None,
-        max_shrink_iters: shrink,
-        ..Config::default()
-    };
     let mut runner = TestRunner::new_with_rng(
-        config,
+        Config {
+            failure_persistence: None,
+            ..Config::default()
+        },
         TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
     );
-    let cov = Mutex::new(Coverage::default());
-    let result = runner.run(&strategy, |sched| {
-        if started.elapsed() > opts.time_budget {
-            return Ok(());
+    // The guide draws from its own stream, so that how many children were
+    // made does not shift which fresh schedules proptest draws.
+    seed_bytes[8] = 1;
+    let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
+    let mut corpus = guide::Corpus::default();
+    let mut c = Coverage::default();
+    let mut failing: Option<Schedule> = None;
+    let mut misses = 0u32;
+    while c.runs < opts.cases as usize && started.elapsed() <= opts.time_budget {
+        let sched = match corpus.child(&mut rng, &targets, &dups, n_steps) {
+            Some(s) => s,
+            None => strategy
+                .new_tree(&mut runner)
+                .map_err(|e| anyhow!("generating a schedule: {e}"))?
+                .current(),
+        };
+        if !c.seen.insert(sched.clone()) {
+            c.duplicates += 1;
+            misses += 1;
+            // A space this small is exhausted: stop rather than spin.
+            if misses > 10_000 {
+                break;
+            }
+            continue;
         }
-        {
-            let mut c = cov.lock().unwrap_or_else(|p| p.into_inner());
-            if !c.seen.insert(sched.clone()) {
-                c.duplicates += 1;
-                return Ok(());
-            }
-            for f in &sched.faults {
-                c.placements.insert((f.target, f.nth, f.kind));
-            }
+        misses = 0;
+        for f in &sched.faults {
+            c.placements.insert((f.target, f.nth, f.kind));
         }
         let scn = apply(base, &targets, &sched);
-        let outcome = block_on(engine::run(
+        let outcome = engine::run(
             &scn,
             &RunOptions {
                 seed: scn.seed,
                 mutants: opts.mutants.clone(),
                 ..Default::default()
             },
-        ))
-        .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
+        )
+        .await
+        .with_context(|| format!("lab error on schedule {sched:?}"))?;
         let mut failed = failed_invariants(&outcome);
         // Hunting a mutant: a schedule that breaks the correct driver too says
         // nothing about the mutant (it is a finding of its own, reported apart).
         if !failed.is_empty() && !opts.mutants.is_empty() {
-            let reference = block_on(engine::run(
+            let reference = engine::run(
                 &scn,
                 &RunOptions {
                     seed: scn.seed,
                     mutants: vec![],
                     ..Default::default()
                 },
-            ))
-            .map_err(|e| TestCaseError::fail(format!("lab error: {e:#}")))?;
+            )
+            .await
+            .with_context(|| format!("lab error on schedule {sched:?}"))?;
             if !failed_invariants(&reference).is_empty() {
-                cov.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .reference_failures += 1;
+                c.reference_failures += 1;
                 failed.clear();
             }
         }
-        let mut c = cov.lock().unwrap_or_else(|p| p.into_inner());
+        if std::env::var_os("DRIVELAB_EXPLORE_TRACE").is_some() {
+            eprintln!(
+                "case {} {:.2}s {failed:?} {sched:?}",
+                c.runs,
+                started.elapsed().as_secs_f64()
+            );
+        }
         c.runs += 1;
         c.orders.insert(call_order_hash(&outcome));
-        if failed.is_empty() {
-            Ok(())
-        } else {
+        corpus.observe(&sched, &outcome, &mut targets, &mut rng, &dups, n_steps);
+        if !failed.is_empty() {
+            c.failing += 1;
             c.first_failure.get_or_insert(started.elapsed());
-            Err(TestCaseError::fail(failed.join(", ")))
+            if opts.keep_going {
+                continue;
+            }
+            failing = Some(sched);
+            break;
         }
-    });
-    let c = cov.into_inner().unwrap_or_else(|p| p.into_inner());
-    let found = match result {
-        Ok(()) => None,
-        Err(TestError::Abort(why)) => return Err(anyhow!("exploration aborted: {why}")),
-        Err(TestError::Fail(..)) if opts.detect_only => None,
-        Err(TestError::Fail(_, sched)) => {
+    }
+    let found = match failing {
+        Some(sched) if !opts.detect_only => {
             let sched = finish_shrinking(base, &targets, sched, opts).await;
             Some(write_found(base, &targets, &sched, opts).await?)
         }
+        _ => None,
     };
     Ok(ExploreReport {
         cases_run: c.runs,
@@ -505,11 +459,100 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
         reference_failures: c.reference_failures,
         distinct_interleavings: c.orders.len(),
         fault_placements: c.placements.len(),
+        tuples_reached: corpus.tuples(),
         targets,
         first_failure_after: c.first_failure,
+        failing_schedules: c.failing,
         found,
         elapsed: started.elapsed(),
     })
+}
+
+/// Every (step, duplicate kind) pair that makes a request, each once, deletes
+/// and revokes three times: their retries are where a driver deletes what it
+/// does not own, and they have one kind (the same request) where a grant has three.
+fn dup_choices(base: &Scenario) -> Vec<(usize, Dup)> {
+    let mut out = Vec::new();
+    for (i, st) in base
+        .steps
+        .iter()
+        .filter(|l| !matches!(l.value, Step::Expect(_)))
+        .enumerate()
+    {
+        let w = match &st.value {
+            Step::DeleteBucketClaim(_) | Step::RevokeAccess(_) => 3,
+            _ => 1,
+        };
+        for how in DUPS {
+            if dup_of(&st.value, how).is_some() {
+                out.extend(std::iter::repeat_n((i, how), w));
+            }
+        }
+    }
+    out
+}
+
+/// Fresh schedules: a seed, up to three faults, merges and duplicates.
+fn fresh_schedules(base: &Scenario, targets: &[FaultTarget]) -> BoxedStrategy<Schedule> {
+    let n_steps = base.steps.len().max(1);
+    // The kind first, then a point that takes it: every kind gets a fifth of
+    // the faults, so the one 409 a backend gives honestly (a taken bucket
+    // name, only at s3.create_bucket) is not drowned by 90 crash/unavailable
+    // placements. Among points: the sidecar→driver link (where ambiguous
+    // failures, a committed grant whose reply is lost, live) weighs as much as
+    // the rest together; destructive backend calls (a failed delete that is
+    // retried decides owner-only-delete) count double.
+    let mut by_kind: Vec<(GenKind, Vec<usize>)> = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let w = if t.component == Component::Driver {
+            (targets.len() / 4).max(1)
+        } else if t.op.contains("delete") || t.op.contains("remove") {
+            2
+        } else {
+            1
+        };
+        for &k in guide::kinds_for(t) {
+            let at = match by_kind.iter().position(|(kk, _)| *kk == k) {
+                Some(at) => at,
+                None => {
+                    by_kind.push((k, Vec::new()));
+                    by_kind.len() - 1
+                }
+            };
+            by_kind[at].1.extend(std::iter::repeat_n(i, w));
+        }
+    }
+    let n_kinds = by_kind.len().max(1);
+    let dups = dup_choices(base);
+    let dup_strategy = if dups.is_empty() {
+        Just(Vec::new()).boxed()
+    } else {
+        proptest::collection::vec(proptest::sample::select(dups), 0..=guide::MAX_DUPS).boxed()
+    };
+    (
+        any::<u64>(),
+        proptest::collection::vec((0..n_kinds, any::<u32>(), 1u32..=3), 0..=guide::MAX_FAULTS),
+        proptest::collection::vec(0..n_steps, 0..=guide::MAX_MERGES),
+        dup_strategy,
+    )
+        .prop_map(move |(seed, faults, merges, dups)| Schedule {
+            seed: seed % 1_000_000,
+            faults: faults
+                .into_iter()
+                .filter_map(|(k, r, nth)| {
+                    let (kind, at) = by_kind.get(k)?;
+                    let target = *at.get(r as usize % at.len().max(1))?;
+                    Some(GenFault {
+                        target,
+                        nth,
+                        kind: *kind,
+                    })
+                })
+                .collect(),
+            merges,
+            dups,
+        })
+        .boxed()
 }
 
 /// Does this schedule fail (for the mutant, and not for the correct driver)?
@@ -550,6 +593,16 @@ async fn finish_shrinking(
     mut sched: Schedule,
     opts: &ExploreOptions,
 ) -> Schedule {
+    // Seed 0 when the failure does not depend on the interleaving drawn.
+    if sched.seed != 0 {
+        let t = Schedule {
+            seed: 0,
+            ..sched.clone()
+        };
+        if fails(base, targets, &t, opts).await {
+            sched = t;
+        }
+    }
     let mut progress = true;
     while progress {
         progress = false;
@@ -654,13 +707,14 @@ async fn write_found(
 /// Print the report the CLI shows.
 pub fn print(report: &ExploreReport) {
     crate::outln!(
-        "explored {} schedules in {:.1}s ({} duplicates skipped): {} distinct call orders, {} fault placements over {} interception points",
+        "explored {} schedules in {:.1}s ({} duplicates skipped): {} distinct call orders, {} fault placements over {} interception points, {} (point, occurrence, answer) tuples reached",
         report.cases_run,
         report.elapsed.as_secs_f64(),
         report.duplicates,
         report.distinct_interleavings,
         report.fault_placements,
-        report.targets.len()
+        report.targets.len(),
+        report.tuples_reached
     );
     if report.reference_failures > 0 {
         crate::outln!("{} schedules broke the correct driver too (not counted against the mutant: run explore without --mutant)", report.reference_failures);

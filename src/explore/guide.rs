@@ -1,0 +1,343 @@
+//! Coverage guidance for explore: the (interception point, occurrence, answer)
+//! tuples a run's history reached, a corpus of the schedules that reached new
+//! ones, and mutations that aim faults at exactly the calls those reached.
+//!
+//! Why: a seeded bug often shows only on a path the correct driver never takes
+//! (delete-unowned issues a second `s3.delete_bucket` where the correct driver
+//! asks `s3.head_bucket`). Random placement hits such a call only by luck;
+//! a schedule that first *reaches* it is kept, and its children fault it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use drivelab_fakes::history::{Component, EventKind};
+use proptest::prelude::Rng;
+use proptest::test_runner::TestRng;
+
+use super::{Dup, GenFault, GenKind, Schedule};
+use crate::engine::RunOutcome;
+use crate::scenario::{self, FaultTarget};
+
+/// Most faults, duplicates and merges one schedule carries (as generated fresh).
+pub(super) const MAX_FAULTS: usize = 3;
+pub(super) const MAX_DUPS: usize = 2;
+pub(super) const MAX_MERGES: usize = 2;
+/// Occurrences past this count as one tuple: the tenth head_bucket is not news.
+const NTH_CAP: u32 = 3;
+/// Children a newly kept schedule is owed: one per call it reached first (a
+/// fault of a drawn kind aimed at it; at most this many of each sort), plus a few random.
+const OWED_MAX: usize = 16;
+const OWED_RANDOM: usize = 2;
+
+/// A seeded draw from the explorer's own generator (never OS randomness).
+pub(super) fn below(rng: &mut TestRng, n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (rng.next_u64() % n as u64) as usize
+    }
+}
+
+/// A call the explorer may fault: made by the driver or the sidecar, to a fake
+/// or to the driver (DriverGetInfo happens once, at connect, before any fault is armed).
+pub(super) fn faultable(from: Component, to: Component, op: &str) -> bool {
+    let driver_op_ok = to != Component::Driver || scenario::fault::DRIVER_OPS.contains(&op);
+    driver_op_ok
+        && matches!(from, Component::Driver | Component::Sidecar)
+        && matches!(
+            to,
+            Component::S3 | Component::S3Admin | Component::Kube | Component::Driver
+        )
+}
+
+/// The fault kinds that mean something at `t`. "Taken" (409) only where a
+/// real backend gives it without lying about state: another tenant owns the
+/// bucket name. Elsewhere it would be one more "unavailable".
+pub(super) fn kinds_for(t: &FaultTarget) -> &'static [GenKind] {
+    const ALL: &[GenKind] = &[
+        GenKind::CrashAfter,
+        GenKind::DropResponse,
+        GenKind::CrashBefore,
+        GenKind::Unavailable,
+        GenKind::Conflict,
+    ];
+    if takes_conflict(t) {
+        ALL
+    } else {
+        &ALL[..4]
+    }
+}
+
+/// Where [`GenKind::Conflict`] is a 409 BucketAlreadyExists (see [`kinds_for`]).
+pub(super) fn takes_conflict(t: &FaultTarget) -> bool {
+    t.component == Component::S3 && t.op == "create_bucket"
+}
+
+/// One faultable call of a run: which point, which occurrence, what it answered.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Reached {
+    target: usize,
+    nth: u32,
+    answer: String,
+}
+
+/// The faultable calls of `o`, numbered per point as the lab's hook counts
+/// them; points not in `targets` yet are appended (indices stay stable).
+fn reached(o: &RunOutcome, targets: &mut Vec<FaultTarget>) -> Vec<Reached> {
+    let mut answers: BTreeMap<u64, String> = BTreeMap::new();
+    for e in &o.history {
+        if let EventKind::Reply { id, outcome } = &e.kind {
+            answers.insert(id.0, outcome.label());
+        }
+    }
+    let mut counts: BTreeMap<usize, u32> = BTreeMap::new();
+    let mut out = Vec::new();
+    for e in &o.history {
+        if let EventKind::Call {
+            id, from, to, op, ..
+        } = &e.kind
+        {
+            if !faultable(*from, *to, op) {
+                continue;
+            }
+            let target = match targets
+                .iter()
+                .position(|t| t.component == *to && t.op == *op)
+            {
+                Some(i) => i,
+                None => {
+                    targets.push(FaultTarget {
+                        component: *to,
+                        op: op.clone(),
+                    });
+                    targets.len() - 1
+                }
+            };
+            let n = counts.entry(target).or_insert(0);
+            *n += 1;
+            out.push(Reached {
+                target,
+                nth: *n,
+                answer: answers
+                    .get(&id.0)
+                    .cloned()
+                    .unwrap_or_else(|| "no reply".into()),
+            });
+        }
+    }
+    out
+}
+
+struct Entry {
+    sched: Schedule,
+    /// Distinct (point, occurrence) pairs its run reached.
+    calls: Vec<(usize, u32)>,
+    /// Those whose tuple no earlier run had reached.
+    fresh: Vec<(usize, u32)>,
+    /// Those past the furthest occurrence any earlier run reached at that
+    /// point: a path the driver had not taken (the mutant's second delete).
+    deeper: Vec<(usize, u32)>,
+}
+
+/// The schedules worth mutating, and what the explorer has reached so far.
+#[derive(Default)]
+pub(super) struct Corpus {
+    tuples: BTreeSet<(usize, u32, String)>,
+    furthest: BTreeMap<usize, u32>,
+    entries: Vec<Entry>,
+    /// Children owed, aimed at a new occurrence (served first, oldest first).
+    owed_deeper: VecDeque<Schedule>,
+    /// Children owed, aimed at a new answer or random (oldest first).
+    owed: VecDeque<Schedule>,
+}
+
+impl Corpus {
+    /// Record what `sched`'s run reached; keep it if any tuple is new.
+    /// Returns how many were.
+    pub(super) fn observe(
+        &mut self,
+        sched: &Schedule,
+        o: &RunOutcome,
+        targets: &mut Vec<FaultTarget>,
+        rng: &mut TestRng,
+        dups: &[(usize, Dup)],
+        n_steps: usize,
+    ) -> usize {
+        let mut calls = BTreeSet::new();
+        let mut fresh = BTreeSet::new();
+        let mut deeper = BTreeSet::new();
+        let mut furthest: BTreeMap<usize, u32> = BTreeMap::new();
+        for r in reached(o, targets) {
+            let nth = r.nth.min(NTH_CAP);
+            calls.insert((r.target, r.nth));
+            if r.nth > self.furthest.get(&r.target).copied().unwrap_or(0) {
+                deeper.insert((r.target, r.nth));
+            }
+            let f = furthest.entry(r.target).or_insert(0);
+            *f = (*f).max(r.nth);
+            if self.tuples.insert((r.target, nth, r.answer)) {
+                fresh.insert((r.target, r.nth));
+            }
+        }
+        for (t, n) in furthest {
+            let f = self.furthest.entry(t).or_insert(0);
+            *f = (*f).max(n);
+        }
+        let new = fresh.len() + deeper.len();
+        if new == 0 {
+            return 0;
+        }
+        let e = Entry {
+            sched: sched.clone(),
+            calls: calls.into_iter().collect(),
+            fresh: fresh.into_iter().collect(),
+            deeper: deeper.into_iter().collect(),
+        };
+        let mut children: Vec<Schedule> = (0..OWED_RANDOM)
+            .map(|_| mutate(&e, rng, targets, dups, n_steps))
+            .collect();
+        let mut deeper = e.deeper.clone();
+        while deeper.len() > OWED_MAX {
+            deeper.remove(below(rng, deeper.len()));
+        }
+        let mut aimed: Vec<(usize, u32)> = e
+            .fresh
+            .iter()
+            .filter(|c| !e.deeper.contains(c))
+            .copied()
+            .collect();
+        while aimed.len() > OWED_MAX {
+            aimed.remove(below(rng, aimed.len()));
+        }
+        let mut deeper_children = Vec::new();
+        for (is_deeper, (target, nth)) in deeper
+            .into_iter()
+            .map(|c| (true, c))
+            .chain(aimed.into_iter().map(|c| (false, c)))
+        {
+            let kinds = targets.get(target).map(kinds_for).unwrap_or(&[]);
+            if let Some(&kind) = kinds.get(below(rng, kinds.len())) {
+                let f = GenFault { target, nth, kind };
+                // Half alone: the parent's faults may mask what this one shows
+                // (the call may then not be reached; the other half keeps them).
+                let child = if below(rng, 2) == 0 {
+                    Schedule {
+                        faults: vec![f],
+                        ..e.sched.clone()
+                    }
+                } else {
+                    with_fault(&e.sched, f, rng)
+                };
+                if is_deeper {
+                    deeper_children.push(child);
+                } else {
+                    children.push(child);
+                }
+            }
+        }
+        if std::env::var_os("DRIVELAB_EXPLORE_TRACE").is_some() {
+            eprintln!("  kept: deeper {:?} fresh {:?}", e.deeper, e.fresh);
+        }
+        self.owed_deeper.extend(deeper_children);
+        self.owed.extend(children);
+        self.entries.push(e);
+        new
+    }
+
+    /// Distinct (point, occurrence, answer) tuples reached so far.
+    pub(super) fn tuples(&self) -> usize {
+        self.tuples.len()
+    }
+
+    /// A child of a kept schedule, or None when a fresh one should be drawn:
+    /// owed children first, then now and then a random entry.
+    pub(super) fn child(
+        &mut self,
+        rng: &mut TestRng,
+        targets: &[FaultTarget],
+        dups: &[(usize, Dup)],
+        n_steps: usize,
+    ) -> Option<Schedule> {
+        // One draw in three is fresh even with children owed: the corpus must
+        // not starve the search of new shapes (duplicates, merges).
+        if self.entries.is_empty() || below(rng, 3) == 0 {
+            return None;
+        }
+        // Newest first: the schedule that just reached something new is the
+        // one whose children should fault it, before older entries' leftovers.
+        // A new occurrence is a path no run had taken: fault it before
+        // anything else; then the other owed children, oldest first.
+        if let Some(s) = self
+            .owed_deeper
+            .pop_front()
+            .or_else(|| self.owed.pop_front())
+        {
+            return Some(s);
+        }
+        let parent = match below(rng, 2) {
+            0 => below(rng, self.entries.len()),
+            _ => return None,
+        };
+        let e = &self.entries[parent];
+        Some(mutate(e, rng, targets, dups, n_steps))
+    }
+}
+
+fn mutate(
+    e: &Entry,
+    rng: &mut TestRng,
+    targets: &[FaultTarget],
+    dups: &[(usize, Dup)],
+    n_steps: usize,
+) -> Schedule {
+    let mut s = e.sched.clone();
+    match below(rng, 10) {
+        // Aim a fault at a call the parent reached: mostly at one past where
+        // any run had gone at that point, else at one it reached first.
+        0..=6 => {
+            let pool = match below(rng, 8) {
+                0..=4 if !e.deeper.is_empty() => &e.deeper,
+                0..=6 if !e.fresh.is_empty() => &e.fresh,
+                _ => &e.calls,
+            };
+            if let Some(&(target, nth)) = pool.get(below(rng, pool.len())) {
+                let kinds = targets.get(target).map(kinds_for).unwrap_or(&[]);
+                if let Some(&kind) = kinds.get(below(rng, kinds.len())) {
+                    s = with_fault(&s, GenFault { target, nth, kind }, rng);
+                }
+            }
+        }
+        7 => {
+            if let Some(&d) = dups.get(below(rng, dups.len())) {
+                if s.dups.len() >= MAX_DUPS {
+                    let i = below(rng, s.dups.len());
+                    s.dups[i] = d;
+                } else {
+                    s.dups.push(d);
+                }
+            }
+        }
+        8 => {
+            let m = below(rng, n_steps.max(1));
+            if s.merges.len() >= MAX_MERGES {
+                let i = below(rng, s.merges.len());
+                s.merges[i] = m;
+            } else {
+                s.merges.push(m);
+            }
+        }
+        _ => s.seed = rng.next_u64() % 1_000_000,
+    }
+    s
+}
+
+/// `s` with one more fault (replacing a drawn one when it has the most it may).
+fn with_fault(s: &Schedule, f: GenFault, rng: &mut TestRng) -> Schedule {
+    let mut s = s.clone();
+    if s.faults.len() >= MAX_FAULTS {
+        let i = below(rng, s.faults.len());
+        s.faults[i] = f;
+    } else {
+        s.faults.push(f);
+    }
+    s
+}
