@@ -55,6 +55,7 @@ pub(super) async fn run(
     seed: u64,
     mutants: &[Mutant],
     snapshots: StepSnapshots,
+    recorder: Option<&crate::runs::Recorder>,
 ) -> anyhow::Result<RunOutcome> {
     let log_start = crate::logcap::position();
     let bosh = scn
@@ -62,6 +63,7 @@ pub(super) async fn run(
         .clone()
         .ok_or_else(|| anyhow!("not a BOSH scenario"))?;
     let mut lab = BoshLab::start(scn, &bosh, seed, mutants).await?;
+    lab.recorder = recorder.cloned();
     let result = lab.run_steps(scn, snapshots).await;
     let outcome = match result {
         Ok(()) => lab.finish(scn, seed, mutants, log_start).await,
@@ -240,6 +242,8 @@ struct BoshLab {
     norm: Normalizer,
     step_snapshots: Vec<StepSnapshot>,
     cbt: Cbt,
+    /// Where the run's events go as they happen (`drivelab runs`).
+    recorder: Option<crate::runs::Recorder>,
     /// The code of the previous step's own call, for steps the lab makes itself
     /// (snapshots, backups): what `expect: { code }` after them reads.
     last_step_code: Option<String>,
@@ -539,6 +543,7 @@ impl BoshLab {
             norm,
             step_snapshots: Vec::new(),
             cbt,
+            recorder: None,
             last_step_code: None,
         })
     }
@@ -562,6 +567,7 @@ impl BoshLab {
                 index: i,
                 name: step.value.describe(),
             });
+            self.checkpoint(i);
             if !matches!(step.value, Step::Expect(_)) {
                 self.step_exchanges_from = self.exchanges().len();
                 self.last_step_code = None;
@@ -740,6 +746,28 @@ impl BoshLab {
             component: Component::Lab,
             text: job_note(&what, r),
         });
+    }
+
+    /// Every secret value the run knows of so far.
+    fn secrets(&self) -> Vec<Secret> {
+        let mut secrets = vec![self.client_secret.clone()];
+        secrets.extend(self.cbt.secrets.iter().cloned());
+        for b in self.cbt.backups.values() {
+            secrets.extend(b.session.iter().cloned());
+            secrets.push(b.client_token.clone());
+        }
+        secrets
+    }
+
+    /// A step boundary: append what happened since the last one to the run's
+    /// durable record, every secret known so far redacted.
+    fn checkpoint(&self, steps_done: usize) {
+        let Some(rec) = &self.recorder else {
+            return;
+        };
+        if let Err(e) = rec.flush(&self.history, steps_done, self.secrets()) {
+            tracing::warn!(error = %e, "run record: flush failed");
+        }
     }
 
     /// The CSI volume handle of a bound PVC.
@@ -1290,6 +1318,7 @@ impl BoshLab {
             index: scn.steps.len(),
             name: "final convergence (faults healed)".into(),
         });
+        self.checkpoint(scn.steps.len());
         self.director.up().await?;
         self.converge().await?;
         self.sample(scn.steps.len());
@@ -1298,12 +1327,7 @@ impl BoshLab {
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
         let history_text = self.norm.text_all(&history_json);
         let logs = crate::logcap::since(log_start);
-        let mut secrets = vec![self.client_secret.clone()];
-        secrets.extend(self.cbt.secrets.iter().cloned());
-        for b in self.cbt.backups.values() {
-            secrets.extend(b.session.iter().cloned());
-            secrets.push(b.client_token.clone());
-        }
+        let secrets = self.secrets();
         let obs = BoshObservations {
             samples: std::mem::take(&mut self.samples),
             calls: drivelab_fakes::history::calls(&history),

@@ -168,7 +168,14 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
     }
     mutants.sort();
     if scn.system() == crate::scenario::System::Bosh {
-        return bosh::run(scn, seed, &mutants, opts.step_snapshots).await;
+        return bosh::run(
+            scn,
+            seed,
+            &mutants,
+            opts.step_snapshots,
+            opts.recorder.as_ref(),
+        )
+        .await;
     }
     // The twin: the same scenario, seed and names in a second lab. A driver whose
     // secrets are a function of names hands out the same secrets in both.
