@@ -322,17 +322,29 @@ fn chromium() -> Option<String> {
         .map(|c| c.to_string())
 }
 
-/// Run `cmd` with a deadline; returns (success, stdout).
+/// Run `cmd` with a deadline; returns (success, stdout, stderr). The pipes are
+/// drained while it runs: a DOM dump bigger than a pipe buffer would otherwise
+/// block the browser on its write and look like a hang.
 fn run_with_deadline(cmd: &mut Command, limit: Duration) -> (bool, String, String) {
+    use std::io::Read;
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
     let start = Instant::now();
-    loop {
+    let status = loop {
         match child.try_wait() {
-            Ok(Some(_)) => break,
+            Ok(Some(s)) => break s,
             Ok(None) if start.elapsed() > limit => {
                 let _ = child.kill();
                 panic!("{cmd:?} did not finish within {limit:?}");
@@ -340,12 +352,13 @@ fn run_with_deadline(cmd: &mut Command, limit: Duration) -> (bool, String, Strin
             Ok(None) => std::thread::sleep(Duration::from_millis(100)),
             Err(e) => panic!("waiting for {cmd:?}: {e}"),
         }
-    }
-    let out = child.wait_with_output().expect("output");
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
     (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        status.success(),
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
     )
 }
 

@@ -834,9 +834,10 @@ async fn written_since_reads_only_what_is_new_and_still_there() {
         "a fresh fake has written nothing"
     );
     add_user(&f, "alice", "alicesecret1").await;
-    call(&f, "PUT", "/b1", AK, SK, b"").await;
+    assert_eq!(call(&f, "PUT", "/bkt1", AK, SK, b"").await.status, 200);
     let (w, c1) = f.written_since(c0);
     assert_eq!(w.users, vec!["alice"]);
+    assert_eq!(w.buckets, vec!["bkt1"]);
     // Nothing new: nothing read.
     let (w, c2) = f.written_since(c1);
     assert_eq!(w, WrittenNames::default());
@@ -852,6 +853,7 @@ async fn written_since_reads_only_what_is_new_and_still_there() {
     let (g, _) = fake_on(store);
     let (w, _) = g.written_since(c3);
     assert_eq!(w.users, vec!["alice", "carol"]);
+    assert_eq!(w.buckets, vec!["bkt1"]);
     // user() / policy() read one record.
     assert_eq!(g.user("carol").map(|u| u.access_key), Some("carol".into()));
     assert!(g.user("bob").is_none());
