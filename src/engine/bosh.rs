@@ -35,7 +35,7 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 
 use super::cbt::{Cbt, SESSION_TTL};
-use super::driver::InProcessDriver;
+use super::driver::{Driver, InProcessDriver};
 use super::hook::{LabControl, LabHook};
 use super::schedule::Scheduler;
 use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshot, StepSnapshots};
@@ -146,7 +146,9 @@ impl DirectorServer {
 
 /// What the fault hook may ask of this lab: crash the controller, restart the Director.
 struct Control {
-    controller: std::sync::Weak<InProcessDriver>,
+    controller: std::sync::Weak<Driver>,
+    /// One crash-and-restart at a time.
+    crashing: Arc<tokio::sync::Mutex<()>>,
     director: std::sync::Weak<DirectorServer>,
     history: History,
     hook: std::sync::Weak<LabHook>,
@@ -165,20 +167,15 @@ impl LabControl for Control {
             };
             let busy = self.hook.upgrade().map(|h| h.maintenance());
             let held = self.hook.upgrade().map(|h| h.driver_crashing());
-            let history = self.history.clone();
-            // Spawned: the hook may run inside a request of the very driver it kills.
-            let done = tokio::spawn(async move {
-                driver.kill_and_wait().await;
-                drop(held);
-                if let Err(e) = driver.crash_and_restart().await {
-                    history.record(EventKind::Note {
-                        component: Component::Lab,
-                        text: format!("CSI controller did not come back: {e:#}"),
-                    });
-                }
-                drop(busy);
-            });
-            let _ = done.await;
+            super::driver::crash_and_restart(
+                driver,
+                self.crashing.clone(),
+                held,
+                busy,
+                self.history.clone(),
+                "CSI controller",
+            )
+            .await;
         })
     }
 
@@ -225,7 +222,7 @@ struct BoshLab {
     director: Arc<DirectorServer>,
     kube: KubeFake,
     sidecars: Arc<CsiSidecars>,
-    controller: Arc<InProcessDriver>,
+    controller: Arc<Driver>,
     nodes: Vec<Node>,
     client_secret: Secret,
     converge_within: Duration,
@@ -363,7 +360,7 @@ impl BoshLab {
         let ctl_sock: PathBuf = sockets.join("controller.sock");
         let bosh_mutants = Mutant::bosh(mutants);
         let vclock = clock.clone();
-        let controller = Arc::new(InProcessDriver::bosh_csi_clocked(
+        let controller = Arc::new(Driver::InProcess(InProcessDriver::bosh_csi_clocked(
             bosh_csi::DriverConfig {
                 mode: bosh_csi::Mode::Controller,
                 director_url: director_url.clone(),
@@ -385,7 +382,7 @@ impl BoshLab {
             },
             &ctl_sock,
             Arc::new(move || vclock.now().0),
-        ));
+        )));
         controller
             .start()
             .await
@@ -506,6 +503,7 @@ impl BoshLab {
         .await?;
         hook.set_control(Arc::new(Control {
             controller: Arc::downgrade(&controller),
+            crashing: Default::default(),
             director: Arc::downgrade(&server),
             history: history.clone(),
             hook: Arc::downgrade(&hook),
@@ -553,7 +551,7 @@ impl BoshLab {
     }
 
     async fn stop(&mut self) {
-        self.controller.kill();
+        self.controller.stop().await;
         for n in &self.nodes {
             n.plugin.kill();
         }

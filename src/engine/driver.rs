@@ -162,6 +162,36 @@ impl Drop for InProcessDriver {
     }
 }
 
+/// A crash fault's work: kill `driver` and start it again from its persisted
+/// state, one crash at a time (`crashing`; two crash faults in one concurrent
+/// block must not restart it twice at once), then let `held` requests die and
+/// end the maintenance `busy` marks. Spawned and awaited: the caller may run
+/// inside a request of the very driver being killed, whose future the server
+/// drops half way, and the restart must finish regardless.
+pub(super) async fn crash_and_restart(
+    driver: std::sync::Arc<Driver>,
+    crashing: std::sync::Arc<tokio::sync::Mutex<()>>,
+    held: Option<super::schedule::HeldRequests>,
+    busy: Option<super::hook::Maintenance>,
+    history: drivelab_fakes::history::History,
+    what: &'static str,
+) {
+    use drivelab_fakes::history::{Component, EventKind};
+    let done = tokio::spawn(async move {
+        let _one_at_a_time = crashing.lock().await;
+        driver.kill_and_wait().await;
+        drop(held);
+        if let Err(e) = driver.crash_and_restart().await {
+            history.record(EventKind::Note {
+                component: Component::Lab,
+                text: format!("{what} did not come back: {e:#}"),
+            });
+        }
+        drop(busy);
+    });
+    let _ = done.await;
+}
+
 /// The driver under test, however it ships. The engine only talks to this.
 pub enum Driver {
     /// Linked in (`builtin:`), on a runtime of its own.

@@ -252,21 +252,15 @@ impl LabControl for Control {
                 return;
             };
             let held = self.hook.upgrade().map(|h| h.driver_crashing());
-            let history = self.history.clone();
-            let crashing = self.crashing.clone();
-            let done = tokio::spawn(async move {
-                let _one_at_a_time = crashing.lock().await;
-                driver.kill_and_wait().await;
-                drop(held);
-                if let Err(e) = driver.crash_and_restart().await {
-                    history.record(EventKind::Note {
-                        component: Component::Lab,
-                        text: format!("driver did not come back: {e:#}"),
-                    });
-                }
-                drop(busy);
-            });
-            let _ = done.await;
+            driver::crash_and_restart(
+                driver,
+                self.crashing.clone(),
+                held,
+                busy,
+                self.history.clone(),
+                "driver",
+            )
+            .await;
         })
     }
 
