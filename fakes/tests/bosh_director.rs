@@ -1035,3 +1035,73 @@ async fn a_lost_302_still_leaves_the_task_and_cpi_faults_fail_it() {
     assert_eq!(lab.director.disks()[0].name, "lost");
     assert!(lab.director.cpi().attachments().is_empty());
 }
+
+#[tokio::test]
+async fn resize_grows_a_detached_disk_and_refuses_an_attached_one() {
+    let lab = lab().await;
+    let tok = lab.token("csi-a").await;
+    let inst = lab.instances("a")[0].clone();
+    let r = lab
+        .call(
+            Method::POST,
+            "/dynamic_disks/provide",
+            Some(&tok),
+            Some(provide_body(&inst, "d")),
+        )
+        .await;
+    lab.finish(&tok, &r).await;
+    let size = lab.director.disks()[0].size_mib;
+    // Attached: the task fails and nothing reaches the CPI's resize.
+    let r = lab
+        .call(
+            Method::POST,
+            "/dynamic_disks/d/resize",
+            Some(&tok),
+            Some(json!({"disk_size": size * 2})),
+        )
+        .await;
+    let t = lab.finish(&tok, &r).await;
+    assert_eq!(t["state"], "error", "{t}");
+    assert!(
+        t["result"].as_str().unwrap_or("").contains("detach it"),
+        "{t}"
+    );
+    assert!(!lab.ops(Component::Cpi).contains(&"resize_disk".to_string()));
+    // Detached: the IaaS disk and the Director's record both grow.
+    let r = lab
+        .call(Method::POST, "/dynamic_disks/d/detach", Some(&tok), None)
+        .await;
+    lab.finish(&tok, &r).await;
+    let r = lab
+        .call(
+            Method::POST,
+            "/dynamic_disks/d/resize",
+            Some(&tok),
+            Some(json!({"disk_size": size * 2})),
+        )
+        .await;
+    assert_eq!(lab.finish(&tok, &r).await["state"], "done");
+    assert_eq!(lab.director.disks()[0].size_mib, size * 2);
+    assert_eq!(lab.director.cpi().disks()[0].size_mib, size * 2);
+    // Shrinking is the CPI's NotSupported: the task says so.
+    let r = lab
+        .call(
+            Method::POST,
+            "/dynamic_disks/d/resize",
+            Some(&tok),
+            Some(json!({"disk_size": 1})),
+        )
+        .await;
+    let t = lab.finish(&tok, &r).await;
+    assert_eq!(t["state"], "error", "{t}");
+    // A bad body is a 400 in the Director's error shape, no task.
+    let r = lab
+        .call(
+            Method::POST,
+            "/dynamic_disks/d/resize",
+            Some(&tok),
+            Some(json!({"disk_size": 0})),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+}

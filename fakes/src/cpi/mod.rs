@@ -379,6 +379,13 @@ impl Cpi {
             .map(drop)
     }
 
+    /// `resize_disk(disk_cid, new_size)` (MiB; the disk must be detached).
+    pub async fn resize_disk(&self, disk_cid: &str, new_size_mib: u64) -> Result<(), CpiFault> {
+        self.call("resize_disk", vec![json!(disk_cid), json!(new_size_mib)])
+            .await
+            .map(drop)
+    }
+
     /// V2 `attach_disk(vm_cid, disk_cid)` → the disk hint.
     pub async fn attach_disk(&self, vm_cid: &str, disk_cid: &str) -> Result<Value, CpiFault> {
         self.call("attach_disk", vec![json!(vm_cid), json!(disk_cid)])

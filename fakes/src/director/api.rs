@@ -131,6 +131,7 @@ fn classify(parts: &Parts) -> CallSpec {
         ("POST", ["dynamic_disks"]) => ("dynamic_disks.create", body_subject),
         ("POST", ["dynamic_disks", n, "attach"]) => ("dynamic_disks.attach", n.to_string()),
         ("POST", ["dynamic_disks", n, "detach"]) => ("dynamic_disks.detach", n.to_string()),
+        ("POST", ["dynamic_disks", n, "resize"]) => ("dynamic_disks.resize", n.to_string()),
         ("GET", ["dynamic_disks", "snapshots"]) => ("dynamic_disks.snapshots", String::new()),
         ("POST", ["dynamic_disks", n, "snapshots"]) => ("dynamic_disks.snapshot", n.to_string()),
         ("DELETE", ["dynamic_disks", "snapshots", c]) => {
@@ -162,6 +163,7 @@ pub(crate) fn router(inner: Shared) -> Router {
         .route("/dynamic_disks/provide", post(provide))
         .route("/dynamic_disks/{name}/attach", post(attach))
         .route("/dynamic_disks/{name}/detach", post(detach))
+        .route("/dynamic_disks/{name}/resize", post(resize))
         .route("/dynamic_disks/{name}", delete(delete_disk))
         .route("/dynamic_disks/snapshots", get(list_snapshots))
         .route("/dynamic_disks/{name}/snapshots", post(take_snapshot))
@@ -805,6 +807,30 @@ async fn detach(
     require(&c, &[Permission::Detach])?;
     check_disk_scope(&inner, &c, &name)?;
     queued(&inner, Job::Detach { disk_name: name }, &c, &headers).await
+}
+
+/// `POST /dynamic_disks/:name/resize {"disk_size": MiB}` (the create scope; grow only, detached only).
+async fn resize(
+    State(inner): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let c = authenticate(&inner, &headers, "/dynamic_disks")?;
+    require(&c, &[Permission::Create])?;
+    check_disk_scope(&inner, &c, &name)?;
+    let m = parse_body(&body)?;
+    let disk_size = size_field(&m)?;
+    queued(
+        &inner,
+        Job::Resize {
+            disk_name: name,
+            disk_size,
+        },
+        &c,
+        &headers,
+    )
+    .await
 }
 
 async fn delete_disk(

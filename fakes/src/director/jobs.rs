@@ -74,6 +74,13 @@ pub(crate) fn describe(inner: &Inner, job: &Job) -> (String, Option<String>) {
             format!("delete dynamic disk '{disk_name}'"),
             disk_dep(disk_name),
         ),
+        Job::Resize {
+            disk_name,
+            disk_size,
+        } => (
+            format!("resize dynamic disk '{disk_name}' to {disk_size} MiB"),
+            disk_dep(disk_name),
+        ),
         Job::Snapshot { disk_name, .. } => (
             format!("snapshot dynamic disk '{disk_name}'"),
             disk_dep(disk_name),
@@ -396,6 +403,34 @@ async fn exec(inner: &Arc<Inner>, task: u64, job: &Job) -> JobResult<(String, Op
             let d = disk(inner, disk_name)?;
             detach(inner, task, d, true).await?;
             Ok((format!("detached dynamic disk '{disk_name}'"), None))
+        }
+        Job::Resize {
+            disk_name,
+            disk_size,
+        } => {
+            let _d = lock(inner, task, format!("lock:disk:{disk_name}")).await?;
+            let mut d = disk(inner, disk_name)?;
+            if let Some(i) = &d.instance_id {
+                // IaaS resize needs the disk detached (the CPI refuses otherwise);
+                // the Director does not detach behind its consumer's back.
+                return fail(format!(
+                    "Dynamic disk '{disk_name}' is attached to instance '{i}'; detach it before resizing"
+                ));
+            }
+            if *disk_size == d.size_mib {
+                return Ok((
+                    format!("dynamic disk '{disk_name}' is already {disk_size} MiB"),
+                    None,
+                ));
+            }
+            checkpoint(inner, task)?;
+            inner.cpi.resize_disk(&d.cid, *disk_size).await?;
+            d.size_mib = *disk_size;
+            inner.state.put_disk(&d)?;
+            Ok((
+                format!("resized dynamic disk '{disk_name}' to {disk_size} MiB"),
+                None,
+            ))
         }
         Job::Snapshot {
             disk_name,

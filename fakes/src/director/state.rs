@@ -84,6 +84,8 @@ pub enum Job {
     Detach { disk_name: String },
     /// `DELETE /dynamic_disks/:name`.
     Delete { disk_name: String },
+    /// `POST /dynamic_disks/:name/resize` (new size in MiB; the disk must be detached).
+    Resize { disk_name: String, disk_size: u64 },
     /// `POST /dynamic_disks/:name/snapshots` (per-disk form of BOSH's
     /// `POST /deployments/:d/jobs/:j/:i/snapshots`).
     Snapshot {
@@ -116,6 +118,7 @@ impl Job {
                 | Job::Attach { .. }
                 | Job::Detach { .. }
                 | Job::Delete { .. }
+                | Job::Resize { .. }
                 | Job::Snapshot { .. }
                 | Job::DeleteSnapshot { .. }
         )
