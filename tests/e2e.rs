@@ -229,6 +229,36 @@ async fn faults_fire_where_aimed() {
     assert!(o.passed(), "{}", summary(&o));
 }
 
+/// The CSI controller killed right after the Director accepted its create.
+/// Not in scenarios/ for the same reason as the restart below: the restarted
+/// controller's start-up calls race the kubelets' in real time (the history
+/// differs in order); the verdicts, one disk and no orphan, do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_crash_after_create_leaves_one_disk() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/bosh-controller-crash-after-create.yaml");
+    let scn = scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let o = drivelab::engine::run(&scn, &RunOptions::default())
+        .await
+        .unwrap();
+    assert!(o.passed(), "{}", summary(&o));
+    let bad = drivelab::engine::run(
+        &scn,
+        &RunOptions {
+            mutants: vec![drivelab::scenario::Mutant::Bosh(
+                bosh_csi::Mutant::CreateNotIdempotent,
+            )],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        !bad.passed(),
+        "create-not-idempotent survived a crash after create"
+    );
+}
+
 /// A Director process restart right after it took an attach. Not in
 /// scenarios/ (whose golden histories must be byte-identical): the restart
 /// breaks the driver's connection before the new Director listens, and whether
