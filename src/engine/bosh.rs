@@ -738,12 +738,7 @@ impl BoshLab {
 
     /// Run a VM operation as the operator would (user `admin`), wait for its task.
     async fn run_job(&self, job: Job) {
-        let what = format!("{job:?}");
-        let r = self.director().run_job(job, "admin").await;
-        self.history.record(EventKind::Note {
-            component: Component::Lab,
-            text: job_note(&what, r),
-        });
+        operator_job(self.director(), &self.history, job).await;
     }
 
     /// Every secret value the run knows of so far.
@@ -982,12 +977,7 @@ impl BoshLab {
             let sched = self.sched.clone();
             let history = self.history.clone();
             handles.push(tokio::spawn(async move {
-                let what = format!("{j:?}");
-                let r = director.run_job(j, "admin").await;
-                history.record(EventKind::Note {
-                    component: Component::Lab,
-                    text: job_note(&what, r),
-                });
+                operator_job(director, &history, j).await;
                 sched.actor_done();
                 Ok(())
             }));
@@ -1457,12 +1447,11 @@ fn attach_figures(events: &[drivelab_fakes::history::Event]) -> Vec<String> {
     ]
 }
 
-/// The history note for how an operator's job ended.
-fn job_note(
-    what: &str,
-    r: Result<drivelab_fakes::director::TaskView, drivelab_fakes::director::DirectorError>,
-) -> String {
-    match r {
+/// An operator's VM operation (user `admin`): run it, wait for its task, and
+/// note in the history how it ended.
+async fn operator_job(director: Director, history: &History, job: Job) {
+    let what = format!("{job:?}");
+    let text = match director.run_job(job, "admin").await {
         Ok(t) => format!(
             "operator task {} ({}) ended {:?}{}",
             t.id,
@@ -1471,7 +1460,11 @@ fn job_note(
             t.result.map(|r| format!(": {r}")).unwrap_or_default()
         ),
         Err(e) => format!("operator job {what} could not run: {e}"),
-    }
+    };
+    history.record(EventKind::Note {
+        component: Component::Lab,
+        text,
+    });
 }
 
 /// What one actor of a `concurrent:` block drives.

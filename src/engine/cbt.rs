@@ -315,13 +315,7 @@ impl Cbt {
                     Err(e) => got.code = fail(e),
                     Ok(mut s) => {
                         got.session = s.session.clone();
-                        got.code = loop {
-                            match s.next().await {
-                                Ok(Some(m)) => tuples.extend(m.block_metadata),
-                                Ok(None) => break "OK".into(),
-                                Err(e) => break fail(e),
-                            }
-                        };
+                        got.code = drain(&mut s, &mut tuples, |m| m.block_metadata).await;
                     }
                 }
             }
@@ -338,19 +332,28 @@ impl Cbt {
                     Err(e) => got.code = fail(e),
                     Ok(mut s) => {
                         got.session = s.session.clone();
-                        got.code = loop {
-                            match s.next().await {
-                                Ok(Some(m)) => tuples.extend(m.block_metadata),
-                                Ok(None) => break "OK".into(),
-                                Err(e) => break fail(e),
-                            }
-                        };
+                        got.code = drain(&mut s, &mut tuples, |m| m.block_metadata).await;
                     }
                 }
             }
         }
         got.blocks = blocks_of(&tuples);
         got
+    }
+}
+
+/// Read a metadata stream to its end into `tuples`; how it ended (`OK` or a code).
+async fn drain<T>(
+    s: &mut drivelab_fakes::csi::snapshot_metadata::MetadataStream<T>,
+    tuples: &mut Vec<BlockMetadata>,
+    blocks: fn(T) -> Vec<BlockMetadata>,
+) -> String {
+    loop {
+        match s.next().await {
+            Ok(Some(m)) => tuples.extend(blocks(m)),
+            Ok(None) => return "OK".into(),
+            Err(e) => return code_name(e.code()),
+        }
     }
 }
 
