@@ -22,7 +22,7 @@ e2e: build
 	rm -rf $(REPORT_DIR)
 	$(CARGO) run --locked --quiet -- run scenarios/ --report-dir $(REPORT_DIR)
 	rm -rf $(SPAWNED_REPORT_DIR)
-	$(CARGO) build --locked --quiet -p cosi-s3 --bin cosi-s3
+	$(CARGO) build --locked --quiet --workspace --bins
 	$(CARGO) run --locked --quiet -- run scenarios/cosi/ --report-dir $(SPAWNED_REPORT_DIR) \
 	  --driver '{command: [target/debug/cosi-s3, --endpoint, "{endpoint}"]}'
 

@@ -760,24 +760,59 @@ async fn sweep(
 }
 
 /// The mutation test and its kill table.
+/// Runs `jobs` (scenario, mutants) at a time, answers in input order. The kill
+/// table is every mutant against every scenario of its driver: one at a time it
+/// was most of `make test`'s run time, and the runs share nothing but the process.
+/// The biggest scenarios start first, so the one long run (a 100-volume churn
+/// against a driver that fails every call) is not the tail everyone waits for.
+async fn run_batch(
+    runs: Vec<(scenario::Scenario, Vec<Mutant>)>,
+    seed: Option<u64>,
+    jobs: usize,
+) -> Vec<anyhow::Result<engine::RunOutcome>> {
+    use futures_util::stream::{self, StreamExt};
+    fn size(step: &scenario::Step) -> usize {
+        match step {
+            scenario::Step::Concurrent(inner) => inner.iter().map(size).sum(),
+            _ => 1,
+        }
+    }
+    let mut runs: Vec<_> = runs.into_iter().enumerate().collect();
+    runs.sort_by_key(|(i, (scn, _))| {
+        let steps: usize = scn.steps.iter().map(|s| size(&s.value)).sum();
+        (std::cmp::Reverse(steps), *i)
+    });
+    let mut done: Vec<(usize, anyhow::Result<engine::RunOutcome>)> = stream::iter(runs)
+        .map(|(i, (scn, mutants))| async move {
+            let opts = engine::RunOptions {
+                seed,
+                mutants,
+                ..Default::default()
+            };
+            let name = scn.name.clone();
+            let res = tokio::spawn(async move { engine::run(&scn, &opts).await })
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("{name}: the run panicked: {e}")));
+            (i, res)
+        })
+        .buffer_unordered(jobs.max(1))
+        .collect()
+        .await;
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
 async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> ExitCode {
     let scenarios = match load_all(&paths, None, None) {
         Ok(s) => s,
         Err(c) => return c,
     };
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Kills only mean something if the correct driver passes everything.
     let mut baseline_ok = true;
-    for scn in &scenarios {
-        match engine::run(
-            scn,
-            &engine::RunOptions {
-                seed,
-                mutants: vec![],
-                ..Default::default()
-            },
-        )
-        .await
-        {
+    let baseline = scenarios.iter().map(|s| (s.clone(), vec![])).collect();
+    for (scn, res) in scenarios.iter().zip(run_batch(baseline, seed, jobs).await) {
+        match res {
             Ok(o) if o.passed() => {}
             Ok(o) => {
                 baseline_ok = false;
@@ -800,43 +835,44 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
     } else {
         only
     };
+    // A mutant lives in one driver: only that driver's scenarios can kill it.
+    let pairs: Vec<(Mutant, &scenario::Scenario)> = mutants
+        .iter()
+        .flat_map(|m| {
+            scenarios
+                .iter()
+                .filter(|s| s.driver.builtin() == Some(m.driver()))
+                .map(move |s| (*m, s))
+        })
+        .collect();
+    let batch = pairs.iter().map(|(m, s)| ((*s).clone(), vec![*m])).collect();
+    let results = run_batch(batch, seed, jobs).await;
+    let mut kills: std::collections::BTreeMap<Mutant, Vec<String>> = Default::default();
+    for ((m, scn), res) in pairs.iter().zip(results) {
+        let entry = kills.entry(*m).or_default();
+        match res {
+            Ok(o) => {
+                let mut what: Vec<&str> = o
+                    .verdicts
+                    .iter()
+                    .filter(|v| !v.passed)
+                    .map(|v| v.invariant)
+                    .collect();
+                if !o.expect_failures.is_empty() {
+                    what.push("expect");
+                }
+                if !what.is_empty() {
+                    entry.push(format!("{} → {}", o.scenario, what.join(", ")));
+                }
+            }
+            Err(e) => entry.push(format!("{} → lab error ({e})", scn.name)),
+        }
+    }
     let mut survivors = Vec::new();
     drivelab::outln!("| mutant | killed by (scenario → invariant) |");
     drivelab::outln!("|---|---|");
     for m in &mutants {
-        let mut kills: Vec<String> = Vec::new();
-        // A mutant lives in one driver: only that driver's scenarios can kill it.
-        for scn in scenarios
-            .iter()
-            .filter(|s| s.driver.builtin() == Some(m.driver()))
-        {
-            match engine::run(
-                scn,
-                &engine::RunOptions {
-                    seed,
-                    mutants: vec![*m],
-                    ..Default::default()
-                },
-            )
-            .await
-            {
-                Ok(o) => {
-                    let mut what: Vec<&str> = o
-                        .verdicts
-                        .iter()
-                        .filter(|v| !v.passed)
-                        .map(|v| v.invariant)
-                        .collect();
-                    if !o.expect_failures.is_empty() {
-                        what.push("expect");
-                    }
-                    if !what.is_empty() {
-                        kills.push(format!("{} → {}", o.scenario, what.join(", ")));
-                    }
-                }
-                Err(e) => kills.push(format!("{} → lab error ({e})", scn.name)),
-            }
-        }
+        let kills = kills.remove(m).unwrap_or_default();
         if kills.is_empty() {
             survivors.push(m.name());
             drivelab::outln!("| {} | **SURVIVED** |", m.name());

@@ -19,8 +19,11 @@ fn load(rel: &str) -> Scenario {
     scenario::load(&root().join("scenarios").join(rel)).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The `cosi-s3` binary next to `drivelab` in the target dir (built here if missing,
-/// because `cargo test -p drivelab` builds only drivelab's own binaries).
+/// The `cosi-s3` binary next to `drivelab` in the target dir. It is built by
+/// the same command `make test` builds with (`cargo test --workspace --no-run`),
+/// not by `cargo build -p cosi-s3`: that one unifies features over cosi-s3's
+/// dependencies alone, so it recompiled most of the tree inside this test
+/// (minutes of CI) for a binary the workspace build had just made.
 fn cosi_s3_bin() -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_drivelab"))
         .parent()
@@ -31,11 +34,11 @@ fn cosi_s3_bin() -> PathBuf {
     BUILD.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--locked", "-p", "cosi-s3", "--bin", "cosi-s3"])
+            .args(["test", "--locked", "--workspace", "--no-run", "--quiet"])
             .current_dir(root())
             .status()
-            .expect("running cargo build -p cosi-s3");
-        assert!(status.success(), "cargo build -p cosi-s3 failed");
+            .expect("running cargo test --workspace --no-run");
+        assert!(status.success(), "cargo test --workspace --no-run failed");
     });
     assert!(bin.exists(), "{} missing after the build", bin.display());
     bin
