@@ -249,6 +249,7 @@ impl Slice {
                     .unwrap(),
             ),
             nodes: agents,
+            snapshotter: None,
         };
         kube.create(
             Kind::StorageClass,

@@ -1301,6 +1301,7 @@ async fn resync_converges_the_whole_lifecycle_from_concurrent_tasks() {
         provisioner: Arc::new(prov),
         attacher: Arc::new(att),
         nodes: [(NODE.to_string(), Arc::new(node))].into(),
+        snapshotter: None,
     });
     for (c, p) in [("a", "pa"), ("b", "pb")] {
         kube.create(

@@ -85,6 +85,10 @@ pub struct BoshObservations {
     pub iaas_disks: Vec<String>,
     /// Director disks at the end.
     pub director_disks: Vec<DiskView>,
+    /// IaaS snapshot cids at the end.
+    pub iaas_snapshots: Vec<String>,
+    /// `status.snapshotHandle` of every VolumeSnapshotContent at the end.
+    pub snapshot_handles: BTreeSet<String>,
     /// Director tasks at the end.
     pub tasks: Vec<TaskView>,
     /// The driver's UAA client.
@@ -268,10 +272,33 @@ fn no_orphans(obs: &BoshObservations) -> Verdict {
             Some(_) => {}
         }
     }
+    for cid in &obs.iaas_snapshots {
+        if !obs.snapshot_handles.contains(cid) {
+            v.fail(
+                format!("IaaS snapshot {cid} is owned by no VolumeSnapshotContent"),
+                snapshot_creates_of(obs, cid),
+            );
+        }
+    }
     v.finish(format!(
-        "{} IaaS disks, each owned by a Director disk of a live PersistentVolume",
-        obs.iaas_disks.len()
+        "{} IaaS disks, each owned by a Director disk of a live PersistentVolume; {} IaaS snapshots, each owned by a VolumeSnapshotContent",
+        obs.iaas_disks.len(),
+        obs.iaas_snapshots.len()
     ))
+}
+
+/// The CreateSnapshot calls that made `cid`, or whose reply was lost.
+fn snapshot_creates_of(obs: &BoshObservations, cid: &str) -> Vec<CallId> {
+    obs.exchanges
+        .iter()
+        .filter(|e| matches!(&e.request, DriverRequest::CreateSnapshot(_)))
+        .filter(|e| match &e.reply {
+            DriverReply::Snapshot(Some(s)) => s.snapshot_id == cid,
+            DriverReply::Failed { .. } => true,
+            _ => false,
+        })
+        .map(|e| e.call)
+        .collect()
 }
 
 fn creates_of(obs: &BoshObservations, cid: &str) -> Vec<CallId> {

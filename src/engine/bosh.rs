@@ -17,6 +17,7 @@ use drivelab_fakes::csi::cluster::{CsiSidecars, CsiTarget};
 use drivelab_fakes::csi::kubelet::{self, NodeAgent};
 use drivelab_fakes::csi::mounts::{Device, DeviceSource, Filesystems, MountTable};
 use drivelab_fakes::csi::provisioner::Provisioner;
+use drivelab_fakes::csi::snapshotter::Snapshotter;
 use drivelab_fakes::csi::{DriverReply, DriverRequest, Exchange, KubeSlot, Reconcile};
 use drivelab_fakes::director::{
     ClientConfig, DeploymentConfig, Director, DirectorConfig, DiskPoolConfig, InstanceGroupConfig,
@@ -472,12 +473,20 @@ impl BoshLab {
                     .context("the external-attacher could not reach the controller")?,
             ),
             nodes: agents,
+            snapshotter: Some(Arc::new(
+                Snapshotter::connect(&ctl_sock, slot.clone(), gate())
+                    .await
+                    .context("the external-snapshotter could not reach the controller")?,
+            )),
         });
         // The sidecars' per-call deadline, as the scenario's driver declares it.
         sidecars
             .provisioner
             .set_call_timeout(scn.driver.call_timeout);
         sidecars.attacher.set_call_timeout(scn.driver.call_timeout);
+        if let Some(s) = &sidecars.snapshotter {
+            s.set_call_timeout(scn.driver.call_timeout);
+        }
         for a in sidecars.nodes.values() {
             a.set_call_timeout(scn.driver.call_timeout);
         }
@@ -495,7 +504,7 @@ impl BoshLab {
             &ctl_sock,
             &clock,
             &mut rng,
-            gate(),
+            &slot,
             gate(),
             block_l,
             block_secret,
@@ -623,11 +632,14 @@ impl BoshLab {
                 Step::ResendCreateVolume(r) => self.resend_create(r).await?,
                 Step::WriteBlocks(w) => self.write_blocks(w)?,
                 Step::Snapshot(sn) => {
-                    let handle = self.handle_of(&sn.namespace, &sn.volume)?;
-                    self.last_step_code = Some(self.cbt.snapshot(sn, &handle).await);
+                    let uid = self.cbt.snapshot(sn)?;
+                    self.norm.id("csi-snapshot", &format!("snapshot-{uid}"));
+                    self.norm.id("snapcontent", &format!("snapcontent-{uid}"));
+                    self.converge().await?;
                 }
                 Step::DeleteSnapshot(sn) => {
-                    self.last_step_code = Some(self.cbt.delete_snapshot(sn).await);
+                    self.cbt.delete_snapshot(sn)?;
+                    self.converge().await?;
                 }
                 Step::Backup(b) => {
                     let code = self
@@ -1106,6 +1118,8 @@ impl BoshLab {
             Kind::VolumeAttachment,
             Kind::Pod,
             Kind::CsiNode,
+            Kind::VolumeSnapshot,
+            Kind::VolumeSnapshotContent,
         ] {
             out.push_str(&Value::Array(self.kube.list(k, None)?).to_string());
         }
@@ -1119,6 +1133,9 @@ impl BoshLab {
     fn exchanges(&self) -> Vec<Exchange> {
         let mut all = self.sidecars.provisioner.exchanges();
         all.extend(self.sidecars.attacher.exchanges());
+        if let Some(s) = &self.sidecars.snapshotter {
+            all.extend(s.exchanges());
+        }
         for a in self.sidecars.nodes.values() {
             all.extend(a.exchanges());
         }
@@ -1249,6 +1266,34 @@ impl BoshLab {
                 fails.push(format!("the IaaS has {got} disks, expected {want}"));
             }
         }
+        if let Some(want) = e.iaas_snapshots {
+            let got = self.director().cpi().snapshots().len();
+            if got != want {
+                fails.push(format!("the IaaS has {got} snapshots, expected {want}"));
+            }
+        }
+        if let (Some(name), Some(want)) = (&e.snapshot, e.ready_to_use) {
+            let vs = self
+                .kube
+                .get(Kind::VolumeSnapshot, Some(&e.namespace), name)
+                .ok()
+                .flatten();
+            let got = vs
+                .as_ref()
+                .is_some_and(|v| v.pointer("/status/readyToUse") == Some(&json!(true)));
+            if got != want {
+                let error = vs
+                    .as_ref()
+                    .map(|v| str_at(v, &["status", "error", "message"]))
+                    .filter(|m| !m.is_empty())
+                    .map(|m| format!(" (status.error: {m})"))
+                    .unwrap_or_default();
+                fails.push(format!(
+                    "VolumeSnapshot {}/{name}: readyToUse is {got}, expected {want}{error}",
+                    e.namespace
+                ));
+            }
+        }
         if let Some(calls) = &e.driver_calls {
             for (rpc, want) in calls {
                 let got = all.iter().filter(|x| x.request.rpc() == rpc).count();
@@ -1329,6 +1374,20 @@ impl BoshLab {
                 .map(|d| d.cid)
                 .collect(),
             director_disks: self.director().disks(),
+            iaas_snapshots: self
+                .director()
+                .cpi()
+                .snapshots()
+                .into_iter()
+                .map(|s| s.cid)
+                .collect(),
+            snapshot_handles: self
+                .kube
+                .list(Kind::VolumeSnapshotContent, None)?
+                .iter()
+                .map(|c| str_at(c, &["status", "snapshotHandle"]))
+                .filter(|h| !h.is_empty())
+                .collect(),
             tasks: self.director().tasks(),
             client_id: CLIENT_ID.to_string(),
             client_deployments: self.spec.client_deployments.clone(),
@@ -1573,5 +1632,6 @@ fn sidecar_of(t: &CsiTarget) -> Component {
         CsiTarget::Provision(_) => Component::CsiProvisioner,
         CsiTarget::Attach(_) => Component::CsiAttacher,
         CsiTarget::Node { .. } => Component::Kubelet,
+        CsiTarget::Snapshot(_) => Component::CsiSnapshotter,
     }
 }

@@ -1,6 +1,6 @@
 //! Changed-block tracking in the BOSH lab: the IaaS block API, the fake
 //! external-snapshot-metadata sidecar with the Kubernetes token and access
-//! reviews, the lab as external-snapshotter (CreateSnapshot/DeleteSnapshot),
+//! reviews, VolumeSnapshots (the fake external-snapshotter makes them real),
 //! and the backup client whose every answer is kept beside the ground truth.
 
 use std::collections::BTreeMap;
@@ -11,15 +11,18 @@ use anyhow::{anyhow, Context};
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cpi::{Cpi, BLOCK_SIZE};
 use drivelab_fakes::csi::snapshot_metadata::{
-    AllocatedRequest, DeltaRequest, SnapshotIndex, SnapshotMetadataSidecar,
+    AllocatedRequest, DeltaRequest, SnapshotMetadataService, SnapshotMetadataSidecar,
 };
-use drivelab_fakes::csi::DriverConn;
+use drivelab_fakes::csi::KubeSlot;
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, EventKind, History};
+use drivelab_fakes::json::str_at;
 use drivelab_fakes::kube::review::{Grant, Reviews};
+use drivelab_fakes::kube::{Kind, KubeFake, SNAPSHOT_API_VERSION};
 use drivelab_fakes::secret::Secret;
 use drivelab_fakes::serve::Listener;
-use drivelab_proto::csi::{controller_client::ControllerClient, BlockMetadata};
+use drivelab_proto::csi::BlockMetadata;
+use serde_json::json;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
@@ -28,6 +31,8 @@ use crate::scenario::{BackupStep, BackupToken, ReplayStep, SnapshotRef, Snapshot
 
 /// The audience the SnapshotMetadataService advertises (tokens are requested for it).
 pub const AUDIENCE: &str = "bosh-csi-snapshot-metadata";
+/// The VolumeSnapshotClass the lab creates (the driver's default, deletionPolicy Delete).
+pub const SNAPSHOT_CLASS: &str = "bosh-snapshots";
 /// How long a driver session token lasts (virtual time).
 pub const SESSION_TTL: Duration = Duration::from_secs(300);
 const BACKUP_NS: &str = "backup";
@@ -37,11 +42,10 @@ const BACKUP_SA: &str = "backup-sa";
 pub(super) struct Cbt {
     sidecar: SnapshotMetadataSidecar,
     reviews: Reviews,
-    index: SnapshotIndex,
-    snapshotter: DriverConn,
+    kube: KubeFake,
+    /// The audience read from the SnapshotMetadataService object, as a client finds it.
+    audience: String,
     _block_l: Listener,
-    /// (namespace, VolumeSnapshot) → CSI snapshot id.
-    snapshots: BTreeMap<(String, String), String>,
     /// Each backup, by name.
     pub backups: BTreeMap<String, BackupRecord>,
     /// Each session replay, in order.
@@ -52,16 +56,37 @@ pub(super) struct Cbt {
 }
 
 impl Cbt {
-    /// The sidecar and the snapshotter's connection on the controller's socket.
+    /// The sidecar on the controller's socket, the default VolumeSnapshotClass
+    /// and the SnapshotMetadataService object that advertises the sidecar.
     pub(super) async fn start(
         controller: &Path,
         clock: &SimClock,
         rng: &mut ChaCha20Rng,
+        kube: &KubeSlot,
         sidecar_gate: Gate,
-        snapshotter_gate: Gate,
         block_l: Listener,
         block_secret: Secret,
     ) -> anyhow::Result<Self> {
+        let api = drivelab_fakes::csi::kube_of(kube);
+        api.create(
+            Kind::VolumeSnapshotClass,
+            json!({"apiVersion": SNAPSHOT_API_VERSION, "kind": "VolumeSnapshotClass",
+                "metadata": {"name": SNAPSHOT_CLASS, "annotations":
+                    {drivelab_fakes::csi::snapshotter::DEFAULT_CLASS: "true"}},
+                "driver": bosh_csi::DRIVER_NAME, "deletionPolicy": "Delete"}),
+        )
+        .map_err(|e| anyhow!("creating VolumeSnapshotClass {SNAPSHOT_CLASS}: {e}"))?;
+        let service = SnapshotMetadataService {
+            name: bosh_csi::DRIVER_NAME.into(),
+            address: "csi-snapshot-metadata.kube-system.svc:6443".into(),
+            ca_cert: "-----BEGIN CERTIFICATE-----\nlab\n-----END CERTIFICATE-----\n".into(),
+            audience: AUDIENCE.into(),
+        };
+        let sms = api
+            .create(Kind::SnapshotMetadataService, service.to_object())
+            .map_err(|e| anyhow!("creating the SnapshotMetadataService: {e}"))?;
+        // The backup client learns the audience from the object, as a real one does.
+        let audience = str_at(&sms, &["spec", "audience"]);
         let reviews = Reviews::new(clock.clone(), rng.random());
         // The backup service account may read VolumeSnapshots in the scenario namespace.
         reviews.grant(Grant {
@@ -71,28 +96,22 @@ impl Cbt {
             resource: "volumesnapshots".into(),
             namespace: "default".into(),
         });
-        let index = SnapshotIndex::default();
         let sidecar = SnapshotMetadataSidecar::connect(
             controller,
             reviews.clone(),
-            index.clone(),
+            kube.clone(),
             sidecar_gate,
-            AUDIENCE,
+            &service.audience,
         )
         .await
         .context("the snapshot-metadata sidecar could not reach the controller")?;
-        let snapshotter =
-            DriverConn::connect(controller, Component::CsiSnapshotter, snapshotter_gate)
-                .await
-                .map_err(|e| anyhow!("the snapshotter could not reach the controller: {e}"))?;
         let forged = format!("forged.{}", super::random_token(rng, 24));
         Ok(Self {
             sidecar,
             reviews,
-            index,
-            snapshotter,
+            kube: api,
+            audience,
             _block_l: block_l,
-            snapshots: BTreeMap::new(),
             backups: BTreeMap::new(),
             replays: Vec::new(),
             secrets: vec![block_secret],
@@ -100,58 +119,40 @@ impl Cbt {
         })
     }
 
-    /// CreateSnapshot as the external-snapshotter sends it; the VolumeSnapshot
-    /// is bound to the answer. Returns the reply's code.
-    pub(super) async fn snapshot(&mut self, s: &SnapshotStep, handle: &str) -> String {
-        let req = drivelab_proto::csi::CreateSnapshotRequest {
-            source_volume_id: handle.to_string(),
-            name: format!("snapshot-{}-{}", s.namespace, s.name),
-            ..Default::default()
-        };
-        let r = self
-            .snapshotter
-            .startup("CreateSnapshot", |ch| async move {
-                ControllerClient::new(ch).create_snapshot(req).await
-            })
-            .await;
-        match r {
-            Ok(resp) => match resp.snapshot {
-                Some(snap) => {
-                    self.index.bind(&s.namespace, &s.name, &snap.snapshot_id);
-                    self.snapshots
-                        .insert((s.namespace.clone(), s.name.clone()), snap.snapshot_id);
-                    "OK".into()
-                }
-                None => "INTERNAL".into(),
-            },
-            Err(e) => code_of(&e),
-        }
+    /// Create the VolumeSnapshot of a step (the snapshotter makes it real
+    /// when the lab converges); its uid.
+    pub(super) fn snapshot(&self, s: &SnapshotStep) -> anyhow::Result<String> {
+        let vs = self
+            .kube
+            .create(
+                Kind::VolumeSnapshot,
+                json!({"apiVersion": SNAPSHOT_API_VERSION, "kind": "VolumeSnapshot",
+                    "metadata": {"name": s.name, "namespace": s.namespace},
+                    "spec": {"volumeSnapshotClassName": SNAPSHOT_CLASS,
+                        "source": {"persistentVolumeClaimName": s.volume}}}),
+            )
+            .map_err(|e| anyhow!("creating VolumeSnapshot {}/{}: {e}", s.namespace, s.name))?;
+        Ok(str_at(&vs, &["metadata", "uid"]))
     }
 
-    /// DeleteSnapshot of a VolumeSnapshot's snapshot (the binding stays, as a
-    /// VolumeSnapshot's status would until it is gone).
-    pub(super) async fn delete_snapshot(&mut self, s: &SnapshotRef) -> String {
-        let Some(id) = self
-            .snapshots
-            .get(&(s.namespace.clone(), s.name.clone()))
-            .cloned()
-        else {
-            return "NOT_FOUND".into();
-        };
-        let req = drivelab_proto::csi::DeleteSnapshotRequest {
-            snapshot_id: id,
-            ..Default::default()
-        };
-        match self
-            .snapshotter
-            .startup("DeleteSnapshot", |ch| async move {
-                ControllerClient::new(ch).delete_snapshot(req).await
-            })
-            .await
-        {
-            Ok(_) => "OK".into(),
-            Err(e) => code_of(&e),
-        }
+    /// Delete the VolumeSnapshot of a step (gone already: nothing to do).
+    pub(super) fn delete_snapshot(&self, s: &SnapshotRef) -> anyhow::Result<()> {
+        self.kube
+            .delete(Kind::VolumeSnapshot, Some(&s.namespace), &s.name)
+            .map_err(|e| anyhow!("deleting VolumeSnapshot {}/{}: {e}", s.namespace, s.name))?;
+        Ok(())
+    }
+
+    /// The CSI snapshot id a VolumeSnapshot is bound to, read as the lab's
+    /// ground truth (not through any gate).
+    fn handle(&self, ns: &str, name: &str) -> Option<String> {
+        let vs = self.kube.get(Kind::VolumeSnapshot, Some(ns), name).ok()??;
+        let content = str_at(&vs, &["status", "boundVolumeSnapshotContentName"]);
+        let c = self
+            .kube
+            .get(Kind::VolumeSnapshotContent, None, &content)
+            .ok()??;
+        Some(str_at(&c, &["status", "snapshotHandle"])).filter(|h| !h.is_empty())
     }
 
     fn token(&mut self, kind: BackupToken, clock: &SimClock) -> String {
@@ -159,12 +160,12 @@ impl Cbt {
         let t = match kind {
             BackupToken::Valid => self
                 .reviews
-                .issue_token(BACKUP_NS, BACKUP_SA, AUDIENCE, hour),
+                .issue_token(BACKUP_NS, BACKUP_SA, &self.audience, hour),
             BackupToken::Expired => {
                 let t = self.reviews.issue_token(
                     BACKUP_NS,
                     BACKUP_SA,
-                    AUDIENCE,
+                    &self.audience,
                     Duration::from_secs(1),
                 );
                 clock.advance_to(clock.now().after(Duration::from_secs(2)));
@@ -176,7 +177,7 @@ impl Cbt {
             }
             BackupToken::NoRole => self
                 .reviews
-                .issue_token(BACKUP_NS, "intruder", AUDIENCE, hour),
+                .issue_token(BACKUP_NS, "intruder", &self.audience, hour),
             BackupToken::Forged => self.forged.clone(),
         };
         self.secrets.push(Secret::new(t.clone()));
@@ -193,11 +194,7 @@ impl Cbt {
         cpi: &Cpi,
     ) -> String {
         let token = self.token(b.token, clock);
-        let id = |n: &str| {
-            self.snapshots
-                .get(&(b.namespace.clone(), n.to_string()))
-                .cloned()
-        };
+        let id = |n: &str| self.handle(&b.namespace, n);
         let target = id(&b.snapshot);
         let base = b.base.as_deref().and_then(id);
         // The ground truth as the IaaS knows it right now (None: a snapshot is gone).
@@ -393,11 +390,4 @@ fn driver_calls_since(history: &History, from: usize) -> usize {
 
 fn code_name(c: tonic::Code) -> String {
     drivelab_fakes::csi::code_name(c)
-}
-
-fn code_of(e: &drivelab_fakes::csi::CsiError) -> String {
-    match e {
-        drivelab_fakes::csi::CsiError::Startup { status, .. } => code_name(status.code()),
-        _ => "UNAVAILABLE".into(),
-    }
 }

@@ -154,6 +154,10 @@ pub const CSI_DRIVER_OPS: &[&str] = &[
     "NodePublishVolume",
     "NodeUnpublishVolume",
     "NodeGetInfo",
+    "CreateSnapshot",
+    "DeleteSnapshot",
+    "GetMetadataAllocated",
+    "GetMetadataDelta",
 ];
 
 /// How a fault looks in the file (one key: the action).

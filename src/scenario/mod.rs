@@ -526,6 +526,15 @@ pub struct Expectation {
     /// BOSH: how many disks the IaaS has.
     #[serde(default)]
     pub iaas_disks: Option<usize>,
+    /// BOSH: a VolumeSnapshot whose readiness to check (with `ready_to_use`).
+    #[serde(default)]
+    pub snapshot: Option<String>,
+    /// BOSH: expected `status.readyToUse` of `snapshot` (false also when it is gone).
+    #[serde(default)]
+    pub ready_to_use: Option<bool>,
+    /// BOSH: how many snapshots the IaaS has.
+    #[serde(default)]
+    pub iaas_snapshots: Option<usize>,
 }
 
 /// Counts of what the driver made in the backend (the lab's own canary excluded).
@@ -1643,6 +1652,13 @@ impl Validator<'_> {
     }
 
     fn expectation(&self, here: &Spanned<()>, e: &Expectation) -> Result<(), ScenarioError> {
+        if e.snapshot.is_some() != e.ready_to_use.is_some() {
+            return Err(self.err(
+                here,
+                "`snapshot` and `ready_to_use` go together",
+                Some("write `snapshot: NAME` and `ready_to_use: true|false`"),
+            ));
+        }
         if e.bound.is_some() != e.volume.is_some() {
             return Err(self.err(
                 here,
@@ -1679,12 +1695,14 @@ impl Validator<'_> {
             && e.volume.is_none()
             && e.pod.is_none()
             && e.iaas_disks.is_none()
+            && e.snapshot.is_none()
+            && e.iaas_snapshots.is_none()
         {
             return Err(self.err(
                 here,
                 "`expect` asserts nothing",
                 Some(
-                    "give at least one of code, claim/ready, access/granted, backend, driver_calls (COSI), volume/bound, pod/running, iaas_disks (BOSH)",
+                    "give at least one of code, claim/ready, access/granted, backend, driver_calls (COSI), volume/bound, pod/running, iaas_disks, snapshot/ready_to_use, iaas_snapshots (BOSH)",
                 ),
             ));
         }

@@ -255,3 +255,50 @@ fn a_bosh_step_in_a_cosi_file_says_what_is_missing() {
     assert!(e.message.contains("no `bosh:` section"), "{e}");
     assert_eq!(e.line, 13, "{e}");
 }
+
+#[test]
+fn snapshot_expectations_point_at_the_step() {
+    let ok = BOSH.replace(
+        "  - delete_volume: { name: data }",
+        "  - snapshot: { name: s1, volume: data }\n  - expect: { snapshot: s1, ready_to_use: true, iaas_snapshots: 1 }",
+    );
+    let s = p(&ok).unwrap();
+    match &s.steps[4].value {
+        Step::Expect(e) => {
+            assert_eq!(e.snapshot.as_deref(), Some("s1"));
+            assert_eq!(e.ready_to_use, Some(true));
+            assert_eq!(e.iaas_snapshots, Some(1));
+        }
+        other => panic!("{other:?}"),
+    }
+    let cases = [
+        (
+            ok.replace("snapshot: s1, ready_to_use: true, ", ""),
+            None,
+        ),
+        (
+            ok.replace(", ready_to_use: true", ""),
+            Some("`snapshot` and `ready_to_use` go together"),
+        ),
+        (
+            ok.replace("ready_to_use: true", "ready_to_use: soon"),
+            Some("invalid boolean"),
+        ),
+        (
+            ok.replace("iaas_snapshots: 1", "iaas_snapshots: -1"),
+            Some("invalid u64"),
+        ),
+    ];
+    for (text, needle) in cases {
+        match needle {
+            None => {
+                p(&text).unwrap();
+            }
+            Some(needle) => {
+                let e = p(&text).expect_err(needle);
+                assert!(e.message.contains(needle), "{needle}: {e}");
+                assert_eq!((e.line, e.col > 0), (11, true), "{needle}: {e}");
+            }
+        }
+    }
+}

@@ -169,6 +169,12 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             if let Some(n) = e.iaas_disks {
                 parts.push(format!("iaas_disks: {n}"));
             }
+            if let (Some(v), Some(r)) = (&e.snapshot, e.ready_to_use) {
+                parts.push(format!("snapshot: {}, ready_to_use: {r}", q(v)));
+            }
+            if let Some(n) = e.iaas_snapshots {
+                parts.push(format!("iaas_snapshots: {n}"));
+            }
             format!("expect: {{ {} }}", parts.join(", "))
         }
         Step::Fault(f) => format!("fault: {{ {} }}", fault_yaml(f)),

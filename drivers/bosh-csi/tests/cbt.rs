@@ -15,7 +15,7 @@ use bosh_csi::{BoshCsiDriver, DriverConfig, Mode, Mutant, Secret};
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cpi::{BlockRange, Cpi, CpiConfig, BLOCK_SIZE};
 use drivelab_fakes::csi::snapshot_metadata::{
-    AllocatedRequest, DeltaRequest, SnapshotIndex, SnapshotMetadataService, SnapshotMetadataSidecar,
+    AllocatedRequest, DeltaRequest, SnapshotMetadataService, SnapshotMetadataSidecar,
 };
 use drivelab_fakes::director::{
     ClientConfig, DeploymentConfig, Director, DirectorConfig, DiskPoolConfig, InstanceGroupConfig,
@@ -102,7 +102,7 @@ struct Lab {
     ctl: ControllerClient<Channel>,
     sidecar: SnapshotMetadataSidecar,
     reviews: Reviews,
-    index: SnapshotIndex,
+    kube: drivelab_fakes::kube::KubeFake,
     service: SnapshotMetadataService,
     _ls: Vec<Listener>,
     _dir: tempfile::TempDir,
@@ -203,11 +203,11 @@ impl Lab {
             resource: "volumesnapshots".into(),
             namespace: NS.into(),
         });
-        let index = SnapshotIndex::default();
+        let kube = drivelab_fakes::kube::in_memory(gate.clone(), 7).unwrap();
         let sidecar = SnapshotMetadataSidecar::connect(
             &socket,
             reviews.clone(),
-            index.clone(),
+            Arc::new(std::sync::RwLock::new(kube.clone())),
             gate.clone(),
             AUDIENCE,
         )
@@ -222,7 +222,7 @@ impl Lab {
             ctl: ControllerClient::new(channel.expect("driver socket")),
             sidecar,
             reviews,
-            index,
+            kube,
             service: SnapshotMetadataService {
                 name: bosh_csi::DRIVER_NAME.into(),
                 address: "snapshot-metadata.csi.svc:6443".into(),
@@ -302,7 +302,14 @@ impl Lab {
             .snapshot
             .unwrap()
             .snapshot_id;
-        self.index.bind(ns, name, &id);
+        drivelab_fakes::csi::snapshotter::pre_provisioned(
+            &self.kube,
+            bosh_csi::DRIVER_NAME,
+            ns,
+            name,
+            &id,
+        )
+        .unwrap();
         id
     }
 

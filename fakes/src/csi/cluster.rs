@@ -1,4 +1,4 @@
-//! The three CSI sidecars of one driver as one unit for the engine: one target
+//! The CSI sidecars of one driver as one unit for the engine: one target
 //! type, one `reconcile`, and the resync list (every object a watch would
 //! deliver), so the engine can schedule them like the COSI sidecar's targets.
 
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::attacher::{AttachTarget, Attacher};
 use super::kubelet::{NodeAgent, NodeTarget};
 use super::provisioner::{ProvisionTarget, Provisioner};
+use super::snapshotter::{SnapshotTarget, Snapshotter};
 use super::{kube_of, str_at, CsiError, KubeSlot, Reconcile};
 use crate::kube::Kind;
 
@@ -20,6 +21,8 @@ pub enum CsiTarget {
     Attach(AttachTarget),
     /// For the node agent of `node`.
     Node { node: String, target: NodeTarget },
+    /// For the external-snapshotter.
+    Snapshot(SnapshotTarget),
 }
 
 impl std::fmt::Display for CsiTarget {
@@ -28,6 +31,7 @@ impl std::fmt::Display for CsiTarget {
             CsiTarget::Provision(t) => write!(f, "csi-provisioner: {t}"),
             CsiTarget::Attach(t) => write!(f, "csi-attacher: {t}"),
             CsiTarget::Node { node, target } => write!(f, "kubelet {node}: {target}"),
+            CsiTarget::Snapshot(t) => write!(f, "csi-snapshotter: {t}"),
         }
     }
 }
@@ -38,12 +42,16 @@ pub enum ClusterError {
     /// No node agent runs on that node.
     #[error("no kubelet for node {0}")]
     NoSuchNode(String),
+    /// A snapshot target, but no external-snapshotter runs.
+    #[error("no external-snapshotter for {0}")]
+    NoSnapshotter(SnapshotTarget),
     /// The sidecar failed (not a driver error; those are requeues).
     #[error(transparent)]
     Csi(#[from] CsiError),
 }
 
-/// The sidecars of one driver: one provisioner, one attacher, a node agent per node.
+/// The sidecars of one driver: one provisioner, one attacher, a node agent
+/// per node, and an external-snapshotter when the lab serves snapshots.
 pub struct CsiSidecars {
     /// The Kubernetes fake they all read and write.
     pub kube: KubeSlot,
@@ -53,6 +61,8 @@ pub struct CsiSidecars {
     pub attacher: Arc<Attacher>,
     /// Node agents by node name.
     pub nodes: BTreeMap<String, Arc<NodeAgent>>,
+    /// external-snapshotter (with the snapshot-controller's part), if any.
+    pub snapshotter: Option<Arc<Snapshotter>>,
 }
 
 impl CsiSidecars {
@@ -66,6 +76,13 @@ impl CsiSidecars {
                     .get(node)
                     .ok_or_else(|| ClusterError::NoSuchNode(node.clone()))?
                     .reconcile(target)
+                    .await?
+            }
+            CsiTarget::Snapshot(t) => {
+                self.snapshotter
+                    .as_ref()
+                    .ok_or_else(|| ClusterError::NoSnapshotter(t.clone()))?
+                    .reconcile(t)
                     .await?
             }
         })
@@ -118,6 +135,9 @@ impl CsiSidecars {
                 });
             }
         }
+        if let Some(s) = &self.snapshotter {
+            out.extend(s.targets()?.into_iter().map(CsiTarget::Snapshot));
+        }
         out.sort();
         out.dedup();
         Ok(out)
@@ -156,6 +176,8 @@ impl CsiSidecars {
             Kind::VolumeAttachment,
             Kind::Pod,
             Kind::CsiNode,
+            Kind::VolumeSnapshot,
+            Kind::VolumeSnapshotContent,
         ] {
             out.push_str(&serde_json::Value::Array(kube.list(k, None)?).to_string());
         }

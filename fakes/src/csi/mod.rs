@@ -1,5 +1,5 @@
 //! The fake CSI side of a Kubernetes cluster: external-provisioner,
-//! external-attacher and a kubelet-like node agent that drive a CSI driver
+//! external-attacher, external-snapshotter and a kubelet-like node agent that drive a CSI driver
 //! over its Unix socket, and the node mount table the node plugin mounts into.
 //!
 //! Like the COSI sidecar they are not informers: the engine decides what to
@@ -13,6 +13,7 @@ pub mod kubelet;
 pub mod mounts;
 pub mod provisioner;
 pub mod snapshot_metadata;
+pub mod snapshotter;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -88,6 +89,10 @@ pub enum DriverRequest {
     NodeUnpublish(csi::NodeUnpublishVolumeRequest),
     /// Node.NodeGetInfo
     NodeGetInfo,
+    /// Controller.CreateSnapshot
+    CreateSnapshot(csi::CreateSnapshotRequest),
+    /// Controller.DeleteSnapshot
+    DeleteSnapshot(csi::DeleteSnapshotRequest),
 }
 
 impl DriverRequest {
@@ -103,6 +108,8 @@ impl DriverRequest {
             DriverRequest::NodePublish(_) => "NodePublishVolume",
             DriverRequest::NodeUnpublish(_) => "NodeUnpublishVolume",
             DriverRequest::NodeGetInfo => "NodeGetInfo",
+            DriverRequest::CreateSnapshot(_) => "CreateSnapshot",
+            DriverRequest::DeleteSnapshot(_) => "DeleteSnapshot",
         }
     }
 
@@ -123,6 +130,8 @@ impl DriverRequest {
             DriverRequest::NodePublish(r) => format!("{}@{}", r.volume_id, r.target_path),
             DriverRequest::NodeUnpublish(r) => format!("{}@{}", r.volume_id, r.target_path),
             DriverRequest::NodeGetInfo => String::new(),
+            DriverRequest::CreateSnapshot(r) => format!("{}@{}", r.name, r.source_volume_id),
+            DriverRequest::DeleteSnapshot(r) => r.snapshot_id.clone(),
         }
     }
 }
@@ -138,6 +147,8 @@ pub enum DriverReply {
     },
     /// NodeGetInfo OK.
     Info(csi::NodeGetInfoResponse),
+    /// CreateSnapshot OK (the snapshot may be absent in a malformed reply).
+    Snapshot(Option<csi::Snapshot>),
     /// Any other RPC answered OK.
     Empty,
     /// A gRPC error (or the lab's stand-in for a lost connection).
@@ -416,6 +427,13 @@ impl DriverConn {
                     .node_get_info(csi::NodeGetInfoRequest {})
                     .await
                     .map(|r| DriverReply::Info(r.into_inner())),
+                DriverRequest::CreateSnapshot(r) => ctl
+                    .create_snapshot(r)
+                    .await
+                    .map(|r| DriverReply::Snapshot(r.into_inner().snapshot)),
+                DriverRequest::DeleteSnapshot(r) => {
+                    ctl.delete_snapshot(r).await.map(|_| DriverReply::Empty)
+                }
             }
         };
         match tokio::time::timeout(deadline, fut).await {
@@ -464,6 +482,12 @@ impl Backoff {
     };
     /// external-attacher's `--retry-interval-start` / `--retry-interval-max` defaults.
     pub const ATTACHER: Backoff = Backoff {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(300),
+    };
+    /// csi-snapshotter's and snapshot-controller's `--retry-interval-start` /
+    /// `--retry-interval-max` defaults.
+    pub const SNAPSHOTTER: Backoff = Backoff {
         base: Duration::from_secs(1),
         max: Duration::from_secs(300),
     };
@@ -665,7 +689,7 @@ pub(crate) fn remove_finalizer(
 }
 
 /// The kube fake currently in the slot.
-pub(crate) fn kube_of(slot: &KubeSlot) -> KubeFake {
+pub fn kube_of(slot: &KubeSlot) -> KubeFake {
     slot.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 

@@ -2,8 +2,9 @@
 //! audience-scoped `security_token` on every call, authenticates it with a
 //! TokenReview (audience = the SnapshotMetadataService's), authorizes it with
 //! a SubjectAccessReview for `get` on `volumesnapshots` in the request's
-//! namespace, resolves the VolumeSnapshot names to CSI snapshot handles, and
-//! relays GetMetadataAllocated/GetMetadataDelta to the driver's
+//! namespace, resolves the VolumeSnapshot names to CSI snapshot handles
+//! (VolumeSnapshot → bound VolumeSnapshotContent → `status.snapshotHandle`,
+//! read from the Kubernetes fake), and relays GetMetadataAllocated/GetMetadataDelta to the driver's
 //! SnapshotMetadata service on its Unix socket. Nothing reaches the driver
 //! before both reviews pass.
 //!
@@ -13,8 +14,7 @@
 //! the CSI ones, which that API mirrors field for field. The driver's session
 //! token travels in the `x-snapshot-session` gRPC header both ways.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use drivelab_proto::csi::{
@@ -25,10 +25,11 @@ use serde_json::json;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use crate::cosi_sidecar::connect_unix;
+use crate::cosi_sidecar::{connect_unix, KubeSlot};
 use crate::gate::{CallSpec, Gate, Verdict};
 use crate::history::{Component, Outcome};
 use crate::kube::review::Reviews;
+use crate::kube::Kind;
 
 /// Request header carrying the reviewed client identity to the driver.
 pub const CLIENT_HEADER: &str = "x-snapshot-client";
@@ -94,51 +95,45 @@ pub struct DeltaRequest {
     pub max_results: i32,
 }
 
-/// An open stream relayed from the driver.
+/// An open stream relayed from the driver. It dies with the sidecar process
+/// that relays it: after a [`SnapshotMetadataSidecar::restart`] the next read
+/// fails UNAVAILABLE and the relay to the driver is dropped.
 pub struct MetadataStream<T> {
-    inner: tonic::Streaming<T>,
+    inner: Option<tonic::Streaming<T>>,
     /// The driver's session token for resuming this stream.
     pub session: Option<String>,
+    life: tokio::sync::watch::Receiver<u64>,
+    born: u64,
 }
 
 impl<T> MetadataStream<T> {
     /// The next message; `Ok(None)` at the end.
     pub async fn next(&mut self) -> Result<Option<T>, Status> {
-        self.inner.message().await
-    }
-}
-
-/// VolumeSnapshot (namespace, name) → bound CSI snapshot handle, as the
-/// sidecar reads it from VolumeSnapshot.status → VolumeSnapshotContent.status.
-#[derive(Clone, Default)]
-pub struct SnapshotIndex(Arc<Mutex<BTreeMap<(String, String), String>>>);
-
-impl SnapshotIndex {
-    /// Record that `namespace/name` is bound to snapshot `handle`.
-    pub fn bind(&self, namespace: &str, name: &str, handle: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((namespace.into(), name.into()), handle.into());
-    }
-
-    fn handle(&self, namespace: &str, name: &str) -> Option<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+        if *self.life.borrow() != self.born {
+            // Dropping the relay cancels the driver's stream, as a dead
+            // sidecar's closed connection would.
+            self.inner = None;
+        }
+        match self.inner.as_mut() {
+            Some(s) => s.message().await,
+            None => Err(Status::unavailable(
+                "the snapshot-metadata sidecar restarted; this stream is gone (resume from starting_offset)",
+            )),
+        }
     }
 }
 
 /// The sidecar. Cheap to clone.
 #[derive(Clone)]
 pub struct SnapshotMetadataSidecar {
-    client: SnapshotMetadataClient<Channel>,
+    client: Arc<Mutex<SnapshotMetadataClient<Channel>>>,
+    socket: PathBuf,
     reviews: Reviews,
-    index: SnapshotIndex,
+    kube: KubeSlot,
     gate: Gate,
     audience: String,
+    /// Bumped on every restart; streams opened before it die.
+    life: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 fn outcome(r: &Result<(), Status>) -> Outcome {
@@ -155,22 +150,35 @@ fn outcome(r: &Result<(), Status>) -> Outcome {
 }
 
 impl SnapshotMetadataSidecar {
-    /// Connect to the driver's socket; tokens must carry `audience`.
+    /// Connect to the driver's socket; tokens must carry `audience`;
+    /// VolumeSnapshots are read from `kube`.
     pub async fn connect(
         socket: &Path,
         reviews: Reviews,
-        index: SnapshotIndex,
+        kube: KubeSlot,
         gate: Gate,
         audience: &str,
     ) -> Result<Self, tonic::transport::Error> {
         let ch = connect_unix(socket).await?;
         Ok(SnapshotMetadataSidecar {
-            client: SnapshotMetadataClient::new(ch),
+            client: Arc::new(Mutex::new(SnapshotMetadataClient::new(ch))),
+            socket: socket.to_path_buf(),
             reviews,
-            index,
+            kube,
             gate,
             audience: audience.to_string(),
+            life: Arc::new(tokio::sync::watch::channel(0).0),
         })
+    }
+
+    /// The sidecar process restarts: every open stream dies (its next read
+    /// fails UNAVAILABLE and the relay to the driver is dropped) and the
+    /// connection to the driver is dialled afresh.
+    pub async fn restart(&self) -> Result<(), tonic::transport::Error> {
+        self.life.send_modify(|n| *n += 1);
+        let ch = connect_unix(&self.socket).await?;
+        *self.client.lock().unwrap_or_else(|p| p.into_inner()) = SnapshotMetadataClient::new(ch);
+        Ok(())
     }
 
     /// One call to the Kubernetes API through the gate.
@@ -245,15 +253,40 @@ impl SnapshotMetadataSidecar {
         Ok(user)
     }
 
-    fn resolve(&self, namespace: &str, name: &str) -> Result<String, Status> {
+    /// VolumeSnapshot → its bound VolumeSnapshotContent → `status.snapshotHandle`,
+    /// each a GET on the Kubernetes API, as the real sidecar resolves names.
+    async fn resolve(&self, namespace: &str, name: &str) -> Result<String, Status> {
         if name.is_empty() {
             return Err(Status::invalid_argument("snapshot name is required"));
         }
-        self.index.handle(namespace, name).ok_or_else(|| {
+        let kube = self.kube.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let gone = || {
             Status::not_found(format!(
                 "VolumeSnapshot {namespace}/{name} does not exist or is not ready"
             ))
-        })
+        };
+        let vs = self
+            .kube_call("volumesnapshots.get", || {
+                kube.get(Kind::VolumeSnapshot, Some(namespace), name)
+            })
+            .await?
+            .map_err(|e| Status::unavailable(format!("reading VolumeSnapshot: {e}")))?
+            .ok_or_else(gone)?;
+        let str_at = |v: &serde_json::Value, p: &[&str]| crate::json::str_at(v, p);
+        let content = str_at(&vs, &["status", "boundVolumeSnapshotContentName"]);
+        if vs.pointer("/status/readyToUse") != Some(&json!(true)) || content.is_empty() {
+            return Err(gone());
+        }
+        let vsc = self
+            .kube_call("volumesnapshotcontents.get", || {
+                kube.get(Kind::VolumeSnapshotContent, None, &content)
+            })
+            .await?
+            .map_err(|e| Status::unavailable(format!("reading VolumeSnapshotContent: {e}")))?
+            .ok_or_else(gone)?;
+        Some(str_at(&vsc, &["status", "snapshotHandle"]))
+            .filter(|h| !h.is_empty())
+            .ok_or_else(gone)
     }
 
     fn headers<T>(msg: T, user: &str, session: Option<&str>) -> tonic::Request<T> {
@@ -305,14 +338,21 @@ impl SnapshotMetadataSidecar {
                 )));
             }
         }
-        let r = f(self.client.clone()).await;
+        let client = self
+            .client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let r = f(client).await;
         let rec = r.as_ref().map(drop).map_err(Clone::clone);
         self.gate.leave(id, &spec, outcome(&rec)).await;
         let resp = r?;
         let session = Self::session_of(resp.metadata());
         Ok(MetadataStream {
-            inner: resp.into_inner(),
+            inner: Some(resp.into_inner()),
             session,
+            born: *self.life.borrow(),
+            life: self.life.subscribe(),
         })
     }
 
@@ -323,7 +363,7 @@ impl SnapshotMetadataSidecar {
         session: Option<&str>,
     ) -> Result<MetadataStream<GetMetadataAllocatedResponse>, Status> {
         let user = self.authorize(&req.security_token, &req.namespace).await?;
-        let snap = self.resolve(&req.namespace, &req.snapshot_name)?;
+        let snap = self.resolve(&req.namespace, &req.snapshot_name).await?;
         let msg = GetMetadataAllocatedRequest {
             snapshot_id: snap.clone(),
             starting_offset: req.starting_offset,
@@ -344,8 +384,10 @@ impl SnapshotMetadataSidecar {
         session: Option<&str>,
     ) -> Result<MetadataStream<GetMetadataDeltaResponse>, Status> {
         let user = self.authorize(&req.security_token, &req.namespace).await?;
-        let base = self.resolve(&req.namespace, &req.base_snapshot_name)?;
-        let target = self.resolve(&req.namespace, &req.target_snapshot_name)?;
+        let base = self.resolve(&req.namespace, &req.base_snapshot_name).await?;
+        let target = self
+            .resolve(&req.namespace, &req.target_snapshot_name)
+            .await?;
         let msg = GetMetadataDeltaRequest {
             base_snapshot_id: base.clone(),
             target_snapshot_id: target.clone(),

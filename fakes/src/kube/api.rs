@@ -55,10 +55,12 @@ enum Route {
     Unknown,
 }
 
-const GROUPS: [(&str, &str); 3] = [
+const GROUPS: [(&str, &str); 5] = [
     ("coordination.k8s.io", "v1"),
     ("objectstorage.k8s.io", "v1alpha1"),
     ("storage.k8s.io", "v1"),
+    ("snapshot.storage.k8s.io", "v1"),
+    ("cbt.storage.k8s.io", "v1alpha1"),
 ];
 
 fn known_group(g: &str) -> Option<&'static str> {

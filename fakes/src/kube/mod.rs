@@ -1,6 +1,7 @@
 //! Fake Kubernetes API subset: Secrets, ConfigMaps, Leases, the COSI v1alpha1
-//! kinds and the storage kinds CSI needs (PVC, PV, Pod, StorageClass,
-//! VolumeAttachment, CSINode), served over plain HTTP faithfully enough for
+//! kinds, the storage kinds CSI needs (PVC, PV, Pod, StorageClass,
+//! VolumeAttachment, CSINode), the snapshot.storage.k8s.io/v1 kinds and the
+//! SnapshotMetadataService of cbt.storage.k8s.io, served over plain HTTP faithfully enough for
 //! kube-rs, plus an in-process API over the same state for the engine and the
 //! fake sidecars.
 
@@ -8,6 +9,7 @@ mod api;
 mod patch;
 pub mod review;
 mod selector;
+mod snapshot;
 mod state;
 mod status;
 mod storage;
@@ -20,6 +22,7 @@ use crate::store::{Store, StoreError};
 
 pub use patch::{json_patch, merge_patch, PatchError};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
+pub use snapshot::{SNAPSHOT_API_VERSION, SNAPSHOT_GROUP};
 pub use state::KubeFake;
 pub use status::render_rejection;
 pub use storage::{format_quantity, parse_quantity, ACCESS_MODES, PVC_PROTECTION};
@@ -55,11 +58,19 @@ pub enum Kind {
     VolumeAttachment,
     /// storage.k8s.io/v1 CSINode (cluster-scoped, one per node).
     CsiNode,
+    /// snapshot.storage.k8s.io/v1 VolumeSnapshotClass (cluster-scoped).
+    VolumeSnapshotClass,
+    /// snapshot.storage.k8s.io/v1 VolumeSnapshot (namespaced).
+    VolumeSnapshot,
+    /// snapshot.storage.k8s.io/v1 VolumeSnapshotContent (cluster-scoped).
+    VolumeSnapshotContent,
+    /// cbt.storage.k8s.io/v1alpha1 SnapshotMetadataService (cluster-scoped, one per driver).
+    SnapshotMetadataService,
 }
 
 impl Kind {
     /// Every kind, in a stable order (discovery lists them this way).
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Secret,
         Kind::ConfigMap,
         Kind::Lease,
@@ -74,6 +85,10 @@ impl Kind {
         Kind::StorageClass,
         Kind::VolumeAttachment,
         Kind::CsiNode,
+        Kind::VolumeSnapshotClass,
+        Kind::VolumeSnapshot,
+        Kind::VolumeSnapshotContent,
+        Kind::SnapshotMetadataService,
     ];
 
     /// True for kinds that live in a namespace.
@@ -87,6 +102,9 @@ impl Kind {
                 | Kind::StorageClass
                 | Kind::VolumeAttachment
                 | Kind::CsiNode
+                | Kind::VolumeSnapshotClass
+                | Kind::VolumeSnapshotContent
+                | Kind::SnapshotMetadataService
         )
     }
 
@@ -107,6 +125,10 @@ impl Kind {
             Kind::StorageClass => "storageclasses",
             Kind::VolumeAttachment => "volumeattachments",
             Kind::CsiNode => "csinodes",
+            Kind::VolumeSnapshotClass => "volumesnapshotclasses",
+            Kind::VolumeSnapshot => "volumesnapshots",
+            Kind::VolumeSnapshotContent => "volumesnapshotcontents",
+            Kind::SnapshotMetadataService => "snapshotmetadataservices",
         }
     }
 
@@ -127,6 +149,10 @@ impl Kind {
             Kind::StorageClass => "storageclass",
             Kind::VolumeAttachment => "volumeattachment",
             Kind::CsiNode => "csinode",
+            Kind::VolumeSnapshotClass => "volumesnapshotclass",
+            Kind::VolumeSnapshot => "volumesnapshot",
+            Kind::VolumeSnapshotContent => "volumesnapshotcontent",
+            Kind::SnapshotMetadataService => "snapshotmetadataservice",
         }
     }
 
@@ -145,6 +171,10 @@ impl Kind {
             | Kind::BucketClaim
             | Kind::BucketAccess
             | Kind::Bucket => "objectstorage.k8s.io",
+            Kind::VolumeSnapshotClass | Kind::VolumeSnapshot | Kind::VolumeSnapshotContent => {
+                SNAPSHOT_GROUP
+            }
+            Kind::SnapshotMetadataService => "cbt.storage.k8s.io",
         }
     }
 
@@ -155,7 +185,8 @@ impl Kind {
             | Kind::BucketAccessClass
             | Kind::BucketClaim
             | Kind::BucketAccess
-            | Kind::Bucket => "v1alpha1",
+            | Kind::Bucket
+            | Kind::SnapshotMetadataService => "v1alpha1",
             _ => "v1",
         }
     }
@@ -170,6 +201,10 @@ impl Kind {
             | Kind::Pod => "v1",
             Kind::Lease => "coordination.k8s.io/v1",
             Kind::StorageClass | Kind::VolumeAttachment | Kind::CsiNode => "storage.k8s.io/v1",
+            Kind::VolumeSnapshotClass | Kind::VolumeSnapshot | Kind::VolumeSnapshotContent => {
+                SNAPSHOT_API_VERSION
+            }
+            Kind::SnapshotMetadataService => "cbt.storage.k8s.io/v1alpha1",
             _ => "objectstorage.k8s.io/v1alpha1",
         }
     }
@@ -191,13 +226,21 @@ impl Kind {
             Kind::StorageClass => "StorageClass",
             Kind::VolumeAttachment => "VolumeAttachment",
             Kind::CsiNode => "CSINode",
+            Kind::VolumeSnapshotClass => "VolumeSnapshotClass",
+            Kind::VolumeSnapshot => "VolumeSnapshot",
+            Kind::VolumeSnapshotContent => "VolumeSnapshotContent",
+            Kind::SnapshotMetadataService => "SnapshotMetadataService",
         }
     }
 
-    /// True for kinds defined by a CRD (COSI); they follow custom-resource rules
-    /// (generation on every non-metadata change, deleted object returned on delete).
+    /// True for kinds defined by a CRD (COSI, snapshots, CBT); they follow
+    /// custom-resource rules (generation on every non-metadata change, deleted
+    /// object returned on delete).
     pub fn is_custom(self) -> bool {
-        self.group() == "objectstorage.k8s.io"
+        matches!(
+            self.group(),
+            "objectstorage.k8s.io" | SNAPSHOT_GROUP | "cbt.storage.k8s.io"
+        )
     }
 
     /// True when the kind has a `status` subresource (the COSI CRDs that declare
@@ -213,6 +256,8 @@ impl Kind {
                 | Kind::PersistentVolume
                 | Kind::Pod
                 | Kind::VolumeAttachment
+                | Kind::VolumeSnapshot
+                | Kind::VolumeSnapshotContent
         )
     }
 
@@ -235,6 +280,9 @@ impl Kind {
             Kind::PersistentVolume => &["pv"],
             Kind::Pod => &["po"],
             Kind::StorageClass => &["sc"],
+            Kind::VolumeSnapshotClass => &["vsclass", "vsclasses"],
+            Kind::VolumeSnapshot => &["vs"],
+            Kind::VolumeSnapshotContent => &["vsc", "vscs"],
             _ => &[],
         }
     }

@@ -460,6 +460,12 @@ impl KubeFake {
             Kind::Secret => self.secret_rules(obj, &name),
             Kind::ConfigMap => Self::configmap_rules(obj, &name),
             Kind::Lease => Self::lease_rules(obj, &name),
+            Kind::VolumeSnapshotClass
+            | Kind::VolumeSnapshot
+            | Kind::VolumeSnapshotContent
+            | Kind::SnapshotMetadataService => {
+                super::snapshot::rules(kind, obj).map_err(|v| invalid(kind, &name, v))
+            }
             _ => super::storage::rules(kind, obj).map_err(|v| invalid(kind, &name, v)),
         }
     }
@@ -671,6 +677,7 @@ impl KubeFake {
             }
         }
         super::storage::update_rules(kind, old, new).map_err(|v| invalid(kind, name, v))?;
+        super::snapshot::update_rules(kind, old, new).map_err(|v| invalid(kind, name, v))?;
         if kind == Kind::Secret && old.get("type") != new.get("type") {
             return Err(invalid(
                 kind,
