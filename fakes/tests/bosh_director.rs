@@ -2,18 +2,18 @@
 //! the dynamic-disks API with its 302/task flow, idempotency and ordering
 //! rules, per-deployment scoping, zero workers, VM recreate, the CPI slot limit.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::director_client;
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cpi::{Cpi, CpiConfig};
-use drivelab_fakes::director::{
-    ClientConfig, DeploymentConfig, Director, DirectorConfig, InstanceGroupConfig,
-};
+use drivelab_fakes::director::{DeploymentConfig, Director, DirectorConfig, InstanceGroupConfig};
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{calls, Component, History};
-use drivelab_fakes::secret::Secret;
 use drivelab_fakes::serve::{loopback, Listener};
 use drivelab_fakes::store::{MemStore, Store};
 use http::{HeaderMap, Method, StatusCode};
@@ -29,15 +29,6 @@ const ALL_DISK_SCOPES: [&str; 5] = [
     "bosh.dynamic-disks.delete",
     "bosh.dynamic-disks.list",
 ];
-
-fn client(id: &str, scopes: &[&str], deployments: &[&str]) -> ClientConfig {
-    ClientConfig {
-        id: id.into(),
-        secret: Secret::new(format!("{id}-secret")),
-        scopes: scopes.iter().map(|s| s.to_string()).collect(),
-        deployments: deployments.iter().map(|s| s.to_string()).collect(),
-    }
-}
 
 fn config() -> DirectorConfig {
     DirectorConfig {
@@ -60,9 +51,9 @@ fn config() -> DirectorConfig {
             },
         ],
         clients: vec![
-            client("csi-a", &ALL_DISK_SCOPES, &["a"]),
-            client("admin", &["bosh.admin"], &[]),
-            client("reader", &["bosh.dynamic-disks.list"], &[]),
+            director_client("csi-a", &ALL_DISK_SCOPES, &["a"]),
+            director_client("admin", &["bosh.admin"], &[]),
+            director_client("reader", &["bosh.dynamic-disks.list"], &[]),
         ],
         dynamic_disks_workers: 2,
         ..DirectorConfig::default()

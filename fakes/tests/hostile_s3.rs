@@ -16,7 +16,7 @@ mod harness;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use common::{panics, raw, rss_kib, watch_panics, Reply};
+use common::{assert_huge_header_refused, panics, raw, rss_kib, watch_panics, Reply};
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::History;
@@ -182,11 +182,7 @@ async fn oversized_bodies_and_headers_are_refused_without_buffering() {
         "RequestHeaderSectionTooLarge",
     );
     // Far past any sane size the HTTP layer refuses before a handler runs (431).
-    let huge = "v".repeat(1 << 20);
-    let req =
-        format!("GET /bkt-big HTTP/1.1\r\nhost: x\r\nx-a: {huge}\r\nconnection: close\r\n\r\n");
-    let r = raw(a, req.as_bytes()).await;
-    assert_eq!(r.status, 431, "{}", r.head);
+    assert_huge_header_refused(a, "/bkt-big").await;
     assert_eq!(panics(), before, "a request panicked");
 }
 

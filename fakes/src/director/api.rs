@@ -86,20 +86,81 @@ fn render_rejection(r: &Rejection) -> Response {
 #[derive(Clone)]
 struct BodySubject(String);
 
-async fn peek_body(req: Request, next: Next) -> Response {
-    let is_post_json =
-        req.method() == http::Method::POST && req.uri().path().starts_with("/dynamic_disks");
-    if !is_post_json {
-        return next.run(req).await;
+/// The request body limit. The real Director's nginx allows
+/// `director.max_upload_size` (10000m) for release and stemcell tarballs; the
+/// fake has no upload routes and its JSON bodies are tiny, so it keeps nginx's
+/// default `client_max_body_size` of 1m.
+const MAX_BODY: usize = 1024 * 1024;
+/// nginx's `large_client_header_buffers 4 8k`: the request line and each
+/// header line must fit one 8 KiB buffer, the whole head four of them.
+const HEADER_BUFFER: usize = 8 * 1024;
+
+/// What nginx in front of the Director refuses before the Director sees it
+/// (nginx answers with an HTML page; the fake keeps the Director's JSON shape
+/// with nginx's status so clients and the fuzz oracle see one error shape),
+/// then the body, read to the limit and no further, the `disk_name` peeked.
+async fn limit_request(req: Request, next: Next) -> Response {
+    let token_route = req.uri().path() == "/oauth/token";
+    let refuse = |status: u16, description: String| {
+        if token_route {
+            uaa_error(status, "invalid_request", &description)
+        } else {
+            ApiError::new(status, 100, description).into_response()
+        }
+    };
+    let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if target > HEADER_BUFFER {
+        return refuse(414, "Request-URI Too Large".into());
+    }
+    let lines: Vec<usize> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .collect();
+    if lines.iter().any(|&n| n > HEADER_BUFFER) || lines.iter().sum::<usize>() > 4 * HEADER_BUFFER {
+        return refuse(400, "Request Header Or Cookie Too Large".into());
+    }
+    // Path parameters are percent-decoded into strings; say so here rather
+    // than let the extractor answer in plain text.
+    if std::str::from_utf8(&pct_decode_bytes(req.uri().path())).is_err() {
+        return ApiError::new(
+            400,
+            40000,
+            format!("Request path {} is not valid UTF-8", req.uri().path()),
+        )
+        .into_response();
+    }
+    let declared = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let too_large = || {
+        refuse(
+            413,
+            format!("Request Entity Too Large: the body limit is {MAX_BODY} bytes"),
+        )
+    };
+    // Refused on the declared length before a byte of the body is read.
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return too_large();
     }
     let (mut parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, 1024 * 1024).await {
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
-        Err(e) => return ApiError::bad_json(e).into_response(),
+        Err(e)
+            if std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) =>
+        {
+            return too_large()
+        }
+        Err(e) => return refuse(400, format!("Could not read the request body: {e}")),
     };
-    if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
-        if let Some(n) = v.get("disk_name").and_then(Value::as_str) {
-            parts.extensions.insert(BodySubject(n.to_string()));
+    if parts.method == http::Method::POST && parts.uri.path().starts_with("/dynamic_disks") {
+        if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+            if let Some(n) = v.get("disk_name").and_then(Value::as_str) {
+                parts.extensions.insert(BodySubject(n.to_string()));
+            }
         }
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
@@ -173,7 +234,7 @@ pub(crate) fn router(inner: Shared) -> Router {
         // the Director answers in its error shape (found by fuzz director_http).
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(tap, http_gate))
-        .layer(from_fn(peek_body))
+        .layer(from_fn(limit_request))
         .layer(axum::middleware::map_response(close_after))
         .with_state(inner)
 }
@@ -189,16 +250,30 @@ async fn close_after(mut r: Response) -> Response {
     r
 }
 
-async fn method_not_allowed(req: Request) -> ApiError {
+async fn method_not_allowed(req: Request) -> Response {
+    // The token endpoint is UAA's (Spring's answer to a wrong method).
+    if req.uri().path() == "/oauth/token" {
+        return uaa_error(
+            405,
+            "method_not_allowed",
+            &format!("Request method '{}' is not supported", req.method()),
+        );
+    }
     ApiError::new(
         405,
         100,
         format!("{} not allowed on {}", req.method(), req.uri().path()),
     )
+    .into_response()
 }
 
 async fn not_found(req: Request) -> ApiError {
-    ApiError::new(404, 100, format!("Not found: {}", req.uri().path()))
+    // The Director's words (its Sinatra `not_found`), in its error shape.
+    ApiError::new(
+        404,
+        100,
+        format!("Endpoint '{}' not found.", req.uri().path()),
+    )
 }
 
 fn base_url(headers: &HeaderMap) -> String {
@@ -260,27 +335,30 @@ fn url_decode_pairs(s: &str) -> Vec<(String, String)> {
 }
 
 fn pct_decode(s: &str) -> String {
+    String::from_utf8_lossy(&pct_decode_bytes(s)).into_owned()
+}
+
+/// `%XX` escapes and `+` decoded; a `%` without two hex digits stays as is.
+fn pct_decode_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         match b[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(x) => {
-                        out.push(x);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
+            b'%' if i + 2 < b.len()
+                && b[i + 1].is_ascii_hexdigit()
+                && b[i + 2].is_ascii_hexdigit() =>
+            {
+                let hex = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
+                out.push(hex(b[i + 1]) << 4 | hex(b[i + 2]));
+                i += 2;
             }
             c => out.push(c),
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// The fake UAA's client-credentials grant (form fields or HTTP Basic).
@@ -291,18 +369,11 @@ async fn token(
 ) -> Response {
     let fields = form(&body);
     let field = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.clone());
-    let grant = field("grant_type").unwrap_or_default();
-    if grant != "client_credentials" {
-        return uaa_error(
-            400,
-            "unsupported_grant_type",
-            &format!("Unsupported grant type: {grant}"),
-        );
-    }
     let basic = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Basic "))
+        .and_then(|h| h.strip_prefix("Basic "));
+    let basic_pair = basic
         .and_then(|b| {
             use base64::Engine;
             base64::engine::general_purpose::STANDARD
@@ -314,9 +385,18 @@ async fn token(
             s.split_once(':')
                 .map(|(a, b)| (pct_decode(a), pct_decode(b)))
         });
-    let (id, secret) = match (basic, field("client_id"), field("client_secret")) {
+    // As UAA (Spring Security): the client authenticates before the grant is
+    // looked at, so a bad secret is a 401 whatever the grant type says.
+    let (id, secret) = match (basic_pair, field("client_id"), field("client_secret")) {
         (Some(b), _, _) => b,
-        (None, Some(i), Some(s)) => (i, s),
+        (None, Some(i), Some(s)) if basic.is_none() => (i, s),
+        (None, None, None) if basic.is_none() => {
+            return uaa_error(
+                401,
+                "unauthorized",
+                "Full authentication is required to access this resource",
+            )
+        }
         _ => return uaa_error(401, "unauthorized", "Bad credentials"),
     };
     let Some(client) = inner
@@ -327,6 +407,17 @@ async fn token(
     else {
         return uaa_error(401, "unauthorized", "Bad credentials");
     };
+    match field("grant_type").as_deref() {
+        Some("client_credentials") => {}
+        None | Some("") => return uaa_error(400, "invalid_request", "Missing grant type"),
+        Some(other) => {
+            return uaa_error(
+                400,
+                "unsupported_grant_type",
+                &format!("Unsupported grant type: {other}"),
+            )
+        }
+    }
     // As UAA: a `scope` field narrows the token to those scopes, and asking
     // for one the client does not hold is refused; no field = all of them.
     let scope = match field("scope").filter(|s| !s.trim().is_empty()) {
@@ -390,7 +481,7 @@ fn authenticate(inner: &Inner, headers: &HeaderMap, path: &str) -> Result<Claims
             "Not authorized: '{path}' requires a bearer token"
         )));
     };
-    auth::verify(
+    let claims = auth::verify(
         &inner.config.token_signing_key,
         tok.trim(),
         inner.now_secs(),
@@ -398,7 +489,17 @@ fn authenticate(inner: &Inner, headers: &HeaderMap, path: &str) -> Result<Claims
     .map_err(|e| match e {
         auth::TokenError::Expired => ApiError::unauthorized("Token expired"),
         auth::TokenError::Invalid => ApiError::unauthorized("Invalid token"),
-    })
+    })?;
+    // The Director checks the context id right after authentication, on every route.
+    if context_id(headers).chars().count() > 64 {
+        // ContextIdViolatedMax
+        return Err(ApiError::new(
+            400,
+            70010,
+            "X-Bosh-Context-Id cannot be more than 64 characters in length",
+        ));
+    }
+    Ok(claims)
 }
 
 fn require(claims: &Claims, perms: &[Permission]) -> Result<(), ApiError> {

@@ -113,3 +113,26 @@ pub fn rss_kib() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// A header far past any sane size: the HTTP layer refuses it (431) before
+/// any handler runs, and closes.
+pub async fn assert_huge_header_refused(addr: SocketAddr, path: &str) {
+    let huge = "v".repeat(1 << 20);
+    let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nx-a: {huge}\r\nconnection: close\r\n\r\n");
+    let r = raw(addr, req.as_bytes()).await;
+    assert_eq!(r.status, 431, "{}", r.head);
+}
+
+/// A UAA client of the Director fake; its secret is `<id>-secret`.
+pub fn director_client(
+    id: &str,
+    scopes: &[&str],
+    deployments: &[&str],
+) -> drivelab_fakes::director::ClientConfig {
+    drivelab_fakes::director::ClientConfig {
+        id: id.into(),
+        secret: drivelab_fakes::secret::Secret::new(format!("{id}-secret")),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        deployments: deployments.iter().map(|s| s.to_string()).collect(),
+    }
+}
