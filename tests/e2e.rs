@@ -142,6 +142,9 @@ async fn racy_scenario_same_seed_gives_byte_identical_history() {
         // BOSH: two attaches racing, and an attach racing a VM recreate (Director tasks in play).
         "bosh/two-nodes-one-disk.yaml",
         "bosh/attach-during-recreate.yaml",
+        // A crash with the restarted controller's start-up calls in play.
+        "csi/retried-snapshot.yaml",
+        "bosh/controller-crash-after-create.yaml",
     ] {
         let a = run_seeded(rel, Some(7), &[]).await;
         let b = run_seeded(rel, Some(7), &[]).await;
@@ -229,14 +232,15 @@ async fn faults_fire_where_aimed() {
     assert!(o.passed(), "{}", summary(&o));
 }
 
-/// The CSI controller killed right after the Director accepted its create.
-/// Not in scenarios/ for the same reason as the restart below: the restarted
-/// controller's start-up calls race the kubelets' in real time (the history
-/// differs in order); the verdicts, one disk and no orphan, do not.
+/// The CSI controller killed right after the Director accepted its create: the
+/// retry against the restarted controller must find that disk by name. (Its
+/// history is byte-deterministic since a crash waits for the killed driver's
+/// callers and holds the sidecars until the restarted controller's start-up
+/// calls are done; it lived in tests/data before that.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_crash_after_create_leaves_one_disk() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/bosh-controller-crash-after-create.yaml");
+        .join("scenarios/bosh/controller-crash-after-create.yaml");
     let scn = scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let o = drivelab::engine::run(&scn, &RunOptions::default())
         .await

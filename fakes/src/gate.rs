@@ -78,6 +78,12 @@ pub struct Rejection {
 
 /// Behaviour attached to a gate by the engine (faults, scheduling).
 pub trait GateHook: Send + Sync {
+    /// Called before the call is recorded: a caller may be held back here (the
+    /// lab holds sidecars while a crashed driver restarts, so the restarted
+    /// driver's own start-up calls always come first in the history).
+    fn admit<'a>(&'a self, _call: &'a CallSpec) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
     /// Called before the callee runs (before it can commit anything).
     fn before<'a>(&'a self, id: CallId, call: &'a CallSpec) -> BoxFuture<'a, Verdict>;
     /// Called after the callee answered (it has committed), before the reply leaves.
@@ -121,6 +127,9 @@ impl Gate {
 
     /// Record the call and ask the hook whether it proceeds.
     pub async fn enter(&self, call: &CallSpec) -> (CallId, Verdict) {
+        if let Some(h) = self.current_hook() {
+            h.admit(call).await;
+        }
         let id = self
             .history
             .call(call.from, call.to, &call.op, &call.subject);

@@ -162,6 +162,8 @@ pub struct Event {
 struct Inner {
     events: Vec<Event>,
     next_call: u64,
+    /// Calls without a reply yet, and whom each went to.
+    open: std::collections::BTreeMap<CallId, Component>,
 }
 
 /// Shared, append-only history of one run.
@@ -187,7 +189,10 @@ impl History {
 
     /// Append an event; returns its sequence number.
     pub fn record(&self, kind: EventKind) -> u64 {
-        let mut inner = self.lock();
+        self.push(&mut self.lock(), kind)
+    }
+
+    fn push(&self, inner: &mut Inner, kind: EventKind) -> u64 {
         let seq = inner.events.len() as u64;
         inner.events.push(Event {
             seq,
@@ -202,7 +207,9 @@ impl History {
         let id = {
             let mut inner = self.lock();
             inner.next_call += 1;
-            CallId(inner.next_call)
+            let id = CallId(inner.next_call);
+            inner.open.insert(id, to);
+            id
         };
         self.record(EventKind::Call {
             id,
@@ -216,7 +223,17 @@ impl History {
 
     /// Record the reply to a call.
     pub fn reply(&self, id: CallId, outcome: Outcome) {
-        self.record(EventKind::Reply { id, outcome });
+        // One lock: a call is never seen closed before its reply is in the log.
+        let mut inner = self.lock();
+        inner.open.remove(&id);
+        self.push(&mut inner, EventKind::Reply { id, outcome });
+    }
+
+    /// The calls to `to` without a reply yet (a crash waits for the driver's
+    /// callers to see their calls fail before it brings the driver back).
+    pub fn open_calls_to(&self, to: Component) -> Vec<CallId> {
+        let inner = self.lock();
+        inner.open.iter().filter(|(_, c)| **c == to).map(|(id, _)| *id).collect()
     }
 
     /// Whether a reply to `id` was recorded (scans back; used on rare fault paths).

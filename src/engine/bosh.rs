@@ -156,7 +156,7 @@ struct Control {
 }
 
 impl LabControl for Control {
-    fn crash_driver(&self) -> BoxFuture<'_, ()> {
+    fn crash_driver(&self, during: drivelab_fakes::history::CallId) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.history.record(EventKind::Fault {
                 call: None,
@@ -175,6 +175,7 @@ impl LabControl for Control {
                 busy,
                 self.history.clone(),
                 "CSI controller",
+                LabHook::callers_settled(self.hook.clone(), during),
             )
             .await;
         })

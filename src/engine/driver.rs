@@ -175,12 +175,14 @@ pub(super) async fn crash_and_restart(
     busy: Option<super::hook::Maintenance>,
     history: drivelab_fakes::history::History,
     what: &'static str,
+    settled: Box<dyn Fn() -> bool + Send + Sync>,
 ) {
     use drivelab_fakes::history::{Component, EventKind};
     let done = tokio::spawn(async move {
         let _one_at_a_time = crashing.lock().await;
         driver.kill_and_wait().await;
         drop(held);
+        callers_saw_the_crash(&*settled).await;
         if let Err(e) = driver.crash_and_restart().await {
             history.record(EventKind::Note {
                 component: Component::Lab,
@@ -190,6 +192,21 @@ pub(super) async fn crash_and_restart(
         drop(busy);
     });
     let _ = done.await;
+}
+
+/// Real time a crash waits for the killed driver's callers to record their
+/// failed calls. Only a caller that never notices a dead connection waits it out.
+const CALLERS_NOTICE: Duration = Duration::from_secs(2);
+
+/// Wait until the killed driver's callers have all seen it die (`settled`)
+/// before it comes back: the restarted driver's start-up calls (the CSI
+/// controller fetches a UAA token) otherwise raced those failed replies in
+/// the history, which then differed run to run.
+async fn callers_saw_the_crash(settled: &(dyn Fn() -> bool + Send + Sync)) {
+    let deadline = std::time::Instant::now() + CALLERS_NOTICE;
+    while !settled() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// The driver under test, however it ships. The engine only talks to this.

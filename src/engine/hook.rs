@@ -16,8 +16,9 @@ use crate::scenario::{FaultAction, FaultSpec, PartitionSpec, When};
 
 /// What the hook needs the engine to do for it.
 pub trait LabControl: Send + Sync {
-    /// Kill the driver and start it again from its persisted state.
-    fn crash_driver(&self) -> BoxFuture<'_, ()>;
+    /// Kill the driver and start it again from its persisted state; `during`
+    /// is the call the crash fires in.
+    fn crash_driver(&self, during: CallId) -> BoxFuture<'_, ()>;
     /// Restart a fake (state kept, connections broken).
     fn restart(&self, component: Component) -> BoxFuture<'_, ()>;
 }
@@ -101,6 +102,24 @@ impl LabHook {
             }
             let _ = tokio::time::timeout_at(deadline, n).await;
         }
+    }
+
+    /// Whether every caller of a killed driver has seen it die: each call into
+    /// the driver but `during` has its reply or is held here.
+    pub fn driver_callers_settled(&self, during: CallId) -> bool {
+        self.history
+            .open_calls_to(Component::Driver)
+            .into_iter()
+            .all(|c| c == during || self.sched.is_parked(c))
+    }
+
+    /// [`LabHook::driver_callers_settled`] as a crash's wait condition; a hook
+    /// that is gone (the run ended) has no callers left to wait for.
+    pub fn callers_settled(
+        hook: std::sync::Weak<LabHook>,
+        during: CallId,
+    ) -> Box<dyn Fn() -> bool + Send + Sync> {
+        Box::new(move || hook.upgrade().is_none_or(|h| h.driver_callers_settled(during)))
     }
 
     /// The driver is about to be killed: its held requests die with it (see
@@ -250,13 +269,18 @@ fn scheduled(call: &CallSpec) -> bool {
 }
 
 impl GateHook for LabHook {
+    fn admit<'a>(&'a self, call: &'a CallSpec) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if self.in_scope(call) && is_sidecar(call.from) {
+                self.until_idle().await;
+            }
+        })
+    }
+
     fn before<'a>(&'a self, id: CallId, call: &'a CallSpec) -> BoxFuture<'a, Verdict> {
         Box::pin(async move {
             if !self.in_scope(call) {
                 return Verdict::Proceed;
-            }
-            if is_sidecar(call.from) {
-                self.until_idle().await;
             }
             if scheduled(call) && !self.sched.arrive(id, call.from, call.to, &call.op).await {
                 return Verdict::Cut;
@@ -336,7 +360,7 @@ impl GateHook for LabHook {
             };
             if let Some(c) = self.control() {
                 if crash {
-                    c.crash_driver().await;
+                    c.crash_driver(id).await;
                 }
                 if let Some(component) = restart {
                     c.restart(component).await;
@@ -389,7 +413,7 @@ impl GateHook for LabHook {
                     FaultAction::CrashDriver => {
                         delivery = Delivery::Cut;
                         if let Some(c) = self.control() {
-                            c.crash_driver().await;
+                            c.crash_driver(id).await;
                         }
                     }
                     FaultAction::Restart => {

@@ -238,7 +238,7 @@ impl Control {
 }
 
 impl LabControl for Control {
-    fn crash_driver(&self) -> BoxFuture<'_, ()> {
+    fn crash_driver(&self, during: drivelab_fakes::history::CallId) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let busy = self.maintenance();
             self.history.record(EventKind::Fault {
@@ -259,6 +259,7 @@ impl LabControl for Control {
                 busy,
                 self.history.clone(),
                 "driver",
+                LabHook::callers_settled(self.hook.clone(), during),
             )
             .await;
         })

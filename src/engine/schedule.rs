@@ -152,6 +152,11 @@ impl Scheduler {
         HeldRequests(dead)
     }
 
+    /// Whether `call` (or its reply) is held here.
+    pub fn is_parked(&self, call: CallId) -> bool {
+        self.lock().parked.iter().any(|p| p.call == call)
+    }
+
     /// A request (or reply) from an actor arrived at a gate: park it until it
     /// is chosen. Returns false if its caller died meanwhile.
     pub async fn arrive(&self, call: CallId, from: Component, to: Component, op: &str) -> bool {

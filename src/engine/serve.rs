@@ -222,7 +222,7 @@ struct ServeControl {
 }
 
 impl LabControl for ServeControl {
-    fn crash_driver(&self) -> BoxFuture<'_, ()> {
+    fn crash_driver(&self, _during: drivelab_fakes::history::CallId) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.history.record(EventKind::Note {
                 component: Component::Lab,
