@@ -148,6 +148,10 @@ enum Command {
         /// Stop at the first failure without shrinking or writing (time-to-detection measurements).
         #[arg(long)]
         detect_only: bool,
+        /// Go on to the budget after a failure: count the failing schedules and
+        /// write each, unshrunk, to --out-dir (with --detect-only: count only).
+        #[arg(long)]
+        keep_going: bool,
     },
     /// Mutation test: run the scenarios against the correct driver and then
     /// against every mutant; print mutant → killing scenario → invariant; exit 1
@@ -389,6 +393,7 @@ fn main() -> ExitCode {
                 mutants,
                 out_dir,
                 detect_only,
+                keep_going,
             } => {
                 explore(
                     scenario,
@@ -397,7 +402,7 @@ fn main() -> ExitCode {
                     time_budget,
                     mutants,
                     out_dir,
-                    detect_only,
+                    (detect_only, keep_going),
                 )
                 .await
             }
@@ -906,7 +911,7 @@ async fn explore(
     budget: String,
     mutants: Vec<Mutant>,
     out_dir: PathBuf,
-    detect_only: bool,
+    (detect_only, keep_going): (bool, bool),
 ) -> ExitCode {
     let scn = match scenario::load(&path) {
         Ok(s) => s,
@@ -926,7 +931,7 @@ async fn explore(
         mutants,
         out_dir,
         detect_only,
-        keep_going: false,
+        keep_going,
     };
     match drivelab::explore::explore(&scn, &opts).await {
         Ok(r) => {

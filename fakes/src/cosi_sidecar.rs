@@ -57,6 +57,8 @@ pub const BACKOFF_BASE: Duration = Duration::from_millis(100);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// What the sidecar sees when the link to the driver is cut before the call.
 const CUT_MESSAGE: &str = "transport: connection refused or reset";
+/// What the sidecar sees when the driver's connection dies under a call.
+const CONNECTION_LOST: &str = "transport: connection to the driver lost";
 /// Finalizer the sidecar puts on BucketClaims it works on.
 pub const CLAIM_FINALIZER: &str = "cosi.objectstorage.k8s.io/bucketclaim-protection";
 /// Finalizer the sidecar puts on BucketAccesses it works on.
@@ -261,26 +263,57 @@ pub struct Exchange {
     pub reply: DriverReply,
     /// True if the lab re-sent a recorded request (a `retry` step), not a reconcile.
     pub replay: bool,
+    /// Who gave the reply: the checks judge the driver only by its own answers.
+    pub answered_by: AnsweredBy,
+}
+
+/// Who gave an exchange's reply. A call the lab answered, cut, or crashed the
+/// driver under says nothing about what the driver would have answered.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AnsweredBy {
+    /// The driver (including its own failures: a hang, a connection it dropped
+    /// while the lab crashed nothing).
+    Driver,
+    /// The lab's fault hook, in the driver's place (an injected error).
+    Injected,
+    /// Nobody: the lab cut the call or lost its reply (partition,
+    /// drop_response, crash_driver on this call), or crashed the driver while
+    /// the call was in flight.
+    Lost,
 }
 
 /// One sidecar→driver RPC through the gate (shared by the COSI and CSI
 /// sidecars): the hook may answer it, cut it before the driver sees it, or
 /// lose the reply after the driver committed. Both cuts reach the caller as
-/// UNAVAILABLE, as a dead connection would; the history records what happened.
+/// UNAVAILABLE, as a dead connection would; the history records what happened,
+/// and the third value says who answered.
 pub async fn through_gate<T>(
     gate: &Gate,
     call: &CallSpec,
     rpc: impl std::future::Future<Output = Result<T, (tonic::Code, String)>>,
-) -> (CallId, Result<T, (tonic::Code, String)>) {
+) -> (CallId, Result<T, (tonic::Code, String)>, AnsweredBy) {
     let cut = || Err((tonic::Code::Unavailable, CUT_MESSAGE.to_string()));
     let (id, verdict) = gate.enter(call).await;
+    let mut by = AnsweredBy::Driver;
     let answered = match verdict {
-        Verdict::Reject(r) => Err((code_from_name(&r.code), r.message)),
+        Verdict::Reject(r) => {
+            by = AnsweredBy::Injected;
+            Err((code_from_name(&r.code), r.message))
+        }
         Verdict::Cut => {
             gate.cut_before(id);
-            return (id, cut());
+            return (id, cut(), AnsweredBy::Lost);
         }
-        Verdict::Proceed => rpc.await,
+        Verdict::Proceed => {
+            let from = gate.history().len();
+            let answered = rpc.await;
+            if matches!(&answered, Err((tonic::Code::Unavailable, m)) if m == CONNECTION_LOST)
+                && crashed_since(gate.history(), from)
+            {
+                by = AnsweredBy::Lost;
+            }
+            answered
+        }
     };
     let outcome = match &answered {
         Err((code, message)) => Outcome::Grpc {
@@ -293,10 +326,19 @@ pub async fn through_gate<T>(
         },
     };
     match gate.leave(id, call, outcome).await {
-        Delivery::Deliver => (id, answered),
+        Delivery::Deliver => (id, answered, by),
         // The driver committed; the caller sees what a lost reply looks like.
-        Delivery::Cut => (id, cut()),
+        Delivery::Cut => (id, cut(), AnsweredBy::Lost),
     }
+}
+
+/// Did the lab crash the driver after history index `from` (a `crash_driver`
+/// fault fired, on this call or any other in flight)?
+fn crashed_since(history: &crate::history::History, from: usize) -> bool {
+    history
+        .events_from(from)
+        .iter()
+        .any(|e| matches!(&e.kind, EventKind::Fault { fault, .. } if fault == "crash_driver"))
 }
 
 /// `OK`, `ALREADY_EXISTS`, ... as in the gRPC spec.
@@ -891,7 +933,7 @@ impl CosiSidecar {
                 ok => Ok(ok),
             }
         };
-        let (id, result) = through_gate(&self.gate, &call, rpc).await;
+        let (id, result, answered_by) = through_gate(&self.gate, &call, rpc).await;
         let reply = result.unwrap_or_else(|(code, message)| DriverReply::Failed { code, message });
         if replay {
             self.gate.history().record(EventKind::Note {
@@ -904,6 +946,7 @@ impl CosiSidecar {
             request,
             reply,
             replay,
+            answered_by,
         };
         lock(&self.exchanges).push(ex.clone());
         ex
@@ -1013,7 +1056,7 @@ impl CosiSidecar {
             {
                 DriverReply::Failed {
                     code: tonic::Code::Unavailable,
-                    message: "transport: connection to the driver lost".into(),
+                    message: CONNECTION_LOST.into(),
                 }
             }
             Ok(Err(status)) => DriverReply::Failed {

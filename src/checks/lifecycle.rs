@@ -5,7 +5,7 @@
 
 use sha2::{Digest, Sha256};
 
-use drivelab_fakes::cosi_sidecar::{DriverOp, DriverReply, DriverRequest};
+use drivelab_fakes::cosi_sidecar::{AnsweredBy, DriverOp, DriverReply, DriverRequest};
 use drivelab_proto::cosi::AuthenticationType;
 
 use super::{Observations, Verdict};
@@ -192,11 +192,17 @@ pub fn converges(obs: &Observations) -> Verdict {
     v.finish(format!("every request reached a terminal state ({permanent} rejected as invalid, as they should be)"))
 }
 
-/// The spec's codes where the spec names one.
+/// The spec's codes where the spec names one. Only the driver's own answers
+/// count: an error the lab injected in its place, or a call the lab cut or
+/// crashed the driver under, has no code of the driver's to judge.
 pub fn spec_codes(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::SpecCodes);
     let mut n = 0;
-    for e in &obs.exchanges {
+    for e in obs
+        .exchanges
+        .iter()
+        .filter(|e| e.answered_by == AnsweredBy::Driver)
+    {
         if let DriverRequest::Grant { auth, name, .. } = &e.request {
             if *auth == AuthenticationType::UnknownAuthenticationType as i32 {
                 n += 1;
@@ -207,7 +213,11 @@ pub fn spec_codes(obs: &Observations) -> Verdict {
             }
         }
     }
-    for r in &obs.retries {
+    for r in obs
+        .retries
+        .iter()
+        .filter(|r| r.retried.answered_by == AnsweredBy::Driver)
+    {
         n += 1;
         let code = r.retried.reply.code_name();
         let op = r.retried.request.op();

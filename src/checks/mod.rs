@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use drivelab_fakes::cosi_sidecar::{DriverOp, DriverReply, DriverRequest, Exchange};
+use drivelab_fakes::cosi_sidecar::{AnsweredBy, DriverOp, DriverReply, DriverRequest, Exchange};
 use drivelab_fakes::history::CallId;
 use drivelab_fakes::secret::Secret;
 use serde::Serialize;
@@ -322,7 +322,9 @@ pub fn idempotent_replay(obs: &Observations) -> Verdict {
         }
     }
     for r in &obs.retries {
-        if r.changed_request {
+        // A retry the lab answered, cut or crashed the driver under is not an
+        // answered retry: its UNAVAILABLE is the lab's, not the driver's.
+        if r.changed_request || r.retried.answered_by != AnsweredBy::Driver {
             continue;
         }
         let ok = !matches!(r.retried.reply, DriverReply::Failed { .. });

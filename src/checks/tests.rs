@@ -1,7 +1,8 @@
 //! Each check on a good observation passes and on a deliberately broken one fails.
 
 use super::*;
-use drivelab_fakes::cosi_sidecar::S3Credentials;
+use drivelab_fakes::cosi_sidecar::{AnsweredBy, S3Credentials};
+use drivelab_proto::cosi::AuthenticationType;
 
 fn creds(key: &str, secret: &str) -> S3Credentials {
     S3Credentials {
@@ -27,6 +28,7 @@ fn grant(call: u64, name: &str, account: &str, key: &str, secret: &str) -> Excha
             credential_entries: 1,
         },
         replay: call > 1,
+        answered_by: AnsweredBy::Driver,
     }
 }
 
@@ -181,6 +183,28 @@ fn idempotent_replay_accepts_already_exists_for_a_changed_request() {
     assert!(idempotent_replay(&obs).passed);
 }
 
+/// The retry failed UNAVAILABLE: from the driver itself that breaks idempotent
+/// replay; when the lab crashed the driver under it, cut it, or answered in its
+/// place, it is not an answered retry (explore's false positives of issue 6).
+#[test]
+fn idempotent_replay_judges_only_retries_the_driver_answered() {
+    let unavailable = |by| {
+        let mut obs = good();
+        obs.retries[0].retried.reply = DriverReply::Failed {
+            code: tonic::Code::Unavailable,
+            message: "transport: connection to the driver lost".into(),
+        };
+        obs.retries[0].retried.answered_by = by;
+        obs
+    };
+    assert!(!idempotent_replay(&unavailable(AnsweredBy::Driver)).passed);
+    assert!(idempotent_replay(&unavailable(AnsweredBy::Lost)).passed);
+    assert!(idempotent_replay(&unavailable(AnsweredBy::Injected)).passed);
+    // A lost retry is skipped, not counted as compared.
+    let v = idempotent_replay(&unavailable(AnsweredBy::Lost));
+    assert!(v.details[0].starts_with("1 repeated"), "{:?}", v.details);
+}
+
 #[test]
 fn unique_credentials_fails_on_a_shared_key() {
     let mut obs = good();
@@ -315,6 +339,53 @@ fn spec_codes_fails_when_unknown_auth_is_granted() {
         !lifecycle::spec_codes(&obs).passed,
         "incompatible parameters answered OK"
     );
+}
+
+/// spec-codes judges the driver's codes, not the lab's: an UNAVAILABLE the lab
+/// injected for an UnknownAuthenticationType grant, or a delete retried while
+/// the lab crashed the driver, is no answer; the same code from the driver fails.
+#[test]
+fn spec_codes_judges_only_what_the_driver_answered() {
+    let unknown_auth_unavailable = |by| {
+        let mut obs = with_canary(good());
+        obs.retries.clear();
+        if let DriverRequest::Grant { auth, .. } = &mut obs.exchanges[0].request {
+            *auth = AuthenticationType::UnknownAuthenticationType as i32;
+        }
+        obs.exchanges[0].reply = DriverReply::Failed {
+            code: tonic::Code::Unavailable,
+            message: "injected by explore".into(),
+        };
+        obs.exchanges[0].answered_by = by;
+        obs
+    };
+    assert!(!lifecycle::spec_codes(&unknown_auth_unavailable(AnsweredBy::Driver)).passed);
+    assert!(lifecycle::spec_codes(&unknown_auth_unavailable(AnsweredBy::Injected)).passed);
+
+    let delete_again = |by| {
+        let mut obs = with_canary(good());
+        let delete = |call| Exchange {
+            call: CallId(call),
+            request: DriverRequest::Delete {
+                bucket_id: "b1".into(),
+                context: Default::default(),
+            },
+            reply: DriverReply::Empty,
+            replay: call > 10,
+            answered_by: AnsweredBy::Driver,
+        };
+        let mut retried = delete(11);
+        retried.reply = DriverReply::Failed {
+            code: tonic::Code::Unavailable,
+            message: "transport: connection to the driver lost".into(),
+        };
+        retried.answered_by = by;
+        obs.retries[0].original = delete(10);
+        obs.retries[0].retried = retried;
+        obs
+    };
+    assert!(!lifecycle::spec_codes(&delete_again(AnsweredBy::Driver)).passed);
+    assert!(lifecycle::spec_codes(&delete_again(AnsweredBy::Lost)).passed);
 }
 
 #[test]

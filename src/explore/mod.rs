@@ -36,8 +36,10 @@ pub struct ExploreOptions {
     pub out_dir: PathBuf,
     /// Stop at the first failure: no shrinking, no file (for measuring time to detection).
     pub detect_only: bool,
-    /// Count failing schedules and go on to the budget (for measuring the rate);
-    /// nothing is shrunk or written.
+    /// Count failing schedules and go on to the budget (for measuring the rate
+    /// and for collecting the schedules the correct driver fails); nothing is
+    /// shrunk, and each failing schedule is written as it ran only when
+    /// `detect_only` is off.
     pub keep_going: bool,
 }
 
@@ -166,6 +168,9 @@ pub struct ExploreReport {
     pub first_failure_after: Option<Duration>,
     /// Failing schedules (more than one only with `keep_going`).
     pub failing_schedules: usize,
+    /// With `keep_going` and not `detect_only`: each failing schedule, unshrunk,
+    /// written as a scenario file, with the invariants it failed.
+    pub kept: Vec<(PathBuf, Vec<&'static str>)>,
     /// The shrunk failure.
     pub found: Option<Found>,
     /// Total wall time.
@@ -374,6 +379,7 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
     let mut corpus = guide::Corpus::default();
     let mut c = Coverage::default();
     let mut failing: Option<Schedule> = None;
+    let mut kept = Vec::new();
     let mut misses = 0u32;
     while c.runs < opts.cases as usize && started.elapsed() <= opts.time_budget {
         let sched = match corpus.child(&mut rng, &targets, &dups, n_steps) {
@@ -440,6 +446,10 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
             c.failing += 1;
             c.first_failure.get_or_insert(started.elapsed());
             if opts.keep_going {
+                if !opts.detect_only {
+                    let (path, _) = write_schedule(base, &targets, &sched, opts, "kept").await?;
+                    kept.push((path, failed));
+                }
                 continue;
             }
             failing = Some(sched);
@@ -463,6 +473,7 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
         targets,
         first_failure_after: c.first_failure,
         failing_schedules: c.failing,
+        kept,
         found,
         elapsed: started.elapsed(),
     })
@@ -650,43 +661,8 @@ async fn write_found(
     sched: &Schedule,
     opts: &ExploreOptions,
 ) -> anyhow::Result<Found> {
-    let mut scn = apply(base, targets, sched);
-    // Named after what it was hunting, so two hunts that shrink to one seed do not collide.
-    let hunted: String = opts
-        .mutants
-        .iter()
-        .map(|m| format!("-{}", m.name()))
-        .collect();
-    scn.name = format!("{}{hunted}-found-{}", base.name, sched.seed);
-    let file = opts
-        .out_dir
-        .join(format!("{}{hunted}-{}.yaml", base.name, sched.seed));
-    // The mutant stays on the command line, not in the file: the correct driver
-    // must pass this schedule (a regression scenario for `make e2e`), and
-    // `make mutants` replays it against every mutant.
-    let flags: String = opts
-        .mutants
-        .iter()
-        .map(|m| format!(" --mutant {}", m.name()))
-        .collect();
-    let header = vec![
-        format!(
-            "Found by `drivelab explore {}{flags}` (explorer seed {}), shrunk.",
-            base.path.display(),
-            opts.seed
-        ),
-        format!(
-            "Fails with{flags}: replay with `drivelab run {}{flags}`.",
-            file.display()
-        ),
-    ];
-    let text = scenario::write::to_yaml(&scn, &header);
-    std::fs::create_dir_all(&opts.out_dir)
-        .with_context(|| format!("creating {}", opts.out_dir.display()))?;
-    std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
+    let (path, written) = write_schedule(base, targets, sched, opts, "found").await?;
     // Replay from the file, exactly as a developer would.
-    let written =
-        scenario::load(&file).map_err(|e| anyhow!("the written scenario does not parse: {e}"))?;
     let outcome = engine::run(
         &written,
         &RunOptions {
@@ -698,10 +674,74 @@ async fn write_found(
     .await?;
     let failed = failed_invariants(&outcome);
     Ok(Found {
-        path: file,
+        path,
         failed,
         outcome,
     })
+}
+
+/// Write `sched` as a plain scenario file in `opts.out_dir` (`how`: `found`
+/// for a shrunk failure, `kept` for one collected as it ran) and load it back.
+async fn write_schedule(
+    base: &Scenario,
+    targets: &[FaultTarget],
+    sched: &Schedule,
+    opts: &ExploreOptions,
+    how: &str,
+) -> anyhow::Result<(PathBuf, Scenario)> {
+    let mut scn = apply(base, targets, sched);
+    // Named after what it was hunting, so two hunts that shrink to one seed do not collide.
+    let hunted: String = opts
+        .mutants
+        .iter()
+        .map(|m| format!("-{}", m.name()))
+        .collect();
+    // Collected schedules are many per hunt: the hash of the whole schedule
+    // tells them apart where the seed alone may not.
+    let tag = match how {
+        "found" => sched.seed.to_string(),
+        _ => format!("{}-{:016x}", sched.seed, schedule_hash(sched)),
+    };
+    scn.name = format!("{}{hunted}-{how}-{tag}", base.name);
+    let file = opts
+        .out_dir
+        .join(format!("{}{hunted}-{tag}.yaml", base.name));
+    // The mutant stays on the command line, not in the file: the correct driver
+    // must pass this schedule (a regression scenario for `make e2e`), and
+    // `make mutants` replays it against every mutant.
+    let flags: String = opts
+        .mutants
+        .iter()
+        .map(|m| format!(" --mutant {}", m.name()))
+        .collect();
+    let header = vec![
+        format!(
+            "{} by `drivelab explore {}{flags}` (explorer seed {}){}.",
+            if how == "found" { "Found" } else { "Collected (--keep-going)" },
+            base.path.display(),
+            opts.seed,
+            if how == "found" { ", shrunk" } else { ", not shrunk" },
+        ),
+        format!(
+            "Fails with{flags}: replay with `drivelab run {}{flags}`.",
+            file.display()
+        ),
+    ];
+    let text = scenario::write::to_yaml(&scn, &header);
+    std::fs::create_dir_all(&opts.out_dir)
+        .with_context(|| format!("creating {}", opts.out_dir.display()))?;
+    std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
+    let written =
+        scenario::load(&file).map_err(|e| anyhow!("the written scenario does not parse: {e}"))?;
+    Ok((file, written))
+}
+
+fn schedule_hash(sched: &Schedule) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // DefaultHasher::new() has fixed keys: the same schedule, the same file name.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    sched.hash(&mut h);
+    h.finish()
 }
 
 /// Print the report the CLI shows.
@@ -716,13 +756,27 @@ pub fn print(report: &ExploreReport) {
         report.targets.len(),
         report.tuples_reached
     );
+    if report.failing_schedules > 0 && report.found.is_none() && !report.kept.is_empty() {
+        crate::outln!(
+            "{} failing schedules (kept going, not shrunk):",
+            report.failing_schedules
+        );
+        for (path, failed) in &report.kept {
+            crate::outln!("  {}: {}", path.display(), failed.join(", "));
+        }
+    }
     if report.reference_failures > 0 {
         crate::outln!("{} schedules broke the correct driver too (not counted against the mutant: run explore without --mutant)", report.reference_failures);
     }
     match &report.found {
         None if report.first_failure_after.is_some() => crate::outln!(
-            "FOUND after {:.1}s (detect-only: not shrunk, nothing written)",
-            report.first_failure_after.unwrap_or_default().as_secs_f64()
+            "FOUND after {:.1}s ({})",
+            report.first_failure_after.unwrap_or_default().as_secs_f64(),
+            if report.kept.is_empty() {
+                "detect-only: not shrunk, nothing written"
+            } else {
+                "the first failing schedule; kept going: not shrunk"
+            }
         ),
         None => crate::outln!("no invariant failed"),
         Some(f) => {

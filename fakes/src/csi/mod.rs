@@ -353,7 +353,7 @@ impl DriverConn {
                 ok => Ok(ok),
             }
         };
-        let (id, result) = through_gate(&self.gate, &call, rpc).await;
+        let (id, result, _) = through_gate(&self.gate, &call, rpc).await;
         let reply = result.unwrap_or_else(|(code, message)| DriverReply::Failed { code, message });
         let ex = Exchange {
             call: id,
