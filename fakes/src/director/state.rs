@@ -3,7 +3,7 @@
 //! restart keeps them (locks and the worker pool are process state and do not).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -202,6 +202,11 @@ pub struct AgentDisk {
 #[derive(Clone)]
 pub struct State {
     store: Arc<dyn Store>,
+    /// The dynamic-disk records, decoded: a write-through index over the
+    /// store's `disk/` keys (loaded on first use, so a restarted Director
+    /// reads them from the store once). `GET /dynamic_disks` lists every disk
+    /// on each call; without it each list re-read and re-decoded N records.
+    disks: Arc<Mutex<Option<BTreeMap<String, DiskRec>>>>,
 }
 
 fn task_key(id: u64) -> String {
@@ -210,7 +215,27 @@ fn task_key(id: u64) -> String {
 
 impl State {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+        Self {
+            store,
+            disks: Arc::default(),
+        }
+    }
+
+    /// Run `f` on the disk index (locked meanwhile), read from the store if
+    /// this is its first use. `f` must not call back into `State`.
+    fn with_index<T>(
+        &self,
+        f: impl FnOnce(&mut BTreeMap<String, DiskRec>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut g = self.disks.lock().unwrap_or_else(|p| p.into_inner());
+        let index = match &mut *g {
+            Some(index) => index,
+            empty => {
+                let recs = self.store.scan_json::<DiskRec>("disk/")?;
+                empty.insert(recs.into_iter().map(|(_, d)| (d.name.clone(), d)).collect())
+            }
+        };
+        f(index)
     }
 
     pub fn initialized(&self) -> Result<bool, StoreError> {
@@ -272,17 +297,35 @@ impl State {
     }
 
     pub fn disk(&self, name: &str) -> Result<Option<DiskRec>, StoreError> {
-        self.store.get_json(&format!("disk/{name}"))
+        self.with_index(|index| Ok(index.get(name).cloned()))
     }
 
+    /// Store first, then the index: a failed write leaves the index as the store is.
     pub fn put_disk(&self, d: &DiskRec) -> Result<(), StoreError> {
-        self.store.put_json(&format!("disk/{}", d.name), d)?;
+        self.with_index(|index| {
+            self.store.put_json(&format!("disk/{}", d.name), d)?;
+            index.insert(d.name.clone(), d.clone());
+            Ok(())
+        })?;
         self.store.flush()
     }
 
     pub fn remove_disk(&self, name: &str) -> Result<(), StoreError> {
-        self.store.remove(&format!("disk/{name}"))?;
+        self.with_index(|index| {
+            self.store.remove(&format!("disk/{name}"))?;
+            index.remove(name);
+            Ok(())
+        })?;
         self.store.flush()
+    }
+
+    /// Run `f` over every disk record by name, without copying them (the
+    /// index stays locked meanwhile: `f` must not call back into `State`).
+    pub fn with_disks<T>(
+        &self,
+        f: impl FnOnce(&BTreeMap<String, DiskRec>) -> T,
+    ) -> Result<T, StoreError> {
+        self.with_index(|index| Ok(f(index)))
     }
 
     pub fn snapshot(&self, cid: &str) -> Result<Option<SnapshotRec>, StoreError> {
@@ -310,12 +353,7 @@ impl State {
     }
 
     pub fn disks(&self) -> Result<Vec<DiskRec>, StoreError> {
-        Ok(self
-            .store
-            .scan_json::<DiskRec>("disk/")?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect())
+        self.with_index(|index| Ok(index.values().cloned().collect()))
     }
 
     pub fn task(&self, id: u64) -> Result<Option<TaskRec>, StoreError> {
