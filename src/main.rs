@@ -765,6 +765,23 @@ async fn sweep(
 }
 
 /// The mutation test and its kill table.
+/// A scenario's size: its steps, counting each step of a `concurrent:` block.
+fn scenario_steps(scn: &scenario::Scenario) -> usize {
+    fn size(step: &scenario::Step) -> usize {
+        match step {
+            scenario::Step::Concurrent(inner) => inner.iter().map(size).sum(),
+            _ => 1,
+        }
+    }
+    scn.steps.iter().map(|s| size(&s.value)).sum()
+}
+
+/// Scenarios this big run against a mutant only if no smaller one killed it:
+/// a scale scenario against a driver that fails every call retries for minutes
+/// of real time (the 100-volume churn: 3 minutes of `make test`) and adds
+/// nothing to a kill already made.
+const LARGE_SCENARIO_STEPS: usize = 100;
+
 /// Runs `jobs` (scenario, mutants) at a time, answers in input order. The kill
 /// table is every mutant against every scenario of its driver: one at a time it
 /// was most of `make test`'s run time, and the runs share nothing but the process.
@@ -776,17 +793,8 @@ async fn run_batch(
     jobs: usize,
 ) -> Vec<anyhow::Result<engine::RunOutcome>> {
     use futures_util::stream::{self, StreamExt};
-    fn size(step: &scenario::Step) -> usize {
-        match step {
-            scenario::Step::Concurrent(inner) => inner.iter().map(size).sum(),
-            _ => 1,
-        }
-    }
     let mut runs: Vec<_> = runs.into_iter().enumerate().collect();
-    runs.sort_by_key(|(i, (scn, _))| {
-        let steps: usize = scn.steps.iter().map(|s| size(&s.value)).sum();
-        (std::cmp::Reverse(steps), *i)
-    });
+    runs.sort_by_key(|(i, (scn, _))| (std::cmp::Reverse(scenario_steps(scn)), *i));
     let mut done: Vec<(usize, anyhow::Result<engine::RunOutcome>)> = stream::iter(runs)
         .map(|(i, (scn, mutants))| async move {
             let opts = engine::RunOptions {
@@ -805,6 +813,36 @@ async fn run_batch(
         .await;
     done.sort_by_key(|(i, _)| *i);
     done.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Runs each (mutant, scenario) pair and adds what each run broke to `kills`.
+async fn tally(
+    pairs: Vec<(Mutant, &scenario::Scenario)>,
+    seed: Option<u64>,
+    jobs: usize,
+    kills: &mut std::collections::BTreeMap<Mutant, Vec<String>>,
+) {
+    let batch = pairs.iter().map(|(m, s)| ((*s).clone(), vec![*m])).collect();
+    for ((m, scn), res) in pairs.iter().zip(run_batch(batch, seed, jobs).await) {
+        let entry = kills.entry(*m).or_default();
+        match res {
+            Ok(o) => {
+                let mut what: Vec<&str> = o
+                    .verdicts
+                    .iter()
+                    .filter(|v| !v.passed)
+                    .map(|v| v.invariant)
+                    .collect();
+                if !o.expect_failures.is_empty() {
+                    what.push("expect");
+                }
+                if !what.is_empty() {
+                    entry.push(format!("{} → {}", o.scenario, what.join(", ")));
+                }
+            }
+            Err(e) => entry.push(format!("{} → lab error ({e})", scn.name)),
+        }
+    }
 }
 
 async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> ExitCode {
@@ -850,28 +888,18 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
                 .map(move |s| (*m, s))
         })
         .collect();
-    let batch = pairs.iter().map(|(m, s)| ((*s).clone(), vec![*m])).collect();
-    let results = run_batch(batch, seed, jobs).await;
+    let (small, large): (Vec<_>, Vec<_>) = pairs
+        .into_iter()
+        .partition(|(_, s)| scenario_steps(s) < LARGE_SCENARIO_STEPS);
     let mut kills: std::collections::BTreeMap<Mutant, Vec<String>> = Default::default();
-    for ((m, scn), res) in pairs.iter().zip(results) {
-        let entry = kills.entry(*m).or_default();
-        match res {
-            Ok(o) => {
-                let mut what: Vec<&str> = o
-                    .verdicts
-                    .iter()
-                    .filter(|v| !v.passed)
-                    .map(|v| v.invariant)
-                    .collect();
-                if !o.expect_failures.is_empty() {
-                    what.push("expect");
-                }
-                if !what.is_empty() {
-                    entry.push(format!("{} → {}", o.scenario, what.join(", ")));
-                }
-            }
-            Err(e) => entry.push(format!("{} → lab error ({e})", scn.name)),
-        }
+    tally(small, seed, jobs, &mut kills).await;
+    let (large, skipped): (Vec<_>, Vec<_>) = large
+        .into_iter()
+        .partition(|(m, _)| kills.get(m).is_none_or(Vec::is_empty));
+    tally(large, seed, jobs, &mut kills).await;
+    let mut not_run: std::collections::BTreeMap<Mutant, usize> = Default::default();
+    for (m, _) in skipped {
+        *not_run.entry(m).or_default() += 1;
     }
     let mut survivors = Vec::new();
     drivelab::outln!("| mutant | killed by (scenario → invariant) |");
@@ -883,11 +911,16 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
             drivelab::outln!("| {} | **SURVIVED** |", m.name());
         } else {
             let shown: Vec<&str> = kills.iter().take(4).map(String::as_str).collect();
-            let more = if kills.len() > 4 {
+            let mut more = if kills.len() > 4 {
                 format!("<br>(+{} more scenarios)", kills.len() - 4)
             } else {
                 String::new()
             };
+            if let Some(n) = not_run.get(m) {
+                more.push_str(&format!(
+                    "<br>({n} scenario(s) of {LARGE_SCENARIO_STEPS}+ steps not run: already killed)"
+                ));
+            }
             drivelab::outln!("| {} | {}{more} |", m.name(), shown.join("<br>"));
         }
     }
