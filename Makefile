@@ -12,7 +12,7 @@ REPORT_DIR ?= reports/e2e
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= scenario s3_http admin_http madmin kube_http director_http cpi_json
 
-.PHONY: fuzz-smoke e2e test test-rust test-containers image py-deps browser-deps build validate mutants sweep clean-reports bench bench-check bench-explore
+.PHONY: fuzz-smoke e2e test prebuild-static test-rust test-containers image py-deps browser-deps build validate mutants sweep clean-reports bench bench-check bench-explore
 
 build:
 	$(CARGO) build --locked --bins
@@ -52,7 +52,17 @@ browser-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "chromium is missing: sudo apt-get install chromium (or DRIVELAB_SKIP_BROWSER=1)"; fi; }
 
-test: py-deps browser-deps test-rust test-containers mutants
+test: prebuild-static py-deps browser-deps test-rust test-containers mutants
+
+# The static build test-containers needs gets its own target dir, so it can
+# start first at idle priority and soak up the cores the test build and the
+# (mostly waiting) test run leave free; build-image.sh in the container test
+# then waits on its cargo lock instead of building from scratch.
+STATIC_TARGET_DIR ?= target/static
+export DRIVELAB_STATIC_TARGET_DIR := $(STATIC_TARGET_DIR)
+prebuild-static:
+	@mkdir -p $(STATIC_TARGET_DIR)
+	@BUILD_ONLY=1 nice -n 19 scripts/build-image.sh > $(STATIC_TARGET_DIR)/prebuild.log 2>&1 &
 
 # image: drivers and the lab in a container. Needs a Docker engine (builds its
 # FROM scratch images locally, pulls nothing); says SKIPPED plainly without one.
