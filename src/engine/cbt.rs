@@ -282,15 +282,7 @@ impl Cbt {
                 "OK".to_string()
             }
             None => {
-                history.record(EventKind::Note {
-                    component: Component::BackupClient,
-                    text: format!(
-                        "backup {}: {} blocks reported, answer {}",
-                        b.name,
-                        record.got.len(),
-                        code
-                    ),
-                });
+                note_ended(history, &b.name, record.got.len(), &code);
                 code
             }
         };
@@ -367,15 +359,7 @@ impl Cbt {
             });
         }
         let got = blocks_of(&p.tuples);
-        history.record(EventKind::Note {
-            component: Component::BackupClient,
-            text: format!(
-                "backup {}: {} blocks reported, answer {}",
-                r.name,
-                got.len(),
-                code
-            ),
-        });
+        note_ended(history, &r.name, got.len(), &code);
         let calls = driver_calls_since(history, from);
         if let Some(rec) = self.backups.get_mut(&r.name) {
             rec.got = got;
@@ -410,8 +394,8 @@ impl Cbt {
             clock.advance_to(clock.now().after(d));
         }
         let session = orig.session.as_ref().map(|s| s.expose().to_string());
-        let code = self
-            .stream(
+        let opened = self
+            .open(
                 orig.client_token.expose(),
                 &r.namespace,
                 &r.snapshot,
@@ -421,6 +405,10 @@ impl Cbt {
                 session.as_deref(),
             )
             .await;
+        let code = match opened {
+            Err(code) => code,
+            Ok(mut s) => drain(&mut s, &mut Vec::new()).await,
+        };
         history.record(EventKind::Note {
             component: Component::BackupClient,
             text: format!(
@@ -435,22 +423,6 @@ impl Cbt {
             code: code.clone(),
         });
         code
-    }
-
-    /// Drain one stream from `offset`; how it ended (`OK` or a code).
-    async fn stream(
-        &self,
-        token: &str,
-        ns: &str,
-        snapshot: &str,
-        base: Option<&str>,
-        offset: i64,
-        session: Option<&str>,
-    ) -> String {
-        match self.open(token, ns, snapshot, base, offset, session).await {
-            Err(code) => code,
-            Ok(mut s) => drain(&mut s, &mut Vec::new()).await,
-        }
     }
 
     /// Open a stream through the sidecar: allocated blocks without `base`,
@@ -566,6 +538,14 @@ async fn drain(s: &mut OpenStream, tuples: &mut Vec<BlockMetadata>) -> String {
         Read::Ended(code) => code,
         Read::Paused => unreachable!("a read without a limit never pauses"),
     }
+}
+
+/// The history line of a backup whose stream ended.
+fn note_ended(history: &History, name: &str, blocks: usize, code: &str) {
+    history.record(EventKind::Note {
+        component: Component::BackupClient,
+        text: format!("backup {name}: {blocks} blocks reported, answer {code}"),
+    });
 }
 
 /// The byte offset just past the last block a client received: where a
