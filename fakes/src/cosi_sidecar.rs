@@ -367,9 +367,18 @@ pub fn code_name(code: tonic::Code) -> String {
 
 /// Open a tonic channel to a Unix socket.
 pub async fn connect_unix(path: &Path) -> Result<Channel, tonic::transport::Error> {
+    connect_unix_with(path, |e| e).await
+}
+
+/// Open a tonic channel to a Unix socket with endpoint settings of the
+/// caller's (HTTP/2 windows, say).
+pub async fn connect_unix_with(
+    path: &Path,
+    tune: impl FnOnce(Endpoint) -> Endpoint,
+) -> Result<Channel, tonic::transport::Error> {
     let path = path.to_path_buf();
     // The URI is required by tonic but unused: the connector always dials the socket.
-    Endpoint::from_static("http://[::1]:50051")
+    tune(Endpoint::from_static("http://[::1]:50051"))
         .connect_timeout(Duration::from_secs(10))
         .connect_with_connector(tower::service_fn(move |_| {
             let path = path.clone();

@@ -1,4 +1,5 @@
-//! The fake CSI sidecars (provisioner, attacher, kubelet-like node agent)
+//! The fake CSI sidecars (provisioner, attacher, kubelet-like node agent,
+//! external-snapshotter)
 //! against a small in-test CSI driver served with tonic on a Unix socket,
 //! whose node side mounts into the fake node mount table. Each test shows one
 //! sidecar behaviour, and the checks fail on the wrong behaviour.
@@ -13,10 +14,11 @@ use drivelab_fakes::csi::attacher::{AttachTarget, Attacher};
 use drivelab_fakes::csi::kubelet::{staging_path, target_path, NodeAgent, NodeTarget};
 use drivelab_fakes::csi::mounts::{Device, Filesystems, MountRequest, MountTable};
 use drivelab_fakes::csi::provisioner::{ProvisionTarget, Provisioner, PV_FINALIZER};
+use drivelab_fakes::csi::snapshotter::{SnapshotTarget, Snapshotter, DEFAULT_CLASS};
 use drivelab_fakes::csi::{DriverReply, DriverRequest, KubeSlot, Reconcile};
 use drivelab_fakes::gate::{CallSpec, Delivery, Gate, GateHook, Verdict};
 use drivelab_fakes::history::{CallId, History, Outcome};
-use drivelab_fakes::kube::{Kind, KubeFake};
+use drivelab_fakes::kube::{Kind, KubeFake, SNAPSHOT_API_VERSION};
 use drivelab_fakes::store::MemStore;
 use drivelab_proto::csi;
 use drivelab_proto::csi::controller_server::{Controller, ControllerServer};
@@ -42,6 +44,10 @@ struct DriverState {
     fail_stage: Option<tonic::Code>,
     /// A buggy node plugin: binds read-write whatever `readonly` says.
     ignore_readonly: bool,
+    /// CSI snapshot name → (snapshot id, source volume id).
+    snapshots: BTreeMap<String, (String, String)>,
+    /// Fail this many CreateSnapshot calls (INTERNAL) before serving them.
+    fail_snapshots: u32,
 }
 
 #[derive(Clone)]
@@ -203,15 +209,38 @@ impl Controller for TestDriver {
     }
     async fn create_snapshot(
         &self,
-        _: Request<csi::CreateSnapshotRequest>,
+        r: Request<csi::CreateSnapshotRequest>,
     ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
-        unimpl()
+        let r = r.into_inner();
+        let mut s = st(self);
+        if s.fail_snapshots > 0 {
+            s.fail_snapshots -= 1;
+            return Err(Status::internal("snapshot quota exceeded"));
+        }
+        // Idempotent by name, as the spec asks.
+        let n = s.snapshots.len() + 1;
+        let (id, _) = s
+            .snapshots
+            .entry(r.name)
+            .or_insert_with(|| (format!("snap-{n}"), r.source_volume_id.clone()))
+            .clone();
+        Ok(Response::new(csi::CreateSnapshotResponse {
+            snapshot: Some(csi::Snapshot {
+                size_bytes: 1 << 30,
+                snapshot_id: id,
+                source_volume_id: r.source_volume_id,
+                ready_to_use: true,
+                ..Default::default()
+            }),
+        }))
     }
     async fn delete_snapshot(
         &self,
-        _: Request<csi::DeleteSnapshotRequest>,
+        r: Request<csi::DeleteSnapshotRequest>,
     ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
-        unimpl()
+        let id = r.into_inner().snapshot_id;
+        st(self).snapshots.retain(|_, (s, _)| *s != id);
+        Ok(Response::new(Default::default()))
     }
     async fn list_snapshots(
         &self,
@@ -387,6 +416,10 @@ struct Lab {
     node: NodeAgent,
     hook: Arc<LoseReply>,
     history: History,
+    /// The driver's socket, the gate and the API slot, for sidecars a test adds.
+    sock: PathBuf,
+    gate: Gate,
+    slot: KubeSlot,
 }
 
 async fn lab() -> Lab {
@@ -434,7 +467,9 @@ async fn lab_named(driver_name: &str) -> Lab {
     let att = Attacher::connect(&sock, slot.clone(), gate.clone())
         .await
         .unwrap();
-    let node = NodeAgent::connect(NODE, &sock, slot, gate).await.unwrap();
+    let node = NodeAgent::connect(NODE, &sock, slot.clone(), gate.clone())
+        .await
+        .unwrap();
     kube.create(
         Kind::StorageClass,
         json!({"metadata":{"name":"fast"},"provisioner":driver_name,"parameters":{"tier":"gold","csi.storage.k8s.io/fstype":"ext4"}}),
@@ -455,6 +490,9 @@ async fn lab_named(driver_name: &str) -> Lab {
         node,
         hook,
         history,
+        sock,
+        gate,
+        slot,
     }
 }
 
@@ -1436,4 +1474,248 @@ async fn restarted_agent_reconstructs_from_the_mount_table() {
     );
     assert!(l.mounts.mounts().is_empty());
     assert!(fresh.pods().is_empty());
+}
+
+// ---------------------------------------------------------------- snapshotter
+
+async fn snapshotter(l: &Lab) -> Snapshotter {
+    Snapshotter::connect(&l.sock, l.slot.clone(), l.gate.clone())
+        .await
+        .unwrap()
+}
+
+fn snapshot_class(l: &Lab, name: &str, policy: &str, default: bool, params: Value) {
+    let annotations = if default {
+        json!({ DEFAULT_CLASS: "true" })
+    } else {
+        json!({})
+    };
+    l.kube
+        .create(
+            Kind::VolumeSnapshotClass,
+            json!({"apiVersion": SNAPSHOT_API_VERSION, "kind": "VolumeSnapshotClass",
+                "metadata": {"name": name, "annotations": annotations},
+                "driver": DRIVER, "deletionPolicy": policy, "parameters": params}),
+        )
+        .unwrap();
+}
+
+/// A VolumeSnapshot of PVC `claim` in `app`, of class `class` (None: the default).
+fn take_snapshot(l: &Lab, name: &str, claim: &str, class: Option<&str>) {
+    let mut spec = json!({"source": {"persistentVolumeClaimName": claim}});
+    if let Some(c) = class {
+        spec["volumeSnapshotClassName"] = json!(c);
+    }
+    l.kube
+        .create(
+            Kind::VolumeSnapshot,
+            json!({"apiVersion": SNAPSHOT_API_VERSION, "kind": "VolumeSnapshot",
+                "metadata": {"name": name, "namespace": "app"}, "spec": spec}),
+        )
+        .unwrap();
+}
+
+fn vs_t(name: &str) -> SnapshotTarget {
+    SnapshotTarget::Snapshot {
+        namespace: "app".into(),
+        name: name.into(),
+    }
+}
+
+/// Reconcile every snapshotter target until a round changes nothing; the
+/// last round's answers.
+async fn settle(s: &Snapshotter) -> Vec<Reconcile> {
+    let mut last = Vec::new();
+    for _ in 0..4 {
+        last.clear();
+        for t in s.targets().unwrap() {
+            last.push(s.reconcile(&t).await.unwrap());
+        }
+    }
+    last
+}
+
+/// The CSI names of the CreateSnapshot calls and the ids of the DeleteSnapshot calls.
+fn snapshot_calls(s: &Snapshotter) -> (Vec<String>, Vec<String>) {
+    let mut created = Vec::new();
+    let mut deleted = Vec::new();
+    for e in s.exchanges() {
+        match &e.request {
+            DriverRequest::CreateSnapshot(r) => created.push(r.name.clone()),
+            DriverRequest::DeleteSnapshot(r) => deleted.push(r.snapshot_id.clone()),
+            _ => {}
+        }
+    }
+    (created, deleted)
+}
+
+#[tokio::test]
+async fn retain_keeps_the_snapshot_and_content_delete_removes_them() {
+    let l = lab().await;
+    provisioned(&l, "data", "fast", &["ReadWriteOnce"]).await;
+    snapshot_class(&l, "keep", "Retain", false, json!({}));
+    snapshot_class(&l, "drop", "Delete", false, json!({}));
+    let s = snapshotter(&l).await;
+    take_snapshot(&l, "kept", "data", Some("keep"));
+    take_snapshot(&l, "gone", "data", Some("drop"));
+    assert!(settle(&s).await.iter().all(|r| *r == Reconcile::Done));
+    assert_eq!(st(&l.driver).snapshots.len(), 2);
+    let kept_content = get(&l, Kind::VolumeSnapshot, Some("app"), "kept").unwrap()["status"]
+        ["boundVolumeSnapshotContentName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let kept_handle = get(&l, Kind::VolumeSnapshotContent, None, &kept_content).unwrap()["status"]
+        ["snapshotHandle"]
+        .clone();
+
+    l.kube
+        .delete(Kind::VolumeSnapshot, Some("app"), "kept")
+        .unwrap();
+    l.kube
+        .delete(Kind::VolumeSnapshot, Some("app"), "gone")
+        .unwrap();
+    assert!(settle(&s).await.iter().all(|r| *r == Reconcile::Done));
+
+    assert!(get(&l, Kind::VolumeSnapshot, Some("app"), "kept").is_none());
+    assert!(get(&l, Kind::VolumeSnapshot, Some("app"), "gone").is_none());
+    // Retain: the content stays with its handle, and the driver's snapshot with it.
+    let c = get(&l, Kind::VolumeSnapshotContent, None, &kept_content).expect("content kept");
+    assert_eq!(c["status"]["snapshotHandle"], kept_handle);
+    let left: Vec<String> = st(&l.driver)
+        .snapshots
+        .values()
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(left, [kept_handle.as_str().unwrap().to_string()]);
+    // Delete: exactly one DeleteSnapshot, of the other snapshot's handle.
+    let (_, deleted) = snapshot_calls(&s);
+    assert_eq!(deleted.len(), 1);
+    assert_ne!(Some(deleted[0].as_str()), kept_handle.as_str());
+    assert_eq!(
+        l.kube
+            .list(Kind::VolumeSnapshotContent, None)
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn pre_provisioned_content_is_bound_without_create_snapshot() {
+    let l = lab().await;
+    let s = snapshotter(&l).await;
+    l.kube
+        .create(
+            Kind::VolumeSnapshotContent,
+            json!({"apiVersion": SNAPSHOT_API_VERSION, "kind": "VolumeSnapshotContent",
+                "metadata": {"name": "imported"},
+                "spec": {"driver": DRIVER, "deletionPolicy": "Retain",
+                    "source": {"snapshotHandle": "snap-from-elsewhere"},
+                    "volumeSnapshotRef": {"namespace": "app", "name": "old"}}}),
+        )
+        .unwrap();
+    l.kube
+        .create(
+            Kind::VolumeSnapshot,
+            json!({"apiVersion": SNAPSHOT_API_VERSION, "kind": "VolumeSnapshot",
+                "metadata": {"name": "old", "namespace": "app"},
+                "spec": {"source": {"volumeSnapshotContentName": "imported"}}}),
+        )
+        .unwrap();
+    assert!(settle(&s).await.iter().all(|r| *r == Reconcile::Done));
+    let vs = get(&l, Kind::VolumeSnapshot, Some("app"), "old").unwrap();
+    assert_eq!(vs["status"]["boundVolumeSnapshotContentName"], "imported");
+    assert_eq!(vs["status"]["readyToUse"], true);
+    let c = get(&l, Kind::VolumeSnapshotContent, None, "imported").unwrap();
+    assert_eq!(c["status"]["snapshotHandle"], "snap-from-elsewhere");
+    assert_eq!(c["spec"]["volumeSnapshotRef"]["uid"], vs["metadata"]["uid"]);
+    assert_eq!(
+        snapshot_calls(&s),
+        (vec![], vec![]),
+        "no driver call for an imported snapshot"
+    );
+    assert!(st(&l.driver).snapshots.is_empty());
+}
+
+#[tokio::test]
+async fn the_one_default_class_is_used_and_written_back() {
+    let l = lab().await;
+    provisioned(&l, "data", "fast", &["ReadWriteOnce"]).await;
+    snapshot_class(&l, "other", "Delete", false, json!({"tier": "cold"}));
+    snapshot_class(
+        &l,
+        "standard",
+        "Delete",
+        true,
+        json!({"tier": "gold", "csi.storage.k8s.io/snapshotter-secret-name": "s"}),
+    );
+    let s = snapshotter(&l).await;
+    take_snapshot(&l, "s1", "data", None);
+    assert_eq!(s.reconcile(&vs_t("s1")).await.unwrap(), Reconcile::Done);
+    let vs = get(&l, Kind::VolumeSnapshot, Some("app"), "s1").unwrap();
+    assert_eq!(vs["spec"]["volumeSnapshotClassName"], "standard");
+    let params: Vec<BTreeMap<String, String>> = s
+        .exchanges()
+        .iter()
+        .filter_map(|e| match &e.request {
+            DriverRequest::CreateSnapshot(r) => Some(r.parameters.clone().into_iter().collect()),
+            _ => None,
+        })
+        .collect();
+    // The class's parameters, without the ones the sidecar keeps for itself.
+    assert_eq!(
+        params,
+        [BTreeMap::from([("tier".to_string(), "gold".to_string())])]
+    );
+
+    // A second default makes the choice ambiguous: an error, and no call.
+    snapshot_class(&l, "also-default", "Delete", true, json!({}));
+    take_snapshot(&l, "s2", "data", None);
+    assert!(matches!(
+        s.reconcile(&vs_t("s2")).await.unwrap(),
+        Reconcile::Requeue { .. }
+    ));
+    let vs = get(&l, Kind::VolumeSnapshot, Some("app"), "s2").unwrap();
+    let msg = vs["status"]["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("2 default VolumeSnapshotClasses"), "{msg}");
+    assert_eq!(snapshot_calls(&s).0.len(), 1);
+}
+
+#[tokio::test]
+async fn create_snapshot_errors_land_in_status_and_retry_with_backoff_and_the_same_name() {
+    let l = lab().await;
+    provisioned(&l, "data", "fast", &["ReadWriteOnce"]).await;
+    snapshot_class(&l, "standard", "Delete", true, json!({}));
+    st(&l.driver).fail_snapshots = 2;
+    let s = snapshotter(&l).await;
+    take_snapshot(&l, "s1", "data", None);
+    let mut delays = Vec::new();
+    for _ in 0..2 {
+        match s.reconcile(&vs_t("s1")).await.unwrap() {
+            Reconcile::Requeue { after, reason } => {
+                assert!(reason.contains("INTERNAL"), "{reason}");
+                delays.push(after.as_secs());
+            }
+            Reconcile::Done => panic!("the driver failed; cannot be done"),
+        }
+        let vs = get(&l, Kind::VolumeSnapshot, Some("app"), "s1").unwrap();
+        assert_eq!(vs["status"]["readyToUse"], false);
+        let msg = vs["status"]["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("snapshot quota exceeded"), "{msg}");
+    }
+    // Back-off on the virtual clock: 1 s, then doubled.
+    assert_eq!(delays, [1, 2]);
+    assert_eq!(s.reconcile(&vs_t("s1")).await.unwrap(), Reconcile::Done);
+    let vs = get(&l, Kind::VolumeSnapshot, Some("app"), "s1").unwrap();
+    assert_eq!(vs["status"]["readyToUse"], true);
+    assert!(vs["status"]["error"].is_null(), "{}", vs["status"]);
+    let (names, _) = snapshot_calls(&s);
+    let want = format!("snapshot-{}", vs["metadata"]["uid"].as_str().unwrap());
+    assert_eq!(
+        names,
+        [want.clone(), want.clone(), want],
+        "every retry carries the same name"
+    );
+    assert_eq!(st(&l.driver).snapshots.len(), 1);
 }

@@ -610,7 +610,11 @@ impl BoshLab {
                         fault: "restart".into(),
                         detail: format!("{c} restarting (step)"),
                     });
-                    self.director.restart().await?;
+                    if c == Component::CsiSnapshotMetadata {
+                        self.cbt.restart_sidecar().await?;
+                    } else {
+                        self.director.restart().await?;
+                    }
                     self.converge().await?;
                 }
                 Step::DirectorDown => {
@@ -657,6 +661,10 @@ impl BoshLab {
                 }
                 Step::ReplaySession(r) => {
                     let code = self.cbt.replay(i, r, &self.history, &self.clock).await;
+                    self.last_step_code = Some(code);
+                }
+                Step::ResumeBackup(r) => {
+                    let code = self.cbt.resume(r, &self.history).await;
                     self.last_step_code = Some(code);
                 }
                 Step::NodeStage(n) => self.node_call(true, n, i, &at).await?,

@@ -11,7 +11,8 @@ use anyhow::{anyhow, Context};
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cpi::{Cpi, BLOCK_SIZE};
 use drivelab_fakes::csi::snapshot_metadata::{
-    AllocatedRequest, DeltaRequest, SnapshotMetadataService, SnapshotMetadataSidecar,
+    AllocatedRequest, DeltaRequest, MetadataStream, SnapshotMetadataService,
+    SnapshotMetadataSidecar,
 };
 use drivelab_fakes::csi::KubeSlot;
 use drivelab_fakes::gate::Gate;
@@ -21,13 +22,13 @@ use drivelab_fakes::kube::review::{Grant, Reviews};
 use drivelab_fakes::kube::{Kind, KubeFake, SNAPSHOT_API_VERSION};
 use drivelab_fakes::secret::Secret;
 use drivelab_fakes::serve::Listener;
-use drivelab_proto::csi::BlockMetadata;
-use serde_json::json;
+use drivelab_proto::csi::{BlockMetadata, GetMetadataAllocatedResponse, GetMetadataDeltaResponse};
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
+use serde_json::json;
 
-use crate::checks::bosh::{BackupRecord, ReplayRecord};
-use crate::scenario::{BackupStep, BackupToken, ReplayStep, SnapshotRef, SnapshotStep};
+use crate::checks::bosh::{BackupRecord, ReplayRecord, StreamSegment};
+use crate::scenario::{BackupStep, BackupToken, ReplayStep, ResumeStep, SnapshotRef, SnapshotStep};
 
 /// The audience the SnapshotMetadataService advertises (tokens are requested for it).
 pub const AUDIENCE: &str = "bosh-csi-snapshot-metadata";
@@ -50,6 +51,8 @@ pub(super) struct Cbt {
     pub backups: BTreeMap<String, BackupRecord>,
     /// Each session replay, in order.
     pub replays: Vec<ReplayRecord>,
+    /// Backups whose client stopped reading (`pause_after`), streams still open.
+    paused: BTreeMap<String, Paused>,
     /// The block API credential and every Kubernetes token handed out (for no-secret-leak).
     pub secrets: Vec<Secret>,
     forged: String,
@@ -114,6 +117,7 @@ impl Cbt {
             _block_l: block_l,
             backups: BTreeMap::new(),
             replays: Vec::new(),
+            paused: BTreeMap::new(),
             secrets: vec![block_secret],
             forged,
         })
@@ -158,9 +162,10 @@ impl Cbt {
     fn token(&mut self, kind: BackupToken, clock: &SimClock) -> String {
         let hour = Duration::from_secs(3600);
         let t = match kind {
-            BackupToken::Valid => self
-                .reviews
-                .issue_token(BACKUP_NS, BACKUP_SA, &self.audience, hour),
+            BackupToken::Valid => {
+                self.reviews
+                    .issue_token(BACKUP_NS, BACKUP_SA, &self.audience, hour)
+            }
             BackupToken::Expired => {
                 let t = self.reviews.issue_token(
                     BACKUP_NS,
@@ -175,16 +180,19 @@ impl Cbt {
                 self.reviews
                     .issue_token(BACKUP_NS, BACKUP_SA, "someone-else", hour)
             }
-            BackupToken::NoRole => self
-                .reviews
-                .issue_token(BACKUP_NS, "intruder", &self.audience, hour),
+            BackupToken::NoRole => {
+                self.reviews
+                    .issue_token(BACKUP_NS, "intruder", &self.audience, hour)
+            }
             BackupToken::Forged => self.forged.clone(),
         };
         self.secrets.push(Secret::new(t.clone()));
         t
     }
 
-    /// One backup: the allocated or changed blocks, drained, beside the ground truth.
+    /// One backup: the allocated or changed blocks beside the ground truth,
+    /// drained, or read up to `pause_after` messages and kept open for a
+    /// later [`Cbt::resume`]. The answer for `expect: {code}` (`OK` when paused).
     pub(super) async fn backup(
         &mut self,
         step: usize,
@@ -204,8 +212,11 @@ impl Cbt {
             _ => None,
         };
         let from = history.len();
-        let got = self
-            .stream(
+        let mut tuples = Vec::new();
+        let mut session = None;
+        let mut paused = None;
+        let code = match self
+            .open(
                 &token,
                 &b.namespace,
                 &b.snapshot,
@@ -213,34 +224,158 @@ impl Cbt {
                 0,
                 None,
             )
-            .await;
-        let driver_calls = driver_calls_since(history, from);
-        history.record(EventKind::Note {
-            component: Component::BackupClient,
-            text: format!(
-                "backup {}: {} blocks reported, answer {}",
-                b.name,
-                got.blocks.len(),
-                got.code
-            ),
+            .await
+        {
+            Err(code) => code,
+            Ok(mut s) => {
+                session = s.session();
+                match read(&mut s, &mut tuples, b.pause_after).await {
+                    Read::Ended(code) => code,
+                    Read::Paused => {
+                        paused = Some(s);
+                        PAUSED.to_string()
+                    }
+                }
+            }
+        };
+        let segment = StreamSegment {
+            starting_offset: 0,
+            blocks: blocks_of(&tuples).len(),
+            code: code.clone(),
+        };
+        let record = BackupRecord {
+            name: b.name.clone(),
+            step,
+            token: b.token,
+            incremental: b.base.is_some(),
+            expected,
+            got: blocks_of(&tuples),
+            code: code.clone(),
+            driver_calls: driver_calls_since(history, from),
+            session: session.map(Secret::new),
+            client_token: Secret::new(token.clone()),
+            segments: vec![segment],
+        };
+        let answer = match paused {
+            Some(stream) => {
+                history.record(EventKind::Note {
+                    component: Component::BackupClient,
+                    text: format!(
+                        "backup {}: paused after {} messages ({} blocks so far), stream kept open",
+                        b.name,
+                        b.pause_after.unwrap_or(0),
+                        record.got.len()
+                    ),
+                });
+                self.paused.insert(
+                    b.name.clone(),
+                    Paused {
+                        stream,
+                        tuples,
+                        token,
+                        namespace: b.namespace.clone(),
+                        snapshot: b.snapshot.clone(),
+                        base: b.base.clone(),
+                    },
+                );
+                // The stream is open and healthy so far.
+                "OK".to_string()
+            }
+            None => {
+                note_ended(history, &b.name, record.got.len(), &code);
+                code
+            }
+        };
+        // Recorded while paused too: its tokens must be redacted from then on.
+        self.backups.insert(b.name.clone(), record);
+        answer
+    }
+
+    /// The client of a paused backup reads the rest of its stream. When the
+    /// stream broke (UNAVAILABLE: the sidecar restarted, say) it reopens it
+    /// once from the next byte offset with the driver's session token, as
+    /// the real backup client does; the record keeps both segments and the
+    /// union of their blocks.
+    pub(super) async fn resume(&mut self, r: &ResumeStep, history: &History) -> String {
+        let Some(mut p) = self.paused.remove(&r.name) else {
+            // It ended before its pause point: there is nothing left to read.
+            let code = self
+                .backups
+                .get(&r.name)
+                .map(|b| b.code.clone())
+                .unwrap_or_else(|| "NOT_FOUND".into());
+            history.record(EventKind::Note {
+                component: Component::BackupClient,
+                text: format!(
+                    "backup {}: had already ended ({code}), nothing to resume",
+                    r.name
+                ),
+            });
+            return code;
+        };
+        let from = history.len();
+        let mut segments = Vec::new();
+        let before = blocks_of(&p.tuples).len();
+        let mut code = drain(&mut p.stream, &mut p.tuples).await;
+        segments.push(StreamSegment {
+            starting_offset: -1,
+            blocks: blocks_of(&p.tuples).len() - before,
+            code: code.clone(),
         });
-        let code = got.code.clone();
-        self.backups.insert(
-            b.name.clone(),
-            BackupRecord {
-                name: b.name.clone(),
-                step,
-                token: b.token,
-                incremental: b.base.is_some(),
-                expected,
-                got: got.blocks,
-                code: got.code,
-                driver_calls,
-                session: got.session.map(Secret::new),
-                client_token: Secret::new(token),
-            },
-        );
+        if code == "UNAVAILABLE" {
+            let offset = next_offset(&p.tuples);
+            history.record(EventKind::Note {
+                component: Component::BackupClient,
+                text: format!(
+                    "backup {}: the stream broke (UNAVAILABLE) after {} blocks; resuming from byte offset {offset} with the session token",
+                    r.name,
+                    blocks_of(&p.tuples).len()
+                ),
+            });
+            let session = self
+                .backups
+                .get(&r.name)
+                .and_then(|b| b.session.as_ref())
+                .map(|s| s.expose().to_string());
+            let before = blocks_of(&p.tuples).len();
+            code = match self
+                .open(
+                    &p.token,
+                    &p.namespace,
+                    &p.snapshot,
+                    p.base.as_deref(),
+                    offset,
+                    session.as_deref(),
+                )
+                .await
+            {
+                Err(c) => c,
+                Ok(mut s) => drain(&mut s, &mut p.tuples).await,
+            };
+            segments.push(StreamSegment {
+                starting_offset: offset,
+                blocks: blocks_of(&p.tuples).len() - before,
+                code: code.clone(),
+            });
+        }
+        let got = blocks_of(&p.tuples);
+        note_ended(history, &r.name, got.len(), &code);
+        let calls = driver_calls_since(history, from);
+        if let Some(rec) = self.backups.get_mut(&r.name) {
+            rec.got = got;
+            rec.code = code.clone();
+            rec.driver_calls += calls;
+            rec.segments.extend(segments);
+        }
         code
+    }
+
+    /// Restart the snapshot-metadata sidecar: its open streams die.
+    pub(super) async fn restart_sidecar(&self) -> anyhow::Result<()> {
+        self.sidecar
+            .restart()
+            .await
+            .context("the restarted snapshot-metadata sidecar could not reach the controller")
     }
 
     /// An earlier backup's session (and its client's Kubernetes token) on
@@ -259,8 +394,8 @@ impl Cbt {
             clock.advance_to(clock.now().after(d));
         }
         let session = orig.session.as_ref().map(|s| s.expose().to_string());
-        let got = self
-            .stream(
+        let opened = self
+            .open(
                 orig.client_token.expose(),
                 &r.namespace,
                 &r.snapshot,
@@ -270,24 +405,29 @@ impl Cbt {
                 session.as_deref(),
             )
             .await;
+        let code = match opened {
+            Err(code) => code,
+            Ok(mut s) => drain(&mut s, &mut Vec::new()).await,
+        };
         history.record(EventKind::Note {
             component: Component::BackupClient,
             text: format!(
                 "replayed the session of backup {} on {}: answer {}",
-                r.backup, r.snapshot, got.code
+                r.backup, r.snapshot, code
             ),
         });
-        let code = got.code.clone();
         self.replays.push(ReplayRecord {
             step,
             backup: r.backup.clone(),
             had_session: session.is_some(),
-            code: got.code,
+            code: code.clone(),
         });
         code
     }
 
-    async fn stream(
+    /// Open a stream through the sidecar: allocated blocks without `base`,
+    /// changed blocks with it. A refusal comes back as its code.
+    async fn open(
         &self,
         token: &str,
         ns: &str,
@@ -295,9 +435,7 @@ impl Cbt {
         base: Option<&str>,
         offset: i64,
         session: Option<&str>,
-    ) -> Got {
-        let mut got = Got::default();
-        let mut tuples: Vec<BlockMetadata> = Vec::new();
+    ) -> Result<OpenStream, String> {
         let fail = |e: tonic::Status| code_name(e.code());
         match base {
             None => {
@@ -308,13 +446,11 @@ impl Cbt {
                     starting_offset: offset,
                     max_results: 0,
                 };
-                match self.sidecar.get_metadata_allocated(req, session).await {
-                    Err(e) => got.code = fail(e),
-                    Ok(mut s) => {
-                        got.session = s.session.clone();
-                        got.code = drain(&mut s, &mut tuples, |m| m.block_metadata).await;
-                    }
-                }
+                self.sidecar
+                    .get_metadata_allocated(req, session)
+                    .await
+                    .map(OpenStream::Allocated)
+                    .map_err(fail)
             }
             Some(base) => {
                 let req = DeltaRequest {
@@ -325,40 +461,101 @@ impl Cbt {
                     starting_offset: offset,
                     max_results: 0,
                 };
-                match self.sidecar.get_metadata_delta(req, session).await {
-                    Err(e) => got.code = fail(e),
-                    Ok(mut s) => {
-                        got.session = s.session.clone();
-                        got.code = drain(&mut s, &mut tuples, |m| m.block_metadata).await;
-                    }
-                }
+                self.sidecar
+                    .get_metadata_delta(req, session)
+                    .await
+                    .map(OpenStream::Delta)
+                    .map_err(fail)
             }
         }
-        got.blocks = blocks_of(&tuples);
-        got
     }
 }
 
-/// Read a metadata stream to its end into `tuples`; how it ended (`OK` or a code).
-async fn drain<T>(
-    s: &mut drivelab_fakes::csi::snapshot_metadata::MetadataStream<T>,
-    tuples: &mut Vec<BlockMetadata>,
-    blocks: fn(T) -> Vec<BlockMetadata>,
-) -> String {
-    loop {
-        match s.next().await {
-            Ok(Some(m)) => tuples.extend(blocks(m)),
-            Ok(None) => return "OK".into(),
-            Err(e) => return code_name(e.code()),
+/// How a backup's stream ended in the record while its client is paused.
+const PAUSED: &str = "PAUSED";
+
+/// A backup whose client stopped reading, and what it needs to go on.
+struct Paused {
+    stream: OpenStream,
+    tuples: Vec<BlockMetadata>,
+    token: String,
+    namespace: String,
+    snapshot: String,
+    base: Option<String>,
+}
+
+/// A metadata stream of either kind, opened through the sidecar.
+enum OpenStream {
+    Allocated(MetadataStream<GetMetadataAllocatedResponse>),
+    Delta(MetadataStream<GetMetadataDeltaResponse>),
+}
+
+impl OpenStream {
+    /// The next message's tuples; `Ok(None)` at the end.
+    async fn next(&mut self) -> Result<Option<Vec<BlockMetadata>>, tonic::Status> {
+        match self {
+            OpenStream::Allocated(s) => Ok(s.next().await?.map(|m| m.block_metadata)),
+            OpenStream::Delta(s) => Ok(s.next().await?.map(|m| m.block_metadata)),
+        }
+    }
+
+    /// The driver's session token for resuming.
+    fn session(&self) -> Option<String> {
+        match self {
+            OpenStream::Allocated(s) => s.session.clone(),
+            OpenStream::Delta(s) => s.session.clone(),
         }
     }
 }
 
-#[derive(Default)]
-struct Got {
-    blocks: Vec<u64>,
-    code: String,
-    session: Option<String>,
+/// Where a read stopped.
+enum Read {
+    /// The stream ended: `OK` or the code it failed with.
+    Ended(String),
+    /// `limit` messages read, the stream still open.
+    Paused,
+}
+
+/// Read up to `limit` messages (all without one) into `tuples`.
+async fn read(s: &mut OpenStream, tuples: &mut Vec<BlockMetadata>, limit: Option<u32>) -> Read {
+    let mut n = 0;
+    loop {
+        if limit.is_some_and(|k| n >= k) {
+            return Read::Paused;
+        }
+        match s.next().await {
+            Ok(Some(m)) => tuples.extend(m),
+            Ok(None) => return Read::Ended("OK".into()),
+            Err(e) => return Read::Ended(code_name(e.code())),
+        }
+        n += 1;
+    }
+}
+
+/// Read a stream to its end into `tuples`; how it ended (`OK` or a code).
+async fn drain(s: &mut OpenStream, tuples: &mut Vec<BlockMetadata>) -> String {
+    match read(s, tuples, None).await {
+        Read::Ended(code) => code,
+        Read::Paused => unreachable!("a read without a limit never pauses"),
+    }
+}
+
+/// The history line of a backup whose stream ended.
+fn note_ended(history: &History, name: &str, blocks: usize, code: &str) {
+    history.record(EventKind::Note {
+        component: Component::BackupClient,
+        text: format!("backup {name}: {blocks} blocks reported, answer {code}"),
+    });
+}
+
+/// The byte offset just past the last block a client received: where a
+/// real client resumes a broken stream.
+fn next_offset(tuples: &[BlockMetadata]) -> i64 {
+    tuples
+        .iter()
+        .map(|t| t.byte_offset.saturating_add(t.size_bytes))
+        .max()
+        .unwrap_or(0)
 }
 
 /// The blocks a list of (offset, size) tuples covers, in order.

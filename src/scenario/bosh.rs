@@ -586,6 +586,20 @@ pub struct BackupStep {
     /// The Kubernetes token the client presents (default `valid`).
     #[serde(default)]
     pub token: BackupToken,
+    /// Stop reading after this many messages, keeping the stream open, until
+    /// a later `resume_backup` reads the rest (so other steps act mid-stream).
+    #[serde(default)]
+    pub pause_after: Option<u32>,
+}
+
+/// `resume_backup:` — the client of a paused backup reads the rest of its
+/// stream; when the stream broke (UNAVAILABLE) it reopens it once from the
+/// next byte offset with the driver's session token, as a real backup client does.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeStep {
+    /// The paused backup.
+    pub name: String,
 }
 
 /// `replay_session:` — resume a stream with an earlier backup's session token,

@@ -18,8 +18,8 @@ pub mod mutant;
 pub mod write;
 pub use bosh::{
     AccessMode, BackupStep, BackupToken, Bosh, DeploymentRef, NodeCallStep, NodeRef, PodRef,
-    PublishStep, ReplayStep, ResendStep, SnapshotRef, SnapshotStep, VolumeRef, VolumeStep,
-    WriteBlocksStep,
+    PublishStep, ReplayStep, ResendStep, ResumeStep, SnapshotRef, SnapshotStep, VolumeRef,
+    VolumeStep, WriteBlocksStep,
 };
 pub use driver::{
     BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, ExternalDriver, PLACEHOLDERS,
@@ -201,6 +201,8 @@ pub enum Step {
     Backup(BackupStep),
     /// CBT: an earlier backup's session token replayed.
     ReplaySession(ReplayStep),
+    /// CBT: a paused backup's client reads the rest of its stream.
+    ResumeBackup(ResumeStep),
 }
 
 impl Step {
@@ -237,6 +239,7 @@ impl Step {
             Step::DeleteSnapshot(_) => "delete_snapshot",
             Step::Backup(_) => "backup",
             Step::ReplaySession(_) => "replay_session",
+            Step::ResumeBackup(_) => "resume_backup",
         }
     }
 
@@ -345,6 +348,7 @@ impl Step {
                     .map(|a| format!(" after {a}"))
                     .unwrap_or_default()
             ),
+            Step::ResumeBackup(r) => format!("resume_backup {}", r.name),
         }
     }
 }
@@ -670,6 +674,7 @@ enum RawStep {
     DeleteSnapshot(SnapshotRef),
     Backup(BackupStep),
     ReplaySession(ReplayStep),
+    ResumeBackup(ResumeStep),
 }
 
 /// A scenario that cannot run, with where and why.
@@ -924,6 +929,13 @@ impl Validator<'_> {
         for s in raw.steps.value {
             steps.push(self.step(&mut ctx, s, false)?);
         }
+        if let Some((name, at)) = ctx.paused.iter().next() {
+            return Err(self.err(
+                at,
+                format!("backup `{name}` pauses, but no later step resumes it"),
+                Some("add `resume_backup: { name: ... }` after the steps that act mid-stream"),
+            ));
+        }
         let system = if bosh.is_some() {
             System::Bosh
         } else {
@@ -1025,6 +1037,8 @@ struct Ctx {
     pods: BTreeSet<(String, String)>,
     snapshots: BTreeSet<(String, String)>,
     backups: BTreeSet<String>,
+    /// Backups paused by `pause_after` and not resumed yet, with where they paused.
+    paused: BTreeMap<String, Spanned<()>>,
 }
 
 impl Validator<'_> {
@@ -1056,6 +1070,7 @@ impl Validator<'_> {
                 | RawStep::DeleteSnapshot(_)
                 | RawStep::Backup(_)
                 | RawStep::ReplaySession(_)
+                | RawStep::ResumeBackup(_)
         );
         let cosi_step = matches!(
             &s.value,
@@ -1243,12 +1258,12 @@ impl Validator<'_> {
                 Step::Heal(h)
             }
             RawStep::Restart(r) if ctx.bosh.is_some() => {
-                if !["director", "kube"].contains(&r.component.as_str()) {
+                if !["director", "kube", "csi-snapshot-metadata"].contains(&r.component.as_str()) {
                     return Err(self.err(
                         &here,
                         format!("cannot restart `{}`", r.component),
                         Some(
-                            "restart director or kube; crash the driver with a crash_driver fault",
+                            "restart director, kube or csi-snapshot-metadata; crash the driver with a crash_driver fault",
                         ),
                     ));
                 }
@@ -1462,6 +1477,7 @@ impl Validator<'_> {
             | RawStep::DeleteSnapshot(_)
             | RawStep::Backup(_)
             | RawStep::ReplaySession(_)
+            | RawStep::ResumeBackup(_)
                 if nested =>
             {
                 return Err(self.err(
@@ -1556,6 +1572,19 @@ impl Validator<'_> {
                         None,
                     ));
                 }
+                match b.pause_after {
+                    Some(0) => {
+                        return Err(self.err(
+                            &here,
+                            "`pause_after` counts messages read before the pause and must be at least 1",
+                            Some("to act before the stream opens, put the step before `backup`"),
+                        ))
+                    }
+                    Some(_) => {
+                        ctx.paused.insert(b.name.clone(), here.clone());
+                    }
+                    None => {}
+                }
                 Step::Backup(b)
             }
             RawStep::ReplaySession(r) => {
@@ -1588,6 +1617,24 @@ impl Validator<'_> {
                     }
                 }
                 Step::ReplaySession(r)
+            }
+            RawStep::ResumeBackup(r) => {
+                if ctx.paused.remove(&r.name).is_none() {
+                    let why = if ctx.backups.contains(&r.name) {
+                        format!(
+                            "backup `{}` is not paused (no `pause_after`, or resumed already)",
+                            r.name
+                        )
+                    } else {
+                        format!("no earlier backup `{}` to resume", r.name)
+                    };
+                    return Err(self.err(
+                        &here,
+                        why,
+                        Some("pause it first: `backup: { ..., pause_after: 2 }`"),
+                    ));
+                }
+                Step::ResumeBackup(r)
             }
             RawStep::DirectorDown(_) => Step::DirectorDown,
             RawStep::DirectorUp(_) => Step::DirectorUp,

@@ -211,11 +211,26 @@ fn bosh_mistakes_point_at_the_step() {
             "COSI step",
         ),
     ];
+    assert_errors_at(&cases);
+}
+
+/// Each text fails to parse with a message containing the needle, at that line (and a column).
+fn assert_errors_at(cases: &[(String, u64, &str)]) {
     for (text, line, needle) in cases {
-        let e = p(&text).expect_err(needle);
+        let e = p(text).expect_err(needle);
         assert!(e.message.contains(needle), "{needle}: {e}");
-        assert_eq!(e.line, line, "{needle}: {e}");
+        assert_eq!((e.line, e.col > 0), (*line, true), "{needle}: {e}");
     }
+}
+
+/// Written out and parsed again, `s` has the same BOSH section and steps.
+fn assert_round_trips(s: &Scenario) {
+    let text = write::to_yaml(s, &["round trip".into()]);
+    let again = p(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(again.bosh, s.bosh);
+    let a: Vec<&Step> = s.steps.iter().map(|l| &l.value).collect();
+    let b: Vec<&Step> = again.steps.iter().map(|l| &l.value).collect();
+    assert_eq!(a, b);
 }
 
 #[test]
@@ -236,13 +251,7 @@ fn systems_and_drivers_must_match() {
 
 #[test]
 fn a_bosh_scenario_round_trips_through_the_writer() {
-    let s = p(BOSH).unwrap();
-    let text = write::to_yaml(&s, &["round trip".into()]);
-    let again = p(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    assert_eq!(again.bosh, s.bosh);
-    let a: Vec<&Step> = s.steps.iter().map(|l| &l.value).collect();
-    let b: Vec<&Step> = again.steps.iter().map(|l| &l.value).collect();
-    assert_eq!(a, b);
+    assert_round_trips(&p(BOSH).unwrap());
 }
 
 #[test]
@@ -272,10 +281,7 @@ fn snapshot_expectations_point_at_the_step() {
         other => panic!("{other:?}"),
     }
     let cases = [
-        (
-            ok.replace("snapshot: s1, ready_to_use: true, ", ""),
-            None,
-        ),
+        (ok.replace("snapshot: s1, ready_to_use: true, ", ""), None),
         (
             ok.replace(", ready_to_use: true", ""),
             Some("`snapshot` and `ready_to_use` go together"),
@@ -301,4 +307,74 @@ fn snapshot_expectations_point_at_the_step() {
             }
         }
     }
+}
+
+/// A backup paused mid-stream and resumed after a sidecar restart, the base
+/// of the cases below.
+const PAUSED: &str = r#"name: p
+driver: { builtin: bosh-csi }
+bosh: {}
+steps:
+  - create_volume: { name: data }
+  - write_blocks: { volume: data, ranges: [[0, 600]] }
+  - snapshot: { name: s1, volume: data }
+  - backup: { name: full, snapshot: s1, pause_after: 2 }
+  - restart: { component: csi-snapshot-metadata }
+  - resume_backup: { name: full }
+"#;
+
+#[test]
+fn pause_and_resume_mistakes_point_at_the_step() {
+    let s = p(PAUSED).unwrap();
+    assert!(matches!(&s.steps[3].value, Step::Backup(b) if b.pause_after == Some(2)));
+    assert!(matches!(&s.steps[5].value, Step::ResumeBackup(r) if r.name == "full"));
+    assert_round_trips(&s);
+    let cases = [
+        (
+            PAUSED.replace("pause_after: 2", "pause_after: 0"),
+            8,
+            "at least 1",
+        ),
+        (
+            PAUSED.replace("pause_after: 2", "pause_after: -3"),
+            8,
+            "invalid",
+        ),
+        (
+            PAUSED.replace(
+                "resume_backup: { name: full }",
+                "resume_backup: { name: other }",
+            ),
+            10,
+            "no earlier backup `other` to resume",
+        ),
+        (PAUSED.replace(", pause_after: 2", ""), 10, "is not paused"),
+        (
+            format!("{PAUSED}  - resume_backup: {{ name: full }}\n"),
+            11,
+            "is not paused",
+        ),
+        (
+            PAUSED.replace("  - resume_backup: { name: full }\n", ""),
+            8,
+            "no later step resumes it",
+        ),
+        (
+            PAUSED.replace(
+                "resume_backup: { name: full }",
+                "resume_backup: { name: full, at: 3 }",
+            ),
+            10,
+            "unknown field",
+        ),
+        (
+            PAUSED.replace(
+                "component: csi-snapshot-metadata",
+                "component: csi-snapshotter",
+            ),
+            9,
+            "cannot restart `csi-snapshotter`",
+        ),
+    ];
+    assert_errors_at(&cases);
 }

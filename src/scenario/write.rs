@@ -268,16 +268,20 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&sn.namespace)
         ),
         Step::Backup(b) => format!(
-            "backup: {{ name: {}, snapshot: {}, {}namespace: {}, token: {} }}",
+            "backup: {{ name: {}, snapshot: {}, {}{}namespace: {}, token: {} }}",
             q(&b.name),
             q(&b.snapshot),
             b.base
                 .as_ref()
                 .map(|x| format!("base: {}, ", q(x)))
                 .unwrap_or_default(),
+            b.pause_after
+                .map(|k| format!("pause_after: {k}, "))
+                .unwrap_or_default(),
             q(&b.namespace),
             b.token.as_str()
         ),
+        Step::ResumeBackup(r) => format!("resume_backup: {{ name: {} }}", q(&r.name)),
         Step::ReplaySession(r) => format!(
             "replay_session: {{ backup: {}, snapshot: {}, {}{}namespace: {} }}",
             q(&r.backup),

@@ -25,11 +25,25 @@ use serde_json::json;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use crate::cosi_sidecar::{connect_unix, KubeSlot};
+use crate::cosi_sidecar::{connect_unix_with, KubeSlot};
 use crate::gate::{CallSpec, Gate, Verdict};
 use crate::history::{Component, Outcome};
 use crate::kube::review::Reviews;
 use crate::kube::Kind;
+
+/// The HTTP/2 stream window the sidecar grants the driver (bytes). Small on
+/// purpose: a driver that pages its IaaS ahead of a slow client blocks on
+/// send after a few messages instead of megabytes, so whether it has read its
+/// next page when the lab acts mid-stream does not depend on thread timing.
+pub const DRIVER_STREAM_WINDOW: u32 = 8 * 1024;
+
+/// Dial the driver's socket with the sidecar's small stream window.
+async fn dial(socket: &Path) -> Result<Channel, tonic::transport::Error> {
+    connect_unix_with(socket, |e| {
+        e.initial_stream_window_size(DRIVER_STREAM_WINDOW)
+    })
+    .await
+}
 
 /// Request header carrying the reviewed client identity to the driver.
 pub const CLIENT_HEADER: &str = "x-snapshot-client";
@@ -159,7 +173,7 @@ impl SnapshotMetadataSidecar {
         gate: Gate,
         audience: &str,
     ) -> Result<Self, tonic::transport::Error> {
-        let ch = connect_unix(socket).await?;
+        let ch = dial(socket).await?;
         Ok(SnapshotMetadataSidecar {
             client: Arc::new(Mutex::new(SnapshotMetadataClient::new(ch))),
             socket: socket.to_path_buf(),
@@ -176,7 +190,7 @@ impl SnapshotMetadataSidecar {
     /// connection to the driver is dialled afresh.
     pub async fn restart(&self) -> Result<(), tonic::transport::Error> {
         self.life.send_modify(|n| *n += 1);
-        let ch = connect_unix(&self.socket).await?;
+        let ch = dial(&self.socket).await?;
         *self.client.lock().unwrap_or_else(|p| p.into_inner()) = SnapshotMetadataClient::new(ch);
         Ok(())
     }
@@ -384,7 +398,9 @@ impl SnapshotMetadataSidecar {
         session: Option<&str>,
     ) -> Result<MetadataStream<GetMetadataDeltaResponse>, Status> {
         let user = self.authorize(&req.security_token, &req.namespace).await?;
-        let base = self.resolve(&req.namespace, &req.base_snapshot_name).await?;
+        let base = self
+            .resolve(&req.namespace, &req.base_snapshot_name)
+            .await?;
         let target = self
             .resolve(&req.namespace, &req.target_snapshot_name)
             .await?;
