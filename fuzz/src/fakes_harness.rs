@@ -722,7 +722,9 @@ fn director_auth(r: &mut RawRequest) {
 /// `{"error", "error_description"}` on `/oauth/token`.
 pub fn check_director_answer(method: &Method, path: &str, a: &Answer) {
     no_server_error(method, path, a);
-    if a.status < 400 {
+    // A HEAD answer has no body by HTTP's rules (the router strips it), so an
+    // error's shape can only be checked on the other methods.
+    if a.status < 400 || *method == Method::HEAD {
         return;
     }
     let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap_or_else(|e| {
