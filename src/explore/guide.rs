@@ -27,14 +27,17 @@ const NTH_CAP: u32 = 3;
 /// fault of a drawn kind aimed at it; at most this many of each sort), plus a few random.
 const OWED_MAX: usize = 16;
 const OWED_RANDOM: usize = 2;
-/// New repeats (a deeper occurrence at a point earlier runs had reached, but
-/// never this often) owed one child per fault kind, per kept schedule. Such a
-/// repeat is a path the driver had not taken (delete-unowned's second
-/// s3.delete_bucket), and which kind exposes it is not known in advance: there
-/// a crash is excused (the sidecar retries), only UNAVAILABLE or a dropped
-/// reply shows the mutant. One drawn kind found it on 4 seeds in 10 at 60 s.
-/// The cap keeps a run that repeats many calls at once from flooding the queue.
-const REPEATS_EVERY_KIND: usize = 2;
+// A point's first repeat (the first run to make a call twice that every
+// earlier run made once) is owed one child per fault kind. Such a repeat is a
+// path the driver had not taken (delete-unowned's second s3.delete_bucket),
+// and which kind exposes it is not known in advance: there a crash is excused
+// (the sidecar retries), only UNAVAILABLE or a dropped reply shows the mutant;
+// one drawn kind found it on 4 seeds in 10 at 60 s. No cap is needed: each
+// point has one first repeat per exploration, so at most points x kinds
+// children in all. Later repeats (the 12th read of a retry loop, where runs
+// had made 11) get one drawn kind: giving those every kind too, capped at 2
+// per kept schedule, flooded the queue (seed 4: 51 such calls in 60 s) and
+// the cap's draw passed over the second s3.delete_bucket.
 
 /// A seeded draw from the explorer's own generator (never OS randomness).
 pub(super) fn below(rng: &mut TestRng, n: usize) -> usize {
@@ -204,21 +207,23 @@ impl Corpus {
         let mut children: Vec<Schedule> = (0..OWED_RANDOM)
             .map(|_| mutate(&e, rng, targets, dups, n_steps))
             .collect();
-        // Which deeper calls are repeats at a point an earlier run reached
-        // (not the first run's whole path, where every call is "deeper").
-        let mut repeats: Vec<(usize, u32)> = e
+        let first_repeats: Vec<(usize, u32)> = e
             .deeper
             .iter()
-            .filter(|(t, _)| before.get(t).copied().unwrap_or(0) > 0)
+            .filter(|&&(t, n)| n == 2 && before.get(&t).copied() == Some(1))
             .copied()
             .collect();
-        while repeats.len() > REPEATS_EVERY_KIND {
-            repeats.remove(below(rng, repeats.len()));
-        }
-        let mut deeper = e.deeper.clone();
+        // First repeats are kept whole; the cap trims the others.
+        let mut deeper: Vec<(usize, u32)> = e
+            .deeper
+            .iter()
+            .filter(|c| !first_repeats.contains(c))
+            .copied()
+            .collect();
         while deeper.len() > OWED_MAX {
             deeper.remove(below(rng, deeper.len()));
         }
+        deeper.splice(0..0, first_repeats.iter().copied());
         let mut aimed: Vec<(usize, u32)> = e
             .fresh
             .iter()
@@ -235,10 +240,14 @@ impl Corpus {
             .chain(aimed.into_iter().map(|c| (false, c)))
         {
             let kinds = targets.get(target).map(kinds_for).unwrap_or(&[]);
-            let chosen: Vec<GenKind> = if is_deeper && repeats.contains(&(target, nth)) {
+            let chosen: Vec<GenKind> = if is_deeper && first_repeats.contains(&(target, nth)) {
                 kinds.to_vec()
             } else {
-                kinds.get(below(rng, kinds.len())).copied().into_iter().collect()
+                kinds
+                    .get(below(rng, kinds.len()))
+                    .copied()
+                    .into_iter()
+                    .collect()
             };
             for kind in chosen {
                 let f = GenFault { target, nth, kind };
@@ -262,7 +271,7 @@ impl Corpus {
         if std::env::var_os("DRIVELAB_EXPLORE_TRACE").is_some() {
             eprintln!(
                 "  kept: deeper {:?} fresh {:?} every kind at {:?}",
-                e.deeper, e.fresh, repeats
+                e.deeper, e.fresh, first_repeats
             );
         }
         self.owed_deeper.extend(deeper_children);
