@@ -27,6 +27,17 @@ const NTH_CAP: u32 = 3;
 /// fault of a drawn kind aimed at it; at most this many of each sort), plus a few random.
 const OWED_MAX: usize = 16;
 const OWED_RANDOM: usize = 2;
+// A point's first repeat (the first run to make a call twice that every
+// earlier run made once) is owed one child per fault kind. Such a repeat is a
+// path the driver had not taken (delete-unowned's second s3.delete_bucket),
+// and which kind exposes it is not known in advance: there a crash is excused
+// (the sidecar retries), only UNAVAILABLE or a dropped reply shows the mutant;
+// one drawn kind found it on 4 seeds in 10 at 60 s. No cap is needed: each
+// point has one first repeat per exploration, so at most points x kinds
+// children in all. Later repeats (the 12th read of a retry loop, where runs
+// had made 11) get one drawn kind: giving those every kind too, capped at 2
+// per kept schedule, flooded the queue (seed 4: 51 such calls in 60 s) and
+// the cap's draw passed over the second s3.delete_bucket.
 
 /// A seeded draw from the explorer's own generator (never OS randomness).
 pub(super) fn below(rng: &mut TestRng, n: usize) -> usize {
@@ -178,6 +189,7 @@ impl Corpus {
                 fresh.insert((r.target, r.nth));
             }
         }
+        let before = self.furthest.clone();
         for (t, n) in furthest {
             let f = self.furthest.entry(t).or_insert(0);
             *f = (*f).max(n);
@@ -195,10 +207,23 @@ impl Corpus {
         let mut children: Vec<Schedule> = (0..OWED_RANDOM)
             .map(|_| mutate(&e, rng, targets, dups, n_steps))
             .collect();
-        let mut deeper = e.deeper.clone();
+        let first_repeats: Vec<(usize, u32)> = e
+            .deeper
+            .iter()
+            .filter(|&&(t, n)| n == 2 && before.get(&t).copied() == Some(1))
+            .copied()
+            .collect();
+        // First repeats are kept whole; the cap trims the others.
+        let mut deeper: Vec<(usize, u32)> = e
+            .deeper
+            .iter()
+            .filter(|c| !first_repeats.contains(c))
+            .copied()
+            .collect();
         while deeper.len() > OWED_MAX {
             deeper.remove(below(rng, deeper.len()));
         }
+        deeper.splice(0..0, first_repeats.iter().copied());
         let mut aimed: Vec<(usize, u32)> = e
             .fresh
             .iter()
@@ -215,7 +240,16 @@ impl Corpus {
             .chain(aimed.into_iter().map(|c| (false, c)))
         {
             let kinds = targets.get(target).map(kinds_for).unwrap_or(&[]);
-            if let Some(&kind) = kinds.get(below(rng, kinds.len())) {
+            let chosen: Vec<GenKind> = if is_deeper && first_repeats.contains(&(target, nth)) {
+                kinds.to_vec()
+            } else {
+                kinds
+                    .get(below(rng, kinds.len()))
+                    .copied()
+                    .into_iter()
+                    .collect()
+            };
+            for kind in chosen {
                 let f = GenFault { target, nth, kind };
                 // Half alone: the parent's faults may mask what this one shows
                 // (the call may then not be reached; the other half keeps them).
@@ -235,7 +269,10 @@ impl Corpus {
             }
         }
         if std::env::var_os("DRIVELAB_EXPLORE_TRACE").is_some() {
-            eprintln!("  kept: deeper {:?} fresh {:?}", e.deeper, e.fresh);
+            eprintln!(
+                "  kept: deeper {:?} fresh {:?} every kind at {:?}",
+                e.deeper, e.fresh, first_repeats
+            );
         }
         self.owed_deeper.extend(deeper_children);
         self.owed.extend(children);
