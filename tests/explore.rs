@@ -76,13 +76,14 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
 /// never makes (a second s3.delete_bucket, after a duplicated delete). Uniform
 /// placement found it on 2 explorer seeds in 10 within 30 s; the guide keeps
 /// the schedule that first reaches that call and faults it in a child. A
-/// count of schedules, not a time: deterministic for a seed.
+/// count of schedules, not a time: deterministic for a seed. (Seed 3 finds it
+/// at schedule 80; the cap leaves room for small changes in the driver's calls.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_coverage_guide_finds_delete_unowned_from_the_generic_base() {
     drivelab::logcap::init(false);
     let dir = tempfile::tempdir().unwrap();
     let opts = ExploreOptions {
-        cases: 80,
+        cases: 150,
         seed: 3,
         time_budget: Duration::from_secs(600),
         mutants: vec![drivelab::scenario::Mutant::Cosi(Mutant::DeleteUnowned)],
