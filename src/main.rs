@@ -822,7 +822,10 @@ async fn tally(
     jobs: usize,
     kills: &mut std::collections::BTreeMap<Mutant, Vec<String>>,
 ) {
-    let batch = pairs.iter().map(|(m, s)| ((*s).clone(), vec![*m])).collect();
+    let batch = pairs
+        .iter()
+        .map(|(m, s)| ((*s).clone(), vec![*m]))
+        .collect();
     for ((m, scn), res) in pairs.iter().zip(run_batch(batch, seed, jobs).await) {
         let entry = kills.entry(*m).or_default();
         match res {

@@ -233,7 +233,12 @@ impl History {
     /// callers to see their calls fail before it brings the driver back).
     pub fn open_calls_to(&self, to: Component) -> Vec<CallId> {
         let inner = self.lock();
-        inner.open.iter().filter(|(_, c)| **c == to).map(|(id, _)| *id).collect()
+        inner
+            .open
+            .iter()
+            .filter(|(_, c)| **c == to)
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// Whether a reply to `id` was recorded (scans back; used on rare fault paths).

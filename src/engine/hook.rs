@@ -119,7 +119,10 @@ impl LabHook {
         hook: std::sync::Weak<LabHook>,
         during: CallId,
     ) -> Box<dyn Fn() -> bool + Send + Sync> {
-        Box::new(move || hook.upgrade().is_none_or(|h| h.driver_callers_settled(during)))
+        Box::new(move || {
+            hook.upgrade()
+                .is_none_or(|h| h.driver_callers_settled(during))
+        })
     }
 
     /// The driver is about to be killed: its held requests die with it (see

@@ -717,10 +717,18 @@ async fn write_schedule(
     let header = vec![
         format!(
             "{} by `drivelab explore {}{flags}` (explorer seed {}){}.",
-            if how == "found" { "Found" } else { "Collected (--keep-going)" },
+            if how == "found" {
+                "Found"
+            } else {
+                "Collected (--keep-going)"
+            },
             base.path.display(),
             opts.seed,
-            if how == "found" { ", shrunk" } else { ", not shrunk" },
+            if how == "found" {
+                ", shrunk"
+            } else {
+                ", not shrunk"
+            },
         ),
         format!(
             "Fails with{flags}: replay with `drivelab run {}{flags}`.",

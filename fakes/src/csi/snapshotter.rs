@@ -51,7 +51,8 @@ use crate::history::Component;
 use crate::kube::{format_quantity, Kind, KubeError, KubeFake, SNAPSHOT_API_VERSION};
 
 /// Finalizer the snapshot-controller puts on a VolumeSnapshot it binds.
-pub const VS_BOUND_FINALIZER: &str = "snapshot.storage.kubernetes.io/volumesnapshot-bound-protection";
+pub const VS_BOUND_FINALIZER: &str =
+    "snapshot.storage.kubernetes.io/volumesnapshot-bound-protection";
 /// Finalizer guarding a VolumeSnapshot used as a restore source.
 pub const VS_SOURCE_FINALIZER: &str =
     "snapshot.storage.kubernetes.io/volumesnapshot-as-source-protection";
@@ -403,7 +404,10 @@ impl Snapshotter {
         }
         let request = csi::CreateSnapshotRequest {
             source_volume_id: str_at(c, &["spec", "source", "volumeHandle"]),
-            name: format!("snapshot-{}", str_at(c, &["spec", "volumeSnapshotRef", "uid"])),
+            name: format!(
+                "snapshot-{}",
+                str_at(c, &["spec", "volumeSnapshotRef", "uid"])
+            ),
             secrets: Default::default(),
             parameters: params
                 .into_iter()
@@ -425,10 +429,9 @@ impl Snapshotter {
                 return Ok(Err(why));
             }
         };
-        let created_ns = snap
-            .creation_time
-            .as_ref()
-            .map_or(0, |t| t.seconds.saturating_mul(1_000_000_000) + i64::from(t.nanos));
+        let created_ns = snap.creation_time.as_ref().map_or(0, |t| {
+            t.seconds.saturating_mul(1_000_000_000) + i64::from(t.nanos)
+        });
         kube.merge_patch(
             Kind::VolumeSnapshotContent,
             None,
@@ -548,8 +551,8 @@ impl Snapshotter {
             Some(&str_at(&c, &["spec", "volumeSnapshotRef", "namespace"])),
             &str_at(&c, &["spec", "volumeSnapshotRef", "name"]),
         )?;
-        let orphaned = !ref_uid.is_empty()
-            && !vs.is_some_and(|v| str_at(&v, &["metadata", "uid"]) == ref_uid);
+        let orphaned =
+            !ref_uid.is_empty() && !vs.is_some_and(|v| str_at(&v, &["metadata", "uid"]) == ref_uid);
         if !orphaned {
             // Its VolumeSnapshot's reconcile creates and binds it.
             return Ok(Step::Done);
@@ -560,7 +563,13 @@ impl Snapshotter {
             kube.delete(Kind::VolumeSnapshotContent, None, name)?;
             return self.finish_content(&kube, name).await;
         }
-        remove_finalizer(&kube, Kind::VolumeSnapshotContent, None, name, CONTENT_FINALIZER)?;
+        remove_finalizer(
+            &kube,
+            Kind::VolumeSnapshotContent,
+            None,
+            name,
+            CONTENT_FINALIZER,
+        )?;
         Ok(Step::Done)
     }
 
@@ -602,7 +611,13 @@ impl Snapshotter {
                 }
             }
         }
-        remove_finalizer(kube, Kind::VolumeSnapshotContent, None, name, CONTENT_FINALIZER)?;
+        remove_finalizer(
+            kube,
+            Kind::VolumeSnapshotContent,
+            None,
+            name,
+            CONTENT_FINALIZER,
+        )?;
         Ok(Step::Done)
     }
 }

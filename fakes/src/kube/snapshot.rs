@@ -74,7 +74,11 @@ pub(crate) fn rules(kind: Kind, obj: &mut Value) -> Result<(), Violation> {
             if !set(obj, &["spec", "source"]) {
                 return Err(required("spec.source"));
             }
-            one_source(obj, "persistentVolumeClaimName", "volumeSnapshotContentName")?;
+            one_source(
+                obj,
+                "persistentVolumeClaimName",
+                "volumeSnapshotContentName",
+            )?;
             if set(obj, &["spec", "volumeSnapshotClassName"])
                 && s(obj, &["spec", "volumeSnapshotClassName"]).is_empty()
             {
