@@ -1083,6 +1083,9 @@ impl BoshLab {
                     .reconcile(&t)
                     .await
                     .map_err(|e| anyhow!("reconciling {t}: {e}"))?;
+                // A crash fired inside this reconcile restarts the controller,
+                // whose start-up calls (UAA token) otherwise race this note.
+                self.hook.until_idle().await;
                 if let Reconcile::Requeue { after, reason } = r {
                     self.history.record(EventKind::Note {
                         component: sidecar_of(&t),

@@ -88,7 +88,8 @@ impl LabHook {
         Maintenance(self.busy.clone())
     }
 
-    async fn until_idle(&self) {
+    /// Wait until no crash or restart is in progress.
+    pub async fn until_idle(&self) {
         // Real time, bounded: a restart that never finishes must not hang the lab.
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {

@@ -898,6 +898,9 @@ impl Lab {
                 .reconcile(&t)
                 .await
                 .with_context(|| format!("reconciling {t}"))?;
+            // A crash fired inside this reconcile restarts the driver, whose
+            // start-up calls otherwise race this requeue note in the history.
+            self.hook.until_idle().await;
             self.settle(t, r);
         }
         for (at, t) in self.queue.pending() {
