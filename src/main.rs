@@ -130,9 +130,9 @@ enum Command {
     Explore {
         /// The scenario to explore from.
         scenario: PathBuf,
-        /// Cases to generate.
-        #[arg(long, default_value_t = 64)]
-        cases: u32,
+        /// Cases to generate (default: as many as --time-budget allows).
+        #[arg(long)]
+        cases: Option<u32>,
         /// Explorer seed (which schedules are generated).
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -942,7 +942,7 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
 /// `drivelab explore`.
 async fn explore(
     path: PathBuf,
-    cases: u32,
+    cases: Option<u32>,
     seed: u64,
     budget: String,
     mutants: Vec<Mutant>,
@@ -961,7 +961,7 @@ async fn explore(
         return ExitCode::from(2);
     };
     let opts = drivelab::explore::ExploreOptions {
-        cases,
+        cases: cases.unwrap_or(u32::MAX),
         seed,
         time_budget,
         mutants,

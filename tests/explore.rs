@@ -72,35 +72,47 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
     );
 }
 
-/// The coverage guide: delete-unowned shows only on a call the correct driver
-/// never makes (a second s3.delete_bucket, after a duplicated delete). Uniform
-/// placement found it on 2 explorer seeds in 10 within 30 s; the guide keeps
-/// the schedule that first reaches that call and faults it in a child. A
-/// count of schedules, not a time: deterministic for a seed. (Seed 3 finds it
-/// at schedule 80; the cap leaves room for small changes in the driver's calls.)
+/// delete-unowned from the generic base, with a real witness: after the
+/// claim's bucket is gone another tenant takes the name, and a late duplicate
+/// delete arrives. The mutant deletes the foreign bucket (owner-only-delete);
+/// the correct driver refuses. A count of schedules, not a time:
+/// deterministic for a seed (seed 3 finds it within its first schedules).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_coverage_guide_finds_delete_unowned_from_the_generic_base() {
+async fn explore_finds_delete_unowned_by_a_late_delete_after_the_name_was_reused() {
     drivelab::logcap::init(false);
     let dir = tempfile::tempdir().unwrap();
     let opts = ExploreOptions {
-        cases: 150,
+        cases: 60,
         seed: 3,
         time_budget: Duration::from_secs(600),
         mutants: vec![drivelab::scenario::Mutant::Cosi(Mutant::DeleteUnowned)],
         out_dir: dir.path().to_path_buf(),
-        detect_only: true,
+        detect_only: false,
         keep_going: false,
     };
     let report = explore::explore(&base("explore/cosi-lifecycle.yaml"), &opts)
         .await
         .unwrap();
+    let found = report.found.unwrap_or_else(|| {
+        panic!(
+            "delete-unowned not found in {} schedules ({} tuples reached)",
+            report.cases_run, report.tuples_reached
+        )
+    });
     assert!(
-        report.first_failure_after.is_some(),
-        "delete-unowned not found in {} schedules ({} tuples reached)",
-        report.cases_run,
-        report.tuples_reached
+        found.failed.contains(&"owner-only-delete"),
+        "the witness is a foreign bucket deleted, not an error code: {:?}",
+        found.failed
     );
-    assert!(report.tuples_reached > 0);
+    let text = std::fs::read_to_string(&found.path).unwrap();
+    assert!(text.contains("name_of_claim"), "{text}");
+    let file = scenario::load(&found.path).unwrap();
+    let reference = engine::run(&file, &RunOptions::default()).await.unwrap();
+    assert!(
+        reference.passed(),
+        "{}",
+        drivelab::report::console(&reference)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -64,6 +64,34 @@ pub struct RetryObservation {
     pub after: BackendState,
     /// True if the retry changed the request's parameters (then AlreadyExists is the right answer).
     pub changed_request: bool,
+    /// True if the lab faulted one of the driver's own backend calls while it
+    /// served the retry (then a transient error is the backend's, passed on).
+    pub backend_faulted: bool,
+}
+
+impl RetryObservation {
+    /// Why a retry of a request that succeeded may answer an error, if it may:
+    /// the lab faulted the backend under it (a transient code passes that on),
+    /// or, for a delete, the name now holds a bucket someone else owns (the
+    /// driver must refuse to touch it, not answer "already gone").
+    pub fn error_excused(&self, lab_buckets: &[String]) -> Option<&'static str> {
+        let DriverReply::Failed { code, .. } = &self.retried.reply else {
+            return None;
+        };
+        let transient = matches!(
+            code,
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Aborted
+        );
+        if transient && self.backend_faulted {
+            return Some("the lab faulted the backend under it");
+        }
+        if let DriverRequest::Delete { bucket_id, .. } = &self.retried.request {
+            if self.before.buckets.contains_key(bucket_id) && lab_buckets.contains(bucket_id) {
+                return Some("the name now holds a bucket someone else owns");
+            }
+        }
+        None
+    }
 }
 
 /// A BucketAccess that is granted and not deleted at the end of the run.
@@ -131,6 +159,11 @@ pub struct Observations {
     pub stuck: Vec<Stuck>,
     /// Backend buckets the lab made (the canary, "someone else's" buckets).
     pub lab_buckets: Vec<String>,
+    /// Bucket names the lab answered a driver's CreateBucket for with an
+    /// injected 409 (it told the driver another tenant owns the name). If the
+    /// bucket was in fact the driver's (made by an earlier, crashed attempt),
+    /// the lab lied, and leaving it alone was the only right thing to do.
+    pub said_taken: std::collections::BTreeSet<String>,
     /// Every backend bucket that existed at some step boundary.
     pub seen_buckets: std::collections::BTreeSet<String>,
     /// Every backend user that existed at some step boundary.
@@ -227,6 +260,10 @@ pub struct Stuck {
     pub attempts: usize,
     /// Their history call ids.
     pub calls: Vec<CallId>,
+    /// The idempotency key of the last RPC (for a claim: the bucket name asked for).
+    pub last_key: Option<String>,
+    /// For an access: its claim (`ns/name`), which it waits on until the bucket exists.
+    pub claim: Option<String>,
 }
 
 fn granted(ex: &Exchange) -> Option<(&str, Option<(&str, &Secret)>)> {
@@ -329,7 +366,9 @@ pub fn idempotent_replay(obs: &Observations) -> Verdict {
         }
         let ok = !matches!(r.retried.reply, DriverReply::Failed { .. });
         if !ok {
-            if !matches!(r.original.reply, DriverReply::Failed { .. }) {
+            if !matches!(r.original.reply, DriverReply::Failed { .. })
+                && r.error_excused(&obs.lab_buckets).is_none()
+            {
                 v.fail(
                     format!(
                         "step {}: {} {} succeeded, the same request again answered {}",

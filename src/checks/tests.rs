@@ -90,6 +90,7 @@ fn good() -> Observations {
             before: backend(),
             after: backend(),
             changed_request: false,
+            backend_faulted: false,
         }],
         live: vec![live("default/a", "KEY1", "KEY1", "secret-one-aaaaaaaa")],
         backend: backend(),
@@ -100,6 +101,7 @@ fn good() -> Observations {
         secrets: vec![Secret::new("secret-one-aaaaaaaa")],
         artifacts: vec![("snapshot".into(), "key <key-1> secret <secret-A>".into())],
         lab_buckets: vec!["canary".into()],
+        said_taken: Default::default(),
         bucket_objects: vec![("bucket-x".into(), "b1".into())],
         ready_claims: vec![("default/photos".into(), "b1".into())],
         ..Default::default()
@@ -316,6 +318,8 @@ fn converges_fails_on_stuck_already_exists_but_not_on_invalid_argument() {
         last_code: Some(code.into()),
         attempts: 9,
         calls: vec![CallId(4)],
+        last_key: Some("ba-a".into()),
+        claim: Some("default/photos".into()),
     };
     obs.stuck = vec![stuck("INVALID_ARGUMENT")];
     assert!(lifecycle::converges(&obs).passed);
@@ -419,4 +423,119 @@ fn unpredictable_secrets_fails_on_derived_short_or_twin_secrets() {
     obs.twin_secrets = None;
     obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", "short");
     assert!(!lifecycle::unpredictable_secrets(&obs).passed);
+}
+
+fn delete(call: u64, reply: DriverReply) -> Exchange {
+    Exchange {
+        call: CallId(call),
+        request: DriverRequest::Delete {
+            bucket_id: "b1".into(),
+            context: Default::default(),
+        },
+        reply,
+        replay: call > 1,
+        answered_by: AnsweredBy::Driver,
+    }
+}
+
+/// A delete that succeeded, then the same delete again answered `code`.
+fn redelete(code: tonic::Code) -> Observations {
+    let mut obs = good();
+    let failed = DriverReply::Failed {
+        code,
+        message: "no".into(),
+    };
+    obs.exchanges = vec![delete(1, DriverReply::Empty), delete(2, failed.clone())];
+    let mut gone = backend();
+    gone.buckets.clear();
+    obs.retries = vec![RetryObservation {
+        step: 2,
+        original: delete(1, DriverReply::Empty),
+        retried: delete(2, failed),
+        before: gone.clone(),
+        after: gone,
+        changed_request: false,
+        backend_faulted: false,
+    }];
+    obs
+}
+
+#[test]
+fn a_repeated_delete_must_answer_ok_unless_the_lab_faulted_the_backend_under_it() {
+    let obs = redelete(tonic::Code::Unavailable);
+    assert!(!idempotent_replay(&obs).passed);
+    assert!(!lifecycle::spec_codes(&obs).passed);
+
+    let mut obs = redelete(tonic::Code::Unavailable);
+    obs.retries[0].backend_faulted = true;
+    assert!(idempotent_replay(&obs).passed);
+    assert!(lifecycle::spec_codes(&obs).passed);
+
+    // A backend fault excuses a transient code only, never a refusal.
+    let mut obs = redelete(tonic::Code::FailedPrecondition);
+    obs.retries[0].backend_faulted = true;
+    assert!(!idempotent_replay(&obs).passed);
+    assert!(!lifecycle::spec_codes(&obs).passed);
+}
+
+#[test]
+fn a_repeated_delete_may_refuse_a_name_someone_else_took_meanwhile() {
+    // Someone else's bucket now has the name: refusing is right.
+    let mut obs = redelete(tonic::Code::FailedPrecondition);
+    obs.retries[0].before.buckets.insert("b1".into(), vec![]);
+    obs.lab_buckets = vec!["b1".into()];
+    assert!(idempotent_replay(&obs).passed);
+    assert!(lifecycle::spec_codes(&obs).passed);
+
+    // The driver's own bucket is back (not someone else's): no excuse.
+    let mut obs = redelete(tonic::Code::FailedPrecondition);
+    obs.retries[0].before.buckets.insert("b1".into(), vec![]);
+    assert!(!idempotent_replay(&obs).passed);
+    assert!(!lifecycle::spec_codes(&obs).passed);
+}
+
+#[test]
+fn no_orphans_excuses_only_a_bucket_the_lab_said_was_taken() {
+    let mut obs = with_canary(good());
+    obs.backend.buckets.insert("stray".into(), vec![]);
+    let v = lifecycle::no_orphans(&obs);
+    assert!(!v.passed);
+    assert!(v.details.iter().any(|d| d.contains("stray")), "{:?}", v.details);
+
+    obs.said_taken.insert("stray".into());
+    assert!(lifecycle::no_orphans(&obs).passed);
+
+    obs.said_taken = ["other".to_string()].into_iter().collect();
+    assert!(!lifecycle::no_orphans(&obs).passed);
+}
+
+#[test]
+fn converges_excuses_a_claim_the_lab_said_was_taken_and_the_accesses_waiting_on_it() {
+    let mut obs = with_canary(good());
+    let claim = Stuck {
+        target: "bucketclaim default/photos".into(),
+        last_op: Some("DriverCreateBucket".into()),
+        last_code: Some("ALREADY_EXISTS".into()),
+        attempts: 30,
+        calls: vec![CallId(7)],
+        last_key: Some("bucket-1".into()),
+        claim: None,
+    };
+    let access = Stuck {
+        target: "bucketaccess default/web".into(),
+        last_op: None,
+        last_code: None,
+        attempts: 0,
+        calls: vec![],
+        last_key: None,
+        claim: Some("default/photos".into()),
+    };
+    obs.stuck = vec![claim, access];
+    assert!(!lifecycle::converges(&obs).passed, "no lab word, no excuse");
+    obs.said_taken.insert("bucket-1".into());
+    let v = lifecycle::converges(&obs);
+    assert!(v.passed, "{:?}", v.details);
+    // An access on another claim is still the driver's problem.
+    obs.stuck[1].claim = Some("default/scratch".into());
+    assert!(!lifecycle::converges(&obs).passed);
 }

@@ -30,7 +30,8 @@ use crate::checks::{
     UserState, Verdict,
 };
 use crate::scenario::{
-    AccessStep, ClaimStep, Expectation, HealStep, Invariant, RetryOp, RetryStep, Scenario, Step,
+    AccessStep, BackendBucketStep, ClaimStep, Expectation, HealStep, Invariant, RetryOp, RetryStep,
+    Scenario, Step,
 };
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
@@ -387,7 +388,9 @@ impl Lab {
         )
         .map_err(|e| anyhow!("creating the admin Secret: {e}"))?;
 
-        let probe = S3Probe::new(&s3_url, "us-east-1");
+        // Marked as the lab's: its root-key requests (the canary, planted
+        // foreign buckets) are not the driver's calls, in the history or to faults.
+        let probe = S3Probe::new(&s3_url, "us-east-1").as_lab(fakes.s3().lab_marker());
         create_lab_bucket(&probe, &admin_secret, CANARY_BUCKET).await?;
 
         // The driver first: classes carry the name it reports (DriverGetInfo).
@@ -600,10 +603,7 @@ impl Lab {
                     });
                     self.fakes.restart(c).await?;
                 }
-                Step::CreateBackendBucket(b) => {
-                    create_lab_bucket(&self.probe, &self.admin_secret, &b.name).await?;
-                    self.lab_buckets.push(b.name.clone());
-                }
+                Step::CreateBackendBucket(b) => self.create_backend_bucket(i, b).await?,
                 Step::CreateBucket(b) => self.create_static_bucket(scn, b)?,
                 other => {
                     if let Some(target) = self.begin(other)? {
@@ -777,6 +777,51 @@ impl Lab {
             namespace: c.namespace.clone(),
             name: c.name.clone(),
         })
+    }
+
+    /// A bucket someone else owns appears on the backend. Under a claim's
+    /// name, only if that claim got a bucket: an earlier fault may have kept
+    /// it from ever having one, and then the step says so and does nothing.
+    async fn create_backend_bucket(
+        &mut self,
+        step: usize,
+        b: &BackendBucketStep,
+    ) -> anyhow::Result<()> {
+        let c = match b {
+            BackendBucketStep::Named(n) => {
+                create_lab_bucket(&self.probe, &self.admin_secret, n).await?;
+                self.lab_buckets.push(n.clone());
+                return Ok(());
+            }
+            BackendBucketStep::NameOfClaim(c) => c,
+        };
+        // The driver's bucket id is the backend bucket's name (cosi-s3's is).
+        let name = self
+            .bucket_of
+            .get(&format!("{}/{}#id", c.namespace, c.name))
+            .cloned();
+        let skipped = match &name {
+            None => Some("that claim never got a bucket".to_string()),
+            Some(n) if self.backend().buckets.contains_key(n) => {
+                Some(format!("its bucket {n} still exists, so the name is not free"))
+            }
+            Some(_) => None,
+        };
+        if let Some(why) = skipped {
+            self.expect_failures.push(ExpectFailure {
+                step: step + 1,
+                at: String::new(),
+                message: format!(
+                    "create_backend_bucket name_of_claim {}/{}: {why}; nothing created",
+                    c.namespace, c.name
+                ),
+            });
+            return Ok(());
+        }
+        let name = name.unwrap_or_default();
+        create_lab_bucket(&self.probe, &self.admin_secret, &name).await?;
+        self.lab_buckets.push(name);
+        Ok(())
     }
 
     fn record_claim(&mut self, ns: &str, name: &str) -> anyhow::Result<()> {
@@ -958,12 +1003,16 @@ impl Lab {
         };
         let auth = r.authentication_type.as_deref().map(auth_code);
         let before = self.backend();
+        let from = self.history.len();
         let retried = self
             .sidecar
             .replay(original.request.clone(), r.parameters.as_ref(), auth)
             .await;
         let after = self.backend();
         let changed_request = retried.request != original.request;
+        // A retry runs alone (never in `concurrent`), so the faults fired
+        // meanwhile on the driver's own calls are this retry's.
+        let backend_faulted = driver_call_faulted(&self.history.events_from(from));
         self.retries.push(RetryObservation {
             step,
             original,
@@ -971,6 +1020,7 @@ impl Lab {
             before,
             after,
             changed_request,
+            backend_faulted,
         });
         Ok(())
     }
@@ -1322,6 +1372,7 @@ impl Lab {
             probes,
             stuck,
             lab_buckets: lab_buckets.clone(),
+            said_taken: said_taken(&self.history.events()),
             seen_buckets: self.seen_buckets.clone(),
             seen_users: self.seen_users.clone(),
             checkpoint_text,
@@ -1388,12 +1439,23 @@ impl Lab {
                         !e.replay && keys.iter().any(|k| !k.is_empty() && k == e.request.key())
                     })
                     .collect();
+                let claim = match &t {
+                    Target::Access { namespace, name } => self
+                        .kube()
+                        .get(Kind::BucketAccess, Some(namespace), name)
+                        .ok()
+                        .flatten()
+                        .map(|a| format!("{namespace}/{}", str_at(&a, &["spec", "bucketClaimName"]))),
+                    Target::Claim { .. } => None,
+                };
                 Stuck {
                     target: t.to_string(),
                     last_op: mine.last().map(|e| e.request.op().rpc().to_string()),
                     last_code: mine.last().map(|e| e.reply.code_name()),
                     attempts: mine.len(),
                     calls: mine.iter().map(|e| e.call).collect(),
+                    last_key: mine.last().map(|e| e.request.key().to_string()),
+                    claim,
                 }
             })
             .collect()
@@ -1583,6 +1645,60 @@ async fn start_driver(
     let driver = Arc::new(Driver::new(&scn.driver, mutants, &params, history.clone())?);
     driver.start().await?;
     Ok((driver, params.host_socket))
+}
+
+/// The buckets whose creation by the driver the lab answered with an injected
+/// 409 (see [`Observations::said_taken`]).
+fn said_taken(events: &[drivelab_fakes::history::Event]) -> std::collections::BTreeSet<String> {
+    use drivelab_fakes::history::Outcome;
+    let faulted: std::collections::BTreeSet<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Fault { call: Some(id), fault, .. } if fault == "error" => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let refused: std::collections::BTreeSet<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Reply {
+                id,
+                outcome: Outcome::Http { status: 409, .. },
+            } if faulted.contains(id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Call {
+                id,
+                from: Component::Driver,
+                to: Component::S3,
+                op,
+                subject,
+            } if op == "create_bucket" && refused.contains(id) => Some(subject.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether the lab fired a fault on a call the driver made, among `events`.
+fn driver_call_faulted(events: &[drivelab_fakes::history::Event]) -> bool {
+    let by_driver: std::collections::BTreeSet<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Call {
+                id,
+                from: Component::Driver,
+                ..
+            } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    events.iter().any(|e| {
+        matches!(&e.kind, EventKind::Fault { call: Some(id), .. } if by_driver.contains(id))
+    })
 }
 
 async fn create_lab_bucket(probe: &S3Probe, admin: &Secret, name: &str) -> anyhow::Result<()> {

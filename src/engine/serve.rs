@@ -317,7 +317,7 @@ pub async fn start(
         }),
     )
     .map_err(|e| anyhow!("creating the admin Secret: {e}"))?;
-    let probe = S3Probe::new(&s3_url, "us-east-1");
+    let probe = S3Probe::new(&s3_url, "us-east-1").as_lab(fakes.s3().lab_marker());
     for b in &config.buckets {
         super::create_lab_bucket(&probe, &admin_secret, b).await?;
     }

@@ -91,11 +91,40 @@ pub enum Dup {
     ChangedParameters,
     /// A grant with UnknownAuthenticationType (the spec wants INVALID_ARGUMENT).
     UnknownAuth,
+    /// A delete again, after another tenant took the freed bucket name (S3
+    /// names are global): the driver must not delete a bucket it does not own.
+    NameReused,
 }
 
-const DUPS: [Dup; 3] = [Dup::Same, Dup::ChangedParameters, Dup::UnknownAuth];
+const DUPS: [Dup; 4] = [
+    Dup::Same,
+    Dup::ChangedParameters,
+    Dup::UnknownAuth,
+    Dup::NameReused,
+];
 
-fn dup_of(step: &Step, how: Dup) -> Option<Step> {
+/// The steps that deliver `step`'s driver request again `how`; empty where
+/// that kind does not apply to the step.
+fn dup_of(step: &Step, how: Dup) -> Vec<Step> {
+    use crate::scenario::{BackendBucketStep, ObjectRef};
+    let Some(retry) = retry_of(step, how) else {
+        return Vec::new();
+    };
+    // `retry_of` takes NameReused for deletes only.
+    let (Dup::NameReused, Step::DeleteBucketClaim(claim)) = (how, step) else {
+        return vec![retry];
+    };
+    vec![
+        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(ObjectRef {
+            name: claim.name.clone(),
+            namespace: claim.namespace.clone(),
+        })),
+        retry,
+    ]
+}
+
+/// The `retry` step that re-sends `step`'s request `how`.
+fn retry_of(step: &Step, how: Dup) -> Option<Step> {
     use crate::scenario::{RetryOp, RetryStep};
     let (op, name, namespace) = match step {
         Step::CreateBucketClaim(c) => (
@@ -115,6 +144,7 @@ fn dup_of(step: &Step, how: Dup) -> Option<Step> {
     let creates = matches!(op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess);
     let (parameters, authentication_type) = match how {
         Dup::Same => (None, None),
+        Dup::NameReused if op == RetryOp::DeleteBucketClaim => (None, None),
         Dup::ChangedParameters if creates => (
             Some(
                 [("drivelab-explore".to_string(), "changed".to_string())]
@@ -228,7 +258,7 @@ pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scen
     {
         steps.push(l.clone());
         for (_, how) in sched.dups.iter().filter(|(d, _)| *d == i) {
-            if let Some(d) = dup_of(&l.value, *how) {
+            for d in dup_of(&l.value, *how) {
                 steps.push(Located {
                     value: d,
                     line: l.line,
@@ -495,7 +525,7 @@ fn dup_choices(base: &Scenario) -> Vec<(usize, Dup)> {
             _ => 1,
         };
         for how in DUPS {
-            if dup_of(&st.value, how).is_some() {
+            if !dup_of(&st.value, how).is_empty() {
                 out.extend(std::iter::repeat_n((i, how), w));
             }
         }

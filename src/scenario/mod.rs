@@ -281,7 +281,7 @@ impl Step {
                 "create_bucket {} for existing {}",
                 b.name, b.existing_bucket_id
             ),
-            Step::CreateBackendBucket(b) => format!("create_backend_bucket {}", b.name),
+            Step::CreateBackendBucket(b) => format!("create_backend_bucket {}", b.describe()),
             Step::CreateVolume(v) => format!(
                 "create_volume {}/{} ({} {}, class {})",
                 v.namespace,
@@ -386,11 +386,38 @@ pub struct StaticBucketStep {
 }
 
 /// `create_backend_bucket:` — a bucket the driver did not make.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendBucketStep {
+    /// `{ name: N }`: under a name given in the file.
+    Named(String),
+    /// `{ name_of_claim: C, namespace: NS }`: under the name the bucket of
+    /// claim `C` has or had. S3 bucket names are global, so once a claim's
+    /// bucket is deleted another tenant may take its name; a late duplicate
+    /// delete must then not touch it.
+    NameOfClaim(ObjectRef),
+}
+
+impl BackendBucketStep {
+    /// How the step names its bucket, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            BackendBucketStep::Named(n) => n.clone(),
+            BackendBucketStep::NameOfClaim(c) => {
+                format!("(the name of claim {}/{}'s bucket)", c.namespace, c.name)
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BackendBucketStep {
-    /// Backend bucket name.
-    pub name: String,
+struct RawBackendBucket {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    name_of_claim: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
 }
 
 /// `heal:` — omit both sides to heal every partition.
@@ -656,7 +683,7 @@ enum RawStep {
     Restart(RestartStep),
     Concurrent(Vec<Spanned<RawStep>>),
     CreateBucket(StaticBucketStep),
-    CreateBackendBucket(BackendBucketStep),
+    CreateBackendBucket(RawBackendBucket),
     CreateVolume(VolumeStep),
     DeleteVolume(VolumeRef),
     Publish(PublishStep),
@@ -1331,16 +1358,46 @@ impl Validator<'_> {
                 }
                 Step::CreateBucket(b)
             }
-            RawStep::CreateBackendBucket(b) => {
-                if cosi_s3::config::validate_bucket_name("name", &b.name).is_err() {
+            RawStep::CreateBackendBucket(b) => match (b.name, b.name_of_claim) {
+                (Some(name), None) => {
+                    if b.namespace.is_some() {
+                        return Err(self.err(
+                            &here,
+                            "`namespace` goes with `name_of_claim`, not with `name`",
+                            None,
+                        ));
+                    }
+                    if cosi_s3::config::validate_bucket_name("name", &name).is_err() {
+                        return Err(self.err(
+                            &here,
+                            format!("`{name}` is not a valid S3 bucket name"),
+                            Some("3-63 lowercase letters, digits, '-' and '.'"),
+                        ));
+                    }
+                    Step::CreateBackendBucket(BackendBucketStep::Named(name))
+                }
+                (None, Some(claim)) => {
+                    let namespace = b.namespace.unwrap_or_else(default_namespace);
+                    if !ctx.claims.contains(&(namespace.clone(), claim.clone())) {
+                        return Err(self.err(
+                            &here,
+                            format!("`name_of_claim: {claim}`: no earlier step creates claim `{namespace}/{claim}`"),
+                            Some("the bucket takes the name of a claim's bucket; put it after the claim's steps"),
+                        ));
+                    }
+                    Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(ObjectRef {
+                        name: claim,
+                        namespace,
+                    }))
+                }
+                _ => {
                     return Err(self.err(
                         &here,
-                        format!("`{}` is not a valid S3 bucket name", b.name),
-                        Some("3-63 lowercase letters, digits, '-' and '.'"),
-                    ));
+                        "`create_backend_bucket` takes exactly one of `name` and `name_of_claim`",
+                        Some("{ name: finance-archive } or { name_of_claim: scratch }"),
+                    ))
                 }
-                Step::CreateBackendBucket(b)
-            }
+            },
             RawStep::CreateVolume(v) => {
                 let bosh = ctx.bosh.as_ref().expect("checked above");
                 if !bosh.storage_classes.iter().any(|c| c.name == v.class) {

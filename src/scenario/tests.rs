@@ -378,3 +378,32 @@ fn pause_and_resume_mistakes_point_at_the_step() {
     ];
     assert_errors_at(&cases);
 }
+
+#[test]
+fn create_backend_bucket_takes_a_name_or_a_claims_name_and_says_which_is_wrong() {
+    let with = |step: &str| GOOD.replace("  - expect: { code: OK }", step);
+    let s = p(&with("  - create_backend_bucket: { name_of_claim: photos }")).unwrap();
+    assert!(s.steps.iter().any(|l| matches!(
+        &l.value,
+        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(c)) if c.name == "photos" && c.namespace == "default"
+    )));
+    for (step, says) in [
+        (
+            "  - create_backend_bucket: { name_of_claim: nosuch }",
+            "no earlier step creates claim `default/nosuch`",
+        ),
+        (
+            "  - create_backend_bucket: { name: other, name_of_claim: photos }",
+            "exactly one of `name` and `name_of_claim`",
+        ),
+        ("  - create_backend_bucket: {}", "exactly one of"),
+        (
+            "  - create_backend_bucket: { name: other, namespace: x }",
+            "`namespace` goes with `name_of_claim`",
+        ),
+    ] {
+        let e = p(&with(step)).unwrap_err();
+        assert_eq!(e.line, 11, "{e}");
+        assert!(e.to_string().contains(says), "{step}: {e}");
+    }
+}

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::{FaultAction, FaultSpec, PartitionSpec, Scenario, Step, When};
+use super::{BackendBucketStep, FaultAction, FaultSpec, PartitionSpec, Scenario, Step, When};
 
 /// A YAML scalar, quoted whenever plain style could be misread.
 fn q(s: &str) -> String {
@@ -201,9 +201,14 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&b.class),
             q(&b.existing_bucket_id)
         ),
-        Step::CreateBackendBucket(b) => {
-            format!("create_backend_bucket: {{ name: {} }}", q(&b.name))
+        Step::CreateBackendBucket(BackendBucketStep::Named(n)) => {
+            format!("create_backend_bucket: {{ name: {} }}", q(n))
         }
+        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(c)) => format!(
+            "create_backend_bucket: {{ name_of_claim: {}, namespace: {} }}",
+            q(&c.name),
+            q(&c.namespace)
+        ),
         Step::CreateVolume(v) => format!(
             "create_volume: {{ name: {}, class: {}, namespace: {}, size: {}, access: {} }}",
             q(&v.name),

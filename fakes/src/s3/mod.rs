@@ -127,7 +127,12 @@ pub(crate) struct Inner {
     pub state: State,
     pub gate: Gate,
     pub config: S3Config,
+    /// See [`S3Fake::lab_marker`].
+    pub lab_marker: Arc<str>,
 }
+
+/// The header that marks the lab's own requests (with [`S3Fake::lab_marker`]).
+pub const LAB_HEADER: &str = "x-drivelab-lab";
 
 /// The fake S3 + admin API. Cheap to clone.
 #[derive(Clone)]
@@ -136,9 +141,13 @@ pub struct S3Fake {
 }
 
 /// Stashed in request extensions before the gate so the (plain-fn) classifier
-/// can tell the driver's root key from a workload's key.
+/// can tell the driver's root key from a workload's key, and the lab's own
+/// root-key requests (which carry the marker) from the driver's.
 #[derive(Clone)]
-struct RootKey(Arc<str>);
+struct RootKey {
+    key: Arc<str>,
+    lab_marker: Arc<str>,
+}
 
 impl S3Fake {
     /// A fake over `store` (reopening a sled tree keeps its users, policies, buckets).
@@ -159,13 +168,30 @@ impl S3Fake {
             ));
         }
         let state = State::open(store)?;
+        // Random, never handed to a driver: a driver cannot pass for the lab.
+        let lab_marker: String = {
+            use rand::Rng;
+            let mut rng = rand::rng();
+            (0..32)
+                .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+                .collect()
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 state,
                 gate,
                 config,
+                lab_marker: Arc::from(lab_marker),
             }),
         })
+    }
+
+    /// The value of [`LAB_HEADER`] that marks a root-key request as the lab's
+    /// own (a foreign bucket it plants, its canary): the history then does not
+    /// show it as the driver's, and faults aimed at the driver's calls neither
+    /// hit it nor count it. Give it to nothing under test.
+    pub fn lab_marker(&self) -> &str {
+        &self.inner.lab_marker
     }
 
     /// The HTTP router, with the gate applied to every route.
@@ -181,7 +207,10 @@ impl S3Fake {
             classify,
             render: errors::render_admin_rejection,
         };
-        let root = RootKey(Arc::from(self.inner.config.admin_access_key.as_str()));
+        let root = RootKey {
+            key: Arc::from(self.inner.config.admin_access_key.as_str()),
+            lab_marker: self.inner.lab_marker.clone(),
+        };
         let admin_route =
             || any(admin::handle).layer(from_fn_with_state(admin_tap.clone(), http_gate));
         // `{*rest}` does not match an empty rest: the bare prefixes are routed
@@ -369,7 +398,17 @@ pub(crate) fn surface(path: &str) -> Surface<'_> {
 fn classify(parts: &Parts) -> CallSpec {
     let root = parts.extensions.get::<RootKey>();
     let from = match (sigv4::access_key_hint(parts), root) {
-        (Some(k), Some(RootKey(r))) if k == **r => Component::Driver,
+        (Some(k), Some(r)) if k == *r.key => {
+            let marked = parts
+                .headers
+                .get(LAB_HEADER)
+                .is_some_and(|v| v.as_bytes() == r.lab_marker.as_bytes());
+            if marked {
+                Component::Lab
+            } else {
+                Component::Driver
+            }
+        }
         _ => Component::Workload,
     };
     let query = sigv4::parse_query(parts.uri.query()).unwrap_or_default();

@@ -55,6 +55,8 @@ pub struct S3Probe {
     endpoint: String,
     region: String,
     client: Client<HttpConnector, Full<Bytes>>,
+    /// Sent as [`super::LAB_HEADER`] when set (see [`S3Probe::as_lab`]).
+    lab_marker: Option<String>,
 }
 
 impl std::fmt::Debug for S3Probe {
@@ -160,7 +162,15 @@ impl S3Probe {
             endpoint: endpoint_url.into().trim_end_matches('/').to_string(),
             region: region.into(),
             client,
+            lab_marker: None,
         }
+    }
+
+    /// This probe's requests are the lab's own: each carries `marker` (from
+    /// [`super::S3Fake::lab_marker`]), unsigned, so the fake tells them apart.
+    pub fn as_lab(mut self, marker: &str) -> Self {
+        self.lab_marker = Some(marker.to_string());
+        self
     }
 
     /// Send a signed request; `path_and_query` is percent-encoded (`/bucket/key?x=y`).
@@ -182,7 +192,12 @@ impl S3Probe {
             body,
             SystemTime::now(),
         )?;
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
+        if let Some(m) = &self.lab_marker {
+            if let Ok(v) = http::HeaderValue::from_str(m) {
+                parts.headers.insert(super::LAB_HEADER, v);
+            }
+        }
         let req = http::Request::from_parts(parts, Full::new(Bytes::from(body)));
         let transport = |reason: String| ProbeError::Transport {
             url: url.clone(),
