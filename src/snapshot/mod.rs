@@ -342,8 +342,18 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
         .backend
         .buckets
         .iter()
-        .filter(|(n, _)| !input.lab_buckets.contains(n))
-        .map(|(n, objs)| format!("  {}: {} objects", norm.text(n), objs.len()))
+        // The lab's canary is in every run and says nothing; a bucket the
+        // scenario planted as someone else's is shown, marked, so a reviewer
+        // sees that it survived.
+        .filter(|(n, _)| n.as_str() != crate::engine::CANARY_BUCKET)
+        .map(|(n, objs)| {
+            let whose = if input.lab_buckets.contains(n) {
+                " (someone else's)"
+            } else {
+                ""
+            };
+            format!("  {}: {} objects{whose}", norm.text(n), objs.len())
+        })
         .collect();
     bks.sort();
     out.extend(bks.into_iter().map(|l| l + "\n"));
