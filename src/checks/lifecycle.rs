@@ -249,6 +249,9 @@ pub fn spec_codes(obs: &Observations) -> Verdict {
         .filter(|r| r.retried.answered_by == AnsweredBy::Driver)
     {
         n += 1;
+        if r.error_excused(&obs.lab_buckets).is_some() {
+            continue;
+        }
         let code = r.retried.reply.code_name();
         let op = r.retried.request.op();
         // An unknown auth type makes the request invalid before it can conflict.
@@ -271,7 +274,6 @@ pub fn spec_codes(obs: &Observations) -> Verdict {
             && matches!(op, DriverOp::DeleteBucket | DriverOp::RevokeBucketAccess)
             && r.original.reply.code_name() == "OK"
             && code != "OK"
-            && r.error_excused(&obs.lab_buckets).is_none()
         {
             v.fail(
                 format!(

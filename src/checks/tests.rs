@@ -539,3 +539,16 @@ fn converges_excuses_a_claim_the_lab_said_was_taken_and_the_accesses_waiting_on_
     obs.stuck[1].claim = Some("default/scratch".into());
     assert!(!lifecycle::converges(&obs).passed);
 }
+
+#[test]
+fn a_changed_grant_may_answer_unavailable_only_when_the_lab_faulted_its_state_read() {
+    let mut obs = good();
+    obs.retries[0].changed_request = true;
+    obs.retries[0].retried.reply = DriverReply::Failed {
+        code: tonic::Code::Unavailable,
+        message: "kube unreachable".into(),
+    };
+    assert!(!lifecycle::spec_codes(&obs).passed);
+    obs.retries[0].backend_faulted = true;
+    assert!(lifecycle::spec_codes(&obs).passed);
+}
