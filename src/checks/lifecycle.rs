@@ -185,7 +185,9 @@ pub fn converges(obs: &Observations) -> Verdict {
         .iter()
         .filter(|s| {
             s.last_code.as_deref() == Some("ALREADY_EXISTS")
-                && s.last_key.as_ref().is_some_and(|k| obs.said_taken.contains(k))
+                && s.last_key
+                    .as_ref()
+                    .is_some_and(|k| obs.said_taken.contains(k))
         })
         .filter_map(|s| s.target.strip_prefix("bucketclaim ").map(str::to_string))
         .collect();
@@ -196,10 +198,7 @@ pub fn converges(obs: &Observations) -> Verdict {
             permanent += 1;
             continue;
         }
-        let claim = s
-            .target
-            .strip_prefix("bucketclaim ")
-            .or(s.claim.as_deref());
+        let claim = s.target.strip_prefix("bucketclaim ").or(s.claim.as_deref());
         if claim.is_some_and(|c| lab_refused.iter().any(|r| r == c)) {
             refused += 1;
             continue;

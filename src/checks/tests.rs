@@ -500,7 +500,11 @@ fn no_orphans_excuses_only_a_bucket_the_lab_said_was_taken() {
     obs.backend.buckets.insert("stray".into(), vec![]);
     let v = lifecycle::no_orphans(&obs);
     assert!(!v.passed);
-    assert!(v.details.iter().any(|d| d.contains("stray")), "{:?}", v.details);
+    assert!(
+        v.details.iter().any(|d| d.contains("stray")),
+        "{:?}",
+        v.details
+    );
 
     obs.said_taken.insert("stray".into());
     assert!(lifecycle::no_orphans(&obs).passed);

@@ -802,9 +802,9 @@ impl Lab {
             .cloned();
         let skipped = match &name {
             None => Some("that claim never got a bucket".to_string()),
-            Some(n) if self.backend().buckets.contains_key(n) => {
-                Some(format!("its bucket {n} still exists, so the name is not free"))
-            }
+            Some(n) if self.backend().buckets.contains_key(n) => Some(format!(
+                "its bucket {n} still exists, so the name is not free"
+            )),
             Some(_) => None,
         };
         if let Some(why) = skipped {
@@ -1445,7 +1445,9 @@ impl Lab {
                         .get(Kind::BucketAccess, Some(namespace), name)
                         .ok()
                         .flatten()
-                        .map(|a| format!("{namespace}/{}", str_at(&a, &["spec", "bucketClaimName"]))),
+                        .map(|a| {
+                            format!("{namespace}/{}", str_at(&a, &["spec", "bucketClaimName"]))
+                        }),
                     Target::Claim { .. } => None,
                 };
                 Stuck {
@@ -1654,7 +1656,11 @@ fn said_taken(events: &[drivelab_fakes::history::Event]) -> std::collections::BT
     let faulted: std::collections::BTreeSet<_> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Fault { call: Some(id), fault, .. } if fault == "error" => Some(*id),
+            EventKind::Fault {
+                call: Some(id),
+                fault,
+                ..
+            } if fault == "error" => Some(*id),
             _ => None,
         })
         .collect();
@@ -1696,9 +1702,9 @@ fn driver_call_faulted(events: &[drivelab_fakes::history::Event]) -> bool {
             _ => None,
         })
         .collect();
-    events.iter().any(|e| {
-        matches!(&e.kind, EventKind::Fault { call: Some(id), .. } if by_driver.contains(id))
-    })
+    events.iter().any(
+        |e| matches!(&e.kind, EventKind::Fault { call: Some(id), .. } if by_driver.contains(id)),
+    )
 }
 
 async fn create_lab_bucket(probe: &S3Probe, admin: &Secret, name: &str) -> anyhow::Result<()> {

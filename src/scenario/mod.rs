@@ -1358,46 +1358,46 @@ impl Validator<'_> {
                 }
                 Step::CreateBucket(b)
             }
-            RawStep::CreateBackendBucket(b) => match (b.name, b.name_of_claim) {
-                (Some(name), None) => {
-                    if b.namespace.is_some() {
-                        return Err(self.err(
-                            &here,
-                            "`namespace` goes with `name_of_claim`, not with `name`",
-                            None,
-                        ));
+            RawStep::CreateBackendBucket(b) => {
+                match (b.name, b.name_of_claim) {
+                    (Some(name), None) => {
+                        if b.namespace.is_some() {
+                            return Err(self.err(
+                                &here,
+                                "`namespace` goes with `name_of_claim`, not with `name`",
+                                None,
+                            ));
+                        }
+                        if cosi_s3::config::validate_bucket_name("name", &name).is_err() {
+                            return Err(self.err(
+                                &here,
+                                format!("`{name}` is not a valid S3 bucket name"),
+                                Some("3-63 lowercase letters, digits, '-' and '.'"),
+                            ));
+                        }
+                        Step::CreateBackendBucket(BackendBucketStep::Named(name))
                     }
-                    if cosi_s3::config::validate_bucket_name("name", &name).is_err() {
-                        return Err(self.err(
-                            &here,
-                            format!("`{name}` is not a valid S3 bucket name"),
-                            Some("3-63 lowercase letters, digits, '-' and '.'"),
-                        ));
-                    }
-                    Step::CreateBackendBucket(BackendBucketStep::Named(name))
-                }
-                (None, Some(claim)) => {
-                    let namespace = b.namespace.unwrap_or_else(default_namespace);
-                    if !ctx.claims.contains(&(namespace.clone(), claim.clone())) {
-                        return Err(self.err(
+                    (None, Some(claim)) => {
+                        let namespace = b.namespace.unwrap_or_else(default_namespace);
+                        if !ctx.claims.contains(&(namespace.clone(), claim.clone())) {
+                            return Err(self.err(
                             &here,
                             format!("`name_of_claim: {claim}`: no earlier step creates claim `{namespace}/{claim}`"),
                             Some("the bucket takes the name of a claim's bucket; put it after the claim's steps"),
                         ));
+                        }
+                        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(ObjectRef {
+                            name: claim,
+                            namespace,
+                        }))
                     }
-                    Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(ObjectRef {
-                        name: claim,
-                        namespace,
-                    }))
-                }
-                _ => {
-                    return Err(self.err(
+                    _ => return Err(self.err(
                         &here,
                         "`create_backend_bucket` takes exactly one of `name` and `name_of_claim`",
                         Some("{ name: finance-archive } or { name_of_claim: scratch }"),
-                    ))
+                    )),
                 }
-            },
+            }
             RawStep::CreateVolume(v) => {
                 let bosh = ctx.bosh.as_ref().expect("checked above");
                 if !bosh.storage_classes.iter().any(|c| c.name == v.class) {

@@ -382,7 +382,10 @@ fn pause_and_resume_mistakes_point_at_the_step() {
 #[test]
 fn create_backend_bucket_takes_a_name_or_a_claims_name_and_says_which_is_wrong() {
     let with = |step: &str| GOOD.replace("  - expect: { code: OK }", step);
-    let s = p(&with("  - create_backend_bucket: { name_of_claim: photos }")).unwrap();
+    let s = p(&with(
+        "  - create_backend_bucket: { name_of_claim: photos }",
+    ))
+    .unwrap();
     assert!(s.steps.iter().any(|l| matches!(
         &l.value,
         Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(c)) if c.name == "photos" && c.namespace == "default"
