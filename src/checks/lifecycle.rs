@@ -179,7 +179,8 @@ pub fn converges(obs: &Observations) -> Verdict {
     let mut permanent = 0;
     // A claim refused because the lab said its name was taken (see
     // `Observations::said_taken`), and the accesses waiting on it, are stuck
-    // by the lab's word, not the driver's fault.
+    // by the lab's word, not the driver's fault. (Only a claim's key can be
+    // in `said_taken`: an access's is its account name, never a bucket's.)
     let lab_refused: Vec<String> = obs
         .stuck
         .iter()
@@ -189,7 +190,7 @@ pub fn converges(obs: &Observations) -> Verdict {
                     .as_ref()
                     .is_some_and(|k| obs.said_taken.contains(k))
         })
-        .filter_map(|s| s.target.strip_prefix("bucketclaim ").map(str::to_string))
+        .filter_map(|s| s.claim.clone())
         .collect();
     let mut refused = 0;
     for s in &obs.stuck {
@@ -198,8 +199,7 @@ pub fn converges(obs: &Observations) -> Verdict {
             permanent += 1;
             continue;
         }
-        let claim = s.target.strip_prefix("bucketclaim ").or(s.claim.as_deref());
-        if claim.is_some_and(|c| lab_refused.iter().any(|r| r == c)) {
+        if s.claim.as_ref().is_some_and(|c| lab_refused.contains(c)) {
             refused += 1;
             continue;
         }

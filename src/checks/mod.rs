@@ -262,7 +262,8 @@ pub struct Stuck {
     pub calls: Vec<CallId>,
     /// The idempotency key of the last RPC (for a claim: the bucket name asked for).
     pub last_key: Option<String>,
-    /// For an access: its claim (`ns/name`), which it waits on until the bucket exists.
+    /// The claim (`ns/name`) it is, or, for an access, the claim it waits on
+    /// until the bucket exists.
     pub claim: Option<String>,
 }
 

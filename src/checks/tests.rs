@@ -523,7 +523,7 @@ fn converges_excuses_a_claim_the_lab_said_was_taken_and_the_accesses_waiting_on_
         attempts: 30,
         calls: vec![CallId(7)],
         last_key: Some("bucket-1".into()),
-        claim: None,
+        claim: Some("default/photos".into()),
     };
     let access = Stuck {
         target: "bucketaccess default/web".into(),

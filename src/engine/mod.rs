@@ -796,29 +796,30 @@ impl Lab {
             BackendBucketStep::NameOfClaim(c) => c,
         };
         // The driver's bucket id is the backend bucket's name (cosi-s3's is).
-        let name = self
+        let name = match self
             .bucket_of
             .get(&format!("{}/{}#id", c.namespace, c.name))
-            .cloned();
-        let skipped = match &name {
-            None => Some("that claim never got a bucket".to_string()),
-            Some(n) if self.backend().buckets.contains_key(n) => Some(format!(
+        {
+            None => Err("that claim never got a bucket".to_string()),
+            Some(n) if self.backend().buckets.contains_key(n) => Err(format!(
                 "its bucket {n} still exists, so the name is not free"
             )),
-            Some(_) => None,
+            Some(n) => Ok(n.clone()),
         };
-        if let Some(why) = skipped {
-            self.expect_failures.push(ExpectFailure {
-                step: step + 1,
-                at: String::new(),
-                message: format!(
-                    "create_backend_bucket name_of_claim {}/{}: {why}; nothing created",
-                    c.namespace, c.name
-                ),
-            });
-            return Ok(());
-        }
-        let name = name.unwrap_or_default();
+        let name = match name {
+            Ok(n) => n,
+            Err(why) => {
+                self.expect_failures.push(ExpectFailure {
+                    step: step + 1,
+                    at: String::new(),
+                    message: format!(
+                        "create_backend_bucket name_of_claim {}/{}: {why}; nothing created",
+                        c.namespace, c.name
+                    ),
+                });
+                return Ok(());
+            }
+        };
         create_lab_bucket(&self.probe, &self.admin_secret, &name).await?;
         self.lab_buckets.push(name);
         Ok(())
@@ -1372,7 +1373,7 @@ impl Lab {
             probes,
             stuck,
             lab_buckets: lab_buckets.clone(),
-            said_taken: said_taken(&self.history.events()),
+            said_taken: said_taken(&history),
             seen_buckets: self.seen_buckets.clone(),
             seen_users: self.seen_users.clone(),
             checkpoint_text,
@@ -1448,7 +1449,7 @@ impl Lab {
                         .map(|a| {
                             format!("{namespace}/{}", str_at(&a, &["spec", "bucketClaimName"]))
                         }),
-                    Target::Claim { .. } => None,
+                    Target::Claim { namespace, name } => Some(format!("{namespace}/{name}")),
                 };
                 Stuck {
                     target: t.to_string(),
@@ -1649,62 +1650,48 @@ async fn start_driver(
     Ok((driver, params.host_socket))
 }
 
-/// The buckets whose creation by the driver the lab answered with an injected
-/// 409 (see [`Observations::said_taken`]).
-fn said_taken(events: &[drivelab_fakes::history::Event]) -> std::collections::BTreeSet<String> {
-    use drivelab_fakes::history::Outcome;
-    let faulted: std::collections::BTreeSet<_> = events
+/// The calls in `events` the lab fired a fault on (of kind `only`, if given).
+fn faulted_calls(
+    events: &[drivelab_fakes::history::Event],
+    only: Option<&str>,
+) -> std::collections::BTreeSet<drivelab_fakes::history::CallId> {
+    events
         .iter()
         .filter_map(|e| match &e.kind {
             EventKind::Fault {
                 call: Some(id),
                 fault,
                 ..
-            } if fault == "error" => Some(*id),
-            _ => None,
-        })
-        .collect();
-    let refused: std::collections::BTreeSet<_> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Reply {
-                id,
-                outcome: Outcome::Http { status: 409, .. },
-            } if faulted.contains(id) => Some(*id),
-            _ => None,
-        })
-        .collect();
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Call {
-                id,
-                from: Component::Driver,
-                to: Component::S3,
-                op,
-                subject,
-            } if op == "create_bucket" && refused.contains(id) => Some(subject.clone()),
+            } if only.is_none_or(|k| k == fault) => Some(*id),
             _ => None,
         })
         .collect()
 }
 
+/// The buckets whose creation by the driver the lab answered with an injected
+/// 409 (see [`Observations::said_taken`]).
+fn said_taken(events: &[drivelab_fakes::history::Event]) -> std::collections::BTreeSet<String> {
+    use drivelab_fakes::history::Outcome;
+    let faulted = faulted_calls(events, Some("error"));
+    drivelab_fakes::history::calls(events)
+        .into_iter()
+        .filter(|c| {
+            c.from == Component::Driver
+                && c.to == Component::S3
+                && c.op == "create_bucket"
+                && faulted.contains(&c.id)
+                && matches!(c.outcome, Some(Outcome::Http { status: 409, .. }))
+        })
+        .map(|c| c.subject)
+        .collect()
+}
+
 /// Whether the lab fired a fault on a call the driver made, among `events`.
 fn driver_call_faulted(events: &[drivelab_fakes::history::Event]) -> bool {
-    let by_driver: std::collections::BTreeSet<_> = events
+    let faulted = faulted_calls(events, None);
+    drivelab_fakes::history::calls(events)
         .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Call {
-                id,
-                from: Component::Driver,
-                ..
-            } => Some(*id),
-            _ => None,
-        })
-        .collect();
-    events.iter().any(
-        |e| matches!(&e.kind, EventKind::Fault { call: Some(id), .. } if by_driver.contains(id)),
-    )
+        .any(|c| c.from == Component::Driver && faulted.contains(&c.id))
 }
 
 async fn create_lab_bucket(probe: &S3Probe, admin: &Secret, name: &str) -> anyhow::Result<()> {

@@ -106,7 +106,7 @@ const DUPS: [Dup; 4] = [
 /// The steps that deliver `step`'s driver request again `how`; empty where
 /// that kind does not apply to the step.
 fn dup_of(step: &Step, how: Dup) -> Vec<Step> {
-    use crate::scenario::{BackendBucketStep, ObjectRef};
+    use crate::scenario::BackendBucketStep;
     let Some(retry) = retry_of(step, how) else {
         return Vec::new();
     };
@@ -115,10 +115,7 @@ fn dup_of(step: &Step, how: Dup) -> Vec<Step> {
         return vec![retry];
     };
     vec![
-        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(ObjectRef {
-            name: claim.name.clone(),
-            namespace: claim.namespace.clone(),
-        })),
+        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(claim.clone())),
         retry,
     ]
 }
