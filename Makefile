@@ -12,7 +12,7 @@ REPORT_DIR ?= reports/e2e
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= scenario s3_http admin_http madmin kube_http director_http cpi_json
 
-.PHONY: fuzz-smoke e2e test prebuild-static test-rust test-containers image py-deps browser-deps build validate mutants sweep clean-reports bench bench-check bench-explore
+.PHONY: fuzz-smoke e2e test prebuild-static test-rust test-containers image py-deps browser-deps faketime-deps build validate mutants sweep clean-reports bench bench-check bench-explore
 
 build:
 	$(CARGO) build --locked --bins
@@ -52,7 +52,15 @@ browser-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "chromium is missing: sudo apt-get install chromium (or DRIVELAB_SKIP_BROWSER=1)"; fi; }
 
-test: prebuild-static py-deps browser-deps test-rust test-containers mutants
+test: prebuild-static py-deps browser-deps faketime-deps test-rust test-containers mutants
+
+# External CSI drivers' wall clocks follow the lab's virtual clock through
+# libfaketime (Debian's faketime); without it a token lifetime the lab lets
+# pass does not pass for a spawned driver.
+faketime-deps:
+	@[ -n "$$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 /usr/lib/faketime/libfaketimeMT.so.1 2>/dev/null)" ] || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; \
+	  else echo "libfaketime is missing: sudo apt-get install faketime"; fi; }
 
 # The static build test-containers needs gets its own target dir, so it can
 # start first at idle priority and soak up the cores the test build and the

@@ -120,7 +120,7 @@ enum Command {
     Mutants,
     /// List things the lab knows: mutants, invariants (= checks), faults, scenarios.
     List {
-        /// mutants | invariants | checks | faults | scenarios
+        /// mutants | invariants | checks | faults | scenarios | placeholders
         what: ListWhat,
         /// For `scenarios`: where to look (default: scenarios/).
         paths: Vec<PathBuf>,
@@ -152,6 +152,10 @@ enum Command {
         /// write each, unshrunk, to --out-dir (with --detect-only: count only).
         #[arg(long)]
         keep_going: bool,
+        /// The driver under test, replacing the scenario's `driver:` (same YAML
+        /// as `run --driver`); a found file names this driver.
+        #[arg(long)]
+        driver: Option<String>,
     },
     /// Mutation test: run the scenarios against the correct driver and then
     /// against every mutant; print mutant → killing scenario → invariant; exit 1
@@ -190,6 +194,7 @@ enum ListWhat {
     Checks,
     Faults,
     Scenarios,
+    Placeholders,
 }
 
 #[derive(Subcommand)]
@@ -298,20 +303,30 @@ fn main() -> ExitCode {
                 seed,
                 seeds: Some(n),
                 mutants,
-                report_dir: _,
+                report_dir,
                 filter,
                 partition,
-                driver: _,
-                runs_dir: _,
-                no_record: _,
+                driver,
+                runs_dir,
+                no_record,
             } => {
-                sweep(
+                // A sweep records only where asked: 200 seeds x the suite would
+                // bury the runs dir.
+                let runs = (!no_record && runs_dir.is_some())
+                    .then(|| RunStore::new(RunStore::resolve(runs_dir)));
+                let select = Selection {
                     paths,
+                    filter,
+                    partition,
+                    driver,
+                };
+                sweep(
+                    select,
                     seed.unwrap_or(engine::DEFAULT_SEED),
                     n,
                     mutants,
-                    filter,
-                    partition,
+                    report_dir,
+                    runs,
                 )
                 .await
             }
@@ -346,6 +361,19 @@ fn main() -> ExitCode {
                 ..
             } => {
                 drivelab::out!("{}", report::cli::list_faults());
+                ExitCode::SUCCESS
+            }
+            Command::List {
+                what: ListWhat::Placeholders,
+                ..
+            } => {
+                use drivelab::scenario::{driver::placeholders, DriverProtocol};
+                for protocol in [DriverProtocol::Cosi, DriverProtocol::Csi] {
+                    drivelab::outln!("{} drivers (`protocol: {}`):", protocol.name(), protocol.name());
+                    for (name, what) in placeholders(protocol) {
+                        drivelab::outln!("  {:26} {what}", format!("{{{name}}}"));
+                    }
+                }
                 ExitCode::SUCCESS
             }
             Command::List {
@@ -394,9 +422,11 @@ fn main() -> ExitCode {
                 out_dir,
                 detect_only,
                 keep_going,
+                driver,
             } => {
                 explore(
                     scenario,
+                    driver,
                     cases,
                     seed,
                     time_budget,
@@ -559,24 +589,9 @@ async fn run(
         Ok(s) => s,
         Err(c) => return c,
     };
-    if let Some(text) = &driver {
-        let spec = match scenario::driver::parse_cli(text) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("drivelab: {e}");
-                return ExitCode::from(2);
-            }
-        };
-        for s in &mut scenarios {
-            s.driver.launch = spec.launch.clone();
-            s.driver.start_timeout = spec.start_timeout;
-            s.driver.call_timeout = spec.call_timeout;
-        }
+    if let Err(c) = drive_with(&mut scenarios, driver.as_deref()) {
+        return c;
     }
-    let replay_driver = driver
-        .as_ref()
-        .map(|d| format!(" --driver '{}'", d.replace('\'', "'\\''")))
-        .unwrap_or_default();
     let mut opts = engine::RunOptions {
         seed,
         mutants,
@@ -588,19 +603,17 @@ async fn run(
         progress.start(i, &scn.name, reports.iter().filter(|r| !r.passed).count());
         opts.recorder = runs
             .as_ref()
-            .and_then(|store| begin_record(store, scn, &opts, &replay_driver));
+            .and_then(|store| begin_record(store, scn, &opts));
         let result = engine::run(scn, &opts).await;
         progress.clear();
         let r = match result {
-            Ok(mut o) => {
-                o.replay.push_str(&replay_driver);
+            Ok(o) => {
                 drivelab::out!("{}", report::console(&o));
                 report::ScenarioReport::from_outcome(&o)
             }
             Err(e) => {
                 let seed = opts.seed.or(scn.seed).unwrap_or(engine::DEFAULT_SEED);
-                let replay =
-                    engine::replay_command(&scn.path, seed, &opts.mutants) + &replay_driver;
+                let replay = engine::replay_command(scn, seed, &opts.mutants);
                 drivelab::outln!("ERROR {} ({}): {e:#}", scn.name, scn.path.display());
                 drivelab::outln!("  replay: {replay}");
                 let names = opts.mutants.iter().map(|m| m.name().to_string()).collect();
@@ -628,7 +641,8 @@ async fn run(
     }
     if let Some(dir) = &report_dir {
         let names: Vec<String> = opts.mutants.iter().map(|m| m.name().to_string()).collect();
-        let replay = report::cli::replay_all(&paths, seed, &names, filter.as_deref(), partition);
+        let replay = report::cli::replay_all(&paths, seed, &names, filter.as_deref(), partition)
+            + &driver_flag(&scenarios);
         let title = paths
             .iter()
             .map(|p| p.display().to_string())
@@ -647,13 +661,37 @@ async fn run(
     ExitCode::from(report::cli::exit_code(&reports))
 }
 
+/// Replace every scenario's driver with `--driver`'s (when given). The
+/// scenarios then carry it, so every run, report and replay line names it.
+fn drive_with(scenarios: &mut [scenario::Scenario], driver: Option<&str>) -> Result<(), ExitCode> {
+    let Some(text) = driver else { return Ok(()) };
+    let spec = scenario::driver::parse_cli(text).map_err(|e| {
+        eprintln!("drivelab: {e}");
+        ExitCode::from(2)
+    })?;
+    for s in scenarios {
+        s.driver.launch = spec.launch.clone();
+        s.driver.start_timeout = spec.start_timeout;
+        s.driver.call_timeout = spec.call_timeout;
+        s.driver.from_flag = true;
+    }
+    Ok(())
+}
+
+/// The `--driver` part of a run-level replay line (the same for every scenario).
+fn driver_flag(scenarios: &[scenario::Scenario]) -> String {
+    scenarios
+        .first()
+        .map(|s| s.driver.replay_flag())
+        .unwrap_or_default()
+}
+
 /// Start the durable record of one scenario run; a runs dir that cannot be
 /// written costs the record, not the run.
 fn begin_record(
     store: &RunStore,
     scn: &scenario::Scenario,
     opts: &engine::RunOptions,
-    replay_driver: &str,
 ) -> Option<drivelab::runs::Recorder> {
     let seed = opts.seed.or(scn.seed).unwrap_or(engine::DEFAULT_SEED);
     let mut mutants = scn.driver.mutants.clone();
@@ -666,7 +704,7 @@ fn begin_record(
         path: scn.path.display().to_string(),
         seed,
         mutants: mutants.iter().map(|m| m.name().to_string()).collect(),
-        replay: engine::replay_command(&scn.path, seed, &mutants) + replay_driver,
+        replay: engine::replay_command(scn, seed, &mutants),
         started_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -704,44 +742,86 @@ fn stored_report(store: RunStore, id: &str, report_dir: Option<PathBuf>) -> Exit
     ExitCode::SUCCESS
 }
 
-/// Every scenario under seeds `from..from+n`; prints failures and a per-scenario line.
-async fn sweep(
+/// Which scenarios a run or sweep takes, and the driver it drives them with.
+struct Selection {
     paths: Vec<PathBuf>,
+    filter: Option<String>,
+    partition: Option<report::cli::Partition>,
+    driver: Option<String>,
+}
+
+/// Every scenario under seeds `from..from+n`; prints failures and a per-scenario
+/// line. With a report dir, each failing run's report goes to
+/// `<scenario>-seed-<N>/` and the index lists those.
+async fn sweep(
+    select: Selection,
     from: u64,
     n: u64,
     mutants: Vec<Mutant>,
-    filter: Option<String>,
-    partition: Option<report::cli::Partition>,
+    report_dir: Option<PathBuf>,
+    runs: Option<RunStore>,
 ) -> ExitCode {
-    let scenarios = match load_all(&paths, filter.as_deref(), partition) {
+    let mut scenarios = match load_all(&select.paths, select.filter.as_deref(), select.partition) {
         Ok(s) => s,
         Err(c) => return c,
     };
+    if let Err(c) = drive_with(&mut scenarios, select.driver.as_deref()) {
+        return c;
+    }
     let started = std::time::Instant::now();
     let (mut passed, mut failed) = (0u64, 0u64);
+    let mut failing: Vec<report::ScenarioReport> = Vec::new();
     for scn in &scenarios {
         let mut bad = Vec::new();
         for seed in from..from.saturating_add(n) {
-            let opts = engine::RunOptions {
+            let mut opts = engine::RunOptions {
                 seed: Some(seed),
                 mutants: mutants.clone(),
                 ..Default::default()
             };
-            match engine::run(scn, &opts).await {
-                Ok(o) if o.passed() => passed += 1,
+            opts.recorder = runs
+                .as_ref()
+                .and_then(|store| begin_record(store, scn, &opts));
+            let r = match engine::run(scn, &opts).await {
+                Ok(o) if o.passed() => {
+                    passed += 1;
+                    report::ScenarioReport::from_outcome(&o)
+                }
                 Ok(o) => {
                     failed += 1;
                     drivelab::out!("{}", report::console(&o));
                     bad.push(seed);
+                    report::ScenarioReport::from_outcome(&o)
                 }
                 Err(e) => {
                     failed += 1;
-                    drivelab::outln!(
-                        "ERROR {} seed {seed}: {e:#}\n  replay: {}",
-                        scn.name,
-                        engine::replay_command(&scn.path, seed, &mutants)
-                    );
+                    let replay = engine::replay_command(scn, seed, &mutants);
+                    drivelab::outln!("ERROR {} seed {seed}: {e:#}\n  replay: {replay}", scn.name);
                     bad.push(seed);
+                    let names = mutants.iter().map(|m| m.name().to_string()).collect();
+                    report::ScenarioReport::from_error(
+                        &scn.name,
+                        &scn.path.display().to_string(),
+                        seed,
+                        names,
+                        replay,
+                        format!("{e:#}"),
+                    )
+                }
+            };
+            if let Some(rec) = opts.recorder.take() {
+                if let Err(e) = rec.complete(&r) {
+                    eprintln!("drivelab: run record {}: {e}", rec.id());
+                }
+            }
+            if !r.passed {
+                if let Some(dir) = &report_dir {
+                    let mut r = r;
+                    r.dir = format!("{}-seed-{seed}", r.dir);
+                    if let Err(e) = report::write_scenario(dir, &r) {
+                        eprintln!("drivelab: writing the report for {}: {e}", r.scenario);
+                    }
+                    failing.push(r);
                 }
             }
         }
@@ -749,6 +829,29 @@ async fn sweep(
             drivelab::outln!("PASS {} under seeds {from}..{}", scn.name, from + n - 1);
         } else {
             drivelab::outln!("FAIL {} under seeds {:?}", scn.name, bad);
+        }
+    }
+    if let Some(dir) = &report_dir {
+        let names: Vec<String> = mutants.iter().map(|m| m.name().to_string()).collect();
+        let mut replay = report::cli::replay_all(
+            &select.paths,
+            None,
+            &names,
+            select.filter.as_deref(),
+            select.partition,
+        );
+        replay.push_str(&format!(" --seed {from} --seeds {n}"));
+        replay.push_str(&driver_flag(&scenarios));
+        let title = format!(
+            "sweep of {} scenarios x {n} seeds: {failed} failing runs of {} (only those are listed)",
+            scenarios.len(),
+            passed + failed
+        );
+        if let Err(e) = report::write_index(dir, &report::RunMeta { title, replay }, &failing) {
+            eprintln!(
+                "drivelab: writing the report index in {}: {e}",
+                dir.display()
+            );
         }
     }
     drivelab::outln!(
@@ -942,6 +1045,7 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
 /// `drivelab explore`.
 async fn explore(
     path: PathBuf,
+    driver: Option<String>,
     cases: Option<u32>,
     seed: u64,
     budget: String,
@@ -949,13 +1053,16 @@ async fn explore(
     out_dir: PathBuf,
     (detect_only, keep_going): (bool, bool),
 ) -> ExitCode {
-    let scn = match scenario::load(&path) {
+    let mut scn = match scenario::load(&path) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
+    if let Err(c) = drive_with(std::slice::from_mut(&mut scn), driver.as_deref()) {
+        return c;
+    }
     let Some(time_budget) = scenario::parse_duration(&budget) else {
         eprintln!("drivelab: --time-budget `{budget}` is not a duration (e.g. 60s, 5m)");
         return ExitCode::from(2);

@@ -267,7 +267,7 @@ fn cli_reports_a_failing_driver_and_goes_on_with_the_next_scenario() {
     assert!(stdout.contains("0 passed, 2 failed"), "{stdout}");
     assert!(stdout.contains("exited with status 1"), "{stdout}");
     assert!(
-        stdout.contains("--driver 'command: [/bin/false]'"),
+        stdout.contains("--driver '{ command: [/bin/false] }'"),
         "replay lacks --driver: {stdout}"
     );
     let bad = Command::new(env!("CARGO_BIN_EXE_drivelab"))

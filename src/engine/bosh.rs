@@ -80,7 +80,7 @@ struct Node {
     instance_id: String,
     table: MountTable,
     _table_l: Listener,
-    plugin: Arc<InProcessDriver>,
+    plugin: Arc<Driver>,
 }
 
 /// The Director "process": its listener, which `director_down`/`director_up`
@@ -246,6 +246,8 @@ struct BoshLab {
     /// The code of the previous step's own call, for steps the lab makes itself
     /// (snapshots, backups): what `expect: { code }` after them reads.
     last_step_code: Option<String>,
+    /// The driver's name as it reports it (GetPluginInfo).
+    driver_name: String,
 }
 
 impl BoshLab {
@@ -359,36 +361,28 @@ impl BoshLab {
             .context("serving the IaaS block API")?;
         let sockets = dir.path().join("csi");
         std::fs::create_dir_all(&sockets).context("creating the socket directory")?;
-        let ctl_sock: PathBuf = sockets.join("controller.sock");
-        let bosh_mutants = Mutant::bosh(mutants);
-        let vclock = clock.clone();
-        let controller = Arc::new(Driver::InProcess(InProcessDriver::bosh_csi_clocked(
-            bosh_csi::DriverConfig {
-                mode: bosh_csi::Mode::Controller,
-                director_url: director_url.clone(),
-                client_id: CLIENT_ID.into(),
-                client_secret: bosh_csi::Secret::new(client_secret.expose()),
-                // The Director answers a disk request once its task has run as
-                // far as it can (Director::settle), so the first poll usually
-                // sees it done. Polls of a task that must wait are spaced so the
-                // wall-clock task timeout always falls between the same two
-                // polls: the poll count, and so the history, is the same every run.
-                poll_interval: spec.task_timeout * 2 / 3,
-                task_timeout: spec.task_timeout,
-                http_timeout: Duration::from_secs(2),
-                mutants: bosh_mutants.clone(),
-                block_api_url: block_l.url(),
-                block_api_credential: bosh_csi::Secret::new(block_secret.expose()),
-                session_ttl: SESSION_TTL,
-                ..Default::default()
-            },
-            &ctl_sock,
-            Arc::new(move || vclock.now().0),
-        )));
+        let backend = BackendRefs {
+            director_url: director_url.clone(),
+            client_secret: client_secret.clone(),
+            block_url: block_l.url(),
+            block_secret: block_secret.clone(),
+            task_timeout: spec.task_timeout,
+            sockets: sockets.clone(),
+            run_dir: dir.path().to_path_buf(),
+        };
+        let (controller, ctl_sock) = csi_process(
+            scn,
+            mutants,
+            &CsiRole::Controller,
+            &backend,
+            &clock,
+            &history,
+        )?;
+        let controller = Arc::new(controller);
         controller
             .start()
             .await
-            .context("starting the CSI controller")?;
+            .with_context(|| format!("starting the CSI controller ({})", scn.driver.describe()))?;
 
         let kube = KubeFake::new(store("kube")?, gate(), rng.random())
             .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))?;
@@ -433,22 +427,20 @@ impl BoshLab {
                 .serve(loopback())
                 .await
                 .context("serving a mount table")?;
-            let sock = sockets.join(format!("{}.sock", n.name));
-            let plugin = Arc::new(InProcessDriver::bosh_csi(
-                bosh_csi::DriverConfig {
-                    mode: bosh_csi::Mode::Node,
-                    node_id: instance_id.clone(),
-                    mounter_url: table_l.url(),
-                    http_timeout: Duration::from_secs(2),
-                    mutants: bosh_mutants.clone(),
-                    ..Default::default()
-                },
-                &sock,
-            ));
-            plugin
-                .start()
-                .await
-                .with_context(|| format!("starting the node plugin on {}", n.name))?;
+            let role = CsiRole::Node {
+                name: n.name.clone(),
+                instance_id: instance_id.clone(),
+                mounter_url: table_l.url(),
+            };
+            let (plugin, sock) = csi_process(scn, mutants, &role, &backend, &clock, &history)?;
+            let plugin = Arc::new(plugin);
+            plugin.start().await.with_context(|| {
+                format!(
+                    "starting the node plugin on {} ({})",
+                    n.name,
+                    scn.driver.describe()
+                )
+            })?;
             let agent = NodeAgent::connect(&n.name, &sock, slot.clone(), gate())
                 .await
                 .with_context(|| format!("the kubelet on {} could not reach its plugin", n.name))?;
@@ -491,10 +483,13 @@ impl BoshLab {
         for a in sidecars.nodes.values() {
             a.set_call_timeout(scn.driver.call_timeout);
         }
+        // The driver's own name (GetPluginInfo, as the provisioner asked it at
+        // start) goes wherever Kubernetes names the driver.
+        let driver_name = sidecars.provisioner.driver_name().to_string();
         for c in &spec.storage_classes {
             kube.create(
                 Kind::StorageClass,
-                json!({"metadata":{"name":c.name},"provisioner":bosh_csi::DRIVER_NAME,
+                json!({"metadata":{"name":c.name},"provisioner":driver_name,
                     "reclaimPolicy":c.reclaim_policy,
                     "parameters":{"disk_pool_name":c.disk_pool,"deployment_name":c.deployment,
                         "csi.storage.k8s.io/fstype":c.fstype}}),
@@ -503,6 +498,7 @@ impl BoshLab {
         }
         let cbt = Cbt::start(
             &ctl_sock,
+            &driver_name,
             &clock,
             &mut rng,
             &slot,
@@ -553,6 +549,7 @@ impl BoshLab {
             cbt,
             recorder: None,
             last_step_code: None,
+            driver_name,
         })
     }
 
@@ -563,7 +560,7 @@ impl BoshLab {
     async fn stop(&mut self) {
         self.controller.stop().await;
         for n in &self.nodes {
-            n.plugin.kill();
+            n.plugin.stop().await;
         }
         self.director.down().await;
     }
@@ -932,7 +929,7 @@ impl BoshLab {
                     .collect()
             })
             .unwrap_or_default();
-        let staging = kubelet::staging_path(bosh_csi::DRIVER_NAME, &handle);
+        let staging = kubelet::staging_path(&self.driver_name, &handle);
         let cap = drivelab_fakes::csi::pv_capability(&pv, true);
         let agent = self
             .sidecars
@@ -1373,6 +1370,20 @@ impl BoshLab {
         let history_text = self.norm.text_all(&history_json);
         let logs = crate::logcap::since(log_start);
         let secrets = self.secrets();
+        let mut artifacts = vec![
+            ("snapshot".into(), snapshot.clone()),
+            ("history".into(), history_json),
+            ("history (normalised)".into(), history_text.clone()),
+            ("log".into(), logs),
+        ];
+        // External driver processes' own output is searched for leaks too.
+        let plugins = self.nodes.iter().map(|n| &n.plugin);
+        for d in std::iter::once(&self.controller).chain(plugins) {
+            let out = d.output();
+            if !out.is_empty() {
+                artifacts.push(("driver output".into(), out));
+            }
+        }
         let obs = BoshObservations {
             samples: std::mem::take(&mut self.samples),
             calls: drivelab_fakes::history::calls(&history),
@@ -1411,19 +1422,14 @@ impl BoshLab {
             backups: self.cbt.backups.clone(),
             replays: self.cbt.replays.clone(),
             secrets: secrets.clone(),
-            artifacts: vec![
-                ("snapshot".into(), snapshot.clone()),
-                ("history".into(), history_json),
-                ("history (normalised)".into(), history_text.clone()),
-                ("log".into(), logs),
-            ],
+            artifacts,
         };
         let verdicts = scn
             .invariants
             .iter()
             .map(|i| checks::check(*i, &obs))
             .collect();
-        let driver_name = bosh_csi::DRIVER_NAME.to_string();
+        let driver_name = self.driver_name.clone();
         let figures = attach_figures(&self.history.events());
         Ok(RunOutcome {
             scenario: scn.name.clone(),
@@ -1440,7 +1446,7 @@ impl BoshLab {
             history_text,
             step_snapshots: std::mem::take(&mut self.step_snapshots),
             claims: scn.claims.clone(),
-            replay: replay_command(&scn.path, seed, mutants),
+            replay: replay_command(scn, seed, mutants),
             secrets,
         })
     }
@@ -1520,6 +1526,139 @@ fn attach_figures(events: &[drivelab_fakes::history::Event]) -> Vec<String> {
 
 /// An operator's VM operation (user `admin`): run it, wait for its task, and
 /// note in the history how it ended.
+/// Which CSI process of the driver under test the lab starts.
+enum CsiRole {
+    /// Identity + Controller, beside the provisioner, attacher and snapshotter.
+    Controller,
+    /// Identity + Node on one node, beside its kubelet.
+    Node {
+        name: String,
+        instance_id: String,
+        mounter_url: String,
+    },
+}
+
+/// The BOSH backend and run directory as the CSI processes are told of them.
+struct BackendRefs {
+    director_url: String,
+    client_secret: Secret,
+    block_url: String,
+    block_secret: Secret,
+    task_timeout: Duration,
+    sockets: PathBuf,
+    run_dir: PathBuf,
+}
+
+/// The driver under test in `role`, and its socket: the linked-in bosh-csi
+/// only when the scenario names it; otherwise its `command:`/`image:`, one
+/// process per role, told the backend through placeholders.
+fn csi_process(
+    scn: &Scenario,
+    mutants: &[Mutant],
+    role: &CsiRole,
+    b: &BackendRefs,
+    clock: &SimClock,
+    history: &History,
+) -> anyhow::Result<(Driver, PathBuf)> {
+    let socket_name = match role {
+        CsiRole::Controller => "controller.sock".to_string(),
+        CsiRole::Node { name, .. } => format!("node-{name}.sock"),
+    };
+    let socket = b.sockets.join(&socket_name);
+    if scn.driver.builtin() != Some(crate::scenario::BuiltinDriver::BoshCsi) {
+        let mut params = super::external::DriverParams::new(
+            crate::scenario::DriverProtocol::Csi,
+            b.sockets.clone(),
+            &socket_name,
+            b.run_dir.clone(),
+        );
+        // The driver's wall clock follows the lab's: a token lifetime the
+        // scenario lets pass on the virtual clock passes for it too.
+        params.clock = Some(clock.clone());
+        // Scenario settings, not secrets: every role gets them.
+        params
+            .set("task_timeout", format!("{}ms", b.task_timeout.as_millis()))
+            .set(
+                "poll_interval",
+                format!("{}ms", (b.task_timeout * 2 / 3).as_millis().max(1)),
+            );
+        match role {
+            CsiRole::Controller => {
+                params
+                    .set("mode", "controller")
+                    .set_labelled("director_url", &b.director_url, "<director-url>")
+                    .set("uaa_url", &b.director_url)
+                    .set("client_id", CLIENT_ID)
+                    .set_secret("client_secret", &b.client_secret, "<client-secret>")
+                    .set_labelled("block_api_url", &b.block_url, "<block-api-url>")
+                    .set_secret(
+                        "block_api_credential",
+                        &b.block_secret,
+                        "<block-api-credential>",
+                    );
+            }
+            CsiRole::Node {
+                name,
+                instance_id,
+                mounter_url,
+            } => {
+                params
+                    .set("mode", "node")
+                    .set("node_id", instance_id)
+                    .set("node_name", name)
+                    .set_labelled("mounter_url", mounter_url, &format!("<mounter-url-{name}>"));
+            }
+        }
+        let driver = Driver::external(&scn.driver, mutants, &params, history.clone())?;
+        return Ok((driver, socket));
+    }
+    let mutants = Mutant::bosh(mutants);
+    let driver = match role {
+        CsiRole::Controller => {
+            let vclock = clock.clone();
+            InProcessDriver::bosh_csi_clocked(
+                bosh_csi::DriverConfig {
+                    mode: bosh_csi::Mode::Controller,
+                    director_url: b.director_url.clone(),
+                    client_id: CLIENT_ID.into(),
+                    client_secret: bosh_csi::Secret::new(b.client_secret.expose()),
+                    // The Director answers a disk request once its task has run as
+                    // far as it can (Director::settle), so the first poll usually
+                    // sees it done. Polls of a task that must wait are spaced so the
+                    // wall-clock task timeout always falls between the same two
+                    // polls: the poll count, and so the history, is the same every run.
+                    poll_interval: b.task_timeout * 2 / 3,
+                    task_timeout: b.task_timeout,
+                    http_timeout: Duration::from_secs(2),
+                    mutants,
+                    block_api_url: b.block_url.clone(),
+                    block_api_credential: bosh_csi::Secret::new(b.block_secret.expose()),
+                    session_ttl: SESSION_TTL,
+                    ..Default::default()
+                },
+                &socket,
+                Arc::new(move || vclock.now().0),
+            )
+        }
+        CsiRole::Node {
+            instance_id,
+            mounter_url,
+            ..
+        } => InProcessDriver::bosh_csi(
+            bosh_csi::DriverConfig {
+                mode: bosh_csi::Mode::Node,
+                node_id: instance_id.clone(),
+                mounter_url: mounter_url.clone(),
+                http_timeout: Duration::from_secs(2),
+                mutants,
+                ..Default::default()
+            },
+            &socket,
+        ),
+    };
+    Ok((Driver::InProcess(driver), socket))
+}
+
 async fn operator_job(director: Director, history: &History, job: Job) {
     let what = format!("{job:?}");
     let text = match director.run_job(job, "admin").await {
@@ -1554,7 +1693,7 @@ enum Work {
 
 /// The sidecar targets of `w` right now (a VolumeAttachment appears once the
 /// kubelet has asked for it).
-fn work_targets(kube: &KubeFake, w: &Work) -> Vec<CsiTarget> {
+fn work_targets(kube: &KubeFake, driver_name: &str, w: &Work) -> Vec<CsiTarget> {
     use drivelab_fakes::csi::attacher::AttachTarget;
     use drivelab_fakes::csi::kubelet::NodeTarget;
     use drivelab_fakes::csi::provisioner::ProvisionTarget;
@@ -1596,7 +1735,7 @@ fn work_targets(kube: &KubeFake, w: &Work) -> Vec<CsiTarget> {
                     .map(|o| str_at(&o, &["spec", "csi", "volumeHandle"]))
             });
             if let Some(h) = handle {
-                let name = kubelet::attachment_name(&h, bosh_csi::DRIVER_NAME, node);
+                let name = kubelet::attachment_name(&h, driver_name, node);
                 if kube
                     .get(Kind::VolumeAttachment, None, &name)
                     .ok()
@@ -1618,7 +1757,7 @@ fn work_targets(kube: &KubeFake, w: &Work) -> Vec<CsiTarget> {
 async fn act(sidecars: &CsiSidecars, kube: &KubeFake, w: &Work) -> anyhow::Result<()> {
     let mut last: Vec<CsiTarget> = Vec::new();
     for _ in 0..6 {
-        let targets = work_targets(kube, w);
+        let targets = work_targets(kube, sidecars.attacher.driver_name(), w);
         let mut done = 0;
         for t in &targets {
             match sidecars

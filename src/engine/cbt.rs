@@ -63,6 +63,7 @@ impl Cbt {
     /// and the SnapshotMetadataService object that advertises the sidecar.
     pub(super) async fn start(
         controller: &Path,
+        driver_name: &str,
         clock: &SimClock,
         rng: &mut ChaCha20Rng,
         kube: &KubeSlot,
@@ -76,11 +77,11 @@ impl Cbt {
             json!({"apiVersion": SNAPSHOT_API_VERSION, "kind": "VolumeSnapshotClass",
                 "metadata": {"name": SNAPSHOT_CLASS, "annotations":
                     {drivelab_fakes::csi::snapshotter::DEFAULT_CLASS: "true"}},
-                "driver": bosh_csi::DRIVER_NAME, "deletionPolicy": "Delete"}),
+                "driver": driver_name, "deletionPolicy": "Delete"}),
         )
         .map_err(|e| anyhow!("creating VolumeSnapshotClass {SNAPSHOT_CLASS}: {e}"))?;
         let service = SnapshotMetadataService {
-            name: bosh_csi::DRIVER_NAME.into(),
+            name: driver_name.into(),
             address: "csi-snapshot-metadata.kube-system.svc:6443".into(),
             ca_cert: "-----BEGIN CERTIFICATE-----\nlab\n-----END CERTIFICATE-----\n".into(),
             audience: AUDIENCE.into(),

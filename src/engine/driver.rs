@@ -228,18 +228,20 @@ impl Driver {
         params: &super::external::DriverParams,
         history: drivelab_fakes::history::History,
     ) -> anyhow::Result<Self> {
-        use crate::scenario::{BuiltinDriver, DriverLaunch, DriverProtocol};
-        if spec.protocol() != DriverProtocol::Cosi {
+        use crate::scenario::{BuiltinDriver, DriverLaunch};
+        if spec.protocol() != params.protocol {
             return Err(anyhow!(
-                "{} speaks CSI; this lab drives COSI drivers only so far",
-                spec.describe()
+                "{} speaks {}, but this lab drives {} drivers",
+                spec.describe(),
+                spec.protocol().name(),
+                params.protocol.name()
             ));
         }
         match &spec.launch {
             DriverLaunch::Builtin(BuiltinDriver::CosiS3) => {
                 let config = cosi_s3::DriverConfig {
-                    kube_url: params.kube_url.clone(),
-                    state_namespace: params.namespace.clone(),
+                    kube_url: params.get("kube_url").to_string(),
+                    state_namespace: params.get("namespace").to_string(),
                     mutants: Mutant::cosi(mutants),
                 };
                 Ok(Driver::InProcess(InProcessDriver::cosi(
@@ -247,12 +249,33 @@ impl Driver {
                     &params.host_socket,
                 )))
             }
-            DriverLaunch::Builtin(BuiltinDriver::BoshCsi) => {
-                Err(anyhow!("bosh-csi is started by the BOSH lab, not here"))
-            }
-            _ if !mutants.is_empty() => Err(anyhow!(
+            DriverLaunch::Builtin(BuiltinDriver::BoshCsi) => Err(anyhow!(
+                "the linked-in bosh-csi is built by the BOSH lab with its role's config, not here"
+            )),
+            _ => Self::external(spec, mutants, params, history),
+        }
+    }
+
+    /// The `command:` or `image:` driver `spec` declares, serving on
+    /// `params.host_socket` once started. Never a linked-in one: a spec that
+    /// names a builtin is an error here, so no caller can fall back to it.
+    pub fn external(
+        spec: &crate::scenario::DriverSpec,
+        mutants: &[Mutant],
+        params: &super::external::DriverParams,
+        history: drivelab_fakes::history::History,
+    ) -> anyhow::Result<Self> {
+        use crate::scenario::DriverLaunch;
+        if !mutants.is_empty() {
+            return Err(anyhow!(
                 "--mutant/mutants are a builtin-only feature (the seeded bugs live in the linked-in reference driver), but the driver is {}",
                 spec.describe()
+            ));
+        }
+        match &spec.launch {
+            DriverLaunch::Builtin(b) => Err(anyhow!(
+                "{} is linked in, not an external driver",
+                b.name()
             )),
             DriverLaunch::Command(ext) => Ok(Driver::Process(super::external::ProcessDriver::new(
                 ext,

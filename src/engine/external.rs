@@ -1,7 +1,7 @@
 //! Drivers the lab does not link: a spawned program (own process group,
 //! SIGKILLed for `crash_driver`) or a container image (killed and started
 //! again). Their stdout/stderr become history notes, redacted; readiness is a
-//! DriverGetInfo that answers on their socket within the start timeout.
+//! DriverGetInfo (COSI) or GetPluginInfo (CSI) that answers on their socket within the start timeout.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -9,73 +9,128 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::anyhow;
+use drivelab_fakes::clock::{SimClock, VTime};
 use drivelab_fakes::history::{Component, EventKind, History};
 use drivelab_fakes::secret::Secret;
 use drivelab_proto::cosi::identity_client::IdentityClient;
 use drivelab_proto::cosi::DriverGetInfoRequest;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
-use crate::scenario::{driver::expand, ExternalDriver};
+use crate::scenario::{driver::expand, DriverProtocol, ExternalDriver};
 
 /// What the lab tells a driver: every placeholder's value, for one side of a
-/// container boundary (host paths for a spawned program, in-container paths for an image).
+/// container boundary (host paths for a spawned program, in-container paths
+/// for an image). Each system fills in its own placeholders.
 #[derive(Clone)]
 pub struct DriverParams {
+    /// What the driver speaks: decides the readiness probe, the lab's
+    /// environment variables and the container's socket directory.
+    pub protocol: DriverProtocol,
     /// Directory of the socket on the host (bind-mounted into containers).
     pub host_dir: PathBuf,
     /// The socket on the host (what the lab dials).
     pub host_socket: PathBuf,
     /// The run directory, redacted as `<run-dir>` in everything captured.
     pub run_dir: PathBuf,
-    /// S3 base URL.
-    pub s3_url: String,
-    /// Kubernetes API base URL.
-    pub kube_url: String,
-    /// Admin access key id.
-    pub admin_access_key: String,
-    /// Admin secret key.
-    pub admin_secret: Secret,
-    /// Admin Secret's name and namespace in the fake Kubernetes API.
-    pub admin_secret_ref: (String, String),
-    /// Signing region.
-    pub region: String,
-    /// The driver's state namespace.
-    pub namespace: String,
+    /// Placeholder values that do not depend on where the socket is seen from.
+    values: BTreeMap<&'static str, String>,
+    /// Raw values replaced by labels in everything captured (secrets, endpoints).
+    redact: Vec<(String, String)>,
+    /// The lab's virtual clock, when a spawned driver's wall clock should
+    /// follow it (see [`LabClock`]).
+    pub clock: Option<SimClock>,
 }
 
-/// Where an `image:` driver finds its socket directory (the COSI convention).
-pub const CONTAINER_SOCKET_DIR: &str = "/var/lib/cosi";
-
 impl DriverParams {
+    /// Params for a driver serving on `host_dir/socket_name`.
+    pub fn new(
+        protocol: DriverProtocol,
+        host_dir: PathBuf,
+        socket_name: &str,
+        run_dir: PathBuf,
+    ) -> Self {
+        DriverParams {
+            protocol,
+            host_socket: host_dir.join(socket_name),
+            host_dir,
+            run_dir,
+            values: BTreeMap::new(),
+            redact: Vec::new(),
+            clock: None,
+        }
+    }
+
+    /// Set placeholder `name`.
+    pub fn set(&mut self, name: &'static str, value: impl Into<String>) -> &mut Self {
+        self.values.insert(name, value.into());
+        self
+    }
+
+    /// Placeholder `name`'s value (empty when unset).
+    pub fn get(&self, name: &str) -> &str {
+        self.values.get(name).map_or("", String::as_str)
+    }
+
+    /// Set placeholder `name` to a value shown as `label` in captured output.
+    pub fn set_labelled(
+        &mut self,
+        name: &'static str,
+        value: impl Into<String>,
+        label: &str,
+    ) -> &mut Self {
+        let value = value.into();
+        self.redact.push((value.clone(), label.to_string()));
+        self.set(name, value)
+    }
+
+    /// Set placeholder `name` to a secret, redacted as `label` everywhere.
+    pub fn set_secret(&mut self, name: &'static str, secret: &Secret, label: &str) -> &mut Self {
+        self.set_labelled(name, secret.expose(), label)
+    }
+
+    /// Where the socket directory is inside an `image:` driver's container.
+    pub fn container_dir(&self) -> &'static str {
+        match self.protocol {
+            DriverProtocol::Cosi => CONTAINER_SOCKET_DIR,
+            DriverProtocol::Csi => CSI_CONTAINER_SOCKET_DIR,
+        }
+    }
+
     /// Placeholder values, with paths as the driver sees them under `dir`.
     pub fn values(&self, dir: &Path) -> BTreeMap<&'static str, String> {
-        let socket = dir.join("cosi.sock").display().to_string();
-        let mut v = BTreeMap::new();
+        let name = self.host_socket.file_name().unwrap_or_default();
+        let socket = dir.join(name).display().to_string();
+        let mut v = self.values.clone();
+        // A placeholder this process has no value for (the other role's) is
+        // empty, never left as `{name}` for the driver to choke on.
+        for (name, _) in crate::scenario::driver::placeholders(self.protocol) {
+            v.entry(name).or_default();
+        }
         v.insert("endpoint", format!("unix://{socket}"));
+        v.insert("csi_endpoint", format!("unix://{socket}"));
         v.insert("socket", socket);
         v.insert("socket_dir", dir.display().to_string());
-        v.insert("s3_endpoint", self.s3_url.clone());
-        v.insert("admin_url", self.s3_url.clone());
-        v.insert("admin_access_key", self.admin_access_key.clone());
-        v.insert("admin_key", self.admin_access_key.clone());
-        v.insert("admin_secret_key", self.admin_secret.expose().to_string());
-        v.insert("admin_secret_name", self.admin_secret_ref.0.clone());
-        v.insert("admin_secret_namespace", self.admin_secret_ref.1.clone());
-        v.insert("region", self.region.clone());
-        v.insert("kube_url", self.kube_url.clone());
-        v.insert("kubeconfig", dir.join("kubeconfig").display().to_string());
-        v.insert("namespace", self.namespace.clone());
+        if self.protocol == DriverProtocol::Cosi {
+            v.insert("kubeconfig", dir.join("kubeconfig").display().to_string());
+        }
         v
     }
 
     /// argv and environment of `ext` with placeholders filled in; the lab's own
-    /// variables (KUBECONFIG, COSI_ENDPOINT, NO_COLOR) first, `env:` over them.
+    /// variables (COSI: KUBECONFIG and COSI_ENDPOINT; CSI: CSI_ENDPOINT; NO_COLOR) first,
+    /// `env:` over them.
     pub fn expand(&self, ext: &ExternalDriver, dir: &Path) -> (Vec<String>, Vec<(String, String)>) {
         let values = self.values(dir);
         let argv = ext.program.iter().map(|a| expand(a, &values)).collect();
         let mut env: BTreeMap<String, String> = BTreeMap::new();
-        env.insert("KUBECONFIG".into(), values["kubeconfig"].clone());
-        env.insert("COSI_ENDPOINT".into(), values["endpoint"].clone());
+        if let Some(k) = values.get("kubeconfig") {
+            env.insert("KUBECONFIG".into(), k.clone());
+        }
+        let endpoint_var = match self.protocol {
+            DriverProtocol::Cosi => "COSI_ENDPOINT",
+            DriverProtocol::Csi => "CSI_ENDPOINT",
+        };
+        env.insert(endpoint_var.into(), values["endpoint"].clone());
         env.insert("NO_COLOR".into(), "1".into());
         for (k, v) in &ext.env {
             env.insert(k.clone(), expand(v, &values));
@@ -84,19 +139,83 @@ impl DriverParams {
     }
 
     fn redactor(&self) -> Redactor {
-        let mut pairs = vec![
-            (
-                self.admin_secret.expose().to_string(),
-                "<admin-secret>".to_string(),
-            ),
-            (self.run_dir.display().to_string(), "<run-dir>".to_string()),
-            (self.s3_url.clone(), "<s3-endpoint>".to_string()),
-            (self.kube_url.clone(), "<kube-url>".to_string()),
-        ];
+        let mut pairs = self.redact.clone();
+        pairs.push((self.run_dir.display().to_string(), "<run-dir>".to_string()));
         pairs.retain(|(raw, _)| !raw.is_empty());
         // Longest first: a URL must not be half-replaced by a shorter value inside it.
         pairs.sort_by_key(|(raw, _)| std::cmp::Reverse(raw.len()));
         Redactor { pairs }
+    }
+}
+
+/// Where an `image:` COSI driver finds its socket directory (the COSI convention).
+pub const CONTAINER_SOCKET_DIR: &str = "/var/lib/cosi";
+/// Where an `image:` CSI driver finds its socket directory (a plugin's `/csi` mount).
+pub const CSI_CONTAINER_SOCKET_DIR: &str = "/csi";
+
+/// A spawned driver's wall clock tied to the lab's virtual clock: libfaketime
+/// (LD_PRELOAD) reads an offset file the lab rewrites on every advance, so
+/// time the lab lets pass (a token's TTL, a sidecar's back-off) passes for the
+/// driver too. Only the realtime clock moves; monotonic timers stay real.
+/// Needs a dynamically linked driver and libfaketime on the host.
+pub struct LabClock;
+
+/// Where libfaketime may be (Debian's `faketime` package), unless
+/// `DRIVELAB_LIBFAKETIME` names it. The MT build is for threaded programs.
+const LIBFAKETIME: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+    "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+];
+
+impl LabClock {
+    /// The libfaketime library to preload, if there is one.
+    pub fn library() -> Option<PathBuf> {
+        if let Ok(p) = std::env::var("DRIVELAB_LIBFAKETIME") {
+            return Some(PathBuf::from(p)).filter(|p| p.exists());
+        }
+        LIBFAKETIME.iter().map(PathBuf::from).find(|p| p.exists())
+    }
+
+    /// Environment that makes a spawned process's wall clock follow `clock`
+    /// through `file`, and the watcher that keeps `file` current; `None` (and
+    /// a history note saying what the driver will not see) without libfaketime.
+    fn environment(
+        clock: &SimClock,
+        file: &Path,
+        history: &History,
+    ) -> Option<Vec<(String, String)>> {
+        let Some(lib) = Self::library() else {
+            history.record(EventKind::Note {
+                component: Component::Lab,
+                text: "the driver's wall clock is the real one: libfaketime not found (install Debian's faketime, or set DRIVELAB_LIBFAKETIME), so virtual time the lab lets pass (token lifetimes, back-offs) does not pass for the driver".into(),
+            });
+            return None;
+        };
+        let path = file.to_path_buf();
+        clock.watch(Box::new(move |t: VTime| {
+            // Write then rename: a reader never sees a half-written offset.
+            let tmp = path.with_extension("tmp");
+            let text = format!("+{}.{:03}\n", t.0 / 1000, t.0 % 1000);
+            if std::fs::write(&tmp, text).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
+        }));
+        let mut preload = lib.display().to_string();
+        if let Ok(old) = std::env::var("LD_PRELOAD") {
+            if !old.is_empty() {
+                preload = format!("{preload}:{old}");
+            }
+        }
+        Some(vec![
+            ("LD_PRELOAD".into(), preload),
+            ("FAKETIME_TIMESTAMP_FILE".into(), file.display().to_string()),
+            ("FAKETIME_NO_CACHE".into(), "1".into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ])
     }
 }
 
@@ -337,9 +456,10 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// Dial `socket` until DriverGetInfo answers, `exited` says the driver is gone,
+/// Dial `socket` until its identity RPC answers, `exited` says the driver is gone,
 /// or `timeout` (real time) passes. Returns the reported name.
 async fn wait_ready<F, Fut>(
+    protocol: DriverProtocol,
     socket: &Path,
     shown: &str,
     timeout: Duration,
@@ -365,7 +485,8 @@ where
         if now >= deadline {
             let what = if accepted {
                 format!(
-                    "accepted connections on its socket {shown} but DriverGetInfo did not answer"
+                    "accepted connections on its socket {shown} but {} did not answer",
+                    info_rpc(protocol)
                 )
             } else {
                 format!("did not open its socket {shown}")
@@ -379,21 +500,13 @@ where
         if tokio::net::UnixStream::connect(socket).await.is_ok() {
             accepted = true;
             let left = deadline - now;
-            let call = async {
-                let ch = drivelab_fakes::cosi_sidecar::connect_unix(socket)
-                    .await
-                    .ok()?;
-                Some(
-                    IdentityClient::new(ch)
-                        .driver_get_info(DriverGetInfoRequest {})
-                        .await,
-                )
-            };
+            let call = plugin_name(protocol, socket);
             match tokio::time::timeout(left, call).await {
-                Ok(Some(Ok(info))) => return Ok(info.into_inner().name),
+                Ok(Some(Ok(name))) => return Ok(name),
                 Ok(Some(Err(status))) => {
                     return Err(anyhow!(
-                        "the driver answered DriverGetInfo on {shown} with {:?}: {}{}",
+                        "the driver answered {} on {shown} with {:?}: {}{}",
+                        info_rpc(protocol),
                         status.code(),
                         status.message(),
                         output.tail()
@@ -406,6 +519,34 @@ where
     }
 }
 
+/// The identity RPC that says a driver of `protocol` is ready.
+fn info_rpc(protocol: DriverProtocol) -> &'static str {
+    match protocol {
+        DriverProtocol::Cosi => "DriverGetInfo",
+        DriverProtocol::Csi => "GetPluginInfo",
+    }
+}
+
+/// Ask the driver on `socket` its name: `None` when it cannot be reached.
+async fn plugin_name(
+    protocol: DriverProtocol,
+    socket: &Path,
+) -> Option<Result<String, tonic::Status>> {
+    let ch = drivelab_fakes::cosi_sidecar::connect_unix(socket)
+        .await
+        .ok()?;
+    Some(match protocol {
+        DriverProtocol::Cosi => IdentityClient::new(ch)
+            .driver_get_info(DriverGetInfoRequest {})
+            .await
+            .map(|r| r.into_inner().name),
+        DriverProtocol::Csi => drivelab_proto::csi::identity_client::IdentityClient::new(ch)
+            .get_plugin_info(drivelab_proto::csi::GetPluginInfoRequest {})
+            .await
+            .map(|r| r.into_inner().name),
+    })
+}
+
 fn humantime(d: Duration) -> String {
     if d.as_millis() % 1000 == 0 {
         format!("{}s", d.as_secs())
@@ -416,6 +557,7 @@ fn humantime(d: Duration) -> String {
 
 /// A driver program the lab spawns in its own process group.
 pub struct ProcessDriver {
+    protocol: DriverProtocol,
     argv: Vec<String>,
     env: Vec<(String, String)>,
     socket: PathBuf,
@@ -433,9 +575,18 @@ impl ProcessDriver {
         start_timeout: Duration,
         history: History,
     ) -> Self {
-        let (argv, env) = params.expand(ext, &params.host_dir);
+        let (argv, mut env) = params.expand(ext, &params.host_dir);
+        if let Some(clock) = &params.clock {
+            let file = params.host_socket.with_extension("faketime");
+            if let Some(vars) = LabClock::environment(clock, &file, &history) {
+                // These win over `env:`: the clock is the lab's to set.
+                env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
+                env.extend(vars);
+            }
+        }
         let redactor = params.redactor();
         ProcessDriver {
+            protocol: params.protocol,
             argv,
             env,
             socket: params.host_socket.clone(),
@@ -453,7 +604,7 @@ impl ProcessDriver {
         self.output.raw_text()
     }
 
-    /// Spawn it and wait until DriverGetInfo answers on its socket.
+    /// Spawn it and wait until its identity RPC answers on its socket.
     pub async fn start(&self) -> anyhow::Result<()> {
         let Some((program, args)) = self.argv.split_first() else {
             return Err(anyhow!("the driver's command is empty"));
@@ -494,6 +645,7 @@ impl ProcessDriver {
             }
         };
         wait_ready(
+            self.protocol,
             &self.socket,
             &self.shown_socket,
             self.start_timeout,
@@ -567,7 +719,8 @@ pub use container::ContainerDriver;
 #[cfg(feature = "containers")]
 mod container {
     //! `image:` drivers through testcontainers: host networking (the fakes
-    //! listen on 127.0.0.1), the socket directory bind-mounted at /var/lib/cosi.
+    //! listen on 127.0.0.1), the socket directory bind-mounted at /var/lib/cosi
+    //! (COSI) or /csi (CSI).
 
     use super::*;
     use testcontainers::core::{Mount, WaitFor};
@@ -576,6 +729,8 @@ mod container {
 
     /// A driver image the lab runs as a container.
     pub struct ContainerDriver {
+        protocol: DriverProtocol,
+        container_dir: &'static str,
         name: String,
         tag: String,
         args: Vec<String>,
@@ -606,10 +761,13 @@ mod container {
             start_timeout: Duration,
             history: History,
         ) -> Self {
-            let (argv, env) = params.expand(ext, Path::new(CONTAINER_SOCKET_DIR));
+            let container_dir = params.container_dir();
+            let (argv, env) = params.expand(ext, Path::new(container_dir));
             let (name, tag) = split_image(argv.first().map(String::as_str).unwrap_or_default());
             let redactor = params.redactor();
             ContainerDriver {
+                protocol: params.protocol,
+                container_dir,
                 name,
                 tag,
                 args: argv.into_iter().skip(1).collect(),
@@ -642,7 +800,7 @@ mod container {
                     .with_network("host")
                     .with_mount(Mount::bind_mount(
                         self.host_dir.display().to_string(),
-                        CONTAINER_SOCKET_DIR,
+                        self.container_dir,
                     ))
                     .with_startup_timeout(self.start_timeout);
                 if !self.args.is_empty() {
@@ -676,6 +834,7 @@ mod container {
                 }
             };
             let r = wait_ready(
+                self.protocol,
                 &self.socket,
                 &self.shown_socket,
                 self.start_timeout,

@@ -145,14 +145,15 @@ impl RunOutcome {
     }
 }
 
-/// The command line that replays a run.
-pub fn replay_command(path: &std::path::Path, seed: u64, mutants: &[Mutant]) -> String {
-    let mut cmd = format!("drivelab run {} --seed {seed}", path.display());
+/// The command line that replays a run of `scn`, naming the driver that ran
+/// whenever the file alone would not.
+pub fn replay_command(scn: &Scenario, seed: u64, mutants: &[Mutant]) -> String {
+    let mut cmd = format!("drivelab run {} --seed {seed}", scn.path.display());
     for m in mutants {
         cmd.push_str(" --mutant ");
         cmd.push_str(m.name());
     }
-    cmd
+    cmd + &scn.driver.replay_flag()
 }
 
 /// The seed used when neither the file nor the command line gives one.
@@ -1403,7 +1404,7 @@ impl Lab {
             history_text,
             step_snapshots: std::mem::take(&mut self.step_snapshots),
             claims: scn.claims.clone(),
-            replay: replay_command(&scn.path, seed, mutants),
+            replay: replay_command(scn, seed, mutants),
             secrets: obs.secrets.clone(),
         };
         Ok((outcome, handed_out))
@@ -1633,18 +1634,24 @@ async fn start_driver(
         DRIVER_STATE_NAMESPACE,
     )
     .context("writing the kubeconfig")?;
-    let params = external::DriverParams {
-        host_socket: host_dir.join("cosi.sock"),
+    let mut params = external::DriverParams::new(
+        crate::scenario::DriverProtocol::Cosi,
         host_dir,
-        run_dir: dir.path().to_path_buf(),
-        s3_url: fakes.s3_url(),
-        kube_url: fakes.kube_url(),
-        admin_access_key: "drivelab-admin".into(),
-        admin_secret: admin_secret.clone(),
-        admin_secret_ref: (ADMIN_SECRET_NAME.into(), ADMIN_SECRET_NAMESPACE.into()),
-        region: "us-east-1".into(),
-        namespace: DRIVER_STATE_NAMESPACE.into(),
-    };
+        "cosi.sock",
+        dir.path().to_path_buf(),
+    );
+    let admin_key = "drivelab-admin";
+    params
+        .set_labelled("s3_endpoint", fakes.s3_url(), "<s3-endpoint>")
+        .set("admin_url", fakes.s3_url())
+        .set("admin_access_key", admin_key)
+        .set("admin_key", admin_key)
+        .set_secret("admin_secret_key", admin_secret, "<admin-secret>")
+        .set("admin_secret_name", ADMIN_SECRET_NAME)
+        .set("admin_secret_namespace", ADMIN_SECRET_NAMESPACE)
+        .set("region", "us-east-1")
+        .set_labelled("kube_url", fakes.kube_url(), "<kube-url>")
+        .set("namespace", DRIVER_STATE_NAMESPACE);
     let driver = Arc::new(Driver::new(&scn.driver, mutants, &params, history.clone())?);
     driver.start().await?;
     Ok((driver, params.host_socket))

@@ -743,13 +743,14 @@ async fn write_schedule(
         .collect();
     let header = vec![
         format!(
-            "{} by `drivelab explore {}{flags}` (explorer seed {}){}.",
+            "{} by `drivelab explore {}{flags}{}` (explorer seed {}){}.",
             if how == "found" {
                 "Found"
             } else {
                 "Collected (--keep-going)"
             },
             base.path.display(),
+            base.driver.replay_flag(),
             opts.seed,
             if how == "found" {
                 ", shrunk"

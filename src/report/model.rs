@@ -257,7 +257,7 @@ impl ScenarioReport {
             out.push("expect".into());
         }
         if self.error.is_some() {
-            out.push("lab error".into());
+            out.push("did not run".into());
         }
         out
     }

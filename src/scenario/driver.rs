@@ -22,6 +22,9 @@ pub struct DriverSpec {
     /// driver is a real process); a call past it is cut as DEADLINE_EXCEEDED
     /// and retried with back-off, as the real sidecar's `--timeout` does.
     pub call_timeout: Duration,
+    /// Set when `--driver` replaced the file's declaration: every replay line
+    /// then repeats the driver, so a replay never falls back to the file's.
+    pub from_flag: bool,
 }
 
 impl Default for DriverSpec {
@@ -31,6 +34,7 @@ impl Default for DriverSpec {
             mutants: Vec::new(),
             start_timeout: DEFAULT_START_TIMEOUT,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            from_flag: false,
         }
     }
 }
@@ -58,6 +62,19 @@ impl DriverSpec {
             DriverLaunch::Builtin(BuiltinDriver::BoshCsi) => DriverProtocol::Csi,
             DriverLaunch::Command(e) | DriverLaunch::Image(e) => e.protocol,
         }
+    }
+
+    /// What a replay line must add to say which driver ran: `--driver '…'`
+    /// (the declaration as a flow mapping, placeholders intact) when the
+    /// driver came from the command line, nothing when the file declares it.
+    pub fn replay_flag(&self) -> String {
+        if !self.from_flag {
+            return String::new();
+        }
+        format!(
+            " --driver '{}'",
+            super::write::driver_yaml(self).replace('\'', "'\\''")
+        )
     }
 
     /// One line for consoles and errors (`builtin cosi-s3`, `command /x/y`, `image n:t`).
@@ -128,14 +145,33 @@ pub enum DriverProtocol {
     Csi,
 }
 
-/// Placeholders the lab fills in in `command:`, `args:` and `env:` values, with
-/// what each becomes. For `image:` drivers paths are the ones inside the container.
-pub const PLACEHOLDERS: &[(&str, &str)] = &[
+impl DriverProtocol {
+    /// As written in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            DriverProtocol::Cosi => "cosi",
+            DriverProtocol::Csi => "csi",
+        }
+    }
+}
+
+/// Placeholders every external driver gets, whatever it speaks.
+const COMMON_PLACEHOLDERS: &[(&str, &str)] = &[
     ("socket", "path of the Unix socket the driver must serve on"),
     ("endpoint", "the socket as a URL: unix://{socket}"),
     (
         "socket_dir",
-        "directory of the socket (also holds the kubeconfig)",
+        "directory of the socket (COSI: also holds the kubeconfig)",
+    ),
+];
+
+/// Placeholders of a COSI driver, with what each becomes. For `image:`
+/// drivers paths are the ones inside the container.
+pub const COSI_PLACEHOLDERS: &[(&str, &str)] = &[
+    ("kube_url", "Kubernetes API base URL, http://127.0.0.1:PORT"),
+    (
+        "kubeconfig",
+        "path of a kubeconfig for the fake Kubernetes API (socket_dir/kubeconfig)",
     ),
     ("s3_endpoint", "S3 base URL, http://127.0.0.1:PORT"),
     (
@@ -154,19 +190,61 @@ pub const PLACEHOLDERS: &[(&str, &str)] = &[
     ),
     ("admin_secret_namespace", "namespace of that Secret"),
     ("region", "signing region of the S3 fake"),
-    ("kube_url", "Kubernetes API base URL, http://127.0.0.1:PORT"),
-    (
-        "kubeconfig",
-        "path of a kubeconfig for the fake Kubernetes API",
-    ),
     (
         "namespace",
         "namespace the driver keeps its state in (cosi-s3-system)",
     ),
 ];
 
-/// Every `{name}` in `s` that is not a known placeholder.
-pub fn unknown_placeholders(s: &str) -> Vec<String> {
+/// Placeholders of a CSI driver. The lab starts one process per role — the
+/// controller, then one per node — from the same declaration; a placeholder
+/// of the other role is empty.
+pub const CSI_PLACEHOLDERS: &[(&str, &str)] = &[
+    ("csi_endpoint", "alias of {endpoint}"),
+    ("mode", "the process's role: controller or node"),
+    ("node_id", "node: this node's id (the BOSH instance id); empty for the controller"),
+    ("node_name", "node: the Kubernetes node name; empty for the controller"),
+    (
+        "mounter_url",
+        "node: the node's mount table, http://127.0.0.1:PORT; empty for the controller",
+    ),
+    ("director_url", "BOSH backend: the Director, http://127.0.0.1:PORT"),
+    ("uaa_url", "BOSH backend: UAA (served by the Director fake)"),
+    ("client_id", "BOSH backend: the UAA client id"),
+    (
+        "client_secret",
+        "BOSH backend: the UAA client secret (redacted in every output)",
+    ),
+    (
+        "block_api_url",
+        "BOSH backend: the IaaS block API for changed-block metadata",
+    ),
+    (
+        "block_api_credential",
+        "BOSH backend: the block API's credential (redacted in every output)",
+    ),
+    (
+        "task_timeout",
+        "BOSH backend: the scenario's task_timeout, e.g. 2000ms (how long a call may wait on a Director task)",
+    ),
+    (
+        "poll_interval",
+        "BOSH backend: 2/3 of task_timeout, the interval the linked-in bosh-csi polls tasks at",
+    ),
+];
+
+/// Every placeholder a driver speaking `protocol` may use.
+pub fn placeholders(protocol: DriverProtocol) -> Vec<(&'static str, &'static str)> {
+    let own = match protocol {
+        DriverProtocol::Cosi => COSI_PLACEHOLDERS,
+        DriverProtocol::Csi => CSI_PLACEHOLDERS,
+    };
+    COMMON_PLACEHOLDERS.iter().chain(own).copied().collect()
+}
+
+/// Every `{name}` in `s` that is not a placeholder of `protocol`.
+pub fn unknown_placeholders(s: &str, protocol: DriverProtocol) -> Vec<String> {
+    let known = placeholders(protocol);
     let mut out = Vec::new();
     let mut rest = s;
     while let Some(start) = rest.find('{') {
@@ -174,8 +252,10 @@ pub fn unknown_placeholders(s: &str) -> Vec<String> {
         let Some(end) = after.find('}') else { break };
         let name = &after[..end];
         if !name.is_empty()
-            && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-            && !PLACEHOLDERS.iter().any(|(p, _)| *p == name)
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && !known.iter().any(|(p, _)| *p == name)
         {
             out.push(name.to_string());
         }
@@ -317,18 +397,40 @@ impl RawDriver {
                     return Err((format!("`{k}` is not an environment variable name"), None));
                 }
             }
+            let protocol = self.protocol.unwrap_or_default();
             for v in program.iter().chain(env.values()) {
-                if let Some(p) = unknown_placeholders(v).first() {
+                if let Some(p) = unknown_placeholders(v, protocol).first() {
+                    let names: Vec<String> = placeholders(protocol)
+                        .iter()
+                        .map(|(n, _)| format!("{{{n}}}"))
+                        .collect();
+                    let other = match protocol {
+                        DriverProtocol::Cosi => DriverProtocol::Csi,
+                        DriverProtocol::Csi => DriverProtocol::Cosi,
+                    };
+                    let belongs = if unknown_placeholders(v, other).is_empty() {
+                        format!(
+                            " (`{{{p}}}` is a placeholder of {} drivers: set `protocol: {}`)",
+                            other.name(),
+                            other.name()
+                        )
+                    } else {
+                        String::new()
+                    };
                     return Err((
-                        format!("unknown placeholder `{{{p}}}` in `{v}`"),
-                        Some("known: {socket} {endpoint} {socket_dir} {s3_endpoint} {admin_url} {admin_access_key} {admin_secret_key} {admin_secret_name} {admin_secret_namespace} {region} {kube_url} {kubeconfig} {namespace}"),
+                        format!(
+                            "unknown placeholder `{{{p}}}` in `{v}` for a {} driver{belongs}; known: {}",
+                            protocol.name(),
+                            names.join(" ")
+                        ),
+                        Some("`drivelab list placeholders` describes each"),
                     ));
                 }
             }
             let ext = ExternalDriver {
                 program,
                 env,
-                protocol: self.protocol.unwrap_or_default(),
+                protocol,
             };
             if self.command.is_some() {
                 DriverLaunch::Command(ext)
@@ -341,6 +443,7 @@ impl RawDriver {
             mutants: self.mutants,
             start_timeout,
             call_timeout,
+            from_flag: false,
         })
     }
 }
@@ -357,10 +460,12 @@ pub fn parse_cli(text: &str) -> Result<DriverSpec, String> {
             super::first_line(&e.without_snippet().to_string())
         )
     })?;
-    raw.resolve().map_err(|(m, hint)| match hint {
+    let mut spec = raw.resolve().map_err(|(m, hint)| match hint {
         Some(h) => format!("--driver: {m} (hint: {h})"),
         None => format!("--driver: {m}"),
-    })
+    })?;
+    spec.from_flag = true;
+    Ok(spec)
 }
 
 #[cfg(test)]
@@ -426,9 +531,18 @@ mod tests {
             "unix:///s/cosi.sock http://127.0.0.1:1 {other} {"
         );
         assert_eq!(
-            unknown_placeholders("{socket}{bad_one} {X} {}"),
+            unknown_placeholders("{socket}{bad_one} {X} {}", DriverProtocol::Cosi),
             ["bad_one"]
         );
-        assert!(unknown_placeholders("json {\"a\": 1}").is_empty());
+        assert!(unknown_placeholders("json {\"a\": 1}", DriverProtocol::Cosi).is_empty());
+        // Each protocol has its own: a CSI driver has no S3 endpoint.
+        assert_eq!(
+            unknown_placeholders("{node_id} {s3_endpoint}", DriverProtocol::Csi),
+            ["s3_endpoint"]
+        );
+        assert_eq!(
+            unknown_placeholders("{node_id} {s3_endpoint}", DriverProtocol::Cosi),
+            ["node_id"]
+        );
     }
 }

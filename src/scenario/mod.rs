@@ -21,9 +21,7 @@ pub use bosh::{
     PublishStep, ReplayStep, ResendStep, ResumeStep, SnapshotRef, SnapshotStep, VolumeRef,
     VolumeStep, WriteBlocksStep,
 };
-pub use driver::{
-    BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, ExternalDriver, PLACEHOLDERS,
-};
+pub use driver::{BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, ExternalDriver};
 pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use invariant::Invariant;
 pub use mutant::Mutant;

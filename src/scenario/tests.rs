@@ -410,3 +410,48 @@ fn create_backend_bucket_takes_a_name_or_a_claims_name_and_says_which_is_wrong()
         assert!(e.to_string().contains(says), "{step}: {e}");
     }
 }
+
+#[test]
+fn the_writer_keeps_the_driver_that_ran() {
+    // A found file must drive the driver that was explored, placeholders
+    // intact — never the reference driver in its place.
+    for decl in [
+        r#"{ command: [/opt/drv, --endpoint, "{endpoint}", --x, "a b"], env: { K: "{kube_url}" }, start_timeout: 3000ms }"#,
+        r#"{ image: "reg:5000/drv:1.2", args: [--endpoint, "{endpoint}"], call_timeout: 750ms }"#,
+        r#"{ builtin: cosi-s3, mutants: [rotate-on-retry] }"#,
+    ] {
+        let text = GOOD.replace("{ builtin: cosi-s3 }", decl);
+        assert_ne!(text, GOOD, "the fixture names its driver as replaced here");
+        let s = p(&text).unwrap_or_else(|e| panic!("{decl}: {e}"));
+        let again = p(&write::to_yaml(&s, &[])).unwrap_or_else(|e| panic!("{decl}: {e}"));
+        assert_eq!(again.driver, s.driver, "{decl}");
+    }
+    let csi = BOSH.replace(
+        "{ builtin: bosh-csi }",
+        r#"{ command: [/opt/csi, --mode, "{mode}", --node-id, "{node_id}"], protocol: csi }"#,
+    );
+    let s = p(&csi).unwrap();
+    let again = p(&write::to_yaml(&s, &[])).unwrap();
+    assert_eq!(again.driver, s.driver);
+    assert_round_trips(&s);
+}
+
+#[test]
+fn placeholders_belong_to_a_protocol() {
+    let csi_in_cosi = GOOD.replace(
+        "{ builtin: cosi-s3 }",
+        r#"{ command: [/opt/drv, "{node_id}"] }"#,
+    );
+    let e = p(&csi_in_cosi).unwrap_err();
+    assert!(
+        e.message
+            .contains("`{node_id}` is a placeholder of csi drivers"),
+        "{e}"
+    );
+    let cosi_in_csi = BOSH.replace(
+        "{ builtin: bosh-csi }",
+        r#"{ command: [/opt/csi, "{s3_endpoint}"], protocol: csi }"#,
+    );
+    let e = p(&cosi_in_csi).unwrap_err();
+    assert!(e.message.contains("placeholder of cosi drivers"), "{e}");
+}

@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::driver::{
+    DriverLaunch, DriverProtocol, DriverSpec, DEFAULT_CALL_TIMEOUT, DEFAULT_START_TIMEOUT,
+};
 use super::{BackendBucketStep, FaultAction, FaultSpec, PartitionSpec, Scenario, Step, When};
 
 /// A YAML scalar, quoted whenever plain style could be misread.
@@ -373,6 +376,46 @@ fn bosh_yaml(b: &super::Bosh, out: &mut String) {
     }
 }
 
+/// A driver declaration as a flow mapping, exactly the driver that ran
+/// (placeholders intact), so a found file or replay line drives it again.
+pub fn driver_yaml(d: &DriverSpec) -> String {
+    let list = |items: &[String]| {
+        let items: Vec<String> = items.iter().map(|a| q(a)).collect();
+        format!("[{}]", items.join(", "))
+    };
+    let mut parts = Vec::new();
+    match &d.launch {
+        DriverLaunch::Builtin(b) => {
+            parts.push(format!("builtin: {}", b.name()));
+            let mutants: Vec<&str> = d.mutants.iter().map(|m| m.name()).collect();
+            parts.push(format!("mutants: [{}]", mutants.join(", ")));
+        }
+        DriverLaunch::Command(e) | DriverLaunch::Image(e) => {
+            if matches!(d.launch, DriverLaunch::Command(_)) {
+                parts.push(format!("command: {}", list(&e.program)));
+            } else {
+                parts.push(format!("image: {}", q(&e.program[0])));
+                if e.program.len() > 1 {
+                    parts.push(format!("args: {}", list(&e.program[1..])));
+                }
+            }
+            if !e.env.is_empty() {
+                parts.push(format!("env: {}", map(&e.env)));
+            }
+            if e.protocol != DriverProtocol::default() {
+                parts.push(format!("protocol: {}", e.protocol.name()));
+            }
+        }
+    }
+    if d.start_timeout != DEFAULT_START_TIMEOUT {
+        parts.push(format!("start_timeout: {}", duration(d.start_timeout)));
+    }
+    if d.call_timeout != DEFAULT_CALL_TIMEOUT {
+        parts.push(format!("call_timeout: {}", duration(d.call_timeout)));
+    }
+    format!("{{ {} }}", parts.join(", "))
+}
+
 /// The whole scenario as a file `drivelab run` accepts. `header` lines become comments.
 pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
     let mut out = String::new();
@@ -383,17 +426,7 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
     if !s.description.is_empty() {
         let _ = writeln!(out, "description: {}", q(s.description.trim()));
     }
-    let mutants: Vec<&str> = s.driver.mutants.iter().map(|m| m.name()).collect();
-    let builtin = s
-        .driver
-        .builtin()
-        .unwrap_or(super::BuiltinDriver::CosiS3)
-        .name();
-    let _ = writeln!(
-        out,
-        "driver: {{ builtin: {builtin}, mutants: [{}] }}",
-        mutants.join(", ")
-    );
+    let _ = writeln!(out, "driver: {}", driver_yaml(&s.driver));
     if let Some(seed) = s.seed {
         let _ = writeln!(out, "seed: {seed}");
     }

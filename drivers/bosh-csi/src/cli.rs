@@ -24,6 +24,9 @@ controller:
   --poll-interval DUR       Director task polling interval (default 1s; e.g. 5ms)
   --task-timeout DUR        give up waiting for a task after this (default 5m) with DEADLINE_EXCEEDED
   --http-timeout DUR        bound on each HTTP call (default 10s)
+  --block-api-url URL       the IaaS block API for changed-block metadata (default: not served)
+  --block-api-credential C  its credential (env BLOCK_API_CREDENTIAL; prefer the env var)
+  --session-ttl DUR         lifetime of a snapshot-metadata session token (default 10m)
 node:
   --node-id ID              this node = the BOSH instance id
   --mounter-url URL         the lab's mount table, http://host:port (default: real mount(8))
@@ -62,6 +65,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<In
     let mut director_url = None;
     let mut client_id = None;
     let mut client_secret = None;
+    let mut block_credential = None;
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -108,6 +112,11 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<In
             "--http-timeout" => {
                 config.http_timeout = dur("--http-timeout", value("--http-timeout")?)?
             }
+            "--block-api-url" => config.block_api_url = value("--block-api-url")?,
+            "--block-api-credential" => {
+                block_credential = Some(Secret::new(value("--block-api-credential")?))
+            }
+            "--session-ttl" => config.session_ttl = dur("--session-ttl", value("--session-ttl")?)?,
             "--node-id" => config.node_id = value("--node-id")?,
             "--mounter-url" => config.mounter_url = value("--mounter-url")?,
             "--max-volumes-per-node" => {
@@ -140,6 +149,9 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<In
     config.client_id = client_id.or_else(|| env("BOSH_CLIENT")).unwrap_or_default();
     config.client_secret = client_secret
         .or_else(|| env("BOSH_CLIENT_SECRET").map(Secret::new))
+        .unwrap_or_default();
+    config.block_api_credential = block_credential
+        .or_else(|| env("BLOCK_API_CREDENTIAL").map(Secret::new))
         .unwrap_or_default();
     config
         .validate()

@@ -1,0 +1,287 @@
+//! The driver under test is never swapped: external CSI drivers in the
+//! BOSH/CSI lab (a controller process and one node process per node), drivers
+//! that cannot start failing every BOSH/CSI scenario with the reason, the
+//! reference bosh-csi as a spawned binary matching the built-in run, and
+//! `--driver` carried by `run --seeds` and every replay line.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use drivelab::engine::{self, RunOptions, RunOutcome};
+use drivelab::scenario::{self, driver::parse_cli, Scenario};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every scenario of the BOSH/CSI system.
+fn bosh_scenarios() -> Vec<Scenario> {
+    let files =
+        scenario::discover(&[root().join("scenarios/bosh"), root().join("scenarios/csi")]).unwrap();
+    assert!(files.len() >= 20, "{files:?}");
+    files
+        .iter()
+        .map(|f| scenario::load(f).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+/// A workspace binary next to `drivelab`, built as `make test` builds them
+/// (see tests/external.rs for why not `cargo build -p`).
+fn workspace_bin(name: &str) -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_drivelab"))
+        .parent()
+        .expect("target dir")
+        .join(name);
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["test", "--locked", "--workspace", "--no-run", "--quiet"])
+            .current_dir(root())
+            .status()
+            .expect("running cargo test --workspace --no-run");
+        assert!(status.success(), "cargo test --workspace --no-run failed");
+    });
+    assert!(bin.exists(), "{} missing after the build", bin.display());
+    bin
+}
+
+/// The reference bosh-csi as an external CSI driver: one declaration, the lab
+/// starts it as the controller and once per node.
+fn spawned_bosh_csi(extra: &str) -> String {
+    format!(
+        r#"{{command: ["{}", --endpoint, "{{endpoint}}", --mode, "{{mode}}",
+            --director-url, "{{director_url}}", --client-id, "{{client_id}}",
+            --node-id, "{{node_id}}", --mounter-url, "{{mounter_url}}",
+            --block-api-url, "{{block_api_url}}", --task-timeout, "{{task_timeout}}",
+            --poll-interval, "{{poll_interval}}", --http-timeout, 2s{extra}],
+          env: {{BOSH_CLIENT_SECRET: "{{client_secret}}", BLOCK_API_CREDENTIAL: "{{block_api_credential}}"}},
+          protocol: csi}}"#,
+        workspace_bin("bosh-csi").display()
+    )
+}
+
+async fn run_with(scn: &Scenario, driver: Option<&str>) -> anyhow::Result<RunOutcome> {
+    drivelab::logcap::init(false);
+    let mut scn = scn.clone();
+    if let Some(d) = driver {
+        let spec = parse_cli(d).unwrap_or_else(|e| panic!("{e}"));
+        scn.driver.launch = spec.launch;
+        scn.driver.start_timeout = spec.start_timeout;
+        scn.driver.from_flag = true;
+    }
+    engine::run(&scn, &RunOptions::default()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csi_driver_that_cannot_start_fails_every_bosh_scenario_with_the_reason() {
+    let exits = r#"{command: [sh, -c, "echo 'no backend configured' >&2; exit 3"], protocol: csi}"#;
+    for (driver, reason) in [
+        (
+            "{command: [/bin/false], protocol: csi}",
+            "exited with status 1",
+        ),
+        (exits, "exited with status 3"),
+    ] {
+        for scn in bosh_scenarios() {
+            let e = match run_with(&scn, Some(driver)).await {
+                Ok(o) => panic!(
+                    "{} ran with {driver} and said {}: the lab drove something else",
+                    scn.name,
+                    if o.passed() { "PASS" } else { "FAIL" }
+                ),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(e.contains(reason), "{}: {e}", scn.name);
+            assert!(e.contains("CSI controller"), "{}: {e}", scn.name);
+        }
+    }
+    let e = run_with(&bosh_scenarios()[0], Some(exits))
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("no backend configured"),
+        "the driver's last output is quoted: {e:#}"
+    );
+}
+
+fn verdicts(o: &RunOutcome) -> Vec<(String, bool)> {
+    o.verdicts
+        .iter()
+        .map(|v| (v.invariant.to_string(), v.passed))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawned_bosh_csi_matches_the_builtin_on_every_scenario() {
+    let driver = spawned_bosh_csi("");
+    let mut compared = Vec::new();
+    for scn in bosh_scenarios() {
+        let builtin = run_with(&scn, None)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e:#}", scn.name));
+        let spawned = run_with(&scn, Some(&driver))
+            .await
+            .unwrap_or_else(|e| panic!("{} (spawned): {e:#}", scn.name));
+        assert_eq!(spawned.driver_name, builtin.driver_name, "{}", scn.name);
+        assert_eq!(
+            verdicts(&spawned),
+            verdicts(&builtin),
+            "{}: verdicts differ",
+            scn.name
+        );
+        assert_eq!(
+            spawned.expect_failures, builtin.expect_failures,
+            "{}: expectations differ",
+            scn.name
+        );
+        assert_eq!(
+            spawned.snapshot, builtin.snapshot,
+            "{}: ownership snapshots differ",
+            scn.name
+        );
+        assert!(spawned.replay.contains("--driver '"), "{}", spawned.replay);
+        compared.push(scn.name.clone());
+    }
+    assert!(compared.len() >= 20, "{compared:?}");
+}
+
+#[test]
+fn cli_never_substitutes_the_driver() {
+    let drivelab = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+            .current_dir(root())
+            .args(args)
+            .arg("--no-record")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    // A BOSH scenario with a CSI command that cannot run: the scenario did
+    // not run (exit 2, as for any scenario that produced no verdicts), and
+    // never the reference driver's PASS.
+    let (code, out) = drivelab(&[
+        "run",
+        "scenarios/bosh/lifecycle.yaml",
+        "--driver",
+        "{command: [/bin/false], protocol: csi}",
+    ]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("did not run"), "{out}");
+    assert!(out.contains("exited with status 1"), "{out}");
+    assert!(!out.contains("PASS"), "{out}");
+    assert!(out.contains("0 passed, 1 failed"), "{out}");
+    assert!(
+        out.contains("--driver '{ command: [/bin/false], protocol: csi }'"),
+        "the replay names the driver: {out}"
+    );
+    // --seeds carries --driver too.
+    let (code, out) = drivelab(&[
+        "run",
+        "--seeds",
+        "3",
+        "scenarios/cosi/happy-path.yaml",
+        "--driver",
+        "{command: [/bin/false]}",
+    ]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("0 passed, 3 failed"), "{out}");
+    assert!(out.contains("exited with status 1"), "{out}");
+    assert!(
+        out.contains("--driver '{ command: [/bin/false] }'"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_sweep_writes_failing_runs_and_an_index_naming_the_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+        .current_dir(root())
+        .args(["run", "--seeds", "2", "scenarios/cosi/happy-path.yaml"])
+        .args(["--driver", "{command: [/bin/false]}", "--report-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(summary.contains("--seeds 2"), "{summary}");
+    assert!(
+        summary.contains("--driver '{ command: [/bin/false] }'"),
+        "{summary}"
+    );
+    for seed in [1, 2] {
+        let d = dir.path().join(format!("cosi-happy-path-seed-{seed}"));
+        assert!(d.join("junit.xml").exists(), "{}", d.display());
+        let junit = std::fs::read_to_string(d.join("junit.xml")).unwrap();
+        assert!(junit.contains("--driver"), "{junit}");
+    }
+}
+
+#[test]
+fn explore_with_an_external_mutant_writes_a_found_file_that_names_it() {
+    let cosi = workspace_bin("cosi-s3");
+    let driver = |mutant: &str| {
+        format!(
+            r#"{{command: ["{}", --endpoint, "{{endpoint}}"{mutant}]}}"#,
+            cosi.display()
+        )
+    };
+    let mutant = driver(", --mutant, shared-preferred-key");
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+        .current_dir(root())
+        .args([
+            "explore",
+            "scenarios/explore/cosi-lifecycle.yaml",
+            "--seed",
+            "1",
+        ])
+        .args([
+            "--cases",
+            "200",
+            "--time-budget",
+            "300s",
+            "--driver",
+            &mutant,
+        ])
+        .arg("--out-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("FOUND after"), "{stdout}");
+    let found: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let text = std::fs::read_to_string(&found[0]).unwrap();
+    assert!(text.contains("shared-preferred-key"), "{text}");
+    assert!(text.contains(&cosi.display().to_string()), "{text}");
+    assert!(!text.contains("builtin"), "{text}");
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+            .current_dir(root())
+            .arg("run")
+            .arg(&found[0])
+            .args(extra)
+            .arg("--no-record")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    // Replayed as written: the mutant binary again, and it fails again.
+    let (code, out) = run(&[]);
+    assert_eq!(code, Some(1), "{out}");
+    // The correct binary passes the same schedule.
+    let (code, out) = run(&["--driver", &driver("")]);
+    assert_eq!(code, Some(0), "{out}");
+}
