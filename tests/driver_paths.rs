@@ -285,3 +285,43 @@ fn explore_with_an_external_mutant_writes_a_found_file_that_names_it() {
     let (code, out) = run(&["--driver", &driver("")]);
     assert_eq!(code, Some(0), "{out}");
 }
+
+/// Every seeded bug of bosh-csi, switched on in the spawned binary
+/// (`--mutant X` on its command line, not the lab's), is killed by the scenario
+/// that kills it built in: the lab judges the external process, not a copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bosh_csi_mutant_is_killed_as_a_spawned_binary() {
+    use drivelab::scenario::Mutant;
+    let mut scenarios = bosh_scenarios();
+    scenarios.sort_by_key(|s| s.steps.len());
+    let mutants: Vec<Mutant> = Mutant::all()
+        .into_iter()
+        .filter(|m| m.driver().name() == "bosh-csi")
+        .collect();
+    assert!(mutants.len() >= 9, "{mutants:?}");
+    for m in mutants {
+        let mut killer = None;
+        for scn in &scenarios {
+            let opts = RunOptions {
+                mutants: vec![m],
+                ..Default::default()
+            };
+            let o = engine::run(scn, &opts).await.unwrap();
+            if !o.passed() {
+                killer = Some(scn);
+                break;
+            }
+        }
+        let scn = killer.unwrap_or_else(|| panic!("no scenario kills {} built in", m.name()));
+        let driver = spawned_bosh_csi(&format!(", --mutant, {}", m.name()));
+        let o = run_with(scn, Some(&driver))
+            .await
+            .unwrap_or_else(|e| panic!("{} with {}: {e:#}", scn.name, m.name()));
+        assert!(
+            !o.passed(),
+            "the spawned binary with --mutant {} passed {}, which kills it built in",
+            m.name(),
+            scn.name
+        );
+    }
+}
