@@ -399,10 +399,11 @@ fn main() -> ExitCode {
             } => {
                 use drivelab::scenario::{Invariant, System};
                 for i in Invariant::all() {
-                    let system = match (i.applies_to(System::Cosi), i.applies_to(System::Bosh)) {
-                        (true, true) => "cosi+bosh",
+                    let system = match (i.applies_to(System::Cosi), i.applies_to(System::Csi)) {
+                        (true, true) => "cosi+csi",
                         (true, false) => "cosi",
-                        _ => "bosh",
+                        _ if i.needs_bosh() => "csi+bosh",
+                        _ => "csi",
                     };
                     drivelab::outln!("{:26} {:10} {}", i.id(), system, i.claim());
                 }

@@ -41,7 +41,7 @@ use super::hook::{LabControl, LabHook};
 use super::schedule::Scheduler;
 use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshot, StepSnapshots};
 use crate::checks::bosh::{self as checks, BoshObservations, Sample};
-use crate::scenario::{Bosh, Expectation, Mutant, NodeCallStep, Scenario, Step};
+use crate::scenario::{Bosh, Csi, Expectation, Mutant, NodeCallStep, Scenario, Step};
 use crate::snapshot::{self, Normalizer};
 use drivelab_proto::csi;
 
@@ -59,11 +59,11 @@ pub(super) async fn run(
     recorder: Option<&crate::runs::Recorder>,
 ) -> anyhow::Result<RunOutcome> {
     let log_start = crate::logcap::position();
-    let bosh = scn
-        .bosh
+    let csi = scn
+        .csi
         .clone()
-        .ok_or_else(|| anyhow!("not a BOSH scenario"))?;
-    let mut lab = BoshLab::start(scn, &bosh, seed, mutants).await?;
+        .ok_or_else(|| anyhow!("not a CSI scenario"))?;
+    let mut lab = BoshLab::start(scn, &csi, seed, mutants).await?;
     lab.recorder = recorder.cloned();
     let result = lab.run_steps(scn, snapshots).await;
     let outcome = match result {
@@ -150,7 +150,8 @@ struct Control {
     controller: std::sync::Weak<Driver>,
     /// One crash-and-restart at a time.
     crashing: Arc<tokio::sync::Mutex<()>>,
-    director: std::sync::Weak<DirectorServer>,
+    /// The Director, when the scenario has the BOSH backend.
+    director: Option<std::sync::Weak<DirectorServer>>,
     history: History,
     hook: std::sync::Weak<LabHook>,
 }
@@ -188,7 +189,11 @@ impl LabControl for Control {
                 fault: "restart".into(),
                 detail: format!("{component} restarting (state kept, connections broken)"),
             });
-            let Some(d) = self.director.upgrade() else {
+            let Some(d) = self.director.as_ref().and_then(|d| d.upgrade()) else {
+                self.history.record(EventKind::Note {
+                    component: Component::Lab,
+                    text: format!("restart of {component}: this scenario has no BOSH backend"),
+                });
                 return;
             };
             if component != Component::Director {
@@ -220,13 +225,12 @@ struct BoshLab {
     history: History,
     hook: Arc<LabHook>,
     sched: Scheduler,
-    spec: Bosh,
-    director: Arc<DirectorServer>,
+    /// The BOSH backend, when the scenario stands it up (`bosh:`).
+    backend: Option<BoshBackend>,
     kube: KubeFake,
     sidecars: Arc<CsiSidecars>,
     controller: Arc<Driver>,
     nodes: Vec<Node>,
-    client_secret: Secret,
     converge_within: Duration,
     /// PVCs and pods the scenario made, and what it asked of each pod.
     read_only_pods: BTreeMap<String, bool>,
@@ -250,15 +254,183 @@ struct BoshLab {
     driver_name: String,
 }
 
+/// The BOSH backend of a CSI scenario: the Director (with its in-process CPI,
+/// agents and UAA) and the IaaS block API, and what the driver is told of them.
+struct BoshBackend {
+    spec: Bosh,
+    director: Arc<DirectorServer>,
+    director_url: String,
+    client_secret: Secret,
+    block_url: String,
+    block_secret: Secret,
+    /// The block API's listener until the CBT side takes it.
+    block_l: Option<Listener>,
+}
+
+impl BoshBackend {
+    /// Stand up the Director and the block API. Draws its secrets from `rng`
+    /// in a fixed order, so a seed gives the same run.
+    async fn start(
+        spec: &Bosh,
+        store: &(dyn Fn(&str) -> anyhow::Result<Arc<dyn Store>> + Sync),
+        gate: &(dyn Fn() -> Gate + Sync),
+        rng: &mut ChaCha20Rng,
+    ) -> anyhow::Result<Self> {
+        let client_secret = Secret::new(super::random_token(rng, 40));
+        let signing_key = Secret::new(super::random_token(rng, 48));
+        let cpi = Cpi::new(
+            store("cpi")?,
+            gate(),
+            CpiConfig {
+                latency: spec.iaas_latency.clone(),
+                ..CpiConfig::default()
+            },
+        );
+        let config = director_config(spec, &client_secret, signing_key);
+        let director_store = store("director")?;
+        let rebuild = (director_store.clone(), gate(), cpi.clone(), config.clone());
+        let director = Director::new(director_store, gate(), cpi, config)
+            .await
+            .map_err(|e| anyhow!("starting the fake Director: {e}"))?;
+        let listener = director
+            .serve(loopback())
+            .await
+            .context("serving the fake Director")?;
+        let director_url = listener.url();
+        let server = Arc::new(DirectorServer {
+            current: std::sync::RwLock::new(director),
+            rebuild,
+            addr: listener.addr,
+            listener: tokio::sync::Mutex::new(Some(listener)),
+        });
+        // The IaaS's block API the driver reads changed blocks from, with its own credential.
+        let block_secret = Secret::new(super::random_token(rng, 40));
+        let block_l = server
+            .rebuild
+            .2
+            .serve_block_api(
+                loopback(),
+                drivelab_fakes::secret::Secret::new(block_secret.expose()),
+            )
+            .await
+            .context("serving the IaaS block API")?;
+        Ok(BoshBackend {
+            spec: spec.clone(),
+            director: server,
+            director_url,
+            client_secret,
+            block_url: block_l.url(),
+            block_secret,
+            block_l: Some(block_l),
+        })
+    }
+
+    fn director(&self) -> Director {
+        self.director.director()
+    }
+
+    /// The instance id of the BOSH instance node `name` runs on.
+    fn instance_of(&self, name: &str) -> anyhow::Result<String> {
+        let n = self
+            .spec
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| anyhow!("node {name} has no BOSH instance"))?;
+        let (dep, index) = n
+            .instance_ref()
+            .ok_or_else(|| anyhow!("node {}: bad instance {}", n.name, n.instance))?;
+        let group = self
+            .spec
+            .deployments
+            .iter()
+            .find(|d| d.name == dep)
+            .map(|d| d.instance_group.clone())
+            .unwrap_or_default();
+        let want = format!("{group}/{index}");
+        self.director()
+            .instances()
+            .iter()
+            .find(|i| i.deployment == dep && i.name == want)
+            .map(|i| i.id.clone())
+            .ok_or_else(|| anyhow!("the Director has no instance {}", n.instance))
+    }
+
+    /// What the BOSH agent made visible on `instance_id`, as udev would show it.
+    fn devices(&self, instance_id: &str) -> DeviceSource {
+        // Through the server, not a Director handle: a handle kept here would
+        // keep a restarted Director's old workers alive.
+        let d = Arc::downgrade(&self.director);
+        let iid = instance_id.to_string();
+        Arc::new(move || {
+            let Some(d) = d.upgrade() else {
+                return Vec::new();
+            };
+            d.director()
+                .agent_disks(&iid)
+                .iter()
+                .map(|a| Device::for_disk(&a.disk_cid))
+                .collect()
+        })
+    }
+}
+
+/// The Director's configuration for a `bosh:` section.
+fn director_config(spec: &Bosh, client_secret: &Secret, signing_key: Secret) -> DirectorConfig {
+    let mut pools: Vec<String> = spec
+        .storage_classes
+        .iter()
+        .map(|c| c.disk_pool.clone())
+        .collect();
+    pools.sort();
+    pools.dedup();
+    DirectorConfig {
+        deployments: spec
+            .deployments
+            .iter()
+            .map(|d| DeploymentConfig {
+                name: d.name.clone(),
+                instance_groups: vec![InstanceGroupConfig {
+                    name: d.instance_group.clone(),
+                    instances: d.instances,
+                    azs: vec!["z1".into()],
+                }],
+            })
+            .collect(),
+        disk_pools: pools
+            .into_iter()
+            .map(|name| DiskPoolConfig {
+                name,
+                cloud_properties: json!({}),
+            })
+            .collect(),
+        clients: vec![ClientConfig {
+            id: CLIENT_ID.into(),
+            secret: drivelab_fakes::secret::Secret::new(client_secret.expose()),
+            scopes: bosh_csi::config::NARROW_SCOPES
+                .iter()
+                .map(|x| x.to_string())
+                .collect(),
+            deployments: spec.client_deployments.clone(),
+        }],
+        dynamic_disks_workers: spec.workers,
+        per_deployment_scoping: spec.per_deployment_scoping,
+        disk_jobs_take_vm_lock: spec.disk_jobs_take_vm_lock,
+        disk_jobs_take_deployment_lock: spec.disk_jobs_take_deployment_lock,
+        token_signing_key: signing_key,
+        ..Default::default()
+    }
+}
+
 impl BoshLab {
     async fn start(
         scn: &Scenario,
-        spec: &Bosh,
+        csi: &Csi,
         seed: u64,
         mutants: &[Mutant],
     ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
-            .prefix("drivelab-bosh-")
+            .prefix("drivelab-csi-")
             .tempdir()
             .context("creating the run directory")?;
         let db = sled::Config::new()
@@ -271,8 +443,6 @@ impl BoshLab {
         let clock = SimClock::new();
         let history = History::new(clock.clone());
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
-        let client_secret = Secret::new(super::random_token(&mut rng, 40));
-        let signing_key = Secret::new(super::random_token(&mut rng, 48));
         let sched = Scheduler::new(seed, history.clone());
         let hook = Arc::new(LabHook::new(history.clone(), sched.clone()));
         let gate = || {
@@ -280,104 +450,19 @@ impl BoshLab {
             g.set_hook(hook.clone());
             g
         };
-        let cpi = Cpi::new(
-            store("cpi")?,
-            gate(),
-            CpiConfig {
-                latency: spec.iaas_latency.clone(),
-                ..CpiConfig::default()
-            },
-        );
-        let mut pools: Vec<String> = spec
-            .storage_classes
-            .iter()
-            .map(|c| c.disk_pool.clone())
-            .collect();
-        pools.sort();
-        pools.dedup();
-        let config = DirectorConfig {
-            deployments: spec
-                .deployments
-                .iter()
-                .map(|d| DeploymentConfig {
-                    name: d.name.clone(),
-                    instance_groups: vec![InstanceGroupConfig {
-                        name: d.instance_group.clone(),
-                        instances: d.instances,
-                        azs: vec!["z1".into()],
-                    }],
-                })
-                .collect(),
-            disk_pools: pools
-                .into_iter()
-                .map(|name| DiskPoolConfig {
-                    name,
-                    cloud_properties: json!({}),
-                })
-                .collect(),
-            clients: vec![ClientConfig {
-                id: CLIENT_ID.into(),
-                secret: drivelab_fakes::secret::Secret::new(client_secret.expose()),
-                scopes: bosh_csi::config::NARROW_SCOPES
-                    .iter()
-                    .map(|x| x.to_string())
-                    .collect(),
-                deployments: spec.client_deployments.clone(),
-            }],
-            dynamic_disks_workers: spec.workers,
-            per_deployment_scoping: spec.per_deployment_scoping,
-            disk_jobs_take_vm_lock: spec.disk_jobs_take_vm_lock,
-            disk_jobs_take_deployment_lock: spec.disk_jobs_take_deployment_lock,
-            token_signing_key: signing_key,
-            ..Default::default()
+        let mut backend = match &csi.bosh {
+            Some(spec) => Some(BoshBackend::start(spec, &store, &gate, &mut rng).await?),
+            None => None,
         };
-        let director_store = store("director")?;
-        let rebuild = (director_store.clone(), gate(), cpi.clone(), config.clone());
-        let director = Director::new(director_store, gate(), cpi, config)
-            .await
-            .map_err(|e| anyhow!("starting the fake Director: {e}"))?;
-        let listener = director
-            .serve(loopback())
-            .await
-            .context("serving the fake Director")?;
-        let director_url = listener.url();
-        let server = Arc::new(DirectorServer {
-            current: std::sync::RwLock::new(director.clone()),
-            rebuild,
-            addr: listener.addr,
-            listener: tokio::sync::Mutex::new(Some(listener)),
-        });
-
-        // The IaaS's block API the driver reads changed blocks from, with its own credential.
-        let block_secret = Secret::new(super::random_token(&mut rng, 40));
-        let block_l = server
-            .rebuild
-            .2
-            .serve_block_api(
-                loopback(),
-                drivelab_fakes::secret::Secret::new(block_secret.expose()),
-            )
-            .await
-            .context("serving the IaaS block API")?;
         let sockets = dir.path().join("csi");
         std::fs::create_dir_all(&sockets).context("creating the socket directory")?;
-        let backend = BackendRefs {
-            director_url: director_url.clone(),
-            client_secret: client_secret.clone(),
-            block_url: block_l.url(),
-            block_secret: block_secret.clone(),
-            task_timeout: spec.task_timeout,
+        let refs = BackendRefs {
+            bosh: backend.as_ref(),
             sockets: sockets.clone(),
             run_dir: dir.path().to_path_buf(),
         };
-        let (controller, ctl_sock) = csi_process(
-            scn,
-            mutants,
-            &CsiRole::Controller,
-            &backend,
-            &clock,
-            &history,
-        )?;
+        let (controller, ctl_sock) =
+            csi_process(scn, mutants, &CsiRole::Controller, &refs, &clock, &history)?;
         let controller = Arc::new(controller);
         controller
             .start()
@@ -388,114 +473,66 @@ impl BoshLab {
             .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))?;
         let slot: KubeSlot = Arc::new(std::sync::RwLock::new(kube.clone()));
         let filesystems = Filesystems::default();
-        let instances = director.instances();
         let mut nodes = Vec::new();
         let mut agents = BTreeMap::new();
-        for n in &spec.nodes {
-            let (dep, index) = n
-                .instance_ref()
-                .ok_or_else(|| anyhow!("node {}: bad instance {}", n.name, n.instance))?;
-            let group = spec
-                .deployments
-                .iter()
-                .find(|d| d.name == dep)
-                .map(|d| d.instance_group.clone())
-                .unwrap_or_default();
-            let want = format!("{group}/{index}");
-            let instance_id = instances
-                .iter()
-                .find(|i| i.deployment == dep && i.name == want)
-                .map(|i| i.id.clone())
-                .ok_or_else(|| anyhow!("the Director has no instance {}", n.instance))?;
-            // Through the server, not a Director handle: a handle kept here would
-            // keep a restarted Director's old workers alive.
-            let d = Arc::downgrade(&server);
-            let iid = instance_id.clone();
-            // What the BOSH agent made visible on this instance, as udev would show it.
-            let source: DeviceSource = Arc::new(move || {
-                let Some(d) = d.upgrade() else {
-                    return Vec::new();
-                };
-                d.director()
-                    .agent_disks(&iid)
-                    .iter()
-                    .map(|a| Device::for_disk(&a.disk_cid))
-                    .collect()
-            });
-            let table = MountTable::new(&n.name, source, filesystems.clone(), gate());
+        for name in &csi.nodes {
+            // A node with the BOSH backend runs on an instance, whose id is its
+            // CSI node id; without it the node's name is.
+            let (node_id, source): (String, DeviceSource) = match &backend {
+                Some(b) => {
+                    let iid = b.instance_of(name)?;
+                    let source = b.devices(&iid);
+                    (iid, source)
+                }
+                None => (name.clone(), Arc::new(Vec::new)),
+            };
+            let table = MountTable::new(name, source, filesystems.clone(), gate());
             let table_l = table
                 .serve(loopback())
                 .await
                 .context("serving a mount table")?;
             let role = CsiRole::Node {
-                name: n.name.clone(),
-                instance_id: instance_id.clone(),
+                name: name.clone(),
+                node_id: node_id.clone(),
                 mounter_url: table_l.url(),
             };
-            let (plugin, sock) = csi_process(scn, mutants, &role, &backend, &clock, &history)?;
+            let (plugin, sock) = csi_process(scn, mutants, &role, &refs, &clock, &history)?;
             let plugin = Arc::new(plugin);
             plugin.start().await.with_context(|| {
                 format!(
-                    "starting the node plugin on {} ({})",
-                    n.name,
+                    "starting the node plugin on {name} ({})",
                     scn.driver.describe()
                 )
             })?;
-            let agent = NodeAgent::connect(&n.name, &sock, slot.clone(), gate())
+            let agent = NodeAgent::connect(name, &sock, slot.clone(), gate())
                 .await
-                .with_context(|| format!("the kubelet on {} could not reach its plugin", n.name))?;
-            agents.insert(n.name.clone(), Arc::new(agent));
+                .with_context(|| format!("the kubelet on {name} could not reach its plugin"))?;
+            agents.insert(name.clone(), Arc::new(agent));
             nodes.push(Node {
-                name: n.name.clone(),
-                instance_id,
+                name: name.clone(),
+                instance_id: node_id,
                 table,
                 _table_l: table_l,
                 plugin,
             });
         }
-        let sidecars = Arc::new(CsiSidecars {
-            kube: slot.clone(),
-            provisioner: Arc::new(
-                Provisioner::connect(&ctl_sock, slot.clone(), gate())
-                    .await
-                    .context("the external-provisioner could not reach the controller")?,
-            ),
-            attacher: Arc::new(
-                Attacher::connect(&ctl_sock, slot.clone(), gate())
-                    .await
-                    .context("the external-attacher could not reach the controller")?,
-            ),
-            nodes: agents,
-            snapshotter: Some(Arc::new(
-                Snapshotter::connect(&ctl_sock, slot.clone(), gate())
-                    .await
-                    .context("the external-snapshotter could not reach the controller")?,
-            )),
-        });
-        // The sidecars' per-call deadline, as the scenario's driver declares it.
-        sidecars
-            .provisioner
-            .set_call_timeout(scn.driver.call_timeout);
-        sidecars.attacher.set_call_timeout(scn.driver.call_timeout);
-        if let Some(s) = &sidecars.snapshotter {
-            s.set_call_timeout(scn.driver.call_timeout);
-        }
-        for a in sidecars.nodes.values() {
-            a.set_call_timeout(scn.driver.call_timeout);
-        }
+        let sidecars = Arc::new(
+            connect_sidecars(&ctl_sock, &slot, agents, &gate, scn.driver.call_timeout).await?,
+        );
         // The driver's own name (GetPluginInfo, as the provisioner asked it at
         // start) goes wherever Kubernetes names the driver.
         let driver_name = sidecars.provisioner.driver_name().to_string();
-        for c in &spec.storage_classes {
+        for c in &csi.storage_classes {
             kube.create(
                 Kind::StorageClass,
                 json!({"metadata":{"name":c.name},"provisioner":driver_name,
-                    "reclaimPolicy":c.reclaim_policy,
-                    "parameters":{"disk_pool_name":c.disk_pool,"deployment_name":c.deployment,
-                        "csi.storage.k8s.io/fstype":c.fstype}}),
+                    "reclaimPolicy":c.reclaim_policy, "parameters":c.parameters}),
             )
             .map_err(|e| anyhow!("creating StorageClass {}: {e}", c.name))?;
         }
+        let block = backend
+            .as_mut()
+            .and_then(|b| Some((b.block_l.take()?, b.block_secret.clone())));
         let cbt = Cbt::start(
             &ctl_sock,
             &driver_name,
@@ -503,14 +540,13 @@ impl BoshLab {
             &mut rng,
             &slot,
             gate(),
-            block_l,
-            block_secret,
+            block,
         )
         .await?;
         hook.set_control(Arc::new(Control {
             controller: Arc::downgrade(&controller),
             crashing: Default::default(),
-            director: Arc::downgrade(&server),
+            director: backend.as_ref().map(|b| Arc::downgrade(&b.director)),
             history: history.clone(),
             hook: Arc::downgrade(&hook),
         }));
@@ -518,9 +554,11 @@ impl BoshLab {
             hook.arm(f.clone());
         }
         let mut norm = Normalizer::default();
-        norm.fixed(&director_url, "director-url");
-        for n in &nodes {
-            norm.id("instance", &n.instance_id);
+        if let Some(b) = &backend {
+            norm.fixed(&b.director_url, "director-url");
+            for n in &nodes {
+                norm.id("instance", &n.instance_id);
+            }
         }
         Ok(Self {
             _dir: dir,
@@ -528,13 +566,11 @@ impl BoshLab {
             history,
             hook,
             sched,
-            spec: spec.clone(),
-            director: server,
+            backend,
             kube,
             sidecars,
             controller,
             nodes,
-            client_secret,
             converge_within: scn.converge_within,
             read_only_pods: BTreeMap::new(),
             lab_mounts: Default::default(),
@@ -553,8 +589,17 @@ impl BoshLab {
         })
     }
 
-    fn director(&self) -> Director {
-        self.director.director()
+    /// The Director, when the scenario has the BOSH backend.
+    fn director(&self) -> Option<Director> {
+        self.backend.as_ref().map(BoshBackend::director)
+    }
+
+    /// The BOSH backend, for what only it can do (validation keeps such steps
+    /// out of `csi:` scenarios; this is the lab's own guard).
+    fn bosh(&self) -> anyhow::Result<&BoshBackend> {
+        self.backend
+            .as_ref()
+            .ok_or_else(|| anyhow!("this step needs the BOSH backend (`bosh:`)"))
     }
 
     async fn stop(&mut self) {
@@ -562,7 +607,9 @@ impl BoshLab {
         for n in &self.nodes {
             n.plugin.stop().await;
         }
-        self.director.down().await;
+        if let Some(b) = &self.backend {
+            b.director.down().await;
+        }
     }
 
     async fn run_steps(&mut self, scn: &Scenario, snapshots: StepSnapshots) -> anyhow::Result<()> {
@@ -610,7 +657,7 @@ impl BoshLab {
                     if c == Component::CsiSnapshotMetadata {
                         self.cbt.restart_sidecar().await?;
                     } else {
-                        self.director.restart().await?;
+                        self.bosh()?.director.restart().await?;
                     }
                     self.converge().await?;
                 }
@@ -620,14 +667,14 @@ impl BoshLab {
                         fault: "director_down".into(),
                         detail: "the Director stops answering (connections refused)".into(),
                     });
-                    self.director.down().await;
+                    self.bosh()?.director.down().await;
                 }
                 Step::DirectorUp => {
                     self.history.record(EventKind::Note {
                         component: Component::Lab,
                         text: "the Director answers again".into(),
                     });
-                    self.director.up().await?;
+                    self.bosh()?.director.up().await?;
                     self.converge().await?;
                 }
                 Step::Concurrent(steps) => self.concurrent(steps).await?,
@@ -651,7 +698,7 @@ impl BoshLab {
                             b,
                             &self.history,
                             &self.clock,
-                            &self.director().cpi().clone(),
+                            &self.bosh()?.director().cpi().clone(),
                         )
                         .await;
                     self.last_step_code = Some(code);
@@ -756,12 +803,24 @@ impl BoshLab {
 
     /// Run a VM operation as the operator would (user `admin`), wait for its task.
     async fn run_job(&self, job: Job) {
-        operator_job(self.director(), &self.history, job).await;
+        match self.director() {
+            Some(d) => operator_job(d, &self.history, job).await,
+            None => {
+                self.history.record(EventKind::Note {
+                    component: Component::Lab,
+                    text: format!("operator job {job:?}: this scenario has no BOSH backend"),
+                });
+            }
+        }
     }
 
     /// Every secret value the run knows of so far.
     fn secrets(&self) -> Vec<Secret> {
-        let mut secrets = vec![self.client_secret.clone()];
+        let mut secrets: Vec<Secret> = self
+            .backend
+            .iter()
+            .map(|b| b.client_secret.clone())
+            .collect();
         secrets.extend(self.cbt.secrets.iter().cloned());
         for b in self.cbt.backups.values() {
             secrets.extend(b.session.iter().cloned());
@@ -802,8 +861,8 @@ impl BoshLab {
     /// A workload's writes, straight to the IaaS disk (the ground truth the deltas are checked against).
     fn write_blocks(&mut self, w: &crate::scenario::WriteBlocksStep) -> anyhow::Result<()> {
         let handle = self.handle_of(&w.namespace, &w.volume)?;
-        let cid = self
-            .director()
+        let director = self.bosh()?.director();
+        let cid = director
             .disks()
             .into_iter()
             .find(|d| d.name == handle)
@@ -817,7 +876,7 @@ impl BoshLab {
                 count: *count,
             })
             .collect();
-        match self.director().cpi().write_blocks(&cid, &ranges) {
+        match director.cpi().write_blocks(&cid, &ranges) {
             Ok(seq) => self.history.record(EventKind::Note {
                 component: Component::Lab,
                 text: format!(
@@ -991,7 +1050,7 @@ impl BoshLab {
         let mut handles = Vec::new();
         for j in jobs {
             self.sched.actor_started();
-            let director = self.director().clone();
+            let director = self.bosh()?.director();
             let sched = self.sched.clone();
             let history = self.history.clone();
             handles.push(tokio::spawn(async move {
@@ -1154,8 +1213,11 @@ impl BoshLab {
 
     /// What the step boundary shows: attachments, mounts, VolumeAttachments, pods.
     fn sample(&mut self, step: usize) {
-        let cpi = self.director().cpi().clone();
-        for d in self.director().disks() {
+        let attachments = self
+            .director()
+            .map(|d| d.cpi().attachments())
+            .unwrap_or_default();
+        for d in self.director().map(|d| d.disks()).unwrap_or_default() {
             self.disk_names.insert(d.cid.clone(), d.name.clone());
         }
         let vas = self
@@ -1194,15 +1256,14 @@ impl BoshLab {
             .collect();
         self.samples.push(Sample {
             step,
-            attachments: cpi
-                .attachments()
+            attachments: attachments
                 .into_iter()
                 .map(|a| (a.disk_cid, a.vm_cid))
                 .collect(),
             mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
             volume_attachments: vas,
             pvs,
-            disks: self.director().disks(),
+            disks: self.director().map(|d| d.disks()).unwrap_or_default(),
         });
     }
 
@@ -1270,13 +1331,21 @@ impl BoshLab {
             }
         }
         if let Some(want) = e.iaas_disks {
-            let got = self.director().cpi().disks().len();
+            let got = self
+                .director()
+                .map(|d| d.cpi().disks())
+                .unwrap_or_default()
+                .len();
             if got != want {
                 fails.push(format!("the IaaS has {got} disks, expected {want}"));
             }
         }
         if let Some(want) = e.iaas_snapshots {
-            let got = self.director().cpi().snapshots().len();
+            let got = self
+                .director()
+                .map(|d| d.cpi().snapshots())
+                .unwrap_or_default()
+                .len();
             if got != want {
                 fails.push(format!("the IaaS has {got} snapshots, expected {want}"));
             }
@@ -1322,10 +1391,13 @@ impl BoshLab {
 
     fn render_snapshot(&mut self) -> String {
         let input = snapshot::bosh::BoshSnapshotInput {
-            instances: self.director().instances(),
-            disks: self.director().disks(),
-            iaas_disks: self.director().cpi().disks(),
-            attachments: self.director().cpi().attachments(),
+            instances: self.director().map(|d| d.instances()).unwrap_or_default(),
+            disks: self.director().map(|d| d.disks()).unwrap_or_default(),
+            iaas_disks: self.director().map(|d| d.cpi().disks()).unwrap_or_default(),
+            attachments: self
+                .director()
+                .map(|d| d.cpi().attachments())
+                .unwrap_or_default(),
             pvcs: self
                 .kube
                 .list(Kind::PersistentVolumeClaim, None)
@@ -1340,9 +1412,12 @@ impl BoshLab {
                 .unwrap_or_default(),
             pods: self.kube.list(Kind::Pod, None).unwrap_or_default(),
             mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
-            tasks: self.director().tasks(),
-            locks: self.director().locks(),
-            snapshots: self.director().cpi().snapshots(),
+            tasks: self.director().map(|d| d.tasks()).unwrap_or_default(),
+            locks: self.director().map(|d| d.locks()).unwrap_or_default(),
+            snapshots: self
+                .director()
+                .map(|d| d.cpi().snapshots())
+                .unwrap_or_default(),
         };
         snapshot::bosh::render(&input, &mut self.norm)
     }
@@ -1361,7 +1436,9 @@ impl BoshLab {
             name: "final convergence (faults healed)".into(),
         });
         self.checkpoint(scn.steps.len());
-        self.director.up().await?;
+        if let Some(b) = &self.backend {
+            b.director.up().await?;
+        }
         self.converge().await?;
         self.sample(scn.steps.len());
         let snapshot = self.render_snapshot();
@@ -1391,16 +1468,16 @@ impl BoshLab {
             disk_names: self.disk_names.clone(),
             iaas_disks: self
                 .director()
-                .cpi()
-                .disks()
+                .map(|d| d.cpi().disks())
+                .unwrap_or_default()
                 .into_iter()
                 .map(|d| d.cid)
                 .collect(),
-            director_disks: self.director().disks(),
+            director_disks: self.director().map(|d| d.disks()).unwrap_or_default(),
             iaas_snapshots: self
                 .director()
-                .cpi()
-                .snapshots()
+                .map(|d| d.cpi().snapshots())
+                .unwrap_or_default()
                 .into_iter()
                 .map(|s| s.cid)
                 .collect(),
@@ -1411,9 +1488,13 @@ impl BoshLab {
                 .map(|c| str_at(c, &["status", "snapshotHandle"]))
                 .filter(|h| !h.is_empty())
                 .collect(),
-            tasks: self.director().tasks(),
+            tasks: self.director().map(|d| d.tasks()).unwrap_or_default(),
             client_id: CLIENT_ID.to_string(),
-            client_deployments: self.spec.client_deployments.clone(),
+            client_deployments: self
+                .backend
+                .as_ref()
+                .map(|b| b.spec.client_deployments.clone())
+                .unwrap_or_default(),
             read_only_pods: self.read_only_pods.clone(),
             lab_mounts: self.lab_mounts.clone(),
             pods: self.kube.list(Kind::Pod, None)?,
@@ -1526,6 +1607,45 @@ fn attach_figures(events: &[drivelab_fakes::history::Event]) -> Vec<String> {
 
 /// An operator's VM operation (user `admin`): run it, wait for its task, and
 /// note in the history how it ended.
+/// The controller's sidecars (provisioner, attacher, snapshotter) on its
+/// socket, beside the node agents, each with the driver's call deadline.
+async fn connect_sidecars(
+    ctl_sock: &std::path::Path,
+    slot: &KubeSlot,
+    agents: BTreeMap<String, Arc<NodeAgent>>,
+    gate: &(dyn Fn() -> Gate + Sync),
+    call_timeout: Duration,
+) -> anyhow::Result<CsiSidecars> {
+    let sidecars = CsiSidecars {
+        kube: slot.clone(),
+        provisioner: Arc::new(
+            Provisioner::connect(ctl_sock, slot.clone(), gate())
+                .await
+                .context("the external-provisioner could not reach the controller")?,
+        ),
+        attacher: Arc::new(
+            Attacher::connect(ctl_sock, slot.clone(), gate())
+                .await
+                .context("the external-attacher could not reach the controller")?,
+        ),
+        nodes: agents,
+        snapshotter: Some(Arc::new(
+            Snapshotter::connect(ctl_sock, slot.clone(), gate())
+                .await
+                .context("the external-snapshotter could not reach the controller")?,
+        )),
+    };
+    sidecars.provisioner.set_call_timeout(call_timeout);
+    sidecars.attacher.set_call_timeout(call_timeout);
+    if let Some(s) = &sidecars.snapshotter {
+        s.set_call_timeout(call_timeout);
+    }
+    for a in sidecars.nodes.values() {
+        a.set_call_timeout(call_timeout);
+    }
+    Ok(sidecars)
+}
+
 /// Which CSI process of the driver under test the lab starts.
 enum CsiRole {
     /// Identity + Controller, beside the provisioner, attacher and snapshotter.
@@ -1533,18 +1653,15 @@ enum CsiRole {
     /// Identity + Node on one node, beside its kubelet.
     Node {
         name: String,
-        instance_id: String,
+        /// Its CSI node id: the BOSH instance id, or the node name.
+        node_id: String,
         mounter_url: String,
     },
 }
 
-/// The BOSH backend and run directory as the CSI processes are told of them.
-struct BackendRefs {
-    director_url: String,
-    client_secret: Secret,
-    block_url: String,
-    block_secret: Secret,
-    task_timeout: Duration,
+/// The backend and run directory as the CSI processes are told of them.
+struct BackendRefs<'a> {
+    bosh: Option<&'a BoshBackend>,
     sockets: PathBuf,
     run_dir: PathBuf,
 }
@@ -1565,55 +1682,92 @@ fn csi_process(
         CsiRole::Node { name, .. } => format!("node-{name}.sock"),
     };
     let socket = b.sockets.join(&socket_name);
-    if scn.driver.builtin() != Some(crate::scenario::BuiltinDriver::BoshCsi) {
-        let mut params = super::external::DriverParams::new(
-            crate::scenario::DriverProtocol::Csi,
-            b.sockets.clone(),
-            &socket_name,
-            b.run_dir.clone(),
-        );
-        // The driver's wall clock follows the lab's: a token lifetime the
-        // scenario lets pass on the virtual clock passes for it too.
-        params.clock = Some(clock.clone());
+    let driver = match scn.driver.builtin() {
+        None => {
+            let params = csi_params(role, b, &socket_name, clock);
+            Driver::external(&scn.driver, mutants, &params, history.clone())?
+        }
+        Some(crate::scenario::BuiltinDriver::BoshCsi) => {
+            let bosh = b.bosh.ok_or_else(|| {
+                anyhow!("bosh-csi drives the BOSH Director: its scenarios need `bosh:`, not `csi:`")
+            })?;
+            Driver::InProcess(builtin_bosh_csi(role, bosh, &socket, clock, mutants))
+        }
+        Some(other) => return Err(anyhow!("{} is not a CSI driver", other.name())),
+    };
+    Ok((driver, socket))
+}
+
+/// What an external CSI process is told: its role's placeholders, the BOSH
+/// backend's when there is one, and the lab's clock.
+fn csi_params(
+    role: &CsiRole,
+    b: &BackendRefs,
+    socket_name: &str,
+    clock: &SimClock,
+) -> super::external::DriverParams {
+    let mut params = super::external::DriverParams::new(
+        crate::scenario::DriverProtocol::Csi,
+        b.sockets.clone(),
+        socket_name,
+        b.run_dir.clone(),
+    );
+    // The driver's wall clock follows the lab's: a token lifetime the
+    // scenario lets pass on the virtual clock passes for it too.
+    params.clock = Some(clock.clone());
+    if let Some(bosh) = b.bosh {
         // Scenario settings, not secrets: every role gets them.
+        let t = bosh.spec.task_timeout;
         params
-            .set("task_timeout", format!("{}ms", b.task_timeout.as_millis()))
+            .set("task_timeout", format!("{}ms", t.as_millis()))
             .set(
                 "poll_interval",
-                format!("{}ms", (b.task_timeout * 2 / 3).as_millis().max(1)),
+                format!("{}ms", (t * 2 / 3).as_millis().max(1)),
             );
-        match role {
-            CsiRole::Controller => {
+    }
+    match role {
+        CsiRole::Controller => {
+            params.set("mode", "controller");
+            if let Some(bosh) = b.bosh {
                 params
-                    .set("mode", "controller")
-                    .set_labelled("director_url", &b.director_url, "<director-url>")
-                    .set("uaa_url", &b.director_url)
+                    .set_labelled("director_url", &bosh.director_url, "<director-url>")
+                    .set("uaa_url", &bosh.director_url)
                     .set("client_id", CLIENT_ID)
-                    .set_secret("client_secret", &b.client_secret, "<client-secret>")
-                    .set_labelled("block_api_url", &b.block_url, "<block-api-url>")
+                    .set_secret("client_secret", &bosh.client_secret, "<client-secret>")
+                    .set_labelled("block_api_url", &bosh.block_url, "<block-api-url>")
                     .set_secret(
                         "block_api_credential",
-                        &b.block_secret,
+                        &bosh.block_secret,
                         "<block-api-credential>",
                     );
             }
-            CsiRole::Node {
-                name,
-                instance_id,
-                mounter_url,
-            } => {
-                params
-                    .set("mode", "node")
-                    .set("node_id", instance_id)
-                    .set("node_name", name)
-                    .set_labelled("mounter_url", mounter_url, &format!("<mounter-url-{name}>"));
-            }
         }
-        let driver = Driver::external(&scn.driver, mutants, &params, history.clone())?;
-        return Ok((driver, socket));
+        CsiRole::Node {
+            name,
+            node_id,
+            mounter_url,
+        } => {
+            params
+                .set("mode", "node")
+                .set("node_id", node_id)
+                .set("node_name", name)
+                .set_labelled("mounter_url", mounter_url, &format!("<mounter-url-{name}>"));
+        }
     }
+    params
+}
+
+/// The linked-in bosh-csi in `role`, configured as the lab runs it.
+fn builtin_bosh_csi(
+    role: &CsiRole,
+    b: &BoshBackend,
+    socket: &std::path::Path,
+    clock: &SimClock,
+    mutants: &[Mutant],
+) -> InProcessDriver {
     let mutants = Mutant::bosh(mutants);
-    let driver = match role {
+    let task_timeout = b.spec.task_timeout;
+    match role {
         CsiRole::Controller => {
             let vclock = clock.clone();
             InProcessDriver::bosh_csi_clocked(
@@ -1627,8 +1781,8 @@ fn csi_process(
                     // sees it done. Polls of a task that must wait are spaced so the
                     // wall-clock task timeout always falls between the same two
                     // polls: the poll count, and so the history, is the same every run.
-                    poll_interval: b.task_timeout * 2 / 3,
-                    task_timeout: b.task_timeout,
+                    poll_interval: task_timeout * 2 / 3,
+                    task_timeout,
                     http_timeout: Duration::from_secs(2),
                     mutants,
                     block_api_url: b.block_url.clone(),
@@ -1636,27 +1790,26 @@ fn csi_process(
                     session_ttl: SESSION_TTL,
                     ..Default::default()
                 },
-                &socket,
+                socket,
                 Arc::new(move || vclock.now().0),
             )
         }
         CsiRole::Node {
-            instance_id,
+            node_id,
             mounter_url,
             ..
         } => InProcessDriver::bosh_csi(
             bosh_csi::DriverConfig {
                 mode: bosh_csi::Mode::Node,
-                node_id: instance_id.clone(),
+                node_id: node_id.clone(),
                 mounter_url: mounter_url.clone(),
                 http_timeout: Duration::from_secs(2),
                 mutants,
                 ..Default::default()
             },
-            &socket,
+            socket,
         ),
-    };
-    Ok((Driver::InProcess(driver), socket))
+    }
 }
 
 async fn operator_job(director: Director, history: &History, job: Job) {

@@ -46,7 +46,8 @@ pub(super) struct Cbt {
     kube: KubeFake,
     /// The audience read from the SnapshotMetadataService object, as a client finds it.
     audience: String,
-    _block_l: Listener,
+    /// The IaaS block API (the BOSH backend's), which the driver reads changed blocks from.
+    _block_l: Option<Listener>,
     /// Each backup, by name.
     pub backups: BTreeMap<String, BackupRecord>,
     /// Each session replay, in order.
@@ -68,9 +69,9 @@ impl Cbt {
         rng: &mut ChaCha20Rng,
         kube: &KubeSlot,
         sidecar_gate: Gate,
-        block_l: Listener,
-        block_secret: Secret,
+        block: Option<(Listener, Secret)>,
     ) -> anyhow::Result<Self> {
+        let (block_l, block_secret) = block.unzip();
         let api = drivelab_fakes::csi::kube_of(kube);
         api.create(
             Kind::VolumeSnapshotClass,
@@ -119,7 +120,7 @@ impl Cbt {
             backups: BTreeMap::new(),
             replays: Vec::new(),
             paused: BTreeMap::new(),
-            secrets: vec![block_secret],
+            secrets: block_secret.into_iter().collect(),
             forged,
         })
     }

@@ -169,7 +169,7 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
         }
     }
     mutants.sort();
-    if scn.system() == crate::scenario::System::Bosh {
+    if scn.system() == crate::scenario::System::Csi {
         return bosh::run(
             scn,
             seed,

@@ -345,8 +345,9 @@ impl AccessMode {
 fn default_ns() -> String {
     "default".into()
 }
+/// Empty: the scenario's first StorageClass (resolved by the validator).
 fn default_class() -> String {
-    DEFAULT_CLASS.into()
+    String::new()
 }
 fn one_gi() -> String {
     "1Gi".into()
@@ -358,7 +359,7 @@ fn one_gi() -> String {
 pub struct VolumeStep {
     /// PVC name.
     pub name: String,
-    /// StorageClass (default `bosh`).
+    /// StorageClass (default: the scenario's first, `bosh` or `standard` unless declared).
     #[serde(default = "default_class")]
     pub class: String,
     /// Namespace (default `default`).

@@ -107,7 +107,7 @@ impl Invariant {
             | Invariant::ReadOnlyEnforced
             | Invariant::NoAttachDuringRecreate
             | Invariant::DeltaExact
-            | Invariant::TokenBound => system == System::Bosh,
+            | Invariant::TokenBound => system == System::Csi,
             _ => system == System::Cosi,
         }
     }
@@ -121,6 +121,28 @@ impl Invariant {
             }
         }
         v
+    }
+
+    /// Whether it reads what only the BOSH backend shows (the Director's
+    /// tokens and VM operations, the IaaS block API the changed-block checks
+    /// compare against), so a CSI scenario without `bosh:` cannot judge it.
+    pub fn needs_bosh(self) -> bool {
+        matches!(
+            self,
+            Invariant::ScopedAccess
+                | Invariant::NoAttachDuringRecreate
+                | Invariant::DeltaExact
+                | Invariant::TokenBound
+        )
+    }
+
+    /// Checked when a CSI scenario lists none: the BOSH ones only with `bosh:`.
+    pub fn csi_defaults(with_bosh: bool) -> Vec<Invariant> {
+        Invariant::bosh_defaults()
+            .iter()
+            .copied()
+            .filter(|i| with_bosh || !i.needs_bosh())
+            .collect()
     }
 
     /// Checked when a BOSH scenario lists none.

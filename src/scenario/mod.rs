@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 pub mod bosh;
+pub mod csi;
 pub mod driver;
 pub mod fault;
 pub mod invariant;
@@ -21,6 +22,7 @@ pub use bosh::{
     PublishStep, ReplayStep, ResendStep, ResumeStep, SnapshotRef, SnapshotStep, VolumeRef,
     VolumeStep, WriteBlocksStep,
 };
+pub use csi::{Csi, CsiStorageClass};
 pub use driver::{BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, ExternalDriver};
 pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use invariant::Invariant;
@@ -53,18 +55,24 @@ pub struct Scenario {
     pub claims: Vec<Claim>,
     /// How much virtual time each step may take to converge.
     pub converge_within: Duration,
-    /// The BOSH/CSI system (`bosh:`); without it the scenario drives a COSI driver.
-    pub bosh: Option<Bosh>,
+    /// The CSI system (`csi:`, or `bosh:` for it with the BOSH backend);
+    /// without it the scenario drives a COSI driver.
+    pub csi: Option<Csi>,
 }
 
 impl Scenario {
     /// Which system the scenario drives.
     pub fn system(&self) -> System {
-        if self.bosh.is_some() {
-            System::Bosh
+        if self.csi.is_some() {
+            System::Csi
         } else {
             System::Cosi
         }
+    }
+
+    /// The BOSH backend, if the scenario stands it up.
+    pub fn bosh(&self) -> Option<&Bosh> {
+        self.csi.as_ref().and_then(|c| c.bosh.as_ref())
     }
 }
 
@@ -73,8 +81,9 @@ impl Scenario {
 pub enum System {
     /// COSI: the provisioner sidecar, S3 and its admin API, Kubernetes.
     Cosi,
-    /// BOSH/CSI: the Director and CPI, the CSI sidecars, node mount tables, Kubernetes.
-    Bosh,
+    /// CSI: the CSI sidecars, kubelets with node mount tables, Kubernetes; and
+    /// the BOSH Director and CPI when the scenario stands that backend up.
+    Csi,
 }
 
 /// A claim in words, decided by invariants (`claims:` in a scenario file).
@@ -664,6 +673,8 @@ struct RawScenario {
     converge_within: Option<Spanned<String>>,
     #[serde(default)]
     bosh: Option<Spanned<bosh::RawBosh>>,
+    #[serde(default)]
+    csi: Option<Spanned<csi::RawCsi>>,
 }
 
 #[derive(Deserialize)]
@@ -904,23 +915,17 @@ impl Validator<'_> {
                 .resolve()
                 .map_err(|(m, hint)| self.err(&at, m, hint))?
         };
-        let bosh = match raw.bosh {
-            None => None,
-            Some(b) => {
-                let at = Spanned::new((), b.referenced, b.defined);
-                Some(b.value.resolve().map_err(|(m, h)| self.err(&at, m, h))?)
-            }
-        };
-        match (&bosh, driver.protocol()) {
+        let csi = self.csi_system(raw.bosh, raw.csi)?;
+        match (&csi, driver.protocol()) {
             (Some(_), DriverProtocol::Cosi) => {
                 let at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
                 return Err(self.err(
                     &at,
                     format!(
-                        "a `bosh:` scenario drives a CSI driver, but {} speaks COSI",
+                        "a `csi:`/`bosh:` scenario drives a CSI driver, but {} speaks COSI",
                         driver.describe()
                     ),
-                    Some("use `builtin: bosh-csi`, or `protocol: csi` for a command/image driver"),
+                    Some("use a CSI builtin (bosh-csi, hostpath-csi), or `protocol: csi` for a command/image driver"),
                 ));
             }
             (None, DriverProtocol::Csi) => {
@@ -928,10 +933,10 @@ impl Validator<'_> {
                 return Err(self.err(
                     &at,
                     format!(
-                        "{} speaks CSI, which needs the BOSH system",
+                        "{} speaks CSI, which needs the CSI system",
                         driver.describe()
                     ),
-                    Some("add a `bosh:` section (`bosh: {}` takes every default)"),
+                    Some("add `csi: {}` (the driver brings its own backend) or `bosh: {}` (the BOSH Director and CPI as its backend)"),
                 ));
             }
             _ => {}
@@ -947,7 +952,7 @@ impl Validator<'_> {
         let mut ctx = Ctx {
             bucket_classes: bucket_classes.iter().map(|c| c.name.clone()).collect(),
             access_classes: access_classes.iter().map(|c| c.name.clone()).collect(),
-            bosh: bosh.clone(),
+            csi: csi.clone(),
             ..Ctx::default()
         };
         let mut steps = Vec::new();
@@ -961,8 +966,8 @@ impl Validator<'_> {
                 Some("add `resume_backup: { name: ... }` after the steps that act mid-stream"),
             ));
         }
-        let system = if bosh.is_some() {
-            System::Bosh
+        let system = if csi.is_some() {
+            System::Csi
         } else {
             System::Cosi
         };
@@ -974,13 +979,19 @@ impl Validator<'_> {
                     format!(
                         "invariant `{}` does not apply to a {} scenario",
                         i.value.id(),
-                        if system == System::Bosh {
-                            "BOSH/CSI"
-                        } else {
-                            "COSI"
-                        }
+                        if system == System::Csi { "CSI" } else { "COSI" }
                     ),
                     Some("`drivelab list invariants` says which system each is for"),
+                ));
+            }
+            if i.value.needs_bosh() && csi.as_ref().is_some_and(|c| c.bosh.is_none()) {
+                return Err(self.err(
+                    &i,
+                    format!(
+                        "invariant `{}` reads what only the BOSH backend shows, and this scenario has `csi:` without it",
+                        i.value.id()
+                    ),
+                    Some("use `bosh:` instead of `csi:`, or drop the invariant"),
                 ));
             }
             if invariants.contains(&i.value) {
@@ -995,7 +1006,9 @@ impl Validator<'_> {
         if invariants.is_empty() {
             invariants = match system {
                 System::Cosi => Invariant::cosi_defaults().to_vec(),
-                System::Bosh => Invariant::bosh_defaults().to_vec(),
+                System::Csi => {
+                    Invariant::csi_defaults(csi.as_ref().is_some_and(|c| c.bosh.is_some()))
+                }
             };
         }
         let converge_within = match &raw.converge_within {
@@ -1044,7 +1057,7 @@ impl Validator<'_> {
             },
             invariants,
             converge_within,
-            bosh,
+            csi,
         })
     }
 }
@@ -1057,7 +1070,7 @@ struct Ctx {
     claims: BTreeSet<(String, String)>,
     accesses: BTreeSet<(String, String)>,
     static_buckets: BTreeSet<String>,
-    bosh: Option<Bosh>,
+    csi: Option<Csi>,
     volumes: BTreeSet<(String, String)>,
     pods: BTreeSet<(String, String)>,
     snapshots: BTreeSet<(String, String)>,
@@ -1076,27 +1089,33 @@ impl Validator<'_> {
         let line = s.referenced.line();
         let col = s.referenced.column();
         let here = Spanned::new((), s.referenced, s.defined);
-        let bosh_step = matches!(
+        // Steps on what only the BOSH backend has: its VMs and Director, and
+        // the IaaS block API changed-block backups read.
+        let backend_step = matches!(
             &s.value,
-            RawStep::CreateVolume(_)
-                | RawStep::DeleteVolume(_)
-                | RawStep::Publish(_)
-                | RawStep::Unpublish(_)
-                | RawStep::NodeStage(_)
-                | RawStep::NodePublish(_)
-                | RawStep::Deploy(_)
+            RawStep::Deploy(_)
                 | RawStep::RecreateVm(_)
                 | RawStep::RollingUpdate(_)
                 | RawStep::DirectorDown(_)
                 | RawStep::DirectorUp(_)
-                | RawStep::ResendCreateVolume(_)
                 | RawStep::WriteBlocks(_)
-                | RawStep::Snapshot(_)
-                | RawStep::DeleteSnapshot(_)
                 | RawStep::Backup(_)
                 | RawStep::ReplaySession(_)
                 | RawStep::ResumeBackup(_)
         );
+        let csi_step = backend_step
+            || matches!(
+                &s.value,
+                RawStep::CreateVolume(_)
+                    | RawStep::DeleteVolume(_)
+                    | RawStep::Publish(_)
+                    | RawStep::Unpublish(_)
+                    | RawStep::NodeStage(_)
+                    | RawStep::NodePublish(_)
+                    | RawStep::ResendCreateVolume(_)
+                    | RawStep::Snapshot(_)
+                    | RawStep::DeleteSnapshot(_)
+            );
         let cosi_step = matches!(
             &s.value,
             RawStep::CreateBucketClaim(_)
@@ -1107,18 +1126,25 @@ impl Validator<'_> {
                 | RawStep::CreateBucket(_)
                 | RawStep::CreateBackendBucket(_)
         );
-        if bosh_step && ctx.bosh.is_none() {
+        if csi_step && ctx.csi.is_none() {
             return Err(self.err(
                 &here,
-                "this is a BOSH/CSI step, but the scenario has no `bosh:` section",
-                Some("add `bosh: {}` and `driver: {builtin: bosh-csi}`"),
+                "this is a CSI step, but the scenario has no `csi:` or `bosh:` section",
+                Some("add `csi: {}` (a driver with its own backend) or `bosh: {}` (the BOSH backend), and a CSI driver"),
             ));
         }
-        if cosi_step && ctx.bosh.is_some() {
+        if backend_step && ctx.csi.as_ref().is_some_and(|c| c.bosh.is_none()) {
             return Err(self.err(
                 &here,
-                "this is a COSI step, but the scenario drives the BOSH/CSI system",
-                Some("BOSH steps: create_volume, delete_volume, publish, unpublish, node_stage, node_publish, deploy, recreate_vm, rolling_update, director_down, director_up"),
+                "this step acts on the BOSH backend (its VMs, Director or IaaS block API), but the scenario stands up none",
+                Some("replace `csi:` with `bosh:` to test the driver against the BOSH Director and CPI"),
+            ));
+        }
+        if cosi_step && ctx.csi.is_some() {
+            return Err(self.err(
+                &here,
+                "this is a COSI step, but the scenario drives the CSI system",
+                Some("CSI steps: create_volume, delete_volume, publish, unpublish, node_stage, node_publish, resend_create_volume, snapshot, delete_snapshot; with `bosh:` also deploy, recreate_vm, rolling_update, director_down, director_up, write_blocks, backup, replay_session, resume_backup"),
             ));
         }
         let step = match s.value {
@@ -1282,14 +1308,22 @@ impl Validator<'_> {
                 }
                 Step::Heal(h)
             }
-            RawStep::Restart(r) if ctx.bosh.is_some() => {
-                if !["director", "kube", "csi-snapshot-metadata"].contains(&r.component.as_str()) {
+            RawStep::Restart(r) if ctx.csi.is_some() => {
+                let with_bosh = ctx.csi.as_ref().is_some_and(|c| c.bosh.is_some());
+                let ok = match r.component.as_str() {
+                    "director" => with_bosh,
+                    "csi-snapshot-metadata" => true,
+                    _ => false,
+                };
+                if !ok {
                     return Err(self.err(
                         &here,
-                        format!("cannot restart `{}`", r.component),
-                        Some(
-                            "restart director, kube or csi-snapshot-metadata; crash the driver with a crash_driver fault",
-                        ),
+                        format!("cannot restart `{}` in this scenario", r.component),
+                        Some(if with_bosh {
+                            "restart director or csi-snapshot-metadata; crash the driver with a crash_driver fault"
+                        } else {
+                            "restart csi-snapshot-metadata (director needs `bosh:`); crash the driver with a crash_driver fault"
+                        }),
                     ));
                 }
                 Step::Restart(r)
@@ -1396,16 +1430,27 @@ impl Validator<'_> {
                     )),
                 }
             }
-            RawStep::CreateVolume(v) => {
-                let bosh = ctx.bosh.as_ref().expect("checked above");
-                if !bosh.storage_classes.iter().any(|c| c.name == v.class) {
+            RawStep::CreateVolume(mut v) => {
+                let csi = ctx.csi.as_ref().expect("checked above");
+                if v.class.is_empty() {
+                    // No `class:`: the scenario's first StorageClass.
+                    v.class = csi.storage_classes[0].name.clone();
+                }
+                if !csi.storage_classes.iter().any(|c| c.name == v.class) {
+                    let names: Vec<&str> = csi
+                        .storage_classes
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect();
                     return Err(self.err(
                         &here,
                         format!(
-                            "volume `{}` uses storage class `{}`, which is not defined",
-                            v.name, v.class
+                            "volume `{}` uses storage class `{}`, which is not defined (classes: {})",
+                            v.name,
+                            v.class,
+                            names.join(", ")
                         ),
-                        Some("add it under `bosh: storage_classes:`"),
+                        Some("add it under `storage_classes:` of `csi:` or `bosh:`"),
                     ));
                 }
                 if bosh::parse_quantity(&v.size).is_none() {
@@ -1701,16 +1746,44 @@ impl Validator<'_> {
         })
     }
 
+    /// The CSI system from `bosh:` (with the BOSH backend) or `csi:` (without);
+    /// never both.
+    fn csi_system(
+        &self,
+        bosh: Option<Spanned<bosh::RawBosh>>,
+        csi: Option<Spanned<csi::RawCsi>>,
+    ) -> Result<Option<Csi>, ScenarioError> {
+        match (bosh, csi) {
+            (Some(_), Some(c)) => Err(self.err(
+                &c,
+                "a scenario has `bosh:` or `csi:`, not both",
+                Some("`bosh:` is the CSI system with the BOSH backend (nodes and storage classes go there); `csi:` is the CSI system for a driver with its own backend"),
+            )),
+            (Some(b), None) => {
+                let at = Spanned::new((), b.referenced, b.defined);
+                let bosh = b.value.resolve().map_err(|(m, h)| self.err(&at, m, h))?;
+                Ok(Some(Csi::with_bosh(bosh)))
+            }
+            (None, Some(c)) => {
+                let at = Spanned::new((), c.referenced, c.defined);
+                Ok(Some(c.value.resolve().map_err(|(m, h)| self.err(&at, m, h))?))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
     fn known_node(&self, ctx: &Ctx, here: &Spanned<()>, node: &str) -> Result<(), ScenarioError> {
-        let bosh = ctx.bosh.as_ref().expect("BOSH steps need a bosh section");
-        if bosh.nodes.iter().any(|n| n.name == node) {
+        let csi = ctx
+            .csi
+            .as_ref()
+            .expect("CSI steps need a csi or bosh section");
+        if csi.nodes.iter().any(|n| n == node) {
             return Ok(());
         }
-        let names: Vec<&str> = bosh.nodes.iter().map(|n| n.name.as_str()).collect();
         Err(self.err(
             here,
-            format!("no node `{node}` (nodes: {})", names.join(", ")),
-            Some("declare it under `bosh: nodes:` (the default is one node-<i> per instance of the first deployment)"),
+            format!("no node `{node}` (nodes: {})", csi.nodes.join(", ")),
+            Some("declare it under `csi: nodes:` or `bosh: nodes:` (bosh's default is one node-<i> per instance of the first deployment; csi's is node-0)"),
         ))
     }
 
@@ -1720,7 +1793,11 @@ impl Validator<'_> {
         here: &Spanned<()>,
         d: &str,
     ) -> Result<(), ScenarioError> {
-        let bosh = ctx.bosh.as_ref().expect("BOSH steps need a bosh section");
+        let bosh = ctx
+            .csi
+            .as_ref()
+            .and_then(|c| c.bosh.as_ref())
+            .expect("backend steps need a bosh section");
         if bosh.deployments.iter().any(|x| x.name == d) {
             return Ok(());
         }

@@ -139,7 +139,7 @@ fn every_committed_scenario_round_trips_through_the_writer() {
         assert_eq!(a.bucket_classes, b.bucket_classes);
         assert_eq!(a.access_classes, b.access_classes);
         assert_eq!(a.converge_within, b.converge_within);
-        assert_eq!(a.bosh, b.bosh, "{}", f.display());
+        assert_eq!(a.csi, b.csi, "{}", f.display());
         assert_eq!(a.driver, b.driver, "{}", f.display());
     }
 }
@@ -159,8 +159,8 @@ steps:
 #[test]
 fn a_bosh_file_takes_every_default() {
     let s = p(BOSH).unwrap();
-    assert_eq!(s.system(), System::Bosh);
-    let b = s.bosh.as_ref().unwrap();
+    assert_eq!(s.system(), System::Csi);
+    let b = s.bosh().unwrap();
     assert_eq!(b.deployments.len(), 1);
     assert_eq!(b.deployments[0].name, "k8s");
     let nodes: Vec<(&str, &str)> = b
@@ -201,7 +201,7 @@ fn bosh_mistakes_point_at_the_step() {
             3,
             "task_timeout",
         ),
-        (BOSH.replace("bosh: {}\n", ""), 2, "needs the BOSH system"),
+        (BOSH.replace("bosh: {}\n", ""), 2, "needs the CSI system"),
         (
             BOSH.replace(
                 "  - delete_volume: { name: data }",
@@ -227,7 +227,7 @@ fn assert_errors_at(cases: &[(String, u64, &str)]) {
 fn assert_round_trips(s: &Scenario) {
     let text = write::to_yaml(s, &["round trip".into()]);
     let again = p(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    assert_eq!(again.bosh, s.bosh);
+    assert_eq!(again.csi, s.csi);
     let a: Vec<&Step> = s.steps.iter().map(|l| &l.value).collect();
     let b: Vec<&Step> = again.steps.iter().map(|l| &l.value).collect();
     assert_eq!(a, b);
@@ -261,7 +261,7 @@ fn a_bosh_step_in_a_cosi_file_says_what_is_missing() {
         "  - create_volume: { name: data }",
     );
     let e = p(&text).unwrap_err();
-    assert!(e.message.contains("no `bosh:` section"), "{e}");
+    assert!(e.message.contains("no `csi:` or `bosh:` section"), "{e}");
     assert_eq!(e.line, 13, "{e}");
 }
 
@@ -454,4 +454,82 @@ fn placeholders_belong_to_a_protocol() {
     );
     let e = p(&cosi_in_csi).unwrap_err();
     assert!(e.message.contains("placeholder of cosi drivers"), "{e}");
+}
+
+const CSI: &str = r#"name: c
+driver: { command: [/opt/csi, --endpoint, "{endpoint}", --node-id, "{node_id}"], protocol: csi }
+csi:
+  nodes: [node-0, node-1]
+  storage_classes:
+    - { name: fast, parameters: { tier: ssd }, fstype: xfs }
+steps:
+  - create_volume: { name: data }
+  - publish: { pod: p, volume: data, node: node-1 }
+  - snapshot: { name: s1, volume: data }
+"#;
+
+#[test]
+fn a_csi_scenario_needs_no_bosh_backend() {
+    let s = p(CSI).unwrap();
+    assert_eq!(s.system(), System::Csi);
+    assert!(s.bosh().is_none());
+    let c = s.csi.as_ref().unwrap();
+    assert_eq!(c.nodes, ["node-0", "node-1"]);
+    assert_eq!(c.storage_classes[0].parameters["tier"], "ssd");
+    assert_eq!(
+        c.storage_classes[0].parameters["csi.storage.k8s.io/fstype"],
+        "xfs"
+    );
+    // No `class:`: the first StorageClass.
+    assert!(matches!(&s.steps[0].value, Step::CreateVolume(v) if v.class == "fast"));
+    // Only what needs no BOSH backend is checked by default.
+    assert!(!s.invariants.is_empty());
+    assert!(
+        s.invariants.iter().all(|i| !i.needs_bosh()),
+        "{:?}",
+        s.invariants
+    );
+    assert_round_trips(&s);
+    let d = p("name: d\ndriver: { command: [/x], protocol: csi }\ncsi: {}\nsteps:\n  - create_volume: { name: v }\n").unwrap();
+    let c = d.csi.unwrap();
+    assert_eq!(c.nodes, ["node-0"]);
+    assert_eq!(c.storage_classes[0].name, "standard");
+}
+
+#[test]
+fn bosh_only_steps_and_checks_are_refused_without_the_backend() {
+    assert_errors_at(&[
+        (
+            CSI.replace("  - snapshot: { name: s1, volume: data }", "  - recreate_vm: { node: node-0 }"),
+            10,
+            "acts on the BOSH backend",
+        ),
+        (
+            CSI.replace("  - snapshot: { name: s1, volume: data }", "  - director_down: {}"),
+            10,
+            "acts on the BOSH backend",
+        ),
+        (
+            CSI.replace("  - snapshot: { name: s1, volume: data }", "  - restart: { component: director }"),
+            10,
+            "cannot restart `director`",
+        ),
+        (format!("{CSI}invariants: [token-bound]\n"), 11, "only the BOSH backend"),
+        (CSI.replace("csi:\n", "bosh: {}\ncsi:\n"), 5, "not both"),
+        (
+            CSI.replace("node: node-1", "node: node-9"),
+            9,
+            "no node `node-9`",
+        ),
+        (
+            CSI.replace("{ name: data }", "{ name: data, class: slow }"),
+            8,
+            "storage class `slow`",
+        ),
+        (
+            CSI.replace("csi:\n  nodes: [node-0, node-1]\n  storage_classes:\n    - { name: fast, parameters: { tier: ssd }, fstype: xfs }\n", ""),
+            2,
+            "needs the CSI system",
+        ),
+    ]);
 }

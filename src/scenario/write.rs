@@ -376,6 +376,25 @@ fn bosh_yaml(b: &super::Bosh, out: &mut String) {
     }
 }
 
+/// A `csi:` section (the CSI system without the BOSH backend).
+fn csi_yaml(c: &super::Csi, out: &mut String) {
+    let nodes: Vec<String> = c.nodes.iter().map(|n| q(n)).collect();
+    let _ = writeln!(
+        out,
+        "csi:\n  nodes: [{}]\n  storage_classes:",
+        nodes.join(", ")
+    );
+    for sc in &c.storage_classes {
+        let _ = writeln!(
+            out,
+            "    - {{ name: {}, parameters: {}, reclaim_policy: {} }}",
+            q(&sc.name),
+            map(&sc.parameters),
+            q(&sc.reclaim_policy)
+        );
+    }
+}
+
 /// A driver declaration as a flow mapping, exactly the driver that ran
 /// (placeholders intact), so a found file or replay line drives it again.
 pub fn driver_yaml(d: &DriverSpec) -> String {
@@ -458,8 +477,10 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
             );
         }
     }
-    if let Some(b) = &s.bosh {
-        bosh_yaml(b, &mut out);
+    match &s.csi {
+        Some(c) if c.bosh.is_some() => bosh_yaml(c.bosh.as_ref().expect("matched"), &mut out),
+        Some(c) => csi_yaml(c, &mut out),
+        None => {}
     }
     if !s.faults.is_empty() {
         let _ = writeln!(out, "faults:");
