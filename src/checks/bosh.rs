@@ -127,6 +127,14 @@ pub struct BoshObservations {
     pub secrets: Vec<Secret>,
     /// Texts the run wrote or logged: (name, content).
     pub artifacts: Vec<(String, String)>,
+    /// Whether the BOSH backend stood behind the driver (its IaaS is then
+    /// the ground truth of what the driver made).
+    pub bosh_backend: bool,
+    /// What the driver lists at the end (ListVolumes), when it advertises
+    /// LIST_VOLUMES: the only view of its own backend a CSI driver gives.
+    pub listed_volumes: Option<Vec<String>>,
+    /// What it lists of snapshots (ListSnapshots, LIST_SNAPSHOTS).
+    pub listed_snapshots: Option<Vec<String>>,
 }
 
 impl BoshObservations {
@@ -266,6 +274,9 @@ fn publish_calls(obs: &BoshObservations, handle: Option<&str>) -> Vec<CallId> {
 }
 
 fn no_orphans(obs: &BoshObservations) -> Verdict {
+    if !obs.bosh_backend {
+        return no_orphans_by_csi(obs);
+    }
     let mut v = Verdict::new(Invariant::NoOrphans);
     let last = obs.last();
     let handles: BTreeSet<&str> = last.pvs.values().map(|(h, _)| h.as_str()).collect();
@@ -298,6 +309,82 @@ fn no_orphans(obs: &BoshObservations) -> Verdict {
         "{} IaaS disks, each owned by a Director disk of a live PersistentVolume; {} IaaS snapshots, each owned by a VolumeSnapshotContent",
         obs.iaas_disks.len(),
         obs.iaas_snapshots.len()
+    ))
+}
+
+/// no-orphans for a driver with its own backend, which the lab cannot see:
+/// every volume and snapshot the driver handed out (its replies) and every one
+/// it lists at the end (ListVolumes/ListSnapshots, when advertised) is owned
+/// by a live PersistentVolume / VolumeSnapshotContent or was deleted (OK).
+fn no_orphans_by_csi(obs: &BoshObservations) -> Verdict {
+    let mut v = Verdict::new(Invariant::NoOrphans);
+    let last = obs.last();
+    let live: BTreeSet<&str> = last.pvs.values().map(|(h, _)| h.as_str()).collect();
+    let mut made: BTreeMap<String, Vec<CallId>> = BTreeMap::new();
+    let mut snaps: BTreeMap<String, Vec<CallId>> = BTreeMap::new();
+    let mut deleted = BTreeSet::new();
+    let mut snaps_deleted = BTreeSet::new();
+    for e in &obs.exchanges {
+        match (&e.request, &e.reply) {
+            (DriverRequest::CreateVolume(_), DriverReply::Created(Some(vol))) => {
+                made.entry(vol.volume_id.clone()).or_default().push(e.call);
+            }
+            (DriverRequest::CreateSnapshot(_), DriverReply::Snapshot(Some(sn))) => {
+                snaps
+                    .entry(sn.snapshot_id.clone())
+                    .or_default()
+                    .push(e.call);
+            }
+            (DriverRequest::DeleteVolume(r), r2) if r2.is_ok() => {
+                deleted.insert(r.volume_id.clone());
+            }
+            (DriverRequest::DeleteSnapshot(r), r2) if r2.is_ok() => {
+                snaps_deleted.insert(r.snapshot_id.clone());
+            }
+            _ => {}
+        }
+    }
+    for id in obs.listed_volumes.iter().flatten() {
+        made.entry(id.clone()).or_default();
+    }
+    for id in obs.listed_snapshots.iter().flatten() {
+        snaps.entry(id.clone()).or_default();
+    }
+    let listed =
+        |l: &Option<Vec<String>>, id: &str| l.as_ref().is_some_and(|l| l.iter().any(|x| x == id));
+    for (id, calls) in &made {
+        let gone = deleted.contains(id) && !listed(&obs.listed_volumes, id);
+        if !live.contains(id.as_str()) && !gone {
+            let how = if listed(&obs.listed_volumes, id) {
+                "the driver still lists it"
+            } else {
+                "the driver handed it out"
+            };
+            v.fail(
+                format!("volume {id} is owned by no live PersistentVolume ({how}, and no DeleteVolume removed it)"),
+                calls.clone(),
+            );
+        }
+    }
+    for (id, calls) in &snaps {
+        let gone = snaps_deleted.contains(id) && !listed(&obs.listed_snapshots, id);
+        if !obs.snapshot_handles.contains(id) && !gone {
+            v.fail(
+                format!("snapshot {id} is owned by no VolumeSnapshotContent"),
+                calls.clone(),
+            );
+        }
+    }
+    let seen = |l: &Option<Vec<String>>, what: &str| match l {
+        Some(l) => format!("{} listed by the driver", l.len()),
+        None => format!("the driver does not advertise {what}: judged from its replies only"),
+    };
+    v.finish(format!(
+        "{} volumes ({}) and {} snapshots ({}) the driver made, each owned by a live PersistentVolume / VolumeSnapshotContent or deleted",
+        made.len(),
+        seen(&obs.listed_volumes, "LIST_VOLUMES"),
+        snaps.len(),
+        seen(&obs.listed_snapshots, "LIST_SNAPSHOTS"),
     ))
 }
 

@@ -252,6 +252,8 @@ struct BoshLab {
     last_step_code: Option<String>,
     /// The driver's name as it reports it (GetPluginInfo).
     driver_name: String,
+    /// The controller's socket (the lab's own end-of-run listing dials it).
+    ctl_sock: PathBuf,
 }
 
 /// The BOSH backend of a CSI scenario: the Director (with its in-process CPI,
@@ -586,6 +588,7 @@ impl BoshLab {
             recorder: None,
             last_step_code: None,
             driver_name,
+            ctl_sock,
         })
     }
 
@@ -1445,6 +1448,13 @@ impl BoshLab {
         let history = self.history.events();
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
         let history_text = self.norm.text_all(&history_json);
+        // Without the BOSH backend the lab cannot see what the driver made:
+        // it asks the driver (ListVolumes/ListSnapshots, when advertised).
+        let (listed_volumes, listed_snapshots) = if self.backend.is_none() {
+            list_driver_objects(&self.ctl_sock, &self.history).await
+        } else {
+            (None, None)
+        };
         let logs = crate::logcap::since(log_start);
         let secrets = self.secrets();
         let mut artifacts = vec![
@@ -1504,6 +1514,9 @@ impl BoshLab {
             replays: self.cbt.replays.clone(),
             secrets: secrets.clone(),
             artifacts,
+            bosh_backend: self.backend.is_some(),
+            listed_volumes,
+            listed_snapshots,
         };
         let verdicts = scn
             .invariants
@@ -1644,6 +1657,123 @@ async fn connect_sidecars(
         a.set_call_timeout(call_timeout);
     }
     Ok(sidecars)
+}
+
+/// The volumes and snapshots the driver lists at the end of a run, each
+/// `None` when it does not advertise the listing (or the listing failed,
+/// which the history notes). The lab's own calls, never faulted.
+async fn list_driver_objects(
+    ctl_sock: &std::path::Path,
+    history: &History,
+) -> (Option<Vec<String>>, Option<Vec<String>>) {
+    use csi::controller_client::ControllerClient;
+    use csi::controller_service_capability::rpc::Type;
+    let note = |text: String| {
+        history.record(EventKind::Note {
+            component: Component::Lab,
+            text,
+        });
+    };
+    let Ok(ch) = drivelab_fakes::cosi_sidecar::connect_unix(ctl_sock).await else {
+        note("end of run: the controller socket did not answer; nothing listed".into());
+        return (None, None);
+    };
+    let mut client = ControllerClient::new(ch);
+    let caps: Vec<i32> = match client
+        .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
+        .await
+    {
+        Ok(r) => r
+            .into_inner()
+            .capabilities
+            .into_iter()
+            .filter_map(|c| match c.r#type {
+                Some(csi::controller_service_capability::Type::Rpc(rpc)) => Some(rpc.r#type),
+                None => None,
+            })
+            .collect(),
+        Err(e) => {
+            note(format!(
+                "end of run: ControllerGetCapabilities answered {:?}",
+                e.code()
+            ));
+            return (None, None);
+        }
+    };
+    let mut volumes = None;
+    if caps.contains(&(Type::ListVolumes as i32)) {
+        volumes = paginate("volumes", &note, |token| {
+            let mut c = client.clone();
+            async move {
+                let req = csi::ListVolumesRequest {
+                    max_entries: 0,
+                    starting_token: token,
+                };
+                let r = c.list_volumes(req).await?.into_inner();
+                let ids = r.entries.into_iter().filter_map(|e| e.volume);
+                Ok((ids.map(|v| v.volume_id).collect(), r.next_token))
+            }
+        })
+        .await;
+    }
+    let mut snapshots = None;
+    if caps.contains(&(Type::ListSnapshots as i32)) {
+        snapshots = paginate("snapshots", &note, |token| {
+            let mut c = client.clone();
+            async move {
+                let req = csi::ListSnapshotsRequest {
+                    starting_token: token,
+                    ..Default::default()
+                };
+                let r = c.list_snapshots(req).await?.into_inner();
+                let ids = r.entries.into_iter().filter_map(|e| e.snapshot);
+                Ok((ids.map(|s| s.snapshot_id).collect(), r.next_token))
+            }
+        })
+        .await;
+    }
+    (volumes, snapshots)
+}
+
+/// Every id of a paginated CSI listing (`page(token)` → ids, next token);
+/// `None` if a page fails or the pages never end (bounded, so a driver whose
+/// next_token never empties cannot hang the run).
+async fn paginate<F, Fut>(
+    what: &str,
+    note: &(dyn Fn(String) + Sync),
+    mut page: F,
+) -> Option<Vec<String>>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<String>, String), tonic::Status>>,
+{
+    const MAX_PAGES: usize = 1000;
+    let mut out = Vec::new();
+    let mut token = String::new();
+    for _ in 0..MAX_PAGES {
+        match page(token).await {
+            Ok((ids, next)) => {
+                out.extend(ids);
+                if next.is_empty() {
+                    note(format!("end of run: the driver lists {} {what}", out.len()));
+                    return Some(out);
+                }
+                token = next;
+            }
+            Err(e) => {
+                note(format!(
+                    "end of run: listing {what} answered {:?}: {}",
+                    e.code(),
+                    e.message()
+                ));
+                return None;
+            }
+        }
+    }
+    note(format!(
+        "end of run: the driver's {what} listing did not end within {MAX_PAGES} pages"
+    ));
+    None
 }
 
 /// Which CSI process of the driver under test the lab starts.
