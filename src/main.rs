@@ -91,7 +91,12 @@ enum Command {
     },
     /// Serve the fakes on 127.0.0.1 until Ctrl-C, for a driver or client pointed at them by hand.
     Serve {
-        /// Users, buckets and classes to create (YAML; see README, "drivelab serve").
+        /// Which system's fakes: cosi (S3, admin API, Kubernetes) or csi (the
+        /// BOSH Director with UAA, CPI and block API, and one mount table per node).
+        #[arg(long, value_enum, default_value = "cosi")]
+        system: ServeSystem,
+        /// cosi: users, buckets and classes to create; csi: a `bosh:` section
+        /// as in scenarios (YAML; see README, "drivelab serve").
         #[arg(long)]
         config: Option<PathBuf>,
         /// Fixed ports S3,KUBE (default: any free ports).
@@ -197,6 +202,13 @@ enum ListWhat {
     Placeholders,
 }
 
+/// What `drivelab serve` stands up.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ServeSystem {
+    Cosi,
+    Csi,
+}
+
 #[derive(Subcommand)]
 enum DriverCommand {
     /// The reference COSI driver for S3 admin APIs.
@@ -294,6 +306,13 @@ fn main() -> ExitCode {
                 report_dir,
             } => stored_report(RunStore::new(RunStore::resolve(runs_dir)), &run, report_dir),
             Command::Serve {
+                system: ServeSystem::Csi,
+                config,
+                ports,
+                faults,
+            } => serve_csi(config, ports.is_some(), faults.is_some()).await,
+            Command::Serve {
+                system: ServeSystem::Cosi,
                 config,
                 ports,
                 faults,
@@ -1093,6 +1112,63 @@ async fn explore(
     }
 }
 
+/// `drivelab serve --system csi`: the BOSH backend and the nodes' mount
+/// tables, every endpoint and credential printed, until SIGINT/SIGTERM.
+async fn serve_csi(config: Option<PathBuf>, ports: bool, faults: bool) -> ExitCode {
+    if ports || faults {
+        eprintln!("drivelab: serve --system csi: --ports and --faults are not implemented for the CSI system yet (its fakes listen on free ports, with no faults)");
+        return ExitCode::from(2);
+    }
+    let spec = match config {
+        None => scenario::bosh::parse_section(std::path::Path::new("<defaults>"), "{}")
+            .map_err(|e| e.to_string()),
+        Some(p) => std::fs::read_to_string(&p)
+            .map_err(|e| format!("{}: cannot read the file: {e}", p.display()))
+            .and_then(|t| scenario::bosh::parse_section(&p, &t).map_err(|e| e.to_string())),
+    };
+    let spec = match spec {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let served = match engine::ServedCsi::start(&spec).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("drivelab: serve: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    drivelab::outln!("drivelab serve: the CSI system's BOSH backend is up (Ctrl-C to stop)");
+    for (k, v) in served.banner() {
+        drivelab::outln!("{k}: {v}");
+    }
+    drivelab::outln!("ready");
+    let why = until_stopped().await;
+    let calls = drivelab_fakes::history::calls(&served.history.events()).len();
+    served.stop().await;
+    drivelab::outln!("drivelab serve: {why}, stopped cleanly after {calls} call(s)");
+    ExitCode::SUCCESS
+}
+
+/// Wait for SIGINT or SIGTERM; which one came.
+async fn until_stopped() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
+}
+
 /// `drivelab serve`: print where everything is, then run until SIGINT/SIGTERM.
 async fn serve(
     config: Option<PathBuf>,
@@ -1140,22 +1216,7 @@ async fn serve(
     );
     drivelab::outln!("faults_armed: {armed}");
     drivelab::outln!("ready");
-    let stop = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => "SIGINT",
-                    _ = term.recv() => "SIGTERM",
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                "SIGINT"
-            }
-        }
-    };
-    let why = stop.await;
+    let why = until_stopped().await;
     let calls = drivelab_fakes::history::calls(&served.history.events()).len();
     served.stop().await;
     drivelab::outln!("drivelab serve: {why}, stopped cleanly after {calls} call(s)");

@@ -325,3 +325,179 @@ async fn every_bosh_csi_mutant_is_killed_as_a_spawned_binary() {
         );
     }
 }
+
+/// `drivelab serve --system csi` is enough to run the reference bosh-csi
+/// binary by hand: its controller and node plugin, pointed at what the banner
+/// prints, create, publish, stage and delete a volume over plain gRPC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_csi_backs_the_bosh_csi_binary_over_plain_grpc() {
+    use drivelab_proto::csi::controller_client::ControllerClient;
+    use drivelab_proto::csi::node_client::NodeClient;
+    use drivelab_proto::csi::volume_capability::{access_mode::Mode, AccessMode, AccessType};
+    use drivelab_proto::csi::*;
+    use std::io::BufRead;
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_drivelab"))
+        .args(["serve", "--system", "csi"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = std::collections::BTreeMap::new();
+    let stdout = serve.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line == "ready" {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(": ") {
+            banner.insert(k.to_string(), v.to_string());
+        }
+    }
+    let (node_id, mounter) = {
+        let v = &banner["node node-0"];
+        let (id, url) = v.split_once(" mounter_url=").unwrap();
+        (
+            id.trim_start_matches("node_id=").to_string(),
+            url.to_string(),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = workspace_bin("bosh-csi");
+    let spawn = |args: &[&str], sock: &Path| {
+        Command::new(&bin)
+            .args(args)
+            .arg("--endpoint")
+            .arg(format!("unix://{}", sock.display()))
+            .env("BOSH_CLIENT_SECRET", &banner["client_secret"])
+            .spawn()
+            .unwrap()
+    };
+    let ctl_sock = dir.path().join("ctl.sock");
+    let node_sock = dir.path().join("node.sock");
+    let mut ctl = spawn(
+        &[
+            "--mode",
+            "controller",
+            "--director-url",
+            &banner["director_url"],
+            "--client-id",
+            &banner["client_id"],
+        ],
+        &ctl_sock,
+    );
+    let mut node = spawn(
+        &[
+            "--mode",
+            "node",
+            "--node-id",
+            &node_id,
+            "--mounter-url",
+            &mounter,
+        ],
+        &node_sock,
+    );
+    let connect = |p: PathBuf| async move {
+        for _ in 0..200 {
+            if let Ok(ch) = drivelab_fakes::cosi_sidecar::connect_unix(&p).await {
+                return ch;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("{} never answered", p.display());
+    };
+    let mut c = ControllerClient::new(connect(ctl_sock).await);
+    let mut n = NodeClient::new(connect(node_sock).await);
+    let cap = VolumeCapability {
+        access_type: Some(AccessType::Mount(Default::default())),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    };
+    let vol = c
+        .create_volume(CreateVolumeRequest {
+            name: "pvc-by-hand".into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 1 << 30,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![cap.clone()],
+            parameters: [
+                ("disk_pool_name".to_string(), "default".to_string()),
+                ("deployment_name".to_string(), "k8s".to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let published = c
+        .controller_publish_volume(ControllerPublishVolumeRequest {
+            volume_id: vol.volume_id.clone(),
+            node_id: node_id.clone(),
+            volume_capability: Some(cap.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let staging = "/var/lib/kubelet/plugins/staging/pv-by-hand";
+    n.node_stage_volume(NodeStageVolumeRequest {
+        volume_id: vol.volume_id.clone(),
+        publish_context: published.publish_context.clone(),
+        staging_target_path: staging.into(),
+        volume_capability: Some(cap.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let target = "/var/lib/kubelet/pods/p/volumes/v";
+    n.node_publish_volume(NodePublishVolumeRequest {
+        volume_id: vol.volume_id.clone(),
+        publish_context: published.publish_context,
+        staging_target_path: staging.into(),
+        target_path: target.into(),
+        volume_capability: Some(cap),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    n.node_unpublish_volume(NodeUnpublishVolumeRequest {
+        volume_id: vol.volume_id.clone(),
+        target_path: target.into(),
+    })
+    .await
+    .unwrap();
+    n.node_unstage_volume(NodeUnstageVolumeRequest {
+        volume_id: vol.volume_id.clone(),
+        staging_target_path: staging.into(),
+    })
+    .await
+    .unwrap();
+    c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+        volume_id: vol.volume_id.clone(),
+        node_id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: vol.volume_id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for p in [&mut ctl, &mut node] {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    unsafe { libc::kill(serve.id() as i32, libc::SIGTERM) };
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(serve.wait().unwrap().success());
+    assert!(
+        rest.iter().any(|l| l.contains("stopped cleanly")),
+        "{rest:?}"
+    );
+}

@@ -2069,3 +2069,103 @@ fn sidecar_of(t: &CsiTarget) -> Component {
         CsiTarget::Snapshot(_) => Component::CsiSnapshotter,
     }
 }
+
+/// The CSI system's BOSH backend on 127.0.0.1 for use by hand (`drivelab
+/// serve --system csi`): the Director with UAA, CPI and agents, the IaaS block
+/// API, and one mount table per node — what a CSI driver (or a conformance
+/// tool acting as the CO) is pointed at. No sidecars: the user's CO drives.
+pub struct ServedCsi {
+    _dir: tempfile::TempDir,
+    backend: BoshBackend,
+    /// (node name, CSI node id, its mount table, the table's listener).
+    nodes: Vec<(String, String, MountTable, Listener)>,
+    /// Every call the fakes answered.
+    pub history: History,
+}
+
+impl ServedCsi {
+    /// Stand up the backend a `bosh:` section describes.
+    pub async fn start(spec: &Bosh) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("drivelab-serve-csi-")
+            .tempdir()
+            .context("creating the state directory")?;
+        let db = sled::Config::new()
+            .path(dir.path().join("state"))
+            .open()
+            .context("opening the sled store")?;
+        let store = |name: &str| -> anyhow::Result<Arc<dyn Store>> {
+            Ok(Arc::new(SledStore::open(&db, name)?) as Arc<dyn Store>)
+        };
+        let history = History::new(SimClock::new());
+        let gate = || Gate::new(history.clone());
+        // Secrets must not be guessable from a seed when a person uses them.
+        let mut rng = ChaCha20Rng::from_os_rng();
+        let backend = BoshBackend::start(spec, &store, &gate, &mut rng).await?;
+        let filesystems = Filesystems::default();
+        let mut nodes = Vec::new();
+        for n in &spec.nodes {
+            let iid = backend.instance_of(&n.name)?;
+            let table =
+                MountTable::new(&n.name, backend.devices(&iid), filesystems.clone(), gate());
+            let l = table
+                .serve(loopback())
+                .await
+                .context("serving a mount table")?;
+            nodes.push((n.name.clone(), iid, table, l));
+        }
+        Ok(ServedCsi {
+            _dir: dir,
+            backend,
+            nodes,
+            history,
+        })
+    }
+
+    /// `key: value` lines for the banner: every endpoint and credential.
+    pub fn banner(&self) -> Vec<(String, String)> {
+        let b = &self.backend;
+        let mut out = vec![
+            ("director_url".to_string(), b.director_url.clone()),
+            ("uaa_url".to_string(), b.director_url.clone()),
+            ("client_id".to_string(), CLIENT_ID.to_string()),
+            (
+                "client_secret".to_string(),
+                b.client_secret.expose().to_string(),
+            ),
+            ("block_api_url".to_string(), b.block_url.clone()),
+            (
+                "block_api_credential".to_string(),
+                b.block_secret.expose().to_string(),
+            ),
+        ];
+        for d in &b.spec.deployments {
+            out.push((
+                format!("deployment {}", d.name),
+                format!("{} instances of {}", d.instances, d.instance_group),
+            ));
+        }
+        for c in &b.spec.storage_classes {
+            out.push((
+                format!("storage_class {}", c.name),
+                format!(
+                    "disk_pool_name={} deployment_name={} fstype={}",
+                    c.disk_pool, c.deployment, c.fstype
+                ),
+            ));
+        }
+        for (name, iid, _, l) in &self.nodes {
+            out.push((
+                format!("node {name}"),
+                format!("node_id={iid} mounter_url={}", l.url()),
+            ));
+        }
+        out
+    }
+
+    /// Stop serving.
+    pub async fn stop(self) {
+        self.backend.director.down().await;
+        drop(self.nodes);
+    }
+}

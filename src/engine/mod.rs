@@ -36,6 +36,7 @@ use crate::scenario::{
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
 mod bosh;
+pub use bosh::ServedCsi;
 mod cbt;
 mod driver;
 mod external;

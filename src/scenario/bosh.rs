@@ -622,3 +622,41 @@ pub struct ReplayStep {
     #[serde(default)]
     pub after: Option<String>,
 }
+
+/// A file holding only a `bosh:` section, as in a scenario (`drivelab serve
+/// --system csi --config lab.yaml`); errors as `file:line:col`.
+pub fn parse_section(path: &std::path::Path, text: &str) -> Result<Bosh, super::ScenarioError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Section {
+        #[serde(default)]
+        bosh: Option<serde_saphyr::Spanned<RawBosh>>,
+    }
+    let raw: Section = serde_saphyr::from_str(text).map_err(|e| super::yaml_error(path, &e))?;
+    let Some(b) = raw.bosh else {
+        return Ok(RawBosh::default()
+            .resolve()
+            .expect("the defaults are valid"));
+    };
+    let at = serde_saphyr::Spanned::new((), b.referenced, b.defined);
+    b.value
+        .resolve()
+        .map_err(|(m, hint)| super::error_at(path, &at, m, hint))
+}
+
+impl Default for RawBosh {
+    fn default() -> Self {
+        RawBosh {
+            deployments: Vec::new(),
+            nodes: Vec::new(),
+            storage_classes: Vec::new(),
+            workers: two_workers(),
+            client_deployments: Vec::new(),
+            disk_jobs_take_vm_lock: true,
+            disk_jobs_take_deployment_lock: false,
+            per_deployment_scoping: true,
+            task_timeout: None,
+            iaas_latency: Default::default(),
+        }
+    }
+}
