@@ -190,3 +190,42 @@ async fn fifty_random_schedules_run_twice_give_identical_histories() {
         }
     }
 }
+
+/// Explore is not COSI-only: from the generic CSI base on the BOSH backend
+/// (no faults written for any mutant) it finds bosh-csi's retried-create bug
+/// and its ignored size change, and the shrunk file replays the failure
+/// while the correct driver passes it. A count of schedules, not a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explore_finds_csi_mutants_from_the_generic_csi_base() {
+    use drivelab::scenario::Mutant as LabMutant;
+    drivelab::logcap::init(false);
+    for m in [
+        bosh_csi::Mutant::CreateNotIdempotent,
+        bosh_csi::Mutant::IgnoreIncompatibleSize,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = ExploreOptions {
+            cases: 60,
+            seed: 1,
+            time_budget: Duration::from_secs(600),
+            mutants: vec![LabMutant::Bosh(m)],
+            out_dir: dir.path().to_path_buf(),
+            detect_only: false,
+            keep_going: false,
+        };
+        let report = explore::explore(&base("explore/csi-lifecycle.yaml"), &opts)
+            .await
+            .unwrap();
+        let found = report
+            .found
+            .unwrap_or_else(|| panic!("{m:?} not found in 60 schedules"));
+        assert!(!found.failed.is_empty(), "{m:?}");
+        let file = scenario::load(&found.path).unwrap();
+        let reference = engine::run(&file, &RunOptions::default()).await.unwrap();
+        assert!(
+            reference.passed(),
+            "{m:?}: {}",
+            drivelab::report::console(&reference)
+        );
+    }
+}

@@ -51,13 +51,30 @@ pub(super) fn below(rng: &mut TestRng, n: usize) -> usize {
 /// A call the explorer may fault: made by the driver or the sidecar, to a fake
 /// or to the driver (DriverGetInfo happens once, at connect, before any fault is armed).
 pub(super) fn faultable(from: Component, to: Component, op: &str) -> bool {
-    let driver_op_ok = to != Component::Driver || scenario::fault::DRIVER_OPS.contains(&op);
-    driver_op_ok
-        && matches!(from, Component::Driver | Component::Sidecar)
-        && matches!(
-            to,
-            Component::S3 | Component::S3Admin | Component::Kube | Component::Driver
-        )
+    use scenario::fault::{CSI_DRIVER_OPS, DRIVER_OPS};
+    let driver_op_ok =
+        to != Component::Driver || DRIVER_OPS.contains(&op) || CSI_DRIVER_OPS.contains(&op);
+    // The calls of the system under test: the sidecars' calls into the driver
+    // and the driver's own calls into its backends — never the fakes' calls
+    // among themselves (Director → CPI), nor the CSI sidecars' bookkeeping in
+    // Kubernetes, which would test the sidecar fakes rather than the driver.
+    let csi_sidecar = matches!(
+        from,
+        Component::CsiProvisioner
+            | Component::CsiAttacher
+            | Component::Kubelet
+            | Component::CsiSnapshotter
+            | Component::CsiSnapshotMetadata
+    );
+    let ok = match to {
+        Component::Driver => matches!(from, Component::Sidecar) || csi_sidecar,
+        Component::S3 | Component::S3Admin | Component::Kube => {
+            matches!(from, Component::Driver | Component::Sidecar)
+        }
+        Component::Director | Component::Mounts => from == Component::Driver,
+        _ => false,
+    };
+    driver_op_ok && ok
 }
 
 /// The fault kinds that mean something at `t`. "Taken" (409) only where a

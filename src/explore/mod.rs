@@ -123,6 +123,9 @@ fn dup_of(step: &Step, how: Dup) -> Vec<Step> {
 /// The `retry` step that re-sends `step`'s request `how`.
 fn retry_of(step: &Step, how: Dup) -> Option<Step> {
     use crate::scenario::{RetryOp, RetryStep};
+    if let Step::CreateVolume(v) = step {
+        return resend_of(v, how);
+    }
     let (op, name, namespace) = match step {
         Step::CreateBucketClaim(c) => (
             RetryOp::CreateBucketClaim,
@@ -159,6 +162,23 @@ fn retry_of(step: &Step, how: Dup) -> Option<Step> {
         namespace,
         parameters,
         authentication_type,
+    }))
+}
+
+/// A CreateVolume sent again: the same (a retry after a lost reply) or, for
+/// ChangedParameters, twice the size (the spec wants ALREADY_EXISTS).
+fn resend_of(v: &crate::scenario::VolumeStep, how: Dup) -> Option<Step> {
+    let size = match how {
+        Dup::Same => v.size.clone(),
+        Dup::ChangedParameters => {
+            (scenario::bosh::parse_quantity(&v.size)?.checked_mul(2)?).to_string()
+        }
+        _ => return None,
+    };
+    Some(Step::ResendCreateVolume(crate::scenario::ResendStep {
+        name: v.name.clone(),
+        namespace: v.namespace.clone(),
+        size,
     }))
 }
 
@@ -231,6 +251,7 @@ pub fn targets_of(outcome: &RunOutcome) -> Vec<FaultTarget> {
         .collect()
 }
 
+/// Steps a `concurrent:` block may hold (as the validator allows them).
 fn concurrent_ok(s: &Step) -> bool {
     matches!(
         s,
@@ -238,6 +259,13 @@ fn concurrent_ok(s: &Step) -> bool {
             | Step::GrantAccess(_)
             | Step::RevokeAccess(_)
             | Step::DeleteBucketClaim(_)
+            | Step::CreateVolume(_)
+            | Step::DeleteVolume(_)
+            | Step::Publish(_)
+            | Step::Unpublish(_)
+            | Step::Deploy(_)
+            | Step::RecreateVm(_)
+            | Step::RollingUpdate(_)
     )
 }
 
