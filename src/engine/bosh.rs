@@ -863,14 +863,26 @@ impl BoshLab {
 
     /// A workload's writes, straight to the IaaS disk (the ground truth the deltas are checked against).
     fn write_blocks(&mut self, w: &crate::scenario::WriteBlocksStep) -> anyhow::Result<()> {
-        let handle = self.handle_of(&w.namespace, &w.volume)?;
         let director = self.bosh()?.director();
-        let cid = director
-            .disks()
-            .into_iter()
-            .find(|d| d.name == handle)
-            .map(|d| d.cid)
-            .ok_or_else(|| anyhow!("volume {}/{} has no disk", w.namespace, w.volume))?;
+        // A volume the driver never provisioned (a fault, a bug) takes no
+        // writes: the workload's failure is the driver's doing, not the lab's.
+        let cid = self.handle_of(&w.namespace, &w.volume).ok().and_then(|h| {
+            director
+                .disks()
+                .into_iter()
+                .find(|d| d.name == h)
+                .map(|d| d.cid)
+        });
+        let Some(cid) = cid else {
+            self.history.record(EventKind::Note {
+                component: Component::Lab,
+                text: format!(
+                    "workload could not write to {}/{}: the volume is not bound to a disk; nothing written",
+                    w.namespace, w.volume
+                ),
+            });
+            return Ok(());
+        };
         let ranges: Vec<drivelab_fakes::cpi::BlockRange> = w
             .ranges
             .iter()
