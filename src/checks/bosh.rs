@@ -135,6 +135,8 @@ pub struct BoshObservations {
     pub listed_volumes: Option<Vec<String>>,
     /// What it lists of snapshots (ListSnapshots, LIST_SNAPSHOTS).
     pub listed_snapshots: Option<Vec<String>>,
+    /// The driver's name (GetPluginInfo): the kubelet's staging paths carry it.
+    pub driver_name: String,
 }
 
 impl BoshObservations {
@@ -237,6 +239,38 @@ fn single_attach(obs: &BoshObservations) -> Verdict {
                         set.into_iter().collect::<Vec<_>>().join(", ")
                     ),
                     calls,
+                );
+            }
+        }
+        // Whatever backs it (a device, a driver's directory), a single-node
+        // volume is staged on one node at a time: the kubelet's staging path
+        // of its handle is mounted on at most one node.
+        let mut staged: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (pv, (handle, modes)) in &s.pvs {
+            if !single_node(modes) || handle.is_empty() {
+                continue;
+            }
+            let path = drivelab_fakes::csi::kubelet::staging_path(&obs.driver_name, handle);
+            let nodes: BTreeSet<&str> = s
+                .mounts
+                .iter()
+                .filter(|m| m.target == path)
+                .map(|m| m.node.as_str())
+                .collect();
+            if nodes.len() > 1 {
+                staged.insert(pv.as_str(), nodes);
+            }
+        }
+        for (pv, set) in staged {
+            if reported.insert(("staged", pv.to_string())) {
+                v.fail(
+                    format!(
+                        "after step {}: single-node volume {pv} is staged on {} nodes at once ({})",
+                        s.step + 1,
+                        set.len(),
+                        set.into_iter().collect::<Vec<_>>().join(", ")
+                    ),
+                    publish_calls(obs, s.pvs.get(pv).map(|x| x.0.as_str())),
                 );
             }
         }

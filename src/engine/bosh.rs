@@ -1527,6 +1527,7 @@ impl BoshLab {
             secrets: secrets.clone(),
             artifacts,
             bosh_backend: self.backend.is_some(),
+            driver_name: self.driver_name.clone(),
             listed_volumes,
             listed_snapshots,
         };
