@@ -840,7 +840,19 @@ fn token_bound(obs: &BoshObservations) -> Verdict {
         }
     }
     for r in &obs.replays {
+        // Served is what breaks the claim. A replay cut short (a crash the
+        // lab fired mid-call answers UNKNOWN: transport error) served
+        // nothing; it is named, not counted as accepted.
         let refused = r.code == "PERMISSION_DENIED" || r.code == "UNAUTHENTICATED";
+        if r.had_session && !refused && r.code != "OK" {
+            v.details.push(format!(
+                "the session replay of backup {} at step {} was neither served nor refused (answer {})",
+                r.backup,
+                r.step + 1,
+                r.code
+            ));
+            continue;
+        }
         if r.had_session && !refused {
             v.fail(
                 format!(
@@ -853,13 +865,30 @@ fn token_bound(obs: &BoshObservations) -> Verdict {
             );
         }
     }
+    let cut_short = obs
+        .replays
+        .iter()
+        .filter(|r| {
+            r.had_session
+                && r.code != "OK"
+                && r.code != "PERMISSION_DENIED"
+                && r.code != "UNAUTHENTICATED"
+        })
+        .count();
+    let replays = if cut_short == 0 {
+        format!("{} session replays, all refused", obs.replays.len())
+    } else {
+        format!(
+            "{} session replays, none served ({cut_short} cut short, not judged)",
+            obs.replays.len()
+        )
+    };
     v.finish(format!(
-        "{} refused clients, each stopped before the driver; {} session replays, all refused",
+        "{} refused clients, each stopped before the driver; {replays}",
         obs.backups
             .values()
             .filter(|b| b.token != crate::scenario::BackupToken::Valid)
             .count(),
-        obs.replays.len()
     ))
 }
 
