@@ -39,7 +39,7 @@ use super::cbt::{Cbt, SESSION_TTL};
 use super::driver::{Driver, InProcessDriver};
 use super::hook::{LabControl, LabHook};
 use super::schedule::Scheduler;
-use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshot, StepSnapshots};
+use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshots};
 use crate::checks::bosh::{self as checks, BoshObservations, Sample};
 use crate::scenario::{Bosh, Csi, Expectation, Mutant, NodeCallStep, Scenario, Step};
 use crate::snapshot::{self, Normalizer};
@@ -65,7 +65,7 @@ pub(super) async fn run(
         .ok_or_else(|| anyhow!("not a CSI scenario"))?;
     let mut lab = BoshLab::start(scn, &csi, seed, mutants).await?;
     lab.recorder = recorder.cloned();
-    let result = lab.run_steps(scn, snapshots).await;
+    let result = super::system::run_steps(&mut lab, scn, snapshots).await;
     let outcome = match result {
         Ok(()) => lab.finish(scn, seed, mutants, log_start).await,
         Err(e) => Err(e),
@@ -238,12 +238,12 @@ struct BoshLab {
     lab_mounts: std::collections::BTreeSet<(String, String)>,
     samples: Vec<Sample>,
     disk_names: BTreeMap<String, String>,
-    expect_failures: Vec<ExpectFailure>,
+    /// Failed expectations and per-step snapshots (the run loop's).
+    record: super::system::StepsRecord,
     not_converged: Vec<String>,
     pending: Vec<String>,
     step_exchanges_from: usize,
     norm: Normalizer,
-    step_snapshots: Vec<StepSnapshot>,
     cbt: Cbt,
     /// Where the run's events go as they happen (`drivelab runs`).
     recorder: Option<crate::runs::Recorder>,
@@ -424,6 +424,129 @@ fn director_config(spec: &Bosh, client_secret: &Secret, signing_key: Secret) -> 
     }
 }
 
+impl super::system::SystemLab for BoshLab {
+    fn history(&self) -> &History {
+        &self.history
+    }
+
+    fn hook(&self) -> &LabHook {
+        &self.hook
+    }
+
+    fn checkpoint(&self, steps_done: usize) {
+        BoshLab::checkpoint(self, steps_done);
+    }
+
+    fn begin_step(&mut self) {
+        self.step_exchanges_from = self.exchanges().len();
+        self.last_step_code = None;
+    }
+
+    fn apply<'a>(
+        &'a mut self,
+        _scn: &'a Scenario,
+        i: usize,
+        step: &'a crate::scenario::Located<Step>,
+        at: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            match &step.value {
+                Step::Restart(r) => {
+                    let c = crate::scenario::fault::parse_component(&r.component)
+                        .unwrap_or(Component::Director);
+                    self.history.record(EventKind::Fault {
+                        call: None,
+                        fault: "restart".into(),
+                        detail: format!("{c} restarting (step)"),
+                    });
+                    if c == Component::CsiSnapshotMetadata {
+                        self.cbt.restart_sidecar().await?;
+                    } else {
+                        self.bosh()?.director.restart().await?;
+                    }
+                    self.converge().await?;
+                }
+                Step::DirectorDown => {
+                    self.history.record(EventKind::Fault {
+                        call: None,
+                        fault: "director_down".into(),
+                        detail: "the Director stops answering (connections refused)".into(),
+                    });
+                    self.bosh()?.director.down().await;
+                }
+                Step::DirectorUp => {
+                    self.history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: "the Director answers again".into(),
+                    });
+                    self.bosh()?.director.up().await?;
+                    self.converge().await?;
+                }
+                Step::Concurrent(steps) => self.concurrent(steps).await?,
+                Step::ResendCreateVolume(r) => self.resend_create(r).await?,
+                Step::WriteBlocks(w) => self.write_blocks(w)?,
+                Step::Snapshot(sn) => {
+                    let uid = self.cbt.snapshot(sn)?;
+                    self.norm.id("csi-snapshot", &format!("snapshot-{uid}"));
+                    self.norm.id("snapcontent", &format!("snapcontent-{uid}"));
+                    self.converge().await?;
+                }
+                Step::DeleteSnapshot(sn) => {
+                    self.cbt.delete_snapshot(sn)?;
+                    self.converge().await?;
+                }
+                Step::Backup(b) => {
+                    let code = self
+                        .cbt
+                        .backup(
+                            i,
+                            b,
+                            &self.history,
+                            &self.clock,
+                            &self.bosh()?.director().cpi().clone(),
+                        )
+                        .await;
+                    self.last_step_code = Some(code);
+                }
+                Step::ReplaySession(r) => {
+                    let code = self.cbt.replay(i, r, &self.history, &self.clock).await;
+                    self.last_step_code = Some(code);
+                }
+                Step::ResumeBackup(r) => {
+                    let code = self.cbt.resume(r, &self.history).await;
+                    self.last_step_code = Some(code);
+                }
+                Step::NodeStage(n) => self.node_call(true, n, i, &at).await?,
+                Step::NodePublish(n) => self.node_call(false, n, i, &at).await?,
+                other => {
+                    let job = self.begin(other)?;
+                    if let Some(job) = job {
+                        self.run_job(job).await;
+                    }
+                    self.converge().await?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn expect(&self, e: &Expectation) -> Vec<String> {
+        BoshLab::expect(self, e)
+    }
+
+    fn observe(&mut self, i: usize) {
+        self.sample(i);
+    }
+
+    fn render_snapshot(&mut self) -> anyhow::Result<String> {
+        Ok(BoshLab::render_snapshot(self))
+    }
+
+    fn steps_record(&mut self) -> &mut super::system::StepsRecord {
+        &mut self.record
+    }
+}
+
 impl BoshLab {
     async fn start(
         scn: &Scenario,
@@ -578,12 +701,11 @@ impl BoshLab {
             lab_mounts: Default::default(),
             samples: Vec::new(),
             disk_names: BTreeMap::new(),
-            expect_failures: Vec::new(),
+            record: Default::default(),
             not_converged: Vec::new(),
             pending: Vec::new(),
             step_exchanges_from: 0,
             norm,
-            step_snapshots: Vec::new(),
             cbt,
             recorder: None,
             last_step_code: None,
@@ -613,128 +735,6 @@ impl BoshLab {
         if let Some(b) = &self.backend {
             b.director.down().await;
         }
-    }
-
-    async fn run_steps(&mut self, scn: &Scenario, snapshots: StepSnapshots) -> anyhow::Result<()> {
-        for (i, step) in scn.steps.iter().enumerate() {
-            let at = format!("{}:{}:{}", scn.path.display(), step.line, step.col);
-            self.history.record(EventKind::Step {
-                index: i,
-                name: step.value.describe(),
-            });
-            self.checkpoint(i);
-            if !matches!(step.value, Step::Expect(_)) {
-                self.step_exchanges_from = self.exchanges().len();
-                self.last_step_code = None;
-            }
-            match &step.value {
-                Step::Expect(e) => {
-                    for message in self.expect(e) {
-                        self.expect_failures.push(ExpectFailure {
-                            step: i + 1,
-                            at: at.clone(),
-                            message,
-                        });
-                    }
-                }
-                Step::Fault(f) => self.hook.arm(f.clone()),
-                Step::Partition(p) => self.hook.partition(p.clone()),
-                Step::Heal(h) => {
-                    let parse = |s: &Option<String>| {
-                        s.as_deref()
-                            .and_then(crate::scenario::fault::parse_component)
-                    };
-                    match (parse(&h.from), parse(&h.to)) {
-                        (Some(a), Some(b)) => self.hook.heal(Some((a, b))),
-                        _ => self.hook.heal(None),
-                    }
-                }
-                Step::Restart(r) => {
-                    let c = crate::scenario::fault::parse_component(&r.component)
-                        .unwrap_or(Component::Director);
-                    self.history.record(EventKind::Fault {
-                        call: None,
-                        fault: "restart".into(),
-                        detail: format!("{c} restarting (step)"),
-                    });
-                    if c == Component::CsiSnapshotMetadata {
-                        self.cbt.restart_sidecar().await?;
-                    } else {
-                        self.bosh()?.director.restart().await?;
-                    }
-                    self.converge().await?;
-                }
-                Step::DirectorDown => {
-                    self.history.record(EventKind::Fault {
-                        call: None,
-                        fault: "director_down".into(),
-                        detail: "the Director stops answering (connections refused)".into(),
-                    });
-                    self.bosh()?.director.down().await;
-                }
-                Step::DirectorUp => {
-                    self.history.record(EventKind::Note {
-                        component: Component::Lab,
-                        text: "the Director answers again".into(),
-                    });
-                    self.bosh()?.director.up().await?;
-                    self.converge().await?;
-                }
-                Step::Concurrent(steps) => self.concurrent(steps).await?,
-                Step::ResendCreateVolume(r) => self.resend_create(r).await?,
-                Step::WriteBlocks(w) => self.write_blocks(w)?,
-                Step::Snapshot(sn) => {
-                    let uid = self.cbt.snapshot(sn)?;
-                    self.norm.id("csi-snapshot", &format!("snapshot-{uid}"));
-                    self.norm.id("snapcontent", &format!("snapcontent-{uid}"));
-                    self.converge().await?;
-                }
-                Step::DeleteSnapshot(sn) => {
-                    self.cbt.delete_snapshot(sn)?;
-                    self.converge().await?;
-                }
-                Step::Backup(b) => {
-                    let code = self
-                        .cbt
-                        .backup(
-                            i,
-                            b,
-                            &self.history,
-                            &self.clock,
-                            &self.bosh()?.director().cpi().clone(),
-                        )
-                        .await;
-                    self.last_step_code = Some(code);
-                }
-                Step::ReplaySession(r) => {
-                    let code = self.cbt.replay(i, r, &self.history, &self.clock).await;
-                    self.last_step_code = Some(code);
-                }
-                Step::ResumeBackup(r) => {
-                    let code = self.cbt.resume(r, &self.history).await;
-                    self.last_step_code = Some(code);
-                }
-                Step::NodeStage(n) => self.node_call(true, n, i, &at).await?,
-                Step::NodePublish(n) => self.node_call(false, n, i, &at).await?,
-                other => {
-                    let job = self.begin(other)?;
-                    if let Some(job) = job {
-                        self.run_job(job).await;
-                    }
-                    self.converge().await?;
-                }
-            }
-            self.sample(i);
-            if snapshots == StepSnapshots::Every && !matches!(step.value, Step::Expect(_)) {
-                let text = self.render_snapshot();
-                self.step_snapshots.push(StepSnapshot {
-                    step: i,
-                    name: step.value.describe(),
-                    text,
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Make the Kubernetes change a step asks for; a VM operation is returned
@@ -965,7 +965,7 @@ impl BoshLab {
         let pv = match self.kube.get(Kind::PersistentVolume, None, &pv_name)? {
             Some(pv) if !pv_name.is_empty() => pv,
             _ => {
-                self.expect_failures.push(ExpectFailure {
+                self.record.expect_failures.push(ExpectFailure {
                     step: step + 1,
                     at: at.to_string(),
                     message: format!(
@@ -1545,13 +1545,13 @@ impl BoshLab {
             mutants: mutants.to_vec(),
             driver_name,
             verdicts,
-            expect_failures: self.expect_failures.clone(),
+            expect_failures: self.record.expect_failures.clone(),
             not_converged: self.not_converged.clone(),
             figures,
             snapshot,
             history,
             history_text,
-            step_snapshots: std::mem::take(&mut self.step_snapshots),
+            step_snapshots: std::mem::take(&mut self.record.step_snapshots),
             claims: scn.claims.clone(),
             replay: replay_command(scn, seed, mutants),
             secrets,

@@ -30,8 +30,8 @@ use crate::checks::{
     UserState, Verdict,
 };
 use crate::scenario::{
-    AccessStep, BackendBucketStep, ClaimStep, Expectation, HealStep, Invariant, RetryOp, RetryStep,
-    Scenario, Step,
+    AccessStep, BackendBucketStep, ClaimStep, Expectation, Invariant, RetryOp, RetryStep, Scenario,
+    Step,
 };
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
@@ -46,6 +46,7 @@ mod hook;
 mod queue;
 mod schedule;
 pub mod serve;
+mod system;
 use driver::Driver;
 pub use external::write_kubeconfig;
 use fakes::FakeSet;
@@ -210,7 +211,8 @@ async fn run_once(
     let log_start = crate::logcap::position();
     let mut lab = Lab::start(scn, seed, mutants).await?;
     lab.recorder = recorder.cloned();
-    let result = lab.run_steps(scn, step_snapshots).await;
+    let result = system::run_steps(&mut lab, scn, step_snapshots).await;
+    lab.checkpoint(scn.steps.len());
     let outcome = match result {
         Ok(()) => lab.finish(scn, seed, mutants, log_start, twin).await,
         Err(e) => Err(e),
@@ -329,11 +331,11 @@ struct Lab {
     seen_users: std::collections::BTreeSet<String>,
     /// Where `observe_backend` stopped reading the S3 fake's write log.
     seen_cursor: drivelab_fakes::s3::WriteCursor,
-    expect_failures: Vec<ExpectFailure>,
+    /// Failed expectations and per-step snapshots (the run loop's).
+    record: system::StepsRecord,
     not_converged: Vec<String>,
     step_exchanges_from: usize,
     norm: Normalizer,
-    step_snapshots: Vec<StepSnapshot>,
     recorder: Option<crate::runs::Recorder>,
 }
 
@@ -346,6 +348,74 @@ pub struct StepSnapshot {
     pub name: String,
     /// The snapshot text.
     pub text: String,
+}
+
+impl system::SystemLab for Lab {
+    fn history(&self) -> &History {
+        &self.history
+    }
+
+    fn hook(&self) -> &LabHook {
+        &self.hook
+    }
+
+    fn checkpoint(&self, steps_done: usize) {
+        Lab::checkpoint(self, steps_done);
+    }
+
+    fn begin_step(&mut self) {
+        self.step_exchanges_from = self.sidecar.exchange_count();
+    }
+
+    fn apply<'a>(
+        &'a mut self,
+        scn: &'a Scenario,
+        i: usize,
+        step: &'a crate::scenario::Located<Step>,
+        _at: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            match &step.value {
+                Step::Retry(r) => self.retry(i, r).await?,
+                Step::Concurrent(steps) => self.concurrent(steps).await?,
+                Step::Restart(r) => {
+                    let c = crate::scenario::fault::parse_component(&r.component)
+                        .unwrap_or(Component::S3);
+                    self.history.record(EventKind::Fault {
+                        call: None,
+                        fault: "restart".into(),
+                        detail: format!("{c} restarting (step)"),
+                    });
+                    self.fakes.restart(c).await?;
+                }
+                Step::CreateBackendBucket(b) => self.create_backend_bucket(i, b).await?,
+                Step::CreateBucket(b) => self.create_static_bucket(scn, b)?,
+                other => {
+                    if let Some(target) = self.begin(other)? {
+                        self.converge(target).await?;
+                        self.after(other)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn expect(&self, e: &Expectation) -> Vec<String> {
+        Lab::expect(self, e)
+    }
+
+    fn observe(&mut self, _i: usize) {
+        self.observe_backend();
+    }
+
+    fn render_snapshot(&mut self) -> anyhow::Result<String> {
+        Lab::render_snapshot(self)
+    }
+
+    fn steps_record(&mut self) -> &mut system::StepsRecord {
+        &mut self.record
+    }
 }
 
 impl Lab {
@@ -475,7 +545,7 @@ impl Lab {
             seen_buckets: Default::default(),
             seen_users: Default::default(),
             seen_cursor: Default::default(),
-            expect_failures: Vec::new(),
+            record: Default::default(),
             not_converged: Vec::new(),
             step_exchanges_from: 0,
             norm: {
@@ -484,7 +554,7 @@ impl Lab {
                 n.fixed(&kube_url_label, "kube-url");
                 n
             },
-            step_snapshots: Vec::new(),
+
             recorder: None,
         })
     }
@@ -564,79 +634,6 @@ impl Lab {
 
     fn kube(&self) -> KubeFake {
         self.fakes.kube()
-    }
-
-    async fn run_steps(&mut self, scn: &Scenario, snapshots: StepSnapshots) -> anyhow::Result<()> {
-        for (i, step) in scn.steps.iter().enumerate() {
-            let at = format!("{}:{}:{}", scn.path.display(), step.line, step.col);
-            self.history.record(EventKind::Step {
-                index: i,
-                name: step.value.describe(),
-            });
-            // After the step's header: a lab killed in step i shows which one it was in.
-            self.checkpoint(i);
-            let before = self.step_exchanges_from;
-            if !matches!(step.value, Step::Expect(_)) {
-                self.step_exchanges_from = self.sidecar.exchange_count();
-            }
-            match &step.value {
-                Step::Expect(e) => {
-                    self.step_exchanges_from = before;
-                    for message in self.expect(e) {
-                        self.expect_failures.push(ExpectFailure {
-                            step: i + 1,
-                            at: at.clone(),
-                            message,
-                        });
-                    }
-                }
-                Step::Retry(r) => self.retry(i, r).await?,
-                Step::Concurrent(steps) => self.concurrent(steps).await?,
-                Step::Fault(f) => self.hook.arm(f.clone()),
-                Step::Partition(p) => self.hook.partition(p.clone()),
-                Step::Heal(h) => self.heal(h),
-                Step::Restart(r) => {
-                    let c = crate::scenario::fault::parse_component(&r.component)
-                        .unwrap_or(Component::S3);
-                    self.history.record(EventKind::Fault {
-                        call: None,
-                        fault: "restart".into(),
-                        detail: format!("{c} restarting (step)"),
-                    });
-                    self.fakes.restart(c).await?;
-                }
-                Step::CreateBackendBucket(b) => self.create_backend_bucket(i, b).await?,
-                Step::CreateBucket(b) => self.create_static_bucket(scn, b)?,
-                other => {
-                    if let Some(target) = self.begin(other)? {
-                        self.converge(target).await?;
-                        self.after(other)?;
-                    }
-                }
-            }
-            self.observe_backend();
-            if snapshots == StepSnapshots::Every && !matches!(step.value, Step::Expect(_)) {
-                let text = self.render_snapshot()?;
-                self.step_snapshots.push(StepSnapshot {
-                    step: i,
-                    name: step.value.describe(),
-                    text,
-                });
-            }
-        }
-        self.checkpoint(scn.steps.len());
-        Ok(())
-    }
-
-    fn heal(&self, h: &HealStep) {
-        let parse = |s: &Option<String>| {
-            s.as_deref()
-                .and_then(crate::scenario::fault::parse_component)
-        };
-        match (parse(&h.from), parse(&h.to)) {
-            (Some(a), Some(b)) => self.hook.heal(Some((a, b))),
-            _ => self.hook.heal(None),
-        }
     }
 
     /// Remember every backend bucket and user that ever existed (owner-only-delete reads this).
@@ -811,7 +808,7 @@ impl Lab {
         let name = match name {
             Ok(n) => n,
             Err(why) => {
-                self.expect_failures.push(ExpectFailure {
+                self.record.expect_failures.push(ExpectFailure {
                     step: step + 1,
                     at: String::new(),
                     message: format!(
@@ -994,7 +991,7 @@ impl Lab {
                 .find(|e| !e.replay && e.request.op() == op && e.request.key() == key)
         });
         let Some(original) = original else {
-            self.expect_failures.push(ExpectFailure {
+            self.record.expect_failures.push(ExpectFailure {
                 step: step + 1,
                 at: String::new(),
                 message: format!(
@@ -1397,13 +1394,13 @@ impl Lab {
             mutants: mutants.to_vec(),
             driver_name: self.sidecar.driver_name().to_string(),
             verdicts,
-            expect_failures: self.expect_failures.clone(),
+            expect_failures: self.record.expect_failures.clone(),
             not_converged: self.not_converged.clone(),
             figures: Vec::new(),
             snapshot,
             history: self.history.events(),
             history_text,
-            step_snapshots: std::mem::take(&mut self.step_snapshots),
+            step_snapshots: std::mem::take(&mut self.record.step_snapshots),
             claims: scn.claims.clone(),
             replay: replay_command(scn, seed, mutants),
             secrets: obs.secrets.clone(),

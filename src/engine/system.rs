@@ -1,0 +1,106 @@
+//! The one run loop every system's lab plugs into. The loop owns what is the
+//! same for every system — step headers and durable checkpoints, faults,
+//! partitions and heals, expectations, step boundaries and per-step snapshots —
+//! and hands each system its own steps through [`SystemLab`].
+
+use drivelab_fakes::history::{EventKind, History};
+
+use super::hook::LabHook;
+use super::{ExpectFailure, StepSnapshot, StepSnapshots};
+use crate::scenario::{Expectation, HealStep, Located, Scenario, Step};
+
+/// What the run loop asks of a system's lab (COSI, CSI).
+pub(super) trait SystemLab: Send {
+    /// The run's history.
+    fn history(&self) -> &History;
+    /// The fault hook: faults, partitions, heals.
+    fn hook(&self) -> &LabHook;
+    /// Append what happened since the last boundary to the run's durable record.
+    fn checkpoint(&self, steps_done: usize);
+    /// A step that is not an expectation begins: its own driver calls start here.
+    fn begin_step(&mut self);
+    /// Apply one of the system's own steps (anything but expect, fault,
+    /// partition and heal, which the loop does).
+    fn apply<'a>(
+        &'a mut self,
+        scn: &'a Scenario,
+        index: usize,
+        step: &'a Located<Step>,
+        at: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, anyhow::Result<()>>;
+    /// What did not hold of an expectation (empty: it held).
+    fn expect(&self, e: &Expectation) -> Vec<String>;
+    /// Observe the system at the boundary after step `index`.
+    fn observe(&mut self, index: usize);
+    /// The ownership snapshot as it is now.
+    fn render_snapshot(&mut self) -> anyhow::Result<String>;
+    /// Where the loop keeps failed expectations and per-step snapshots.
+    fn steps_record(&mut self) -> &mut StepsRecord;
+}
+
+/// What the loop collects while the steps run.
+#[derive(Default)]
+pub(super) struct StepsRecord {
+    /// Failed `expect:` steps.
+    pub expect_failures: Vec<ExpectFailure>,
+    /// The ownership snapshot after each step, for before/after diffs.
+    pub step_snapshots: Vec<StepSnapshot>,
+}
+
+/// Run `scn`'s steps in order on `lab`.
+pub(super) async fn run_steps(
+    lab: &mut dyn SystemLab,
+    scn: &Scenario,
+    snapshots: StepSnapshots,
+) -> anyhow::Result<()> {
+    for (i, step) in scn.steps.iter().enumerate() {
+        let at = format!("{}:{}:{}", scn.path.display(), step.line, step.col);
+        lab.history().record(EventKind::Step {
+            index: i,
+            name: step.value.describe(),
+        });
+        // After the step's header: a lab killed in step i shows which one it was in.
+        lab.checkpoint(i);
+        let expectation = matches!(step.value, Step::Expect(_));
+        if !expectation {
+            lab.begin_step();
+        }
+        match &step.value {
+            Step::Expect(e) => {
+                for message in lab.expect(e) {
+                    lab.steps_record().expect_failures.push(ExpectFailure {
+                        step: i + 1,
+                        at: at.clone(),
+                        message,
+                    });
+                }
+            }
+            Step::Fault(f) => lab.hook().arm(f.clone()),
+            Step::Partition(p) => lab.hook().partition(p.clone()),
+            Step::Heal(h) => heal(lab.hook(), h),
+            _ => lab.apply(scn, i, step, &at).await?,
+        }
+        lab.observe(i);
+        if snapshots == StepSnapshots::Every && !expectation {
+            let text = lab.render_snapshot()?;
+            lab.steps_record().step_snapshots.push(StepSnapshot {
+                step: i,
+                name: step.value.describe(),
+                text,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `heal:` one link both ways, or every partition when it names none.
+fn heal(hook: &LabHook, h: &HealStep) {
+    let parse = |s: &Option<String>| {
+        s.as_deref()
+            .and_then(crate::scenario::fault::parse_component)
+    };
+    match (parse(&h.from), parse(&h.to)) {
+        (Some(a), Some(b)) => hook.heal(Some((a, b))),
+        _ => hook.heal(None),
+    }
+}
