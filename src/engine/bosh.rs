@@ -601,45 +601,19 @@ impl BoshLab {
         let mut nodes = Vec::new();
         let mut agents = BTreeMap::new();
         for name in &csi.nodes {
-            // A node with the BOSH backend runs on an instance, whose id is its
-            // CSI node id; without it the node's name is.
-            let (node_id, source): (String, DeviceSource) = match &backend {
-                Some(b) => {
-                    let iid = b.instance_of(name)?;
-                    let source = b.devices(&iid);
-                    (iid, source)
-                }
-                None => (name.clone(), Arc::new(Vec::new)),
+            let ctx = NodeCtx {
+                scn,
+                mutants,
+                backend: backend.as_ref(),
+                refs: &refs,
+                clock: &clock,
+                history: &history,
+                filesystems: &filesystems,
+                slot: &slot,
             };
-            let table = MountTable::new(name, source, filesystems.clone(), gate());
-            let table_l = table
-                .serve(loopback())
-                .await
-                .context("serving a mount table")?;
-            let role = CsiRole::Node {
-                name: name.clone(),
-                node_id: node_id.clone(),
-                mounter_url: table_l.url(),
-            };
-            let (plugin, sock) = csi_process(scn, mutants, &role, &refs, &clock, &history)?;
-            let plugin = Arc::new(plugin);
-            plugin.start().await.with_context(|| {
-                format!(
-                    "starting the node plugin on {name} ({})",
-                    scn.driver.describe()
-                )
-            })?;
-            let agent = NodeAgent::connect(name, &sock, slot.clone(), gate())
-                .await
-                .with_context(|| format!("the kubelet on {name} could not reach its plugin"))?;
+            let (node, agent) = start_node(name, &ctx, &gate).await?;
             agents.insert(name.clone(), Arc::new(agent));
-            nodes.push(Node {
-                name: name.clone(),
-                instance_id: node_id,
-                table,
-                _table_l: table_l,
-                plugin,
-            });
+            nodes.push(node);
         }
         let sidecars = Arc::new(
             connect_sidecars(&ctl_sock, &slot, agents, &gate, scn.driver.call_timeout).await?,
@@ -1633,6 +1607,72 @@ fn attach_figures(events: &[drivelab_fakes::history::Event]) -> Vec<String> {
 
 /// An operator's VM operation (user `admin`): run it, wait for its task, and
 /// note in the history how it ended.
+/// What starting a node needs of the lab being built.
+struct NodeCtx<'a> {
+    scn: &'a Scenario,
+    mutants: &'a [Mutant],
+    backend: Option<&'a BoshBackend>,
+    refs: &'a BackendRefs<'a>,
+    clock: &'a SimClock,
+    history: &'a History,
+    filesystems: &'a Filesystems,
+    slot: &'a KubeSlot,
+}
+
+/// One node: its mount table, the driver's node process on it, its kubelet.
+async fn start_node(
+    name: &str,
+    ctx: &NodeCtx<'_>,
+    gate: &(dyn Fn() -> Gate + Sync),
+) -> anyhow::Result<(Node, NodeAgent)> {
+    // A node with the BOSH backend runs on an instance, whose id is its
+    // CSI node id; without it the node's name is.
+    let (node_id, source): (String, DeviceSource) = match ctx.backend {
+        Some(b) => {
+            let iid = b.instance_of(name)?;
+            let source = b.devices(&iid);
+            (iid, source)
+        }
+        None => (name.to_string(), Arc::new(Vec::new)),
+    };
+    let table = MountTable::new(name, source, ctx.filesystems.clone(), gate());
+    let table_l = table
+        .serve(loopback())
+        .await
+        .context("serving a mount table")?;
+    let role = CsiRole::Node {
+        name: name.to_string(),
+        node_id: node_id.clone(),
+        mounter_url: table_l.url(),
+    };
+    let (plugin, sock) = csi_process(
+        ctx.scn,
+        ctx.mutants,
+        &role,
+        ctx.refs,
+        ctx.clock,
+        ctx.history,
+    )?;
+    let plugin = Arc::new(plugin);
+    plugin.start().await.with_context(|| {
+        format!(
+            "starting the node plugin on {name} ({})",
+            ctx.scn.driver.describe()
+        )
+    })?;
+    let agent = NodeAgent::connect(name, &sock, ctx.slot.clone(), gate())
+        .await
+        .with_context(|| format!("the kubelet on {name} could not reach its plugin"))?;
+    let node = Node {
+        name: name.to_string(),
+        instance_id: node_id,
+        table,
+        _table_l: table_l,
+        plugin,
+    };
+    Ok((node, agent))
+}
+
 /// The controller's sidecars (provisioner, attacher, snapshotter) on its
 /// socket, beside the node agents, each with the driver's call deadline.
 async fn connect_sidecars(
