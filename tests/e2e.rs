@@ -285,3 +285,31 @@ async fn director_restart_mid_attach_keeps_one_attachment() {
         "the restart fault never fired"
     );
 }
+
+/// A failed expectation says why: the driver's last answer for that object
+/// (code and message) and the sidecar's requeue note, not only the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_expectation_quotes_the_drivers_answer() {
+    drivelab::logcap::init(false);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("why.yaml");
+    std::fs::write(
+        &path,
+        "name: why\ndriver: { builtin: cosi-s3 }\nbucket_classes:\n  - { name: standard, deletion_policy: Delete }\nbucket_access_classes:\n  - { name: odd, authentication_type: Unknown }\nsteps:\n  - create_bucket_claim: { name: photos, class: standard }\n  - grant_access: { name: app, claim: photos, class: odd }\n  - expect: { access: app, granted: true }\n",
+    )
+    .unwrap();
+    let scn = drivelab::scenario::load(&path).unwrap();
+    let o = drivelab::engine::run(&scn, &Default::default())
+        .await
+        .unwrap();
+    let msg = &o.expect_failures[0].message;
+    assert!(
+        msg.contains("accessGranted is false, expected true"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("the driver last answered DriverGrantBucketAccess with INVALID_ARGUMENT: "),
+        "{msg}"
+    );
+    assert!(msg.contains("requeue bucketaccess default/app"), "{msg}");
+}

@@ -924,6 +924,45 @@ impl Lab {
     }
 
     /// Act on one reconcile's result: done, or back on the queue after its back-off.
+    /// Why an object is not where an expectation wanted it, from the history:
+    /// the sidecar's last requeue note for it and the driver's reply just
+    /// before (code and message). Empty when the sidecar never requeued it.
+    fn why(&self, t: &Target) -> String {
+        let events = self.history.events();
+        let prefix = format!("requeue {t} in ");
+        let Some(at) = events.iter().rposition(
+            |e| matches!(&e.kind, EventKind::Note { text, .. } if text.starts_with(&prefix)),
+        ) else {
+            return String::new();
+        };
+        let EventKind::Note { text: note, .. } = &events[at].kind else {
+            return String::new();
+        };
+        let driver_calls: std::collections::BTreeMap<_, _> = events[..at]
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Call { id, to, op, .. } if *to == Component::Driver => {
+                    Some((*id, op.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let reply = events[..at].iter().rev().find_map(|e| match &e.kind {
+            EventKind::Reply { id, outcome } => driver_calls.get(id).map(|op| (op, outcome)),
+            _ => None,
+        });
+        let answered = match reply {
+            Some((op, drivelab_fakes::history::Outcome::Grpc { code, message }))
+                if !message.is_empty() =>
+            {
+                format!("; the driver last answered {op} with {code}: {message}")
+            }
+            Some((op, o)) => format!("; the driver last answered {op} with {}", o.label()),
+            None => String::new(),
+        };
+        format!("{answered}; the sidecar's last word: {note}")
+    }
+
     fn settle(&mut self, t: Target, r: Reconcile) {
         if let Reconcile::Requeue { after, reason } = r {
             self.history.record(EventKind::Note {
@@ -1053,8 +1092,12 @@ impl Lab {
                 .map(|o| bool_at(&o, &["status", "bucketReady"]))
                 .unwrap_or(false);
             if got != want {
+                let why = self.why(&Target::Claim {
+                    namespace: e.namespace.clone(),
+                    name: claim.clone(),
+                });
                 fails.push(format!(
-                    "claim {}/{claim}: bucketReady is {got}, expected {want}",
+                    "claim {}/{claim}: bucketReady is {got}, expected {want}{why}",
                     e.namespace
                 ));
             }
@@ -1068,8 +1111,12 @@ impl Lab {
                 .map(|o| bool_at(&o, &["status", "accessGranted"]))
                 .unwrap_or(false);
             if got != want {
+                let why = self.why(&Target::Access {
+                    namespace: e.namespace.clone(),
+                    name: access.clone(),
+                });
                 fails.push(format!(
-                    "access {}/{access}: accessGranted is {got}, expected {want}",
+                    "access {}/{access}: accessGranted is {got}, expected {want}{why}",
                     e.namespace
                 ));
             }
