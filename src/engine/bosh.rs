@@ -1298,8 +1298,9 @@ impl BoshLab {
                 .map(|o| str_at(&o, &["status", "phase"]) == "Bound")
                 .unwrap_or(false);
             if got != want {
+                let why = self.why(&format!(": pvc {}/{v} ", e.namespace));
                 fails.push(format!(
-                    "volume {}/{v}: bound is {got}, expected {want}",
+                    "volume {}/{v}: bound is {got}, expected {want}{why}",
                     e.namespace
                 ));
             }
@@ -1313,8 +1314,9 @@ impl BoshLab {
                 .map(|o| str_at(&o, &["status", "phase"]) == "Running")
                 .unwrap_or(false);
             if got != want {
+                let why = self.why(&format!(": pod {}/{p} ", e.namespace));
                 fails.push(format!(
-                    "pod {}/{p}: running is {got}, expected {want}",
+                    "pod {}/{p}: running is {got}, expected {want}{why}",
                     e.namespace
                 ));
             }
@@ -1376,6 +1378,24 @@ impl BoshLab {
                 .push("claim/access/backend are COSI expectations; this is a BOSH scenario".into());
         }
         fails
+    }
+
+    /// The last requeue note a sidecar wrote about an object (`needle` names
+    /// it, e.g. `: pod default/web `): the driver's answer is in it.
+    fn why(&self, needle: &str) -> String {
+        self.history
+            .events()
+            .iter()
+            .rev()
+            .find_map(|e| match &e.kind {
+                EventKind::Note { text, .. }
+                    if text.starts_with("requeue ") && text.contains(needle) =>
+                {
+                    Some(format!("; the sidecar's last word: {text}"))
+                }
+                _ => None,
+            })
+            .unwrap_or_default()
     }
 
     fn render_snapshot(&mut self) -> String {
