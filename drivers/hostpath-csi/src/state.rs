@@ -434,7 +434,9 @@ fn list_dirs(dir: &Path) -> Result<Vec<String>, DriverError> {
 }
 
 /// Read what the state directory at `state_dir` holds, under its lock,
-/// without changing anything (no cleanup, no registration).
+/// changing nothing (no cleanup, no registration; only the lock file is
+/// created if missing). For the lab's observations: orphans are
+/// `volume_dirs` that no record's id names.
 pub fn inspect(state_dir: &Path) -> Result<BackendView, DriverError> {
     let backend = Backend {
         root: state_dir.to_path_buf(),
