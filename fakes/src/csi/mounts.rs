@@ -4,6 +4,13 @@
 //! mounts stay read-only, a target holds one mount, a busy mount cannot go,
 //! and a disk keeps the one filesystem it was formatted with.
 //!
+//! A bind source is a path at or under a mount of the table, or, as the kernel
+//! allows, a directory that exists on the real host filesystem (how a
+//! directory-backed driver such as hostpath-csi exposes its volumes); a source
+//! that is neither is ENOENT (`NoSuchSource`). Such a mount has no disk: its
+//! `disk_cid` is empty and `host_dir` names the directory behind it, through
+//! binds of binds too (like the root field of /proc/self/mountinfo).
+//!
 //! Mounts live in memory: they survive a node-plugin restart (the kernel keeps
 //! them) and are lost with the node (the lab makes a fresh table on a VM recreate).
 
@@ -70,7 +77,8 @@ impl Filesystems {
 /// A mount request, as `POST /mount` carries it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountRequest {
-    /// A device path, or (for a bind mount) a path at or under a mount target.
+    /// A device path, or (for a bind mount) a path at or under a mount target
+    /// or an existing host directory.
     pub source: String,
     /// Where to mount.
     pub target: String,
@@ -98,6 +106,10 @@ pub struct MountEntry {
     pub read_only: bool,
     /// A bind mount.
     pub bind: bool,
+    /// The host directory behind a mount that has no disk (empty otherwise;
+    /// left out of the JSON then, so disk-backed entries read as before).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host_dir: String,
 }
 
 /// A mount as checks and snapshots see it (not on the wire).
@@ -115,9 +127,14 @@ pub struct MountView {
     pub read_only: bool,
     /// A bind mount.
     pub bind: bool,
-    /// The disk whose filesystem this mount exposes (through binds too).
+    /// The disk whose filesystem this mount exposes (through binds too);
+    /// empty for a bind of a host directory.
     pub disk_cid: String,
-    /// False when that disk is no longer visible on the node (detached under a mount).
+    /// The host directory this mount exposes (through binds too); empty for a disk.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub host_dir: String,
+    /// False when what backs the mount is gone: the disk is no longer visible
+    /// on the node (detached under a mount), or the host directory was removed.
     pub device_present: bool,
 }
 
@@ -155,6 +172,9 @@ pub enum MountError {
     /// 409: the device already has another filesystem.
     #[error("{device} already has a {have} filesystem")]
     AlreadyFormatted { device: String, have: String },
+    /// 501: something the kernel would do that this table does not model.
+    #[error("not implemented by the lab's mount table: {0}")]
+    NotImplemented(String),
 }
 
 impl MountError {
@@ -170,6 +190,7 @@ impl MountError {
             MountError::NotMounted(_) => "NotMounted",
             MountError::Busy { .. } => "Busy",
             MountError::AlreadyFormatted { .. } => "AlreadyFormatted",
+            MountError::NotImplemented(_) => "NotImplemented",
         }
     }
 
@@ -185,6 +206,7 @@ impl MountError {
             MountError::AlreadyMounted { .. }
             | MountError::Busy { .. }
             | MountError::AlreadyFormatted { .. } => 409,
+            MountError::NotImplemented(_) => 501,
         }
     }
 }
@@ -214,6 +236,8 @@ struct Mount {
     read_only: bool,
     bind: bool,
     disk_cid: String,
+    /// The host directory behind a mount with no disk (see the module doc).
+    host_dir: String,
 }
 
 /// One node's mount table. Cheap to clone (shared state).
@@ -253,6 +277,39 @@ fn clean_path(p: &str, what: &str) -> Result<String, MountError> {
         )));
     }
     Ok(trimmed.to_string())
+}
+
+/// A bind of a host directory: allowed when `source` exists as a directory on
+/// the real host filesystem (followed through symlinks, as mount(2) does).
+fn host_dir_bind(source: &str, read_only: bool) -> Result<Mount, MountError> {
+    match std::fs::metadata(source) {
+        Ok(m) if m.is_dir() => Ok(Mount {
+            source: source.to_string(),
+            // The table does not model the host's filesystems.
+            fstype: String::new(),
+            read_only,
+            bind: true,
+            disk_cid: String::new(),
+            host_dir: source.to_string(),
+        }),
+        Ok(_) => Err(MountError::NotImplemented(format!(
+            "bind of {source}: binding a host file (not a directory) is not modelled"
+        ))),
+        Err(_) => Err(MountError::NoSuchSource(source.to_string())),
+    }
+}
+
+/// The rest of `path` below `dir` (`/x/y` for `/d/x/y` under `/d`), given `under(path, dir)`.
+fn subpath<'a>(path: &'a str, dir: &str) -> &'a str {
+    if dir == "/" {
+        if path == "/" {
+            ""
+        } else {
+            path
+        }
+    } else {
+        &path[dir.len()..]
+    }
 }
 
 /// True when `path` is `dir` or inside it.
@@ -342,20 +399,34 @@ impl MountTable {
         let mut mounts = self.mounts_lock();
         let want = if req.bind {
             // The mount that covers the source path (the innermost one).
-            let (cover_target, cover) = mounts
+            let cover = mounts
                 .iter()
                 .filter(|(t, _)| under(&source, t) && **t != target)
-                .max_by_key(|(t, _)| t.len())
-                .ok_or_else(|| MountError::NoSuchSource(source.clone()))?;
-            if cover.read_only && !req.read_only {
-                return Err(MountError::ReadOnlySource(cover_target.clone()));
-            }
-            Mount {
-                source: source.clone(),
-                fstype: cover.fstype.clone(),
-                read_only: req.read_only,
-                bind: true,
-                disk_cid: cover.disk_cid.clone(),
+                .max_by_key(|(t, _)| t.len());
+            match cover {
+                Some((cover_target, cover)) => {
+                    if cover.read_only && !req.read_only {
+                        return Err(MountError::ReadOnlySource(cover_target.clone()));
+                    }
+                    // A path under a host-dir bind is that directory's subpath,
+                    // which (unlike a disk's contents) the table can see exists.
+                    let host_dir = if cover.host_dir.is_empty() {
+                        String::new()
+                    } else {
+                        let dir = format!("{}{}", cover.host_dir, subpath(&source, cover_target));
+                        host_dir_bind(&dir, req.read_only)?;
+                        dir
+                    };
+                    Mount {
+                        source: source.clone(),
+                        fstype: cover.fstype.clone(),
+                        read_only: req.read_only,
+                        bind: true,
+                        disk_cid: cover.disk_cid.clone(),
+                        host_dir,
+                    }
+                }
+                None => host_dir_bind(&source, req.read_only)?,
             }
         } else {
             let dev = self.device(&source)?;
@@ -378,6 +449,7 @@ impl MountTable {
                 read_only: req.read_only,
                 bind: false,
                 disk_cid: dev.disk_cid,
+                host_dir: String::new(),
             }
         };
         match mounts.get(&target) {
@@ -423,6 +495,7 @@ impl MountTable {
                 fstype: m.fstype.clone(),
                 read_only: m.read_only,
                 bind: m.bind,
+                host_dir: m.host_dir.clone(),
             })
             .collect()
     }
@@ -440,7 +513,12 @@ impl MountTable {
                 read_only: m.read_only,
                 bind: m.bind,
                 disk_cid: m.disk_cid.clone(),
-                device_present: present.contains(&m.disk_cid),
+                host_dir: m.host_dir.clone(),
+                device_present: if m.host_dir.is_empty() {
+                    present.contains(&m.disk_cid)
+                } else {
+                    std::path::Path::new(&m.host_dir).is_dir()
+                },
             })
             .collect()
     }
@@ -743,6 +821,96 @@ mod tests {
         t.unmount("/g").unwrap();
         assert!(t.mounts().is_empty());
         assert_eq!(t.unmount("/g").unwrap_err().code(), "NotMounted");
+    }
+
+    #[test]
+    fn bind_of_an_existing_host_directory() {
+        let (t, _) = table(&[]);
+        let host = tempfile::tempdir().unwrap();
+        let dir = host.path().join("vol-1");
+        std::fs::create_dir(&dir).unwrap();
+        let dir = dir.to_str().unwrap().to_string();
+        t.mount(&bind(&dir, "/g", false)).unwrap();
+        t.mount(&bind(&dir, "/g", false)).unwrap();
+        assert_eq!(
+            t.mount(&bind(&dir, "/g", true)).unwrap_err().code(),
+            "AlreadyMounted"
+        );
+        // Binds of the bind, and of a path under it, name the directory behind them.
+        t.mount(&bind("/g", "/p", true)).unwrap();
+        assert_eq!(
+            t.mount(&bind("/g/sub", "/q", false)).unwrap_err().code(),
+            "NoSuchSource"
+        );
+        std::fs::create_dir(format!("{dir}/sub")).unwrap();
+        t.mount(&bind("/g/sub", "/q", false)).unwrap();
+        let views = t.mounts();
+        let at = |target: &str| views.iter().find(|m| m.target == target).unwrap();
+        assert_eq!(
+            (at("/g").source.as_str(), at("/g").host_dir.as_str()),
+            (dir.as_str(), dir.as_str())
+        );
+        assert_eq!(at("/p").host_dir, dir);
+        assert_eq!(at("/q").host_dir, format!("{dir}/sub"));
+        assert!(views
+            .iter()
+            .all(|m| m.disk_cid.is_empty() && m.bind && m.device_present));
+        let entries = t.entries();
+        assert!(entries.iter().all(|e| e.host_dir.starts_with(&dir)));
+        assert_eq!(t.unmount("/g").unwrap_err().code(), "Busy");
+        // The directory removed under its mounts is visible to checks.
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(t.mounts().iter().all(|m| !m.device_present));
+    }
+
+    #[test]
+    fn host_directory_binds_keep_the_read_only_rules() {
+        let (t, _) = table(&[]);
+        let host = tempfile::tempdir().unwrap();
+        let dir = host.path().to_str().unwrap().to_string();
+        t.mount(&bind(&dir, "/g", true)).unwrap();
+        assert_eq!(
+            t.mount(&bind("/g", "/p", false)).unwrap_err().code(),
+            "ReadOnlySource"
+        );
+        t.mount(&bind("/g", "/p", true)).unwrap();
+        // The host directory itself is writable: a second read-write bind is fine.
+        t.mount(&bind(&dir, "/w", false)).unwrap();
+        assert!(
+            !t.mounts()
+                .iter()
+                .find(|m| m.target == "/w")
+                .unwrap()
+                .read_only
+        );
+    }
+
+    #[test]
+    fn host_bind_source_must_exist_as_a_directory() {
+        let (t, _) = table(&[]);
+        let host = tempfile::tempdir().unwrap();
+        let missing = host.path().join("never-made");
+        let missing = missing.to_str().unwrap();
+        let e = t.mount(&bind(missing, "/g", false)).unwrap_err();
+        assert_eq!((e.code(), e.http_status()), ("NoSuchSource", 404));
+        let file = host.path().join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        let e = t
+            .mount(&bind(file.to_str().unwrap(), "/g", false))
+            .unwrap_err();
+        assert_eq!((e.code(), e.http_status()), ("NotImplemented", 501));
+        assert!(t.mounts().is_empty());
+        // Disk-backed entries carry no host_dir on the wire, as before.
+        let v = serde_json::to_value(MountEntry {
+            source: DEV.into(),
+            target: "/g".into(),
+            fstype: "ext4".into(),
+            read_only: false,
+            bind: false,
+            host_dir: String::new(),
+        })
+        .unwrap();
+        assert!(v.get("host_dir").is_none());
     }
 
     #[test]
