@@ -244,6 +244,12 @@ enum DriverCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The reference CSI driver with its own backend (flags as the `hostpath-csi` binary's).
+    HostpathCsi {
+        /// Flags passed through to the driver.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn parse_mutant(s: &str) -> Result<Mutant, String> {
@@ -532,6 +538,28 @@ fn main() -> ExitCode {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("drivelab: bosh-csi driver: {e:#}");
+                        ExitCode::from(1)
+                    }
+                }
+            }
+            Command::Driver {
+                which: DriverCommand::HostpathCsi { args },
+            } => {
+                let inv = match hostpath_csi::cli::parse(args) {
+                    Ok(Some(inv)) => inv,
+                    Ok(None) => return ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("drivelab: hostpath-csi driver: {e:#}");
+                        return ExitCode::from(2);
+                    }
+                };
+                let shutdown = async {
+                    let _ = tokio::signal::ctrl_c().await;
+                };
+                match hostpath_csi::serve_unix(inv.config, &inv.socket, shutdown).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("drivelab: hostpath-csi driver: {e:#}");
                         ExitCode::from(1)
                     }
                 }

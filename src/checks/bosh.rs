@@ -137,6 +137,10 @@ pub struct BoshObservations {
     pub listed_snapshots: Option<Vec<String>>,
     /// The driver's name (GetPluginInfo): the kubelet's staging paths carry it.
     pub driver_name: String,
+    /// Reference-driver specific: what the linked-in hostpath-csi's own state
+    /// directory holds that no volume or snapshot record names (the lab reads
+    /// that directory; for any other driver this view does not exist).
+    pub reference_orphans: Vec<String>,
 }
 
 impl BoshObservations {
@@ -408,6 +412,12 @@ fn no_orphans_by_csi(obs: &BoshObservations) -> Verdict {
                 calls.clone(),
             );
         }
+    }
+    for dir in &obs.reference_orphans {
+        v.fail(
+            format!("the reference driver's backend keeps {dir}, which no volume or snapshot record names (hostpath-csi's state directory, read by the lab)"),
+            [],
+        );
     }
     let seen = |l: &Option<Vec<String>>, what: &str| match l {
         Some(l) => format!("{} listed by the driver", l.len()),

@@ -1380,6 +1380,42 @@ impl BoshLab {
         fails
     }
 
+    /// Reference-driver specific: directories in the linked-in hostpath-csi's
+    /// state directory that no record names (empty for any other driver).
+    fn reference_orphans(&self, scn: &Scenario) -> Vec<String> {
+        if scn.driver.builtin() != Some(crate::scenario::BuiltinDriver::HostpathCsi) {
+            return Vec::new();
+        }
+        let dir = self._dir.path().join("hostpath");
+        match hostpath_csi::inspect(&dir) {
+            Ok(view) => {
+                let mut out = Vec::new();
+                let vols: BTreeMap<&str, ()> =
+                    view.volumes.iter().map(|v| (v.id.as_str(), ())).collect();
+                let snaps: BTreeMap<&str, ()> =
+                    view.snapshots.iter().map(|s| (s.id.as_str(), ())).collect();
+                for d in &view.volume_dirs {
+                    if !vols.contains_key(d.as_str()) {
+                        out.push(format!("volumes/{d}"));
+                    }
+                }
+                for d in &view.snapshot_dirs {
+                    if !snaps.contains_key(d.as_str()) {
+                        out.push(format!("snapshots/{d}"));
+                    }
+                }
+                out
+            }
+            Err(e) => {
+                self.history.record(EventKind::Note {
+                    component: Component::Lab,
+                    text: format!("the reference driver's state directory could not be read: {e}"),
+                });
+                Vec::new()
+            }
+        }
+    }
+
     /// The last requeue note a sidecar wrote about an object (`needle` names
     /// it, e.g. `: pod default/web `): the driver's answer is in it.
     fn why(&self, needle: &str) -> String {
@@ -1520,6 +1556,7 @@ impl BoshLab {
             replays: self.cbt.replays.clone(),
             secrets: secrets.clone(),
             artifacts,
+            reference_orphans: self.reference_orphans(scn),
             bosh_backend: self.backend.is_some(),
             driver_name: self.driver_name.clone(),
             listed_volumes,
@@ -1896,6 +1933,9 @@ fn csi_process(
             })?;
             Driver::InProcess(builtin_bosh_csi(role, bosh, &socket, clock, mutants))
         }
+        Some(crate::scenario::BuiltinDriver::HostpathCsi) => {
+            Driver::InProcess(builtin_hostpath(role, b, &socket, mutants))
+        }
         Some(other) => return Err(anyhow!("{} is not a CSI driver", other.name())),
     };
     Ok((driver, socket))
@@ -1958,6 +1998,44 @@ fn csi_params(
         }
     }
     params
+}
+
+/// Where the linked-in hostpath-csi keeps its backend: the run's own directory.
+fn hostpath_state(b: &BackendRefs) -> PathBuf {
+    b.run_dir.join("hostpath")
+}
+
+/// The linked-in hostpath-csi in `role`: every process of the run shares
+/// one state directory, as the driver's processes on one host do.
+fn builtin_hostpath(
+    role: &CsiRole,
+    b: &BackendRefs,
+    socket: &std::path::Path,
+    mutants: &[Mutant],
+) -> InProcessDriver {
+    let (mode, node_id, mounter_url) = match role {
+        CsiRole::Controller => (hostpath_csi::Mode::Controller, String::new(), String::new()),
+        CsiRole::Node {
+            node_id,
+            mounter_url,
+            ..
+        } => (
+            hostpath_csi::Mode::Node,
+            node_id.clone(),
+            mounter_url.clone(),
+        ),
+    };
+    InProcessDriver::hostpath(
+        hostpath_csi::DriverConfig {
+            mode,
+            node_id,
+            mounter_url,
+            state_dir: hostpath_state(b),
+            mutants: Mutant::hostpath(mutants),
+            ..Default::default()
+        },
+        socket,
+    )
 }
 
 /// The linked-in bosh-csi in `role`, configured as the lab runs it.

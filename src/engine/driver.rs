@@ -74,6 +74,17 @@ impl InProcessDriver {
         Self::new(serve, socket)
     }
 
+    /// The reference CSI driver with its own backend (controller or node, by `config.mode`).
+    pub fn hostpath(config: hostpath_csi::DriverConfig, socket: &Path) -> Self {
+        let serve: ServeFn = std::sync::Arc::new(move |socket: PathBuf| {
+            let config = config.clone();
+            Box::pin(async move {
+                hostpath_csi::serve_unix(config, &socket, std::future::pending()).await
+            })
+        });
+        Self::new(serve, socket)
+    }
+
     /// Start it (on a fresh runtime) and wait until its socket accepts connections.
     pub async fn start(&self) -> anyhow::Result<()> {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -249,9 +260,12 @@ impl Driver {
                     &params.host_socket,
                 )))
             }
-            DriverLaunch::Builtin(BuiltinDriver::BoshCsi) => Err(anyhow!(
-                "the linked-in bosh-csi is built by the BOSH lab with its role's config, not here"
-            )),
+            DriverLaunch::Builtin(b @ (BuiltinDriver::BoshCsi | BuiltinDriver::HostpathCsi)) => {
+                Err(anyhow!(
+                    "the linked-in {} is built by the CSI lab with its role's config, not here",
+                    b.name()
+                ))
+            }
             _ => Self::external(spec, mutants, params, history),
         }
     }

@@ -59,7 +59,9 @@ impl DriverSpec {
     pub fn protocol(&self) -> DriverProtocol {
         match &self.launch {
             DriverLaunch::Builtin(BuiltinDriver::CosiS3) => DriverProtocol::Cosi,
-            DriverLaunch::Builtin(BuiltinDriver::BoshCsi) => DriverProtocol::Csi,
+            DriverLaunch::Builtin(BuiltinDriver::BoshCsi | BuiltinDriver::HostpathCsi) => {
+                DriverProtocol::Csi
+            }
             DriverLaunch::Command(e) | DriverLaunch::Image(e) => e.protocol,
         }
     }
@@ -122,6 +124,8 @@ pub enum BuiltinDriver {
     CosiS3,
     /// The reference CSI driver for BOSH dynamic disks.
     BoshCsi,
+    /// The reference CSI driver with its own backend (directories on the host).
+    HostpathCsi,
 }
 
 impl BuiltinDriver {
@@ -130,6 +134,7 @@ impl BuiltinDriver {
         match self {
             BuiltinDriver::CosiS3 => "cosi-s3",
             BuiltinDriver::BoshCsi => "bosh-csi",
+            BuiltinDriver::HostpathCsi => "hostpath-csi",
         }
     }
 }

@@ -11,6 +11,8 @@ pub enum Mutant {
     Cosi(cosi_s3::Mutant),
     /// A bug of the reference BOSH CSI driver (bosh-csi).
     Bosh(bosh_csi::Mutant),
+    /// A bug of the reference CSI driver with its own backend (hostpath-csi).
+    Hostpath(hostpath_csi::Mutant),
 }
 
 impl Mutant {
@@ -20,6 +22,11 @@ impl Mutant {
             .iter()
             .map(|m| Mutant::Cosi(*m))
             .chain(bosh_csi::Mutant::all().iter().map(|m| Mutant::Bosh(*m)))
+            .chain(
+                hostpath_csi::Mutant::all()
+                    .iter()
+                    .map(|m| Mutant::Hostpath(*m)),
+            )
             .collect()
     }
 
@@ -28,6 +35,7 @@ impl Mutant {
         match self {
             Mutant::Cosi(m) => m.name(),
             Mutant::Bosh(m) => m.name(),
+            Mutant::Hostpath(m) => m.name(),
         }
     }
 
@@ -36,6 +44,7 @@ impl Mutant {
         match self {
             Mutant::Cosi(m) => m.describe(),
             Mutant::Bosh(m) => m.describe(),
+            Mutant::Hostpath(m) => m.describe(),
         }
     }
 
@@ -44,6 +53,7 @@ impl Mutant {
         match self {
             Mutant::Cosi(_) => BuiltinDriver::CosiS3,
             Mutant::Bosh(_) => BuiltinDriver::BoshCsi,
+            Mutant::Hostpath(_) => BuiltinDriver::HostpathCsi,
         }
     }
 
@@ -58,6 +68,16 @@ impl Mutant {
         ms.iter()
             .filter_map(|m| match m {
                 Mutant::Cosi(c) => Some(*c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The hostpath-csi mutants among `ms`.
+    pub fn hostpath(ms: &[Mutant]) -> Vec<hostpath_csi::Mutant> {
+        ms.iter()
+            .filter_map(|m| match m {
+                Mutant::Hostpath(h) => Some(*h),
                 _ => None,
             })
             .collect()
