@@ -41,7 +41,7 @@ use super::hook::{LabControl, LabHook};
 use super::schedule::Scheduler;
 use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshot, StepSnapshots};
 use crate::checks::bosh::{self as checks, BoshObservations, Sample};
-use crate::scenario::{Bosh, Expectation, Mutant, NodeCallStep, Scenario, Step};
+use crate::scenario::{Bosh, Expectation, Mutant, NodeCallStep, Restartable, Scenario, Step};
 use crate::snapshot::{self, Normalizer};
 use drivelab_proto::csi;
 
@@ -519,7 +519,10 @@ impl BoshLab {
             hook: Arc::downgrade(&hook),
         }));
         for f in &scn.faults {
-            hook.arm(f.clone());
+            hook.arm(
+                f.value.clone(),
+                &format!("{}:{}", scn.path.display(), f.line),
+            );
         }
         let mut norm = Normalizer::default();
         norm.fixed(&director_url, "director-url");
@@ -590,30 +593,23 @@ impl BoshLab {
                         });
                     }
                 }
-                Step::Fault(f) => self.hook.arm(f.clone()),
-                Step::Partition(p) => self.hook.partition(p.clone()),
-                Step::Heal(h) => {
-                    let parse = |s: &Option<String>| {
-                        s.as_deref()
-                            .and_then(crate::scenario::fault::parse_component)
-                    };
-                    match (parse(&h.from), parse(&h.to)) {
-                        (Some(a), Some(b)) => self.hook.heal(Some((a, b))),
-                        _ => self.hook.heal(None),
-                    }
-                }
+                Step::Fault(f) => self.hook.arm(f.clone(), &super::line_of(&scn.path, step)),
+                Step::Partition(p) => self
+                    .hook
+                    .partition(p.clone(), &super::line_of(&scn.path, step)),
+                Step::Heal(h) => self.hook.heal(h.between),
                 Step::Restart(r) => {
-                    let c = crate::scenario::fault::parse_component(&r.component)
-                        .unwrap_or(Component::Director);
                     self.history.record(EventKind::Fault {
                         call: None,
                         fault: "restart".into(),
-                        detail: format!("{c} restarting (step)"),
+                        detail: format!("{} restarting (step)", r.component.component()),
                     });
-                    if c == Component::CsiSnapshotMetadata {
-                        self.cbt.restart_sidecar().await?;
-                    } else {
-                        self.director.restart().await?;
+                    match r.component {
+                        Restartable::CsiSnapshotMetadata => self.cbt.restart_sidecar().await?,
+                        Restartable::Director => self.director.restart().await?,
+                        other => {
+                            return Err(anyhow!("a BOSH lab cannot restart {}", other.component()))
+                        }
                     }
                     self.converge().await?;
                 }
@@ -1433,6 +1429,8 @@ impl BoshLab {
             driver_name,
             verdicts,
             expect_failures: self.expect_failures.clone(),
+            unfired_faults: self.hook.unfired(),
+            faults_armed: self.hook.armed_count(),
             not_converged: self.not_converged.clone(),
             figures,
             snapshot,

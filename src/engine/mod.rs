@@ -30,8 +30,8 @@ use crate::checks::{
     UserState, Verdict,
 };
 use crate::scenario::{
-    AccessStep, BackendBucketStep, ClaimStep, Expectation, HealStep, Invariant, RetryOp, RetryStep,
-    Scenario, Step,
+    AccessStep, BackendBucketStep, ClaimStep, Expectation, Invariant, Restartable, RetryOp,
+    RetryStep, Scenario, Step,
 };
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
@@ -48,6 +48,7 @@ pub mod serve;
 use driver::Driver;
 pub use external::write_kubeconfig;
 use fakes::FakeSet;
+pub use hook::UnfiredFault;
 use hook::{LabControl, LabHook};
 use queue::WorkQueue;
 use schedule::Scheduler;
@@ -117,6 +118,11 @@ pub struct RunOutcome {
     pub verdicts: Vec<Verdict>,
     /// Failed expectations.
     pub expect_failures: Vec<ExpectFailure>,
+    /// Faults and partitions the scenario set up that never acted (a failure
+    /// unless optional: the scenario did not test what it says).
+    pub unfired_faults: Vec<UnfiredFault>,
+    /// How many faults and partitions the scenario set up.
+    pub faults_armed: usize,
     /// Objects that had not converged when their step's window closed.
     pub not_converged: Vec<String>,
     /// Measured figures for the report, one line each (e.g. attach throughput).
@@ -141,7 +147,9 @@ pub struct RunOutcome {
 impl RunOutcome {
     /// All checks and expectations held.
     pub fn passed(&self) -> bool {
-        self.verdicts.iter().all(|v| v.passed) && self.expect_failures.is_empty()
+        self.verdicts.iter().all(|v| v.passed)
+            && self.expect_failures.is_empty()
+            && self.unfired_faults.iter().all(|f| f.optional)
     }
 }
 
@@ -153,6 +161,11 @@ pub fn replay_command(path: &std::path::Path, seed: u64, mutants: &[Mutant]) -> 
         cmd.push_str(m.name());
     }
     cmd
+}
+
+/// `file:line` of a step, as a fault or partition it arms is reported.
+fn line_of<T>(path: &std::path::Path, at: &crate::scenario::Located<T>) -> String {
+    format!("{}:{}", path.display(), at.line)
 }
 
 /// The seed used when neither the file nor the command line gives one.
@@ -447,7 +460,10 @@ impl Lab {
         )?;
 
         for f in &scn.faults {
-            hook.arm(f.clone());
+            hook.arm(
+                f.value.clone(),
+                &format!("{}:{}", scn.path.display(), f.line),
+            );
         }
         let kube_url_label = fakes.kube_url();
         Ok(Self {
@@ -590,12 +606,19 @@ impl Lab {
                 }
                 Step::Retry(r) => self.retry(i, r).await?,
                 Step::Concurrent(steps) => self.concurrent(steps).await?,
-                Step::Fault(f) => self.hook.arm(f.clone()),
-                Step::Partition(p) => self.hook.partition(p.clone()),
-                Step::Heal(h) => self.heal(h),
+                Step::Fault(f) => self.hook.arm(f.clone(), &line_of(&scn.path, step)),
+                Step::Partition(p) => self.hook.partition(p.clone(), &line_of(&scn.path, step)),
+                Step::Heal(h) => self.hook.heal(h.between),
                 Step::Restart(r) => {
-                    let c = crate::scenario::fault::parse_component(&r.component)
-                        .unwrap_or(Component::S3);
+                    let c = match r.component {
+                        Restartable::S3 | Restartable::Kube => r.component.component(),
+                        other => {
+                            return Err(anyhow!(
+                                "a COSI lab has no {} to restart",
+                                other.component()
+                            ))
+                        }
+                    };
                     self.history.record(EventKind::Fault {
                         call: None,
                         fault: "restart".into(),
@@ -624,17 +647,6 @@ impl Lab {
         }
         self.checkpoint(scn.steps.len());
         Ok(())
-    }
-
-    fn heal(&self, h: &HealStep) {
-        let parse = |s: &Option<String>| {
-            s.as_deref()
-                .and_then(crate::scenario::fault::parse_component)
-        };
-        match (parse(&h.from), parse(&h.to)) {
-            (Some(a), Some(b)) => self.hook.heal(Some((a, b))),
-            _ => self.hook.heal(None),
-        }
     }
 
     /// Remember every backend bucket and user that ever existed (owner-only-delete reads this).
@@ -1396,6 +1408,8 @@ impl Lab {
             driver_name: self.sidecar.driver_name().to_string(),
             verdicts,
             expect_failures: self.expect_failures.clone(),
+            unfired_faults: self.hook.unfired(),
+            faults_armed: self.hook.armed_count(),
             not_converged: self.not_converged.clone(),
             figures: Vec::new(),
             snapshot,

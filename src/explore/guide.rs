@@ -15,7 +15,7 @@ use proptest::test_runner::TestRng;
 
 use super::{Dup, GenFault, GenKind, Schedule};
 use crate::engine::RunOutcome;
-use crate::scenario::{self, FaultTarget};
+use crate::scenario::FaultTarget;
 
 /// Most faults, duplicates and merges one schedule carries (as generated fresh).
 pub(super) const MAX_FAULTS: usize = 3;
@@ -51,7 +51,11 @@ pub(super) fn below(rng: &mut TestRng, n: usize) -> usize {
 /// A call the explorer may fault: made by the driver or the sidecar, to a fake
 /// or to the driver (DriverGetInfo happens once, at connect, before any fault is armed).
 pub(super) fn faultable(from: Component, to: Component, op: &str) -> bool {
-    let driver_op_ok = to != Component::Driver || scenario::fault::DRIVER_OPS.contains(&op);
+    use drivelab_fakes::cosi_sidecar::{DRIVER_GET_INFO, DRIVER_RPCS};
+    let driver_op_ok = to != Component::Driver
+        || DRIVER_RPCS
+            .iter()
+            .any(|o| *o == op && *o != DRIVER_GET_INFO);
     driver_op_ok
         && matches!(from, Component::Driver | Component::Sidecar)
         && matches!(
@@ -110,16 +114,16 @@ fn reached(o: &RunOutcome, targets: &mut Vec<FaultTarget>) -> Vec<Reached> {
             if !faultable(*from, *to, op) {
                 continue;
             }
+            let Some(op) = drivelab_fakes::ops::lookup(*to, op) else {
+                continue;
+            };
             let target = match targets
                 .iter()
-                .position(|t| t.component == *to && t.op == *op)
+                .position(|t| t.component == *to && t.op == op)
             {
                 Some(i) => i,
                 None => {
-                    targets.push(FaultTarget {
-                        component: *to,
-                        op: op.clone(),
-                    });
+                    targets.push(FaultTarget { component: *to, op });
                     targets.len() - 1
                 }
             };

@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use drivelab_fakes::history::Component;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
@@ -15,6 +16,7 @@ pub mod driver;
 pub mod fault;
 pub mod invariant;
 pub mod mutant;
+pub mod names;
 pub mod write;
 pub use bosh::{
     AccessMode, BackupStep, BackupToken, Bosh, DeploymentRef, NodeCallStep, NodeRef, PodRef,
@@ -27,6 +29,7 @@ pub use driver::{
 pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use invariant::Invariant;
 pub use mutant::Mutant;
+pub use names::Restartable;
 
 /// A validated scenario, ready for the engine.
 #[derive(Clone, Debug)]
@@ -45,8 +48,8 @@ pub struct Scenario {
     pub bucket_classes: Vec<BucketClassSpec>,
     /// BucketAccessClasses the lab creates before the first step.
     pub access_classes: Vec<AccessClassSpec>,
-    /// Faults armed before the first step.
-    pub faults: Vec<FaultSpec>,
+    /// Faults armed before the first step, each with where the file says it.
+    pub faults: Vec<Located<FaultSpec>>,
     /// What happens, in order.
     pub steps: Vec<Located<Step>>,
     /// The invariants to check at the end.
@@ -268,11 +271,11 @@ impl Step {
                     .map(|d| format!(" for {}ms", d.as_millis()))
                     .unwrap_or_default()
             ),
-            Step::Heal(h) => match (&h.from, &h.to) {
-                (Some(a), Some(b)) => format!("heal {a} <-> {b}"),
-                _ => "heal all".to_string(),
+            Step::Heal(h) => match h.between {
+                Some((a, b)) => format!("heal {a} <-> {b}"),
+                None => "heal all".to_string(),
             },
-            Step::Restart(r) => format!("restart {}", r.component),
+            Step::Restart(r) => format!("restart {}", r.component.component()),
             Step::Concurrent(v) => format!(
                 "concurrent [{}]",
                 v.iter().map(Step::describe).collect::<Vec<_>>().join("; ")
@@ -420,24 +423,35 @@ struct RawBackendBucket {
     namespace: Option<String>,
 }
 
-/// `heal:` — omit both sides to heal every partition.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+/// `heal:` — the partitions between two components, or (`None`) every one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HealStep {
-    /// One side.
-    #[serde(default)]
-    pub from: Option<String>,
-    /// The other side.
-    #[serde(default)]
-    pub to: Option<String>,
+    /// The two sides, in either order.
+    pub between: Option<(Component, Component)>,
 }
 
-/// `restart:`
+/// `heal:` as written — omit both sides to heal every partition.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct RawHeal {
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    to: Option<String>,
+}
+
+/// `restart:` — a fake of the scenario's system (state kept, connections broken).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestartStep {
+    /// What restarts.
+    pub component: Restartable,
+}
+
+/// `restart:` as written.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct RestartStep {
-    /// `s3admin` (= `s3`, one server) or `kube`.
-    pub component: String,
+struct RawRestart {
+    component: String,
 }
 
 /// `grant_access:`
@@ -679,8 +693,8 @@ enum RawStep {
     Expect(Expectation),
     Fault(fault::RawFault),
     Partition(fault::RawPartition),
-    Heal(HealStep),
-    Restart(RestartStep),
+    Heal(RawHeal),
+    Restart(RawRestart),
     Concurrent(Vec<Spanned<RawStep>>),
     CreateBucket(StaticBucketStep),
     CreateBackendBucket(RawBackendBucket),
@@ -938,13 +952,20 @@ impl Validator<'_> {
             }
             _ => {}
         }
+        let system = if bosh.is_some() {
+            System::Bosh
+        } else {
+            System::Cosi
+        };
         let mut faults = Vec::new();
         for f in raw.faults {
-            let spec = f
-                .value
-                .resolve()
-                .map_err(|m| self.err(&f, m, Some("see scenarios/README.md, Faults")))?;
-            faults.push(spec);
+            let here = Spanned::new((), f.referenced, f.defined);
+            let spec = self.fault(&here, &f.value, system)?;
+            faults.push(Located {
+                value: spec,
+                line: here.referenced.line(),
+                col: here.referenced.column(),
+            });
         }
         let mut ctx = Ctx {
             bucket_classes: bucket_classes.iter().map(|c| c.name.clone()).collect(),
@@ -963,11 +984,6 @@ impl Validator<'_> {
                 Some("add `resume_backup: { name: ... }` after the steps that act mid-stream"),
             ));
         }
-        let system = if bosh.is_some() {
-            System::Bosh
-        } else {
-            System::Cosi
-        };
         let mut invariants = Vec::new();
         for i in raw.invariants {
             if !i.value.applies_to(system) {
@@ -1066,6 +1082,18 @@ struct Ctx {
     backups: BTreeSet<String>,
     /// Backups paused by `pause_after` and not resumed yet, with where they paused.
     paused: BTreeMap<String, Spanned<()>>,
+    /// The sides of every partition step so far (a `heal` must have one to heal).
+    partitions: Vec<(Component, Component)>,
+}
+
+impl Ctx {
+    fn system(&self) -> System {
+        if self.bosh.is_some() {
+            System::Bosh
+        } else {
+            System::Cosi
+        }
+    }
 }
 
 impl Validator<'_> {
@@ -1255,53 +1283,22 @@ impl Validator<'_> {
                         None,
                     ));
                 }
-                self.expectation(&here, &e)?;
+                self.expectation(&here, &e, ctx.system())?;
                 Step::Expect(e)
             }
-            RawStep::Fault(f) => Step::Fault(
-                f.resolve()
-                    .map_err(|m| self.err(&here, m, Some("see scenarios/README.md, Faults")))?,
-            ),
+            RawStep::Fault(f) => Step::Fault(self.fault(&here, &f, ctx.system())?),
             RawStep::Partition(p) => {
-                Step::Partition(p.resolve().map_err(|m| self.err(&here, m, None))?)
+                let spec = p
+                    .resolve(ctx.system())
+                    .map_err(|e| self.err(&here, e.message, e.hint.as_deref()))?;
+                ctx.partitions.push((spec.from, spec.to));
+                Step::Partition(spec)
             }
-            RawStep::Heal(h) => {
-                for side in [&h.from, &h.to].into_iter().flatten() {
-                    if fault::parse_component(side).is_none() {
-                        return Err(self.err(
-                            &here,
-                            format!("unknown component `{side}`"),
-                            Some("sidecar, driver, s3, s3admin, kube"),
-                        ));
-                    }
-                }
-                if h.from.is_some() != h.to.is_some() {
-                    return Err(self.err(
-                        &here,
-                        "`heal` takes both `from` and `to`, or neither (heal all)",
-                        None,
-                    ));
-                }
-                Step::Heal(h)
-            }
-            RawStep::Restart(r) if ctx.bosh.is_some() => {
-                if !["director", "kube", "csi-snapshot-metadata"].contains(&r.component.as_str()) {
-                    return Err(self.err(
-                        &here,
-                        format!("cannot restart `{}`", r.component),
-                        Some(
-                            "restart director, kube or csi-snapshot-metadata; crash the driver with a crash_driver fault",
-                        ),
-                    ));
-                }
-                Step::Restart(r)
-            }
-            RawStep::Restart(r) => {
-                if !["s3", "s3admin", "kube"].contains(&r.component.as_str()) {
-                    return Err(self.err(&here, format!("cannot restart `{}`", r.component), Some("restart s3admin (the S3 server, admin API included) or kube; crash the driver with a crash_driver fault")));
-                }
-                Step::Restart(r)
-            }
+            RawStep::Heal(h) => Step::Heal(self.heal(ctx, &here, &h)?),
+            RawStep::Restart(r) => Step::Restart(RestartStep {
+                component: names::restartable(&r.component, ctx.system())
+                    .map_err(|e| self.err(&here, e.message, e.hint.as_deref()))?,
+            }),
             RawStep::Concurrent(inner) => {
                 if nested {
                     return Err(self.err(&here, "`concurrent` blocks do not nest", None));
@@ -1703,6 +1700,61 @@ impl Validator<'_> {
         })
     }
 
+    /// A fault of the file (`faults:` or a `fault:` step), for the scenario's system.
+    fn fault(
+        &self,
+        here: &Spanned<()>,
+        f: &fault::RawFault,
+        system: System,
+    ) -> Result<FaultSpec, ScenarioError> {
+        f.resolve(system).map_err(|e| {
+            let hint = e
+                .hint
+                .unwrap_or_else(|| "see scenarios/README.md, Faults".into());
+            self.err(e.at.as_ref().unwrap_or(here), e.message, Some(&hint))
+        })
+    }
+
+    /// A `heal` step: both sides or neither, and something to heal.
+    fn heal(&self, ctx: &Ctx, here: &Spanned<()>, h: &RawHeal) -> Result<HealStep, ScenarioError> {
+        let system = ctx.system();
+        let sides = names::partition_sides(system);
+        let side = |s: &str| {
+            names::component_in(s, sides, system, "`heal`")
+                .map_err(|e| self.err(here, e.message, e.hint.as_deref()))
+        };
+        let between = match (&h.from, &h.to) {
+            (Some(a), Some(b)) => Some((side(a)?, side(b)?)),
+            (None, None) => None,
+            _ => {
+                return Err(self.err(
+                    here,
+                    "`heal` takes both `from` and `to`, or neither (heal all)",
+                    None,
+                ))
+            }
+        };
+        let host = |c| match c {
+            Component::S3Admin => Component::S3,
+            other => other,
+        };
+        let heals = |(x, y): &(_, _)| match between {
+            None => true,
+            Some((a, b)) => {
+                let (x, y, a, b) = (host(*x), host(*y), host(a), host(b));
+                (x == a && y == b) || (x == b && y == a)
+            }
+        };
+        if !ctx.partitions.iter().any(heals) {
+            return Err(self.err(
+                here,
+                "`heal` has nothing to heal: no earlier `partition` step cuts that link",
+                Some("put a `partition` step before it, or remove the `heal`"),
+            ));
+        }
+        Ok(HealStep { between })
+    }
+
     fn known_node(&self, ctx: &Ctx, here: &Spanned<()>, node: &str) -> Result<(), ScenarioError> {
         let bosh = ctx.bosh.as_ref().expect("BOSH steps need a bosh section");
         if bosh.nodes.iter().any(|n| n.name == node) {
@@ -1755,7 +1807,12 @@ impl Validator<'_> {
         self.known_node(ctx, here, &n.node)
     }
 
-    fn expectation(&self, here: &Spanned<()>, e: &Expectation) -> Result<(), ScenarioError> {
+    fn expectation(
+        &self,
+        here: &Spanned<()>,
+        e: &Expectation,
+        system: System,
+    ) -> Result<(), ScenarioError> {
         if e.snapshot.is_some() != e.ready_to_use.is_some() {
             return Err(self.err(
                 here,
@@ -1811,11 +1868,18 @@ impl Validator<'_> {
             ));
         }
         if let Some(calls) = &e.driver_calls {
+            let rpcs = names::ops_of(system, Component::Driver);
+            let valid: Vec<&str> = rpcs.iter().map(|o| o.as_str()).collect();
             for k in calls.keys() {
-                if !fault::DRIVER_OPS.contains(&k.as_str())
-                    && !fault::CSI_DRIVER_OPS.contains(&k.as_str())
-                {
-                    return Err(self.err(here, format!("unknown driver RPC `{k}` in driver_calls"), Some("use DriverCreateBucket, DriverDeleteBucket, DriverGrantBucketAccess or DriverRevokeBucketAccess")));
+                if !valid.contains(&k.as_str()) {
+                    return Err(self.err(
+                        here,
+                        format!(
+                            "unknown driver RPC `{k}` in driver_calls{}",
+                            names::did_you_mean(k, &valid)
+                        ),
+                        Some(&format!("driver RPCs here: {}", valid.join(", "))),
+                    ));
                 }
             }
         }
