@@ -845,13 +845,34 @@ fn first_line(s: &str) -> String {
 }
 
 fn hint_for(message: &str) -> Option<String> {
-    if message.contains("unknown field") || message.contains("unknown variant") {
+    if let Some(name) = misspelt(message) {
+        Some(format!(
+            "did you mean `{name}`? (the accepted names are in the message; see scenarios/README.md)"
+        ))
+    } else if message.contains("unknown field") || message.contains("unknown variant") {
         Some("check the spelling against the accepted names in the message (see scenarios/README.md)".into())
     } else if message.contains("missing field") {
         Some("add the field; see scenarios/README.md for each step's fields".into())
     } else {
         None
     }
+}
+
+/// The accepted name closest to the unknown one in serde's "unknown field
+/// `x`, expected one of a, b" (a step kind, a key).
+fn misspelt(message: &str) -> Option<&str> {
+    let rest = message
+        .strip_prefix("unknown variant `")
+        .or_else(|| message.strip_prefix("unknown field `"))?;
+    let (got, rest) = rest.split_once('`')?;
+    let list = rest
+        .strip_prefix(", expected one of ")
+        .or_else(|| rest.strip_prefix(", expected "))?;
+    let valid: Vec<&str> = list
+        .split(", ")
+        .map(|n| n.trim_matches(|c| c == '`' || c == ' '))
+        .collect();
+    names::closest(got, &valid)
 }
 
 struct Validator<'a> {

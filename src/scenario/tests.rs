@@ -411,3 +411,37 @@ fn create_backend_bucket_takes_a_name_or_a_claims_name_and_says_which_is_wrong()
         assert!(e.to_string().contains(says), "{step}: {e}");
     }
 }
+
+#[test]
+fn a_misspelt_step_kind_or_key_gets_a_suggestion() {
+    let e = p(&GOOD.replace("  - grant_access:", "  - grant_acess:")).unwrap_err();
+    assert_eq!((e.line, e.col), (9, 5), "{e}");
+    assert!(e.hint.unwrap().starts_with("did you mean `grant_access`?"));
+    let e = p(&GOOD.replace(
+        "{ name: photos, class: std }",
+        "{ name: photos, clas: std }",
+    ))
+    .unwrap_err();
+    assert!(
+        e.hint.as_deref().unwrap_or("").starts_with("did you mean `class`?"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn faults_name_only_what_the_system_answers() {
+    let with_fault = |f: &str| GOOD.replace("steps:\n", &format!("faults:\n  - {f}\nsteps:\n"));
+    let e = p(&with_fault("crash_driver: { on: s3admin.add_usr }")).unwrap_err();
+    assert_eq!((e.line, e.col), (8, 25), "{e}");
+    assert!(e.message.contains("did you mean `add_user`?"), "{e}");
+    assert!(e.hint.unwrap().contains("add_user, remove_user"));
+    let s = p(&with_fault(
+        "crash_driver: { on: s3admin.add_user, optional: true }",
+    ))
+    .unwrap();
+    assert!(s.faults[0].value.optional);
+    assert_eq!(s.faults[0].line, 8);
+    assert!(p(&with_fault("restart: { on: driver.DriverCreateBucket }")).is_err());
+    let e = p(&with_fault("error: { on: kube.create_secrets, code: X }")).unwrap_err();
+    assert!(e.message.contains("did you mean `create_secret`?"), "{e}");
+}
