@@ -519,10 +519,7 @@ impl BoshLab {
             hook: Arc::downgrade(&hook),
         }));
         for f in &scn.faults {
-            hook.arm(
-                f.value.clone(),
-                &format!("{}:{}", scn.path.display(), f.line),
-            );
+            hook.arm(f.value.clone(), &super::line_of(&scn.path, f));
         }
         let mut norm = Normalizer::default();
         norm.fixed(&director_url, "director-url");

@@ -163,9 +163,13 @@ pub fn replay_command(path: &std::path::Path, seed: u64, mutants: &[Mutant]) -> 
     cmd
 }
 
-/// `file:line` of a step, as a fault or partition it arms is reported.
+/// `file:line` of a fault or a step, as a fault or partition it arms is
+/// reported; the explorer's generated faults have no line.
 fn line_of<T>(path: &std::path::Path, at: &crate::scenario::Located<T>) -> String {
-    format!("{}:{}", path.display(), at.line)
+    match at.line {
+        0 => format!("{}, generated", path.display()),
+        n => format!("{}:{n}", path.display()),
+    }
 }
 
 /// The seed used when neither the file nor the command line gives one.
@@ -460,10 +464,7 @@ impl Lab {
         )?;
 
         for f in &scn.faults {
-            hook.arm(
-                f.value.clone(),
-                &format!("{}:{}", scn.path.display(), f.line),
-            );
+            hook.arm(f.value.clone(), &line_of(&scn.path, f));
         }
         let kube_url_label = fakes.kube_url();
         Ok(Self {

@@ -423,7 +423,10 @@ fn a_misspelt_step_kind_or_key_gets_a_suggestion() {
     ))
     .unwrap_err();
     assert!(
-        e.hint.as_deref().unwrap_or("").starts_with("did you mean `class`?"),
+        e.hint
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("did you mean `class`?"),
         "{e:?}"
     );
 }
