@@ -62,7 +62,24 @@ async fn every_scenario_passes_against_the_reference_driver() {
             .into_owned();
         let o = run(&rel, &[]).await;
         assert!(o.passed(), "{}", summary(&o));
+        assert_ops_declared(&rel, &o);
         insta::assert_snapshot!(o.scenario.clone(), o.snapshot.clone());
+    }
+}
+
+/// Every operation a fake recorded is one its registry declares for this
+/// scenario's system: what the validator accepts and `list faults` prints
+/// cannot drift from what the fakes record.
+fn assert_ops_declared(rel: &str, o: &RunOutcome) {
+    let system = scenario::load(&scenario_path(rel)).unwrap().system();
+    for e in &o.history {
+        if let EventKind::Call { to, op, .. } = &e.kind {
+            let declared = scenario::names::ops_of(system, *to);
+            assert!(
+                declared.iter().any(|d| d == op.as_str()),
+                "{rel}: {to}.{op} was recorded but {to} does not declare it for {system:?}"
+            );
+        }
     }
 }
 

@@ -97,7 +97,7 @@ impl GateHook for IdleHook {
                 .counts
                 .lock()
                 .unwrap()
-                .entry((call.to, call.op.clone()))
+                .entry((call.to, call.op.to_string()))
                 .or_insert(0) += 1;
             Verdict::Proceed
         })

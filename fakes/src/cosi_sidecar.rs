@@ -49,6 +49,7 @@ use crate::gate::{CallSpec, Delivery, Gate, Verdict};
 use crate::history::{CallId, Component, EventKind, Outcome};
 use crate::json::{self, at, bool_at};
 use crate::kube::{Kind, KubeError, KubeFake};
+use crate::ops::Op;
 use crate::secret::Secret;
 
 /// First back-off after a failure.
@@ -150,15 +151,32 @@ pub enum DriverOp {
     RevokeBucketAccess,
 }
 
+crate::declare_ops!(
+    /// The COSI RPCs this sidecar sends a driver (what the sidecar→driver gate
+    /// records and faults aim at).
+    pub DRIVER_RPCS {
+        DRIVER_GET_INFO = "DriverGetInfo",
+        DRIVER_CREATE_BUCKET = "DriverCreateBucket",
+        DRIVER_DELETE_BUCKET = "DriverDeleteBucket",
+        DRIVER_GRANT_BUCKET_ACCESS = "DriverGrantBucketAccess",
+        DRIVER_REVOKE_BUCKET_ACCESS = "DriverRevokeBucketAccess",
+    }
+);
+
 impl DriverOp {
+    /// The RPC, as the gate records it.
+    pub fn name(self) -> Op {
+        match self {
+            DriverOp::CreateBucket => DRIVER_CREATE_BUCKET,
+            DriverOp::DeleteBucket => DRIVER_DELETE_BUCKET,
+            DriverOp::GrantBucketAccess => DRIVER_GRANT_BUCKET_ACCESS,
+            DriverOp::RevokeBucketAccess => DRIVER_REVOKE_BUCKET_ACCESS,
+        }
+    }
+
     /// The RPC name as on the wire.
     pub fn rpc(self) -> &'static str {
-        match self {
-            DriverOp::CreateBucket => "DriverCreateBucket",
-            DriverOp::DeleteBucket => "DriverDeleteBucket",
-            DriverOp::GrantBucketAccess => "DriverGrantBucketAccess",
-            DriverOp::RevokeBucketAccess => "DriverRevokeBucketAccess",
-        }
+        self.name().as_str()
     }
 }
 
@@ -433,7 +451,7 @@ impl CosiSidecar {
                 path: socket.to_path_buf(),
                 source,
             })?;
-        let call = CallSpec::new(Component::Sidecar, Component::Driver, "DriverGetInfo", "");
+        let call = CallSpec::new(Component::Sidecar, Component::Driver, DRIVER_GET_INFO, "");
         let (id, _) = gate.enter(&call).await;
         let mut identity = IdentityClient::new(channel.clone());
         let res = tokio::time::timeout(
@@ -933,7 +951,7 @@ impl CosiSidecar {
         let call = CallSpec::new(
             Component::Sidecar,
             Component::Driver,
-            request.op().rpc(),
+            request.op().name(),
             request.key(),
         );
         let rpc = async {

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
 
 use crate::history::{CallId, Component, History, Outcome};
+use crate::ops::Op;
 use crate::serve::CutSwitch;
 
 /// What a call is: who calls whom, for what, on which resource.
@@ -21,24 +22,20 @@ pub struct CallSpec {
     pub from: Component,
     /// Callee (the fake or driver behind this gate).
     pub to: Component,
-    /// Operation name, e.g. `add_user`, `put_object`, `DriverGrantBucketAccess`.
-    pub op: String,
+    /// Operation, e.g. `add_user`, `put_object`, `DriverGrantBucketAccess`:
+    /// always one the callee declared (see [`crate::ops`]).
+    pub op: Op,
     /// Resource the call concerns (never a secret).
     pub subject: String,
 }
 
 impl CallSpec {
     /// Convenience constructor.
-    pub fn new(
-        from: Component,
-        to: Component,
-        op: impl Into<String>,
-        subject: impl Into<String>,
-    ) -> Self {
+    pub fn new(from: Component, to: Component, op: Op, subject: impl Into<String>) -> Self {
         Self {
             from,
             to,
-            op: op.into(),
+            op,
             subject: subject.into(),
         }
     }
@@ -132,7 +129,7 @@ impl Gate {
         }
         let id = self
             .history
-            .call(call.from, call.to, &call.op, &call.subject);
+            .call(call.from, call.to, call.op.as_str(), &call.subject);
         let verdict = match self.current_hook() {
             Some(h) => h.before(id, call).await,
             None => Verdict::Proceed,

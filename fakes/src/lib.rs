@@ -12,6 +12,7 @@ pub mod history;
 pub mod json;
 pub mod kube;
 pub mod misbehave;
+pub mod ops;
 pub mod s3;
 pub mod secret;
 pub mod serve;

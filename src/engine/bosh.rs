@@ -41,7 +41,7 @@ use super::hook::{LabControl, LabHook};
 use super::schedule::Scheduler;
 use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshots};
 use crate::checks::bosh::{self as checks, BoshObservations, Sample};
-use crate::scenario::{Bosh, Csi, Expectation, Mutant, NodeCallStep, Scenario, Step};
+use crate::scenario::{Bosh, Csi, Expectation, Mutant, NodeCallStep, Restartable, Scenario, Step};
 use crate::snapshot::{self, Normalizer};
 use drivelab_proto::csi;
 
@@ -452,17 +452,17 @@ impl super::system::SystemLab for BoshLab {
         Box::pin(async move {
             match &step.value {
                 Step::Restart(r) => {
-                    let c = crate::scenario::fault::parse_component(&r.component)
-                        .unwrap_or(Component::Director);
                     self.history.record(EventKind::Fault {
                         call: None,
                         fault: "restart".into(),
-                        detail: format!("{c} restarting (step)"),
+                        detail: format!("{} restarting (step)", r.component.component()),
                     });
-                    if c == Component::CsiSnapshotMetadata {
-                        self.cbt.restart_sidecar().await?;
-                    } else {
-                        self.bosh()?.director.restart().await?;
+                    match r.component {
+                        Restartable::CsiSnapshotMetadata => self.cbt.restart_sidecar().await?,
+                        Restartable::Director => self.bosh()?.director.restart().await?,
+                        other => {
+                            return Err(anyhow!("a CSI lab cannot restart {}", other.component()))
+                        }
                     }
                     self.converge().await?;
                 }
@@ -650,7 +650,7 @@ impl BoshLab {
             hook: Arc::downgrade(&hook),
         }));
         for f in &scn.faults {
-            hook.arm(f.clone());
+            hook.arm(f.value.clone(), &super::line_of(&scn.path, f));
         }
         let mut norm = Normalizer::default();
         if let Some(b) = &backend {
@@ -1577,6 +1577,8 @@ impl BoshLab {
             driver_name,
             verdicts,
             expect_failures: self.record.expect_failures.clone(),
+            unfired_faults: self.hook.unfired(),
+            faults_armed: self.hook.armed_count(),
             not_converged: self.not_converged.clone(),
             figures,
             snapshot,

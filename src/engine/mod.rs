@@ -30,8 +30,8 @@ use crate::checks::{
     UserState, Verdict,
 };
 use crate::scenario::{
-    AccessStep, BackendBucketStep, ClaimStep, Expectation, Invariant, RetryOp, RetryStep, Scenario,
-    Step,
+    AccessStep, BackendBucketStep, ClaimStep, Expectation, Invariant, Restartable, RetryOp,
+    RetryStep, Scenario, Step,
 };
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
@@ -50,6 +50,7 @@ mod system;
 use driver::Driver;
 pub use external::write_kubeconfig;
 use fakes::FakeSet;
+pub use hook::UnfiredFault;
 use hook::{LabControl, LabHook};
 use queue::WorkQueue;
 use schedule::Scheduler;
@@ -119,6 +120,11 @@ pub struct RunOutcome {
     pub verdicts: Vec<Verdict>,
     /// Failed expectations.
     pub expect_failures: Vec<ExpectFailure>,
+    /// Faults and partitions the scenario set up that never acted (a failure
+    /// unless optional: the scenario did not test what it says).
+    pub unfired_faults: Vec<UnfiredFault>,
+    /// How many faults and partitions the scenario set up.
+    pub faults_armed: usize,
     /// Objects that had not converged when their step's window closed.
     pub not_converged: Vec<String>,
     /// Measured figures for the report, one line each (e.g. attach throughput).
@@ -143,7 +149,9 @@ pub struct RunOutcome {
 impl RunOutcome {
     /// All checks and expectations held.
     pub fn passed(&self) -> bool {
-        self.verdicts.iter().all(|v| v.passed) && self.expect_failures.is_empty()
+        self.verdicts.iter().all(|v| v.passed)
+            && self.expect_failures.is_empty()
+            && self.unfired_faults.iter().all(|f| f.optional)
     }
 }
 
@@ -156,6 +164,15 @@ pub fn replay_command(scn: &Scenario, seed: u64, mutants: &[Mutant]) -> String {
         cmd.push_str(m.name());
     }
     cmd + &scn.driver.replay_flag()
+}
+
+/// `file:line` of a fault or a step, as a fault or partition it arms is
+/// reported; the explorer's generated faults have no line.
+fn line_of<T>(path: &std::path::Path, at: &crate::scenario::Located<T>) -> String {
+    match at.line {
+        0 => format!("{}, generated", path.display()),
+        n => format!("{}:{n}", path.display()),
+    }
 }
 
 /// The seed used when neither the file nor the command line gives one.
@@ -379,8 +396,15 @@ impl system::SystemLab for Lab {
                 Step::Retry(r) => self.retry(i, r).await?,
                 Step::Concurrent(steps) => self.concurrent(steps).await?,
                 Step::Restart(r) => {
-                    let c = crate::scenario::fault::parse_component(&r.component)
-                        .unwrap_or(Component::S3);
+                    let c = match r.component {
+                        Restartable::S3 | Restartable::Kube => r.component.component(),
+                        other => {
+                            return Err(anyhow!(
+                                "a COSI lab has no {} to restart",
+                                other.component()
+                            ))
+                        }
+                    };
                     self.history.record(EventKind::Fault {
                         call: None,
                         fault: "restart".into(),
@@ -519,7 +543,7 @@ impl Lab {
         )?;
 
         for f in &scn.faults {
-            hook.arm(f.clone());
+            hook.arm(f.value.clone(), &line_of(&scn.path, f));
         }
         let kube_url_label = fakes.kube_url();
         Ok(Self {
@@ -1442,6 +1466,8 @@ impl Lab {
             driver_name: self.sidecar.driver_name().to_string(),
             verdicts,
             expect_failures: self.record.expect_failures.clone(),
+            unfired_faults: self.hook.unfired(),
+            faults_armed: self.hook.armed_count(),
             not_converged: self.not_converged.clone(),
             figures: Vec::new(),
             snapshot,

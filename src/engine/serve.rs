@@ -25,7 +25,7 @@ use super::hook::{LabControl, LabHook};
 use super::schedule::Scheduler;
 use crate::scenario::fault::RawFault;
 use crate::scenario::{
-    error_at, yaml_error, AccessClassSpec, BucketClassSpec, FaultSpec, ScenarioError,
+    error_at, yaml_error, AccessClassSpec, BucketClassSpec, FaultSpec, ScenarioError, System,
 };
 
 /// The admin access key id `serve` (and every run) uses.
@@ -148,16 +148,24 @@ pub fn parse_config(path: &Path, text: &str) -> Result<ServeConfig, ScenarioErro
     })
 }
 
-/// Read a faults file: `faults: [...]` in the scenario fault language.
-pub fn load_faults(path: &Path) -> Result<Vec<FaultSpec>, ScenarioError> {
+/// Read a faults file: `faults: [...]` in the scenario fault language (the
+/// COSI lab's names: `serve` stands that lab up). Each fault comes with its `file:line`.
+pub fn load_faults(path: &Path) -> Result<Vec<(FaultSpec, String)>, ScenarioError> {
     let text = read(path)?;
     let raw: RawFaults = serde_saphyr::from_str(&text).map_err(|e| yaml_error(path, &e))?;
     raw.faults
         .iter()
         .map(|f| {
-            f.value
-                .resolve()
-                .map_err(|m| error_at(path, f, m, Some("see scenarios/README.md, Faults")))
+            let spec = f.value.resolve(System::Cosi).map_err(|e| {
+                let hint = e
+                    .hint
+                    .unwrap_or_else(|| "see scenarios/README.md, Faults".into());
+                match &e.at {
+                    Some(at) => error_at(path, at, e.message, Some(&hint)),
+                    None => error_at(path, f, e.message, Some(&hint)),
+                }
+            })?;
+            Ok((spec, format!("{}:{}", path.display(), f.referenced.line())))
         })
         .collect()
 }
@@ -255,7 +263,7 @@ impl LabControl for ServeControl {
 pub async fn start(
     config: &ServeConfig,
     ports: Ports,
-    faults: Vec<FaultSpec>,
+    faults: Vec<(FaultSpec, String)>,
 ) -> anyhow::Result<Served> {
     let dir = tempfile::Builder::new()
         .prefix("drivelab-serve-")
@@ -404,8 +412,8 @@ pub async fn start(
     )?;
     let kubeconfig = dir.path().join("kubeconfig");
     super::write_kubeconfig(&kubeconfig, &kube_url, "default").context("writing the kubeconfig")?;
-    for f in faults {
-        hook.arm(f);
+    for (f, at) in faults {
+        hook.arm(f, &at);
     }
     Ok(Served {
         s3_url,

@@ -7,7 +7,7 @@ use drivelab_fakes::history::{EventKind, History};
 
 use super::hook::LabHook;
 use super::{ExpectFailure, StepSnapshot, StepSnapshots};
-use crate::scenario::{Expectation, HealStep, Located, Scenario, Step};
+use crate::scenario::{Expectation, Located, Scenario, Step};
 
 /// What the run loop asks of a system's lab (COSI, CSI).
 pub(super) trait SystemLab: Send {
@@ -75,9 +75,11 @@ pub(super) async fn run_steps(
                     });
                 }
             }
-            Step::Fault(f) => lab.hook().arm(f.clone()),
-            Step::Partition(p) => lab.hook().partition(p.clone()),
-            Step::Heal(h) => heal(lab.hook(), h),
+            Step::Fault(f) => lab.hook().arm(f.clone(), &super::line_of(&scn.path, step)),
+            Step::Partition(p) => lab
+                .hook()
+                .partition(p.clone(), &super::line_of(&scn.path, step)),
+            Step::Heal(h) => lab.hook().heal(h.between),
             _ => lab.apply(scn, i, step, &at).await?,
         }
         lab.observe(i);
@@ -91,16 +93,4 @@ pub(super) async fn run_steps(
         }
     }
     Ok(())
-}
-
-/// `heal:` one link both ways, or every partition when it names none.
-fn heal(hook: &LabHook, h: &HealStep) {
-    let parse = |s: &Option<String>| {
-        s.as_deref()
-            .and_then(crate::scenario::fault::parse_component)
-    };
-    match (parse(&h.from), parse(&h.to)) {
-        (Some(a), Some(b)) => hook.heal(Some((a, b))),
-        _ => hook.heal(None),
-    }
 }

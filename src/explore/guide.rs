@@ -15,7 +15,7 @@ use proptest::test_runner::TestRng;
 
 use super::{Dup, GenFault, GenKind, Schedule};
 use crate::engine::RunOutcome;
-use crate::scenario::{self, FaultTarget};
+use crate::scenario::FaultTarget;
 
 /// Most faults, duplicates and merges one schedule carries (as generated fresh).
 pub(super) const MAX_FAULTS: usize = 3;
@@ -51,9 +51,20 @@ pub(super) fn below(rng: &mut TestRng, n: usize) -> usize {
 /// A call the explorer may fault: made by the driver or the sidecar, to a fake
 /// or to the driver (DriverGetInfo happens once, at connect, before any fault is armed).
 pub(super) fn faultable(from: Component, to: Component, op: &str) -> bool {
-    use scenario::fault::{CSI_DRIVER_OPS, DRIVER_OPS};
-    let driver_op_ok =
-        to != Component::Driver || DRIVER_OPS.contains(&op) || CSI_DRIVER_OPS.contains(&op);
+    use drivelab_fakes::{cosi_sidecar, csi};
+    // Start-up and capability calls are not where a request's fate is decided.
+    let start_up = [
+        cosi_sidecar::DRIVER_GET_INFO,
+        csi::GET_PLUGIN_INFO,
+        csi::CONTROLLER_GET_CAPABILITIES,
+        csi::NODE_GET_CAPABILITIES,
+    ];
+    let driver_op_ok = to != Component::Driver
+        || cosi_sidecar::DRIVER_RPCS
+            .iter()
+            .chain(csi::DRIVER_RPCS)
+            .chain(csi::snapshot_metadata::DRIVER_RPCS)
+            .any(|o| *o == op && !start_up.contains(o));
     // The calls of the system under test: the sidecars' calls into the driver
     // and the driver's own calls into its backends — never the fakes' calls
     // among themselves (Director → CPI), nor the CSI sidecars' bookkeeping in
@@ -127,16 +138,16 @@ fn reached(o: &RunOutcome, targets: &mut Vec<FaultTarget>) -> Vec<Reached> {
             if !faultable(*from, *to, op) {
                 continue;
             }
+            let Some(op) = drivelab_fakes::ops::lookup(*to, op) else {
+                continue;
+            };
             let target = match targets
                 .iter()
-                .position(|t| t.component == *to && t.op == *op)
+                .position(|t| t.component == *to && t.op == op)
             {
                 Some(i) => i,
                 None => {
-                    targets.push(FaultTarget {
-                        component: *to,
-                        op: op.clone(),
-                    });
+                    targets.push(FaultTarget { component: *to, op });
                     targets.len() - 1
                 }
             };

@@ -216,18 +216,45 @@ pub const FAULTS: &[(&str, &str)] = &[
     ("drop_response", "the callee commits, then the connection drops: the caller gets no reply"),
     ("error", "answer with an error instead (`status`/`code` for HTTP, gRPC code name for driver.*)"),
     ("delay", "the call takes this much virtual time (`by: 5s`)"),
-    ("restart", "restart a fake (s3admin/s3 or kube) with its state kept, connections broken"),
+    ("restart", "restart the fake `on` names (COSI: s3/s3admin or kube; BOSH: director), state kept, connections broken"),
     ("partition", "step: cut traffic between two components, both ways or `one_way`, `for` a virtual duration or until healed"),
     ("heal", "step: heal one partition (`from`/`to`) or all (`heal: {}`)"),
 ];
 
-/// `drivelab list faults`.
+/// `drivelab list faults`: the fault kinds, then per system the components
+/// and operations a fault may aim at, the partition sides and what a
+/// `restart` step may restart — all from the registries the validator uses.
 pub fn list_faults() -> String {
+    use crate::scenario::names::{self, Restartable};
+    use crate::scenario::System;
     let mut s = String::new();
     for (name, what) in FAULTS {
         let _ = writeln!(s, "{name:16} {what}");
     }
-    s.push_str("\naimed by component.operation as recorded in histories, e.g. s3admin.add_user, kube.create_secret, driver.DriverGrantBucketAccess\n");
+    s.push_str("\nA fault that never fires fails its scenario unless it says `optional: true`.\n");
+    for (system, title) in [
+        (System::Cosi, "COSI"),
+        (System::Csi, "CSI (with the BOSH backend)"),
+    ] {
+        let _ = writeln!(s, "\n{title} scenarios: `on: component.operation`, one of");
+        for c in names::callees(system) {
+            let ops: Vec<&str> = names::ops_of(system, c)
+                .iter()
+                .map(|o| o.as_str())
+                .collect();
+            let _ = writeln!(s, "  {c}: {}", ops.join(", "));
+        }
+        let sides: Vec<&str> = names::partition_sides(system)
+            .iter()
+            .map(|c| c.as_str())
+            .collect();
+        let _ = writeln!(s, "  partition/heal sides: {}", sides.join(", "));
+        let restart: Vec<&str> = Restartable::in_system(system)
+            .iter()
+            .map(|r| r.component().as_str())
+            .collect();
+        let _ = writeln!(s, "  restart step: {}", restart.join(", "));
+    }
     s
 }
 

@@ -227,6 +227,12 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
     for f in &r.expect_failures {
         let _ = writeln!(b, "<p class=\"fail\">expect failed: {}</p>", esc(f));
     }
+    for f in &r.unfired_faults {
+        let _ = writeln!(b, "<p class=\"fail\">fault never acted: {}</p>", esc(f));
+    }
+    for f in &r.fault_notes {
+        let _ = writeln!(b, "<p>note: {}</p>", esc(f));
+    }
     for n in &r.not_converged {
         let _ = writeln!(b, "<p>not converged: {}</p>", esc(n));
     }

@@ -101,6 +101,11 @@ fn suite(r: &ScenarioReport) -> (usize, usize, usize, String) {
             );
         }
     }
+    if r.error.is_none() && r.faults_armed > 0 {
+        tests += 1;
+        failures += usize::from(!r.unfired_faults.is_empty());
+        cases.push_str(&faults_case(&class, r));
+    }
     let props = format!(
         "    <properties>\n      <property name=\"seed\" value=\"{}\"/>\n      <property name=\"driver\" value=\"{}\"/>\n      <property name=\"mutants\" value=\"{}\"/>\n      <property name=\"replay\" value=\"{}\"/>\n    </properties>\n",
         r.seed,
@@ -113,4 +118,34 @@ fn suite(r: &ScenarioReport) -> (usize, usize, usize, String) {
         esc(&r.scenario)
     );
     (tests, failures, errors, xml)
+}
+
+/// The `faults` case: every fault and partition the scenario set up acted
+/// (a failure names each that did not; optional ones are notes in system-out).
+fn faults_case(class: &str, r: &ScenarioReport) -> String {
+    let open = format!(
+        "    <testcase classname=\"{}\" name=\"faults\" time=\"0\"",
+        esc(class)
+    );
+    if r.unfired_faults.is_empty() && r.fault_notes.is_empty() {
+        return format!("{open}/>\n");
+    }
+    let mut inner = String::new();
+    if let Some(first) = r.unfired_faults.first() {
+        let body = format!("{}\n\nreplay: {}", r.unfired_faults.join("\n"), r.replay);
+        let _ = write!(
+            inner,
+            "\n      <failure message=\"{}\" type=\"fault-never-fired\">{}</failure>",
+            esc(first),
+            esc(&body)
+        );
+    }
+    if !r.fault_notes.is_empty() {
+        let _ = write!(
+            inner,
+            "\n      <system-out>{}</system-out>",
+            esc(&r.fault_notes.join("\n"))
+        );
+    }
+    format!("{open}>{inner}\n    </testcase>\n")
 }

@@ -116,6 +116,12 @@ pub fn scenario_summary(r: &ScenarioReport) -> String {
     for f in &r.expect_failures {
         let _ = writeln!(md, "\n- expect failed: {f}");
     }
+    for f in &r.unfired_faults {
+        let _ = writeln!(md, "\n- **fault never acted**: {f}");
+    }
+    for f in &r.fault_notes {
+        let _ = writeln!(md, "\n- note: {f}");
+    }
     for n in &r.not_converged {
         let _ = writeln!(md, "\n- not converged: {n}");
     }

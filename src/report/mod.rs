@@ -51,6 +51,13 @@ pub fn console(o: &RunOutcome) -> String {
     for f in &o.expect_failures {
         let _ = writeln!(s, "  FAIL expect (step {}) {}: {}", f.step, f.at, f.message);
     }
+    for f in &o.unfired_faults {
+        if f.optional {
+            let _ = writeln!(s, "  note {} (optional)", f.message());
+        } else {
+            let _ = writeln!(s, "  FAIL {}", f.message());
+        }
+    }
     for n in &o.not_converged {
         let _ = writeln!(s, "  note not converged: {n}");
     }
@@ -109,6 +116,7 @@ pub fn write_index(dir: &Path, meta: &RunMeta, reports: &[ScenarioReport]) -> st
                 "scenario": r.scenario, "dir": r.dir, "path": r.path, "seed": r.seed, "mutants": r.mutants,
                 "driver": r.driver, "passed": r.passed, "failed": r.failed_names(), "error": r.error, "replay": r.replay,
                 "steps": r.steps, "claims": r.claims, "expect_failures": r.expect_failures,
+                "unfired_faults": r.unfired_faults, "fault_notes": r.fault_notes,
                 "verdicts": r.verdicts.iter().map(|v| serde_json::json!({
                     "invariant": v.invariant, "passed": v.passed, "details": v.details, "evidence": v.evidence,
                 })).collect::<Vec<_>>(),

@@ -40,6 +40,16 @@ pub struct ScenarioReport {
     pub claims: Vec<ClaimReport>,
     /// Failed `expect:` steps, as `step N (file:line:col): message`.
     pub expect_failures: Vec<String>,
+    /// Faults and partitions the scenario set up that never acted (failures).
+    #[serde(default)]
+    pub unfired_faults: Vec<String>,
+    /// Optional faults that never fired (notes, not failures).
+    #[serde(default)]
+    pub fault_notes: Vec<String>,
+    /// Faults and partitions the scenario armed (the JUnit `faults` case is
+    /// written when there are any).
+    #[serde(default)]
+    pub faults_armed: usize,
     /// Objects that had not converged when their step's window closed.
     pub not_converged: Vec<String>,
     /// Measured figures (throughput, latency), one line each.
@@ -215,6 +225,19 @@ impl ScenarioReport {
                 .iter()
                 .map(|f| labels.apply(&format!("step {} ({}): {}", f.step, f.at, f.message)))
                 .collect(),
+            unfired_faults: o
+                .unfired_faults
+                .iter()
+                .filter(|f| !f.optional)
+                .map(|f| f.message())
+                .collect(),
+            fault_notes: o
+                .unfired_faults
+                .iter()
+                .filter(|f| f.optional)
+                .map(|f| format!("{} (optional)", f.message()))
+                .collect(),
+            faults_armed: o.faults_armed,
             not_converged: o.not_converged.iter().map(|n| labels.apply(n)).collect(),
             figures: o.figures.clone(),
             snapshot: o.snapshot.clone(),
@@ -255,6 +278,9 @@ impl ScenarioReport {
             .collect();
         if !self.expect_failures.is_empty() {
             out.push("expect".into());
+        }
+        if !self.unfired_faults.is_empty() {
+            out.push("faults".into());
         }
         if self.error.is_some() {
             out.push("did not run".into());

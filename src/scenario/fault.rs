@@ -4,7 +4,12 @@
 use std::time::Duration;
 
 use drivelab_fakes::history::Component;
+use drivelab_fakes::ops::Op;
 use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use super::names::{self, NameError, Restartable};
+use super::System;
 
 /// A fault aimed at an interception point.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,6 +24,9 @@ pub struct FaultSpec {
     pub times: u32,
     /// Before or after the callee commits.
     pub when: When,
+    /// Never firing is a note, not a failure (`optional: true`; the explorer's
+    /// generated faults).
+    pub optional: bool,
 }
 
 /// What a fault does.
@@ -58,8 +66,8 @@ impl FaultAction {
 pub struct FaultTarget {
     /// The callee.
     pub component: Component,
-    /// The operation as the history names it.
-    pub op: String,
+    /// The operation, as the callee declared it (and the history names it).
+    pub op: Op,
 }
 
 impl std::fmt::Display for FaultTarget {
@@ -78,87 +86,11 @@ pub enum When {
     AfterCommit,
 }
 
-/// Components a fault or partition may name.
-pub fn parse_component(s: &str) -> Option<Component> {
-    Some(match s {
-        "sidecar" => Component::Sidecar,
-        "driver" => Component::Driver,
-        "s3" => Component::S3,
-        "s3admin" => Component::S3Admin,
-        "kube" => Component::Kube,
-        "director" => Component::Director,
-        "cpi" => Component::Cpi,
-        "agent" => Component::Agent,
-        "mounts" => Component::Mounts,
-        "csi-provisioner" => Component::CsiProvisioner,
-        "csi-attacher" => Component::CsiAttacher,
-        "kubelet" => Component::Kubelet,
-        "csi-snapshotter" => Component::CsiSnapshotter,
-        "csi-snapshot-metadata" => Component::CsiSnapshotMetadata,
-        _ => return None,
-    })
+/// Parse `component.operation` against what `system` stands up.
+pub fn parse_target(s: &str, system: System) -> Result<FaultTarget, NameError> {
+    let (component, op) = names::fault_target(s, system)?;
+    Ok(FaultTarget { component, op })
 }
-
-/// Parse `component.operation`.
-pub fn parse_target(s: &str) -> Result<FaultTarget, String> {
-    let (c, op) = s
-        .split_once('.')
-        .ok_or_else(|| format!("`{s}` is not `component.operation`"))?;
-    let component = parse_component(c)
-        .ok_or_else(|| format!("unknown component `{c}` (sidecar, driver, s3, s3admin, kube; director, cpi, agent, mounts)"))?;
-    if matches!(
-        component,
-        Component::Sidecar
-            | Component::CsiProvisioner
-            | Component::CsiAttacher
-            | Component::Kubelet
-    ) {
-        return Err(
-            "faults hit the callee; the sidecar is never called (aim at `driver.<RPC>` instead)"
-                .into(),
-        );
-    }
-    if op.is_empty() {
-        return Err(format!("`{s}` names no operation"));
-    }
-    if component == Component::Driver && !DRIVER_OPS.contains(&op) && !CSI_DRIVER_OPS.contains(&op)
-    {
-        return Err(format!(
-            "unknown driver RPC `{op}` (COSI: {}; CSI: {})",
-            DRIVER_OPS.join(", "),
-            CSI_DRIVER_OPS.join(", ")
-        ));
-    }
-    Ok(FaultTarget {
-        component,
-        op: op.to_string(),
-    })
-}
-
-/// The RPCs the sidecar makes.
-pub const DRIVER_OPS: &[&str] = &[
-    "DriverCreateBucket",
-    "DriverDeleteBucket",
-    "DriverGrantBucketAccess",
-    "DriverRevokeBucketAccess",
-];
-
-/// The CSI RPCs the CSI sidecars make.
-pub const CSI_DRIVER_OPS: &[&str] = &[
-    "CreateVolume",
-    "DeleteVolume",
-    "ControllerPublishVolume",
-    "ControllerUnpublishVolume",
-    "NodeStageVolume",
-    "NodeUnstageVolume",
-    "NodePublishVolume",
-    "NodeUnpublishVolume",
-    "NodeGetInfo",
-    "CreateSnapshot",
-    "DeleteSnapshot",
-    "GetMetadataAllocated",
-    "GetMetadataDelta",
-];
 
 /// How a fault looks in the file (one key: the action).
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -181,7 +113,7 @@ pub enum RawFault {
 #[serde(deny_unknown_fields)]
 pub struct RawAim {
     /// `component.operation`
-    pub on: String,
+    pub on: Spanned<String>,
     /// Occurrence (1-based) after arming.
     #[serde(default)]
     pub nth: Option<u32>,
@@ -191,6 +123,9 @@ pub struct RawAim {
     /// before_commit | after_commit
     #[serde(default)]
     pub when: Option<When>,
+    /// Never firing is a note, not a failure.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 /// `error:` fields.
@@ -198,7 +133,7 @@ pub struct RawAim {
 #[serde(deny_unknown_fields)]
 pub struct RawError {
     /// `component.operation`
-    pub on: String,
+    pub on: Spanned<String>,
     /// Occurrence (1-based).
     #[serde(default)]
     pub nth: Option<u32>,
@@ -213,6 +148,9 @@ pub struct RawError {
     /// Message text.
     #[serde(default)]
     pub message: Option<String>,
+    /// Never firing is a note, not a failure.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 /// `delay:` fields.
@@ -220,7 +158,7 @@ pub struct RawError {
 #[serde(deny_unknown_fields)]
 pub struct RawDelay {
     /// `component.operation`
-    pub on: String,
+    pub on: Spanned<String>,
     /// Occurrence (1-based).
     #[serde(default)]
     pub nth: Option<u32>,
@@ -229,6 +167,9 @@ pub struct RawDelay {
     pub times: Option<u32>,
     /// Virtual duration.
     pub by: String,
+    /// Never firing is a note, not a failure.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 /// gRPC code names a driver error fault may use.
@@ -251,34 +192,59 @@ pub const GRPC_CODES: &[&str] = &[
     "UNAUTHENTICATED",
 ];
 
+/// Why a fault cannot be armed: what is wrong, the valid names, and where
+/// (the `on:` value when the target is at fault, else the whole fault).
+#[derive(Clone, Debug)]
+pub struct FaultError {
+    /// What is wrong.
+    pub message: String,
+    /// What would be right.
+    pub hint: Option<String>,
+    /// The `on:` value, when it is the part at fault.
+    pub at: Option<Spanned<()>>,
+}
+
+impl From<String> for FaultError {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            hint: None,
+            at: None,
+        }
+    }
+}
+
+impl From<&str> for FaultError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
+
 impl RawFault {
-    /// Validate into a [`FaultSpec`]; the error text says what is wrong.
-    pub fn resolve(&self) -> Result<FaultSpec, String> {
-        let (on, nth, times, when, action) = match self {
+    /// The fields every fault has: target, occurrence, count, optional.
+    fn aim(&self) -> (&Spanned<String>, Option<u32>, Option<u32>, bool) {
+        match self {
+            RawFault::CrashDriver(a) | RawFault::DropResponse(a) | RawFault::Restart(a) => {
+                (&a.on, a.nth, a.times, a.optional)
+            }
+            RawFault::Error(e) => (&e.on, e.nth, e.times, e.optional),
+            RawFault::Delay(d) => (&d.on, d.nth, d.times, d.optional),
+        }
+    }
+
+    fn action(&self) -> Result<(FaultAction, When), FaultError> {
+        Ok(match self {
             RawFault::CrashDriver(a) => (
-                &a.on,
-                a.nth,
-                a.times,
-                a.when.unwrap_or(When::AfterCommit),
                 FaultAction::CrashDriver,
+                a.when.unwrap_or(When::AfterCommit),
             ),
             RawFault::DropResponse(a) => {
                 if a.when == Some(When::BeforeCommit) {
                     return Err("drop_response is after_commit by definition (the callee commits, the reply is lost)".into());
                 }
-                (
-                    &a.on,
-                    a.nth,
-                    a.times,
-                    When::AfterCommit,
-                    FaultAction::DropResponse,
-                )
+                (FaultAction::DropResponse, When::AfterCommit)
             }
             RawFault::Error(e) => (
-                &e.on,
-                e.nth,
-                e.times,
-                When::BeforeCommit,
                 FaultAction::Error {
                     status: e.status.unwrap_or(500),
                     code: e.code.clone(),
@@ -287,40 +253,55 @@ impl RawFault {
                         .clone()
                         .unwrap_or_else(|| format!("injected {}", e.code)),
                 },
+                When::BeforeCommit,
             ),
-            RawFault::Restart(a) => (
-                &a.on,
-                a.nth,
-                a.times,
-                a.when.unwrap_or(When::AfterCommit),
-                FaultAction::Restart,
-            ),
+            RawFault::Restart(a) => (FaultAction::Restart, a.when.unwrap_or(When::AfterCommit)),
             RawFault::Delay(d) => {
                 let by = super::parse_duration(&d.by)
                     .ok_or_else(|| format!("`{}` is not a duration (e.g. 500ms, 5s, 2m)", d.by))?;
-                (
-                    &d.on,
-                    d.nth,
-                    d.times,
-                    When::BeforeCommit,
-                    FaultAction::Delay(by),
-                )
+                (FaultAction::Delay(by), When::BeforeCommit)
             }
-        };
-        let on = parse_target(on)?;
-        if action == FaultAction::Restart && on.component == Component::Driver {
-            return Err("the driver is not restarted but crashed: use crash_driver".into());
+        })
+    }
+
+    /// Validate into a [`FaultSpec`] for a scenario of `system`.
+    pub fn resolve(&self, system: System) -> Result<FaultSpec, FaultError> {
+        let (on_raw, nth, times, optional) = self.aim();
+        let (action, when) = self.action()?;
+        let at_on = || Some(Spanned::new((), on_raw.referenced, on_raw.defined));
+        let on = parse_target(&on_raw.value, system).map_err(|e| FaultError {
+            message: e.message,
+            hint: e.hint,
+            at: at_on(),
+        })?;
+        if action == FaultAction::Restart {
+            if on.component == Component::Driver {
+                return Err("the driver is not restarted but crashed: use crash_driver".into());
+            }
+            let allowed = Restartable::by_fault(system);
+            if !Restartable::of(on.component).is_some_and(|r| allowed.contains(&r)) {
+                let valid: Vec<&str> = allowed.iter().map(|r| r.component().as_str()).collect();
+                return Err(FaultError {
+                    message: format!(
+                        "a restart fault cannot restart `{}` in this scenario",
+                        on.component
+                    ),
+                    hint: Some(format!("aim it at an operation of {}", valid.join(" or "))),
+                    at: at_on(),
+                });
+            }
         }
         if let FaultAction::Error { status, code, .. } = &action {
             if on.component == Component::Driver && !GRPC_CODES.contains(&code.as_str()) {
                 return Err(format!(
                     "`{code}` is not a gRPC code name (e.g. UNAVAILABLE, INTERNAL)"
-                ));
+                )
+                .into());
             }
             if !(400..=599).contains(status) {
-                return Err(format!(
-                    "status {status} is not an HTTP error status (400-599)"
-                ));
+                return Err(
+                    format!("status {status} is not an HTTP error status (400-599)").into(),
+                );
             }
         }
         let nth = nth.unwrap_or(1);
@@ -334,6 +315,7 @@ impl RawFault {
             nth,
             times,
             when,
+            optional,
         })
     }
 }
@@ -350,6 +332,8 @@ pub struct PartitionSpec {
     pub one_way: bool,
     /// Heals by itself after this much virtual time; `None` = until a `heal` step.
     pub duration: Option<Duration>,
+    /// Cutting nothing is a note, not a failure (`optional: true`).
+    pub optional: bool,
 }
 
 /// `partition:` as written.
@@ -366,32 +350,37 @@ pub struct RawPartition {
     /// Virtual duration, e.g. `30s`.
     #[serde(default, rename = "for")]
     pub duration: Option<String>,
+    /// Cutting nothing is a note, not a failure.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 impl RawPartition {
-    /// Validate.
-    pub fn resolve(&self) -> Result<PartitionSpec, String> {
-        let c = |s: &str| {
-            parse_component(s).ok_or_else(|| {
-                format!("unknown component `{s}` (sidecar, driver, s3, s3admin, kube)")
-            })
+    /// Validate for a scenario of `system`.
+    pub fn resolve(&self, system: System) -> Result<PartitionSpec, NameError> {
+        let sides = names::partition_sides(system);
+        let from = names::component_in(&self.from, sides, system, "a partition")?;
+        let to = names::component_in(&self.to, sides, system, "a partition")?;
+        let plain = |m: String| NameError {
+            message: m,
+            hint: None,
         };
-        let from = c(&self.from)?;
-        let to = c(&self.to)?;
         if from == to {
-            return Err("a partition needs two different components".into());
+            return Err(plain("a partition needs two different components".into()));
         }
         let duration = match &self.duration {
             None => None,
-            Some(d) => {
-                Some(super::parse_duration(d).ok_or_else(|| format!("`{d}` is not a duration"))?)
-            }
+            Some(d) => Some(
+                super::parse_duration(d)
+                    .ok_or_else(|| plain(format!("`{d}` is not a duration")))?,
+            ),
         };
         Ok(PartitionSpec {
             from,
             to,
             one_way: self.one_way,
             duration,
+            optional: self.optional,
         })
     }
 }

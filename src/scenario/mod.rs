@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use drivelab_fakes::history::Component;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
@@ -16,6 +17,7 @@ pub mod driver;
 pub mod fault;
 pub mod invariant;
 pub mod mutant;
+pub mod names;
 pub mod write;
 pub use bosh::{
     AccessMode, BackupStep, BackupToken, Bosh, DeploymentRef, NodeCallStep, NodeRef, PodRef,
@@ -27,6 +29,7 @@ pub use driver::{BuiltinDriver, DriverLaunch, DriverProtocol, DriverSpec, Extern
 pub use fault::{FaultAction, FaultSpec, FaultTarget, PartitionSpec, When};
 pub use invariant::Invariant;
 pub use mutant::Mutant;
+pub use names::Restartable;
 
 /// A validated scenario, ready for the engine.
 #[derive(Clone, Debug)]
@@ -45,8 +48,8 @@ pub struct Scenario {
     pub bucket_classes: Vec<BucketClassSpec>,
     /// BucketAccessClasses the lab creates before the first step.
     pub access_classes: Vec<AccessClassSpec>,
-    /// Faults armed before the first step.
-    pub faults: Vec<FaultSpec>,
+    /// Faults armed before the first step, each with where the file says it.
+    pub faults: Vec<Located<FaultSpec>>,
     /// What happens, in order.
     pub steps: Vec<Located<Step>>,
     /// The invariants to check at the end.
@@ -275,11 +278,11 @@ impl Step {
                     .map(|d| format!(" for {}ms", d.as_millis()))
                     .unwrap_or_default()
             ),
-            Step::Heal(h) => match (&h.from, &h.to) {
-                (Some(a), Some(b)) => format!("heal {a} <-> {b}"),
-                _ => "heal all".to_string(),
+            Step::Heal(h) => match h.between {
+                Some((a, b)) => format!("heal {a} <-> {b}"),
+                None => "heal all".to_string(),
             },
-            Step::Restart(r) => format!("restart {}", r.component),
+            Step::Restart(r) => format!("restart {}", r.component.component()),
             Step::Concurrent(v) => format!(
                 "concurrent [{}]",
                 v.iter().map(Step::describe).collect::<Vec<_>>().join("; ")
@@ -427,24 +430,35 @@ struct RawBackendBucket {
     namespace: Option<String>,
 }
 
-/// `heal:` — omit both sides to heal every partition.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+/// `heal:` — the partitions between two components, or (`None`) every one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HealStep {
-    /// One side.
-    #[serde(default)]
-    pub from: Option<String>,
-    /// The other side.
-    #[serde(default)]
-    pub to: Option<String>,
+    /// The two sides, in either order.
+    pub between: Option<(Component, Component)>,
 }
 
-/// `restart:`
+/// `heal:` as written — omit both sides to heal every partition.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct RawHeal {
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    to: Option<String>,
+}
+
+/// `restart:` — a fake of the scenario's system (state kept, connections broken).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestartStep {
+    /// What restarts.
+    pub component: Restartable,
+}
+
+/// `restart:` as written.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct RestartStep {
-    /// `s3admin` (= `s3`, one server) or `kube`.
-    pub component: String,
+struct RawRestart {
+    component: String,
 }
 
 /// `grant_access:`
@@ -688,8 +702,8 @@ enum RawStep {
     Expect(Expectation),
     Fault(fault::RawFault),
     Partition(fault::RawPartition),
-    Heal(HealStep),
-    Restart(RestartStep),
+    Heal(RawHeal),
+    Restart(RawRestart),
     Concurrent(Vec<Spanned<RawStep>>),
     CreateBucket(StaticBucketStep),
     CreateBackendBucket(RawBackendBucket),
@@ -840,13 +854,34 @@ fn first_line(s: &str) -> String {
 }
 
 fn hint_for(message: &str) -> Option<String> {
-    if message.contains("unknown field") || message.contains("unknown variant") {
+    if let Some(name) = misspelt(message) {
+        Some(format!(
+            "did you mean `{name}`? (the accepted names are in the message; see scenarios/README.md)"
+        ))
+    } else if message.contains("unknown field") || message.contains("unknown variant") {
         Some("check the spelling against the accepted names in the message (see scenarios/README.md)".into())
     } else if message.contains("missing field") {
         Some("add the field; see scenarios/README.md for each step's fields".into())
     } else {
         None
     }
+}
+
+/// The accepted name closest to the unknown one in serde's "unknown field
+/// `x`, expected one of a, b" (a step kind, a key).
+fn misspelt(message: &str) -> Option<&str> {
+    let rest = message
+        .strip_prefix("unknown variant `")
+        .or_else(|| message.strip_prefix("unknown field `"))?;
+    let (got, rest) = rest.split_once('`')?;
+    let list = rest
+        .strip_prefix(", expected one of ")
+        .or_else(|| rest.strip_prefix(", expected "))?;
+    let valid: Vec<&str> = list
+        .split(", ")
+        .map(|n| n.trim_matches(|c| c == '`' || c == ' '))
+        .collect();
+    names::closest(got, &valid)
 }
 
 struct Validator<'a> {
@@ -941,13 +976,25 @@ impl Validator<'_> {
             }
             _ => {}
         }
+        let system = if csi.is_some() {
+            System::Csi
+        } else {
+            System::Cosi
+        };
         let mut faults = Vec::new();
         for f in raw.faults {
-            let spec = f
-                .value
-                .resolve()
-                .map_err(|m| self.err(&f, m, Some("see scenarios/README.md, Faults")))?;
-            faults.push(spec);
+            let here = Spanned::new((), f.referenced, f.defined);
+            let spec = self.fault(
+                &here,
+                &f.value,
+                system,
+                csi.as_ref().is_some_and(|c| c.bosh.is_some()),
+            )?;
+            faults.push(Located {
+                value: spec,
+                line: here.referenced.line(),
+                col: here.referenced.column(),
+            });
         }
         let mut ctx = Ctx {
             bucket_classes: bucket_classes.iter().map(|c| c.name.clone()).collect(),
@@ -966,11 +1013,6 @@ impl Validator<'_> {
                 Some("add `resume_backup: { name: ... }` after the steps that act mid-stream"),
             ));
         }
-        let system = if csi.is_some() {
-            System::Csi
-        } else {
-            System::Cosi
-        };
         let mut invariants = Vec::new();
         for i in raw.invariants {
             if !i.value.applies_to(system) {
@@ -1077,6 +1119,23 @@ struct Ctx {
     backups: BTreeSet<String>,
     /// Backups paused by `pause_after` and not resumed yet, with where they paused.
     paused: BTreeMap<String, Spanned<()>>,
+    /// The sides of every partition step so far (a `heal` must have one to heal).
+    partitions: Vec<(Component, Component)>,
+}
+
+impl Ctx {
+    fn system(&self) -> System {
+        if self.csi.is_some() {
+            System::Csi
+        } else {
+            System::Cosi
+        }
+    }
+
+    /// Whether the CSI system stands up the BOSH backend.
+    fn with_bosh(&self) -> bool {
+        self.csi.as_ref().is_some_and(|c| c.bosh.is_some())
+    }
 }
 
 impl Validator<'_> {
@@ -1279,60 +1338,31 @@ impl Validator<'_> {
                         None,
                     ));
                 }
-                self.expectation(&here, &e)?;
+                self.expectation(&here, &e, ctx.system())?;
                 Step::Expect(e)
             }
-            RawStep::Fault(f) => Step::Fault(
-                f.resolve()
-                    .map_err(|m| self.err(&here, m, Some("see scenarios/README.md, Faults")))?,
-            ),
+            RawStep::Fault(f) => {
+                Step::Fault(self.fault(&here, &f, ctx.system(), ctx.with_bosh())?)
+            }
             RawStep::Partition(p) => {
-                Step::Partition(p.resolve().map_err(|m| self.err(&here, m, None))?)
+                let spec = p
+                    .resolve(ctx.system())
+                    .map_err(|e| self.err(&here, e.message, e.hint.as_deref()))?;
+                ctx.partitions.push((spec.from, spec.to));
+                Step::Partition(spec)
             }
-            RawStep::Heal(h) => {
-                for side in [&h.from, &h.to].into_iter().flatten() {
-                    if fault::parse_component(side).is_none() {
-                        return Err(self.err(
-                            &here,
-                            format!("unknown component `{side}`"),
-                            Some("sidecar, driver, s3, s3admin, kube"),
-                        ));
-                    }
-                }
-                if h.from.is_some() != h.to.is_some() {
-                    return Err(self.err(
-                        &here,
-                        "`heal` takes both `from` and `to`, or neither (heal all)",
-                        None,
-                    ));
-                }
-                Step::Heal(h)
-            }
-            RawStep::Restart(r) if ctx.csi.is_some() => {
-                let with_bosh = ctx.csi.as_ref().is_some_and(|c| c.bosh.is_some());
-                let ok = match r.component.as_str() {
-                    "director" => with_bosh,
-                    "csi-snapshot-metadata" => true,
-                    _ => false,
-                };
-                if !ok {
-                    return Err(self.err(
-                        &here,
-                        format!("cannot restart `{}` in this scenario", r.component),
-                        Some(if with_bosh {
-                            "restart director or csi-snapshot-metadata; crash the driver with a crash_driver fault"
-                        } else {
-                            "restart csi-snapshot-metadata (director needs `bosh:`); crash the driver with a crash_driver fault"
-                        }),
-                    ));
-                }
-                Step::Restart(r)
-            }
+            RawStep::Heal(h) => Step::Heal(self.heal(ctx, &here, &h)?),
             RawStep::Restart(r) => {
-                if !["s3", "s3admin", "kube"].contains(&r.component.as_str()) {
-                    return Err(self.err(&here, format!("cannot restart `{}`", r.component), Some("restart s3admin (the S3 server, admin API included) or kube; crash the driver with a crash_driver fault")));
+                let component = names::restartable(&r.component, ctx.system())
+                    .map_err(|e| self.err(&here, e.message, e.hint.as_deref()))?;
+                if component == names::Restartable::Director && !ctx.with_bosh() {
+                    return Err(self.err(
+                        &here,
+                        "cannot restart `director` in this scenario: it has no BOSH backend",
+                        Some("restart csi-snapshot-metadata; use `bosh:` instead of `csi:` for the Director"),
+                    ));
                 }
-                Step::Restart(r)
+                Step::Restart(RestartStep { component })
             }
             RawStep::Concurrent(inner) => {
                 if nested {
@@ -1772,6 +1802,77 @@ impl Validator<'_> {
         }
     }
 
+    /// A fault of the file (`faults:` or a `fault:` step), for the scenario's system.
+    fn fault(
+        &self,
+        here: &Spanned<()>,
+        f: &fault::RawFault,
+        system: System,
+        with_bosh: bool,
+    ) -> Result<FaultSpec, ScenarioError> {
+        let spec = f.resolve(system).map_err(|e| {
+            let hint = e
+                .hint
+                .unwrap_or_else(|| "see scenarios/README.md, Faults".into());
+            self.err(e.at.as_ref().unwrap_or(here), e.message, Some(&hint))
+        })?;
+        let backend = matches!(
+            spec.on.component,
+            Component::Director | Component::Cpi | Component::Agent
+        );
+        if backend && !with_bosh {
+            return Err(self.err(
+                here,
+                format!(
+                    "`{}` is in the BOSH backend, and this scenario stands up none",
+                    spec.on
+                ),
+                Some("use `bosh:` instead of `csi:` to fault the Director, CPI or agents"),
+            ));
+        }
+        Ok(spec)
+    }
+
+    /// A `heal` step: both sides or neither, and something to heal.
+    fn heal(&self, ctx: &Ctx, here: &Spanned<()>, h: &RawHeal) -> Result<HealStep, ScenarioError> {
+        let system = ctx.system();
+        let sides = names::partition_sides(system);
+        let side = |s: &str| {
+            names::component_in(s, sides, system, "`heal`")
+                .map_err(|e| self.err(here, e.message, e.hint.as_deref()))
+        };
+        let between = match (&h.from, &h.to) {
+            (Some(a), Some(b)) => Some((side(a)?, side(b)?)),
+            (None, None) => None,
+            _ => {
+                return Err(self.err(
+                    here,
+                    "`heal` takes both `from` and `to`, or neither (heal all)",
+                    None,
+                ))
+            }
+        };
+        let host = |c| match c {
+            Component::S3Admin => Component::S3,
+            other => other,
+        };
+        let heals = |(x, y): &(_, _)| match between {
+            None => true,
+            Some((a, b)) => {
+                let (x, y, a, b) = (host(*x), host(*y), host(a), host(b));
+                (x == a && y == b) || (x == b && y == a)
+            }
+        };
+        if !ctx.partitions.iter().any(heals) {
+            return Err(self.err(
+                here,
+                "`heal` has nothing to heal: no earlier `partition` step cuts that link",
+                Some("put a `partition` step before it, or remove the `heal`"),
+            ));
+        }
+        Ok(HealStep { between })
+    }
+
     fn known_node(&self, ctx: &Ctx, here: &Spanned<()>, node: &str) -> Result<(), ScenarioError> {
         let csi = ctx
             .csi
@@ -1830,7 +1931,12 @@ impl Validator<'_> {
         self.known_node(ctx, here, &n.node)
     }
 
-    fn expectation(&self, here: &Spanned<()>, e: &Expectation) -> Result<(), ScenarioError> {
+    fn expectation(
+        &self,
+        here: &Spanned<()>,
+        e: &Expectation,
+        system: System,
+    ) -> Result<(), ScenarioError> {
         if e.snapshot.is_some() != e.ready_to_use.is_some() {
             return Err(self.err(
                 here,
@@ -1886,11 +1992,18 @@ impl Validator<'_> {
             ));
         }
         if let Some(calls) = &e.driver_calls {
+            let rpcs = names::ops_of(system, Component::Driver);
+            let valid: Vec<&str> = rpcs.iter().map(|o| o.as_str()).collect();
             for k in calls.keys() {
-                if !fault::DRIVER_OPS.contains(&k.as_str())
-                    && !fault::CSI_DRIVER_OPS.contains(&k.as_str())
-                {
-                    return Err(self.err(here, format!("unknown driver RPC `{k}` in driver_calls"), Some("use DriverCreateBucket, DriverDeleteBucket, DriverGrantBucketAccess or DriverRevokeBucketAccess")));
+                if !valid.contains(&k.as_str()) {
+                    return Err(self.err(
+                        here,
+                        format!(
+                            "unknown driver RPC `{k}` in driver_calls{}",
+                            names::did_you_mean(k, &valid)
+                        ),
+                        Some(&format!("driver RPCs here: {}", valid.join(", "))),
+                    ));
                 }
             }
         }

@@ -134,7 +134,8 @@ fn every_committed_scenario_round_trips_through_the_writer() {
         let b = parse(&f, &text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", f.display()));
         let steps = |s: &Scenario| s.steps.iter().map(|l| l.value.clone()).collect::<Vec<_>>();
         assert_eq!(steps(&a), steps(&b), "{}", f.display());
-        assert_eq!(a.faults, b.faults, "{}", f.display());
+        let faults = |s: &Scenario| s.faults.iter().map(|l| l.value.clone()).collect::<Vec<_>>();
+        assert_eq!(faults(&a), faults(&b), "{}", f.display());
         assert_eq!(a.invariants, b.invariants);
         assert_eq!(a.bucket_classes, b.bucket_classes);
         assert_eq!(a.access_classes, b.access_classes);
@@ -532,4 +533,41 @@ fn bosh_only_steps_and_checks_are_refused_without_the_backend() {
             "needs the CSI system",
         ),
     ]);
+}
+
+#[test]
+fn a_misspelt_step_kind_or_key_gets_a_suggestion() {
+    let e = p(&GOOD.replace("  - grant_access:", "  - grant_acess:")).unwrap_err();
+    assert_eq!((e.line, e.col), (9, 5), "{e}");
+    assert!(e.hint.unwrap().starts_with("did you mean `grant_access`?"));
+    let e = p(&GOOD.replace(
+        "{ name: photos, class: std }",
+        "{ name: photos, clas: std }",
+    ))
+    .unwrap_err();
+    assert!(
+        e.hint
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("did you mean `class`?"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn faults_name_only_what_the_system_answers() {
+    let with_fault = |f: &str| GOOD.replace("steps:\n", &format!("faults:\n  - {f}\nsteps:\n"));
+    let e = p(&with_fault("crash_driver: { on: s3admin.add_usr }")).unwrap_err();
+    assert_eq!((e.line, e.col), (8, 25), "{e}");
+    assert!(e.message.contains("did you mean `add_user`?"), "{e}");
+    assert!(e.hint.unwrap().contains("add_user, remove_user"));
+    let s = p(&with_fault(
+        "crash_driver: { on: s3admin.add_user, optional: true }",
+    ))
+    .unwrap();
+    assert!(s.faults[0].value.optional);
+    assert_eq!(s.faults[0].line, 8);
+    assert!(p(&with_fault("restart: { on: driver.DriverCreateBucket }")).is_err());
+    let e = p(&with_fault("error: { on: kube.create_secrets, code: X }")).unwrap_err();
+    assert!(e.message.contains("did you mean `create_secret`?"), "{e}");
 }

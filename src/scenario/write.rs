@@ -41,8 +41,9 @@ fn duration(d: std::time::Duration) -> String {
 
 /// One fault as a flow mapping (`crash_driver: { ... }`).
 pub fn fault_yaml(f: &FaultSpec) -> String {
+    let optional = if f.optional { ", optional: true" } else { "" };
     let aim = format!(
-        "on: {}, nth: {}, times: {}",
+        "on: {}, nth: {}, times: {}{optional}",
         q(&f.on.to_string()),
         f.nth,
         f.times
@@ -77,6 +78,9 @@ fn partition_yaml(p: &PartitionSpec) -> String {
     );
     if let Some(d) = p.duration {
         let _ = write!(s, ", for: {}", duration(d));
+    }
+    if p.optional {
+        s.push_str(", optional: true");
     }
     s + " }"
 }
@@ -182,11 +186,11 @@ fn step_yaml(step: &Step, indent: &str) -> String {
         }
         Step::Fault(f) => format!("fault: {{ {} }}", fault_yaml(f)),
         Step::Partition(p) => partition_yaml(p),
-        Step::Heal(h) => match (&h.from, &h.to) {
-            (Some(a), Some(b)) => format!("heal: {{ from: {a}, to: {b} }}"),
-            _ => "heal: {}".to_string(),
+        Step::Heal(h) => match h.between {
+            Some((a, b)) => format!("heal: {{ from: {a}, to: {b} }}"),
+            None => "heal: {}".to_string(),
         },
-        Step::Restart(r) => format!("restart: {{ component: {} }}", r.component),
+        Step::Restart(r) => format!("restart: {{ component: {} }}", r.component.component()),
         Step::Concurrent(steps) => {
             let mut s = "concurrent:".to_string();
             for st in steps {
@@ -485,7 +489,7 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
     if !s.faults.is_empty() {
         let _ = writeln!(out, "faults:");
         for f in &s.faults {
-            let _ = writeln!(out, "  - {}", fault_yaml(f));
+            let _ = writeln!(out, "  - {}", fault_yaml(&f.value));
         }
     }
     let _ = writeln!(out, "steps:");

@@ -149,7 +149,7 @@ fn check_http_url(flag: &str, url: &str) -> Result<(), String> {
 #[serde(rename_all = "kebab-case")]
 pub enum Mutant {
     /// CreateVolume skips the name lookup and makes a new directory every call.
-    CreateNotIdempotent,
+    RetryMakesSecondDir,
     /// NodePublish binds read-write whatever `readonly` or the access mode say.
     PublishIgnoresReadonly,
     /// ControllerPublish moves a single-node volume off its other node.
@@ -162,7 +162,7 @@ impl Mutant {
     /// Every mutant, in declaration order.
     pub fn all() -> &'static [Mutant] {
         &[
-            Mutant::CreateNotIdempotent,
+            Mutant::RetryMakesSecondDir,
             Mutant::PublishIgnoresReadonly,
             Mutant::AttachSteals,
             Mutant::DeleteLeavesData,
@@ -172,7 +172,7 @@ impl Mutant {
     /// The kebab-case name used on the command line and in scenario files.
     pub fn name(self) -> &'static str {
         match self {
-            Mutant::CreateNotIdempotent => "create-not-idempotent",
+            Mutant::RetryMakesSecondDir => "retry-makes-second-dir",
             Mutant::PublishIgnoresReadonly => "publish-ignores-readonly",
             Mutant::AttachSteals => "attach-steals",
             Mutant::DeleteLeavesData => "delete-leaves-data",
@@ -182,7 +182,7 @@ impl Mutant {
     /// One line on what the bug does and which invariant it breaks.
     pub fn describe(self) -> &'static str {
         match self {
-            Mutant::CreateNotIdempotent => {
+            Mutant::RetryMakesSecondDir => {
                 "CreateVolume does not look the name up and makes a new directory with a generation-numbered id, so a retried create leaves the first directory behind (idempotent-replay, no-orphans)"
             }
             Mutant::PublishIgnoresReadonly => {
@@ -227,7 +227,7 @@ pub fn snapshot_id_for(name: &str) -> String {
 }
 
 /// Whether `id` has the shape of an id with `prefix` this driver issues (the
-/// hash, optionally `-N` as the create-not-idempotent mutant makes). Only such
+/// hash, optionally `-N` as the retry-makes-second-dir mutant makes). Only such
 /// ids are ever joined onto the state directory.
 fn is_our_id(prefix: &str, id: &str) -> bool {
     let Some(rest) = id.strip_prefix(prefix) else {

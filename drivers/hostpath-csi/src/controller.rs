@@ -142,7 +142,7 @@ fn source_data(
     }
 }
 
-/// The id the create-not-idempotent mutant uses: the name's id, or with the
+/// The id the retry-makes-second-dir mutant uses: the name's id, or with the
 /// next free generation number once a directory of that name exists.
 fn fresh_id(txn: &Txn<'_>, base: &str) -> String {
     if !txn.backend.volume_dir(base).exists() {
@@ -212,7 +212,7 @@ impl HostPathDriver {
         capacity_for(req.capacity_range.as_ref(), 0)?;
         self.backend().transaction(|txn| {
             let base = volume_id_for(&req.name);
-            let existing = if self.mutant(Mutant::CreateNotIdempotent) {
+            let existing = if self.mutant(Mutant::RetryMakesSecondDir) {
                 // Seeded bug: no lookup by name; the record is replaced and
                 // the directory of the first try is left behind.
                 None
@@ -234,7 +234,7 @@ impl HostPathDriver {
                 None => {
                     let floor = from.as_ref().map_or(0, |(_, size)| *size);
                     let rec = VolumeRecord {
-                        id: if self.inner.config.has(Mutant::CreateNotIdempotent) { fresh_id(txn, &base) } else { base },
+                        id: if self.inner.config.has(Mutant::RetryMakesSecondDir) { fresh_id(txn, &base) } else { base },
                         name: req.name.clone(),
                         capacity_bytes: capacity_for(req.capacity_range.as_ref(), floor)?,
                         source: source.clone(),

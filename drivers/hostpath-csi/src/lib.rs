@@ -50,7 +50,7 @@
 //!
 //! # Mutants (seeded bugs, see [`Mutant`])
 //!
-//! `create-not-idempotent`, `publish-ignores-readonly`, `attach-steals`,
+//! `retry-makes-second-dir`, `publish-ignores-readonly`, `attach-steals`,
 //! `delete-leaves-data`.
 
 pub mod cli;

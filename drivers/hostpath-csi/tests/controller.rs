@@ -525,7 +525,7 @@ async fn a_create_cut_between_intent_and_directory_is_finished_by_the_retry() {
 
 #[tokio::test]
 async fn mutant_create_not_idempotent_orphans_a_directory() {
-    let mut lab = Lab::start(&[Mutant::CreateNotIdempotent], NODES).await;
+    let mut lab = Lab::start(&[Mutant::RetryMakesSecondDir], NODES).await;
     let a = lab.create("pvc-1", 0).await.unwrap();
     let b = lab.create("pvc-1", 0).await.unwrap();
     assert_ne!(a, b, "the retry answered another volume");

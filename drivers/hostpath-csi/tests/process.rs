@@ -62,7 +62,7 @@ async fn sigkill_and_restart_keeps_create_idempotent() {
 async fn the_mutant_flag_reaches_the_spawned_process() {
     let dir = tempfile::tempdir().unwrap();
     let (state, socket) = (dir.path().join("state"), dir.path().join("ctl.sock"));
-    let child = spawn(&state, &socket, &["--mutant", "create-not-idempotent"]);
+    let child = spawn(&state, &socket, &["--mutant", "retry-makes-second-dir"]);
     let a = create(&socket, "pvc-1").await;
     let b = create(&socket, "pvc-1").await;
     kill(child);

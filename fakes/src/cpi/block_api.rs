@@ -90,12 +90,21 @@ impl Cpi {
     }
 }
 
+crate::declare_ops!(
+    /// The block API's operations (what its gate records and faults aim at).
+    pub OPS {
+        LIST_SNAPSHOT_BLOCKS = "ebs.ListSnapshotBlocks",
+        LIST_CHANGED_BLOCKS = "ebs.ListChangedBlocks",
+        UNKNOWN = "ebs.unknown",
+    }
+);
+
 fn classify(parts: &Parts) -> CallSpec {
     let segs: Vec<&str> = parts.uri.path().trim_matches('/').split('/').collect();
     let (op, subject) = match segs.as_slice() {
-        ["snapshots", id, "blocks"] => ("ebs.ListSnapshotBlocks", id.to_string()),
-        ["snapshots", id, "changedblocks"] => ("ebs.ListChangedBlocks", id.to_string()),
-        _ => ("unknown", parts.uri.path().to_string()),
+        ["snapshots", id, "blocks"] => (LIST_SNAPSHOT_BLOCKS, id.to_string()),
+        ["snapshots", id, "changedblocks"] => (LIST_CHANGED_BLOCKS, id.to_string()),
+        _ => (UNKNOWN, parts.uri.path().to_string()),
     };
     CallSpec::new(Component::Driver, Component::Cpi, op, subject)
 }

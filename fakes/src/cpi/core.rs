@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{CpiConfig, CpiFault, ErrorType};
+use crate::ops::Op;
 use crate::store::{Store, StoreError, StoreExt};
 
 /// A VM as the IaaS holds it.
@@ -160,6 +161,33 @@ pub fn slot_device(slot: usize) -> String {
     let letter = (b'c' + (slot % 24) as u8) as char;
     format!("/dev/sd{letter}")
 }
+
+crate::declare_ops!(
+    /// The CPI API v2 methods this fake answers (what the Director→Cpi gate
+    /// records and faults aim at).
+    pub METHODS {
+        INFO = "info",
+        CREATE_STEMCELL = "create_stemcell",
+        DELETE_STEMCELL = "delete_stemcell",
+        CREATE_VM = "create_vm",
+        DELETE_VM = "delete_vm",
+        HAS_VM = "has_vm",
+        REBOOT_VM = "reboot_vm",
+        SET_VM_METADATA = "set_vm_metadata",
+        CALCULATE_VM_CLOUD_PROPERTIES = "calculate_vm_cloud_properties",
+        CREATE_DISK = "create_disk",
+        DELETE_DISK = "delete_disk",
+        RESIZE_DISK = "resize_disk",
+        HAS_DISK = "has_disk",
+        ATTACH_DISK = "attach_disk",
+        DETACH_DISK = "detach_disk",
+        GET_DISKS = "get_disks",
+        SET_DISK_METADATA = "set_disk_metadata",
+        SNAPSHOT_DISK = "snapshot_disk",
+        DELETE_SNAPSHOT = "delete_snapshot",
+        UNKNOWN_METHOD = "unknown_method",
+    }
+);
 
 impl CpiCore {
     /// The model over `store`.
@@ -322,13 +350,13 @@ impl CpiCore {
 
     /// Run one CPI method with its positional arguments.
     pub fn dispatch(&self, method: &str, args: &[Value]) -> Result<Value, CpiFault> {
-        let r = match method {
-            "info" => Ok(json!({
+        let r = match Op::find(METHODS, method) {
+            Some(INFO) => Ok(json!({
                 "stemcell_formats": self.config.stemcell_formats,
                 "api_version": 2,
             })),
-            "create_stemcell" => self.create_stemcell(args),
-            "delete_stemcell" => {
+            Some(CREATE_STEMCELL) => self.create_stemcell(args),
+            Some(DELETE_STEMCELL) => {
                 let cid = arg_str(method, args, 0, "stemcell_cid")?;
                 // Real CPIs treat deleting a missing image as done.
                 self.store
@@ -336,25 +364,25 @@ impl CpiCore {
                     .map_err(store_err)?;
                 Ok(Value::Null)
             }
-            "create_vm" => self.create_vm(args),
-            "delete_vm" => self.delete_vm(args),
-            "has_vm" => {
+            Some(CREATE_VM) => self.create_vm(args),
+            Some(DELETE_VM) => self.delete_vm(args),
+            Some(HAS_VM) => {
                 let cid = arg_str(method, args, 0, "vm_cid")?;
                 Ok(Value::Bool(self.vm(cid)?.is_some()))
             }
-            "reboot_vm" => {
+            Some(REBOOT_VM) => {
                 let mut vm = self.need_vm(arg_str(method, args, 0, "vm_cid")?)?;
                 vm.reboots += 1;
                 self.put_vm(&vm)?;
                 Ok(Value::Null)
             }
-            "set_vm_metadata" => {
+            Some(SET_VM_METADATA) => {
                 let mut vm = self.need_vm(arg_str(method, args, 0, "vm_cid")?)?;
                 vm.metadata = metadata_map(method, &arg_opt(args, 1))?;
                 self.put_vm(&vm)?;
                 Ok(Value::Null)
             }
-            "calculate_vm_cloud_properties" => {
+            Some(CALCULATE_VM_CLOUD_PROPERTIES) => {
                 let req = arg_opt(args, 0);
                 let cpu = req.get("cpu").and_then(Value::as_u64);
                 let ram = req.get("ram").and_then(Value::as_u64);
@@ -372,16 +400,16 @@ impl CpiCore {
                     )),
                 }
             }
-            "create_disk" => self.create_disk(args),
-            "delete_disk" => self.delete_disk(args),
-            "resize_disk" => self.resize_disk(args),
-            "has_disk" => {
+            Some(CREATE_DISK) => self.create_disk(args),
+            Some(DELETE_DISK) => self.delete_disk(args),
+            Some(RESIZE_DISK) => self.resize_disk(args),
+            Some(HAS_DISK) => {
                 let cid = arg_str(method, args, 0, "disk_cid")?;
                 Ok(Value::Bool(self.disk(cid)?.is_some()))
             }
-            "attach_disk" => self.attach_disk(args),
-            "detach_disk" => self.detach_disk(args),
-            "get_disks" => {
+            Some(ATTACH_DISK) => self.attach_disk(args),
+            Some(DETACH_DISK) => self.detach_disk(args),
+            Some(GET_DISKS) => {
                 let vm = self.need_vm(arg_str(method, args, 0, "vm_cid")?)?;
                 Ok(Value::Array(
                     vm.slots
@@ -391,13 +419,13 @@ impl CpiCore {
                         .collect(),
                 ))
             }
-            "set_disk_metadata" => {
+            Some(SET_DISK_METADATA) => {
                 let mut d = self.need_disk(arg_str(method, args, 0, "disk_cid")?)?;
                 d.metadata = metadata_map(method, &arg_opt(args, 1))?;
                 self.put_disk(&d)?;
                 Ok(Value::Null)
             }
-            "snapshot_disk" => {
+            Some(SNAPSHOT_DISK) => {
                 let d = self.need_disk(arg_str(method, args, 0, "disk_cid")?)?;
                 let cid = self.next_id("snapshot")?;
                 // Freeze the disk's blocks as they are now: the snapshot's
@@ -417,7 +445,7 @@ impl CpiCore {
                     .map_err(store_err)?;
                 Ok(Value::String(cid))
             }
-            "delete_snapshot" => {
+            Some(DELETE_SNAPSHOT) => {
                 let cid = arg_str(method, args, 0, "snapshot_cid")?;
                 self.store
                     .remove(&format!("snapshot/{cid}"))
@@ -427,9 +455,9 @@ impl CpiCore {
                     .map_err(store_err)?;
                 Ok(Value::Null)
             }
-            other => Err(CpiFault::new(
+            Some(_) | None => Err(CpiFault::new(
                 ErrorType::NotImplemented,
-                format!("Method is not known, got '{other}'"),
+                format!("Method is not known, got '{method}'"),
                 false,
             )),
         };

@@ -23,13 +23,14 @@ use serde_json::{json, Value};
 
 use crate::gate::{CallSpec, Delivery, Gate, Verdict};
 use crate::history::{Component, Outcome};
+use crate::ops::Op;
 use crate::store::Store;
 
 pub mod block_api;
 
 pub use self::core::{
     blocks_in, slot_device, BlockMap, BlockRange, BlockVersion, CpiCore, DiskRec, SnapshotRec,
-    VmRec, BLOCK_SIZE,
+    VmRec, BLOCK_SIZE, METHODS,
 };
 
 /// The error classes the Director's external CPI caller knows.
@@ -260,12 +261,13 @@ impl Cpi {
 
     /// Call `method` as the Director would (from Director, through the gate).
     pub async fn call(&self, method: &str, args: Vec<Value>) -> Result<Value, CpiFault> {
-        let spec = CallSpec::new(
-            Component::Director,
-            Component::Cpi,
-            method,
-            subject_of(method, &args),
-        );
+        // An unknown method is still recorded (the CPI answers NotImplemented),
+        // under one declared name with the method it asked for as the subject.
+        let (op, subject) = match Op::find(METHODS, method) {
+            Some(op) => (op, subject_of(method, &args)),
+            None => (self::core::UNKNOWN_METHOD, method.to_string()),
+        };
+        let spec = CallSpec::new(Component::Director, Component::Cpi, op, subject);
         let gate = &self.inner.gate;
         let (id, verdict) = gate.enter(&spec).await;
         match verdict {

@@ -75,7 +75,7 @@ impl Attacher {
         let conn = DriverConn::connect(socket, Component::CsiAttacher, gate).await?;
         let driver_name = conn.plugin_name().await?;
         let caps = conn
-            .startup("ControllerGetCapabilities", |ch| async move {
+            .startup(super::CONTROLLER_GET_CAPABILITIES, |ch| async move {
                 ControllerClient::new(ch)
                     .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
                     .await

@@ -170,7 +170,7 @@ impl NodeAgent {
         let conn = DriverConn::connect(socket, Component::Kubelet, gate).await?;
         let driver_name = conn.plugin_name().await?;
         let caps = conn
-            .startup("NodeGetCapabilities", |ch| async move {
+            .startup(super::NODE_GET_CAPABILITIES, |ch| async move {
                 NodeClient::new(ch)
                     .node_get_capabilities(csi::NodeGetCapabilitiesRequest {})
                     .await

@@ -34,6 +34,7 @@ pub use crate::cosi_sidecar::{
 use crate::gate::{CallSpec, Delivery, Gate, Verdict};
 use crate::history::{CallId, Component, Outcome};
 use crate::kube::{Kind, KubeError, KubeFake};
+use crate::ops::Op;
 
 /// Per-call deadline, in real time (a hung driver must not hang the lab).
 pub const CALL_TIMEOUT: Duration = crate::cosi_sidecar::DEFAULT_CALL_TIMEOUT;
@@ -95,22 +96,48 @@ pub enum DriverRequest {
     DeleteSnapshot(csi::DeleteSnapshotRequest),
 }
 
+crate::declare_ops!(
+    /// The CSI RPCs the CSI sidecars send a driver (what the sidecar→driver
+    /// gate records and faults aim at).
+    pub DRIVER_RPCS {
+        GET_PLUGIN_INFO = "GetPluginInfo",
+        CONTROLLER_GET_CAPABILITIES = "ControllerGetCapabilities",
+        NODE_GET_CAPABILITIES = "NodeGetCapabilities",
+        CREATE_VOLUME = "CreateVolume",
+        DELETE_VOLUME = "DeleteVolume",
+        CONTROLLER_PUBLISH_VOLUME = "ControllerPublishVolume",
+        CONTROLLER_UNPUBLISH_VOLUME = "ControllerUnpublishVolume",
+        NODE_STAGE_VOLUME = "NodeStageVolume",
+        NODE_UNSTAGE_VOLUME = "NodeUnstageVolume",
+        NODE_PUBLISH_VOLUME = "NodePublishVolume",
+        NODE_UNPUBLISH_VOLUME = "NodeUnpublishVolume",
+        NODE_GET_INFO = "NodeGetInfo",
+        CREATE_SNAPSHOT = "CreateSnapshot",
+        DELETE_SNAPSHOT = "DeleteSnapshot",
+    }
+);
+
 impl DriverRequest {
-    /// The RPC name as on the wire (and as the gate's op).
-    pub fn rpc(&self) -> &'static str {
+    /// The RPC, as the gate records it.
+    pub fn op(&self) -> Op {
         match self {
-            DriverRequest::CreateVolume(_) => "CreateVolume",
-            DriverRequest::DeleteVolume(_) => "DeleteVolume",
-            DriverRequest::ControllerPublish(_) => "ControllerPublishVolume",
-            DriverRequest::ControllerUnpublish(_) => "ControllerUnpublishVolume",
-            DriverRequest::NodeStage(_) => "NodeStageVolume",
-            DriverRequest::NodeUnstage(_) => "NodeUnstageVolume",
-            DriverRequest::NodePublish(_) => "NodePublishVolume",
-            DriverRequest::NodeUnpublish(_) => "NodeUnpublishVolume",
-            DriverRequest::NodeGetInfo => "NodeGetInfo",
-            DriverRequest::CreateSnapshot(_) => "CreateSnapshot",
-            DriverRequest::DeleteSnapshot(_) => "DeleteSnapshot",
+            DriverRequest::CreateVolume(_) => CREATE_VOLUME,
+            DriverRequest::DeleteVolume(_) => DELETE_VOLUME,
+            DriverRequest::ControllerPublish(_) => CONTROLLER_PUBLISH_VOLUME,
+            DriverRequest::ControllerUnpublish(_) => CONTROLLER_UNPUBLISH_VOLUME,
+            DriverRequest::NodeStage(_) => NODE_STAGE_VOLUME,
+            DriverRequest::NodeUnstage(_) => NODE_UNSTAGE_VOLUME,
+            DriverRequest::NodePublish(_) => NODE_PUBLISH_VOLUME,
+            DriverRequest::NodeUnpublish(_) => NODE_UNPUBLISH_VOLUME,
+            DriverRequest::NodeGetInfo => NODE_GET_INFO,
+            DriverRequest::CreateSnapshot(_) => CREATE_SNAPSHOT,
+            DriverRequest::DeleteSnapshot(_) => DELETE_SNAPSHOT,
         }
+    }
+
+    /// The RPC name as on the wire.
+    pub fn rpc(&self) -> &'static str {
+        self.op().as_str()
     }
 
     /// The history subject: the volume name or id, `<volume>@<node id>` for
@@ -285,12 +312,13 @@ impl DriverConn {
 
     /// A start-up RPC (GetPluginInfo, capabilities), recorded through the gate
     /// but not kept as an exchange; faults at the gate fail the start-up.
-    pub async fn startup<T, F, Fut>(&self, rpc: &'static str, f: F) -> Result<T, CsiError>
+    pub async fn startup<T, F, Fut>(&self, op: Op, f: F) -> Result<T, CsiError>
     where
         F: FnOnce(Channel) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let call = CallSpec::new(self.component, Component::Driver, rpc, "");
+        let rpc = op.as_str();
+        let call = CallSpec::new(self.component, Component::Driver, op, "");
         let (id, verdict) = self.gate.enter(&call).await;
         let res = match verdict {
             Verdict::Reject(r) => Err(tonic::Status::new(code_from_name(&r.code), r.message)),
@@ -330,7 +358,7 @@ impl DriverConn {
     /// The driver's name (Identity.GetPluginInfo), as every sidecar asks at start.
     pub(crate) async fn plugin_name(&self) -> Result<String, CsiError> {
         let info = self
-            .startup("GetPluginInfo", |ch| async move {
+            .startup(GET_PLUGIN_INFO, |ch| async move {
                 IdentityClient::new(ch)
                     .get_plugin_info(csi::GetPluginInfoRequest {})
                     .await
@@ -344,7 +372,7 @@ impl DriverConn {
         let call = CallSpec::new(
             self.component,
             Component::Driver,
-            request.rpc(),
+            request.op(),
             request.subject(),
         );
         let rpc = async {

@@ -564,15 +564,28 @@ impl MountTable {
 #[derive(Clone, Debug)]
 struct NodeTag(String);
 
+crate::declare_ops!(
+    /// The mount table's operations (what its gate records and faults aim at).
+    pub OPS {
+        LIST_DEVICES = "list_devices",
+        LIST_MOUNTS = "list_mounts",
+        FORMAT = "format",
+        GET_FORMAT = "get_format",
+        MOUNT = "mount",
+        UNMOUNT = "unmount",
+        UNKNOWN = "unknown",
+    }
+);
+
 fn classify(parts: &http::request::Parts) -> CallSpec {
     let op = match (parts.method.as_str(), parts.uri.path()) {
-        ("GET", "/devices") => "list_devices",
-        ("GET", "/mounts") => "list_mounts",
-        ("POST", "/format") => "format",
-        ("GET", "/format") => "get_format",
-        ("POST", "/mount") => "mount",
-        ("POST", "/unmount") => "unmount",
-        _ => "unknown",
+        ("GET", "/devices") => LIST_DEVICES,
+        ("GET", "/mounts") => LIST_MOUNTS,
+        ("POST", "/format") => FORMAT,
+        ("GET", "/format") => GET_FORMAT,
+        ("POST", "/mount") => MOUNT,
+        ("POST", "/unmount") => UNMOUNT,
+        _ => UNKNOWN,
     };
     let node = parts
         .extensions

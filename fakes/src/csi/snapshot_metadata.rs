@@ -30,6 +30,26 @@ use crate::gate::{CallSpec, Gate, Verdict};
 use crate::history::{Component, Outcome};
 use crate::kube::review::Reviews;
 use crate::kube::Kind;
+use crate::ops::Op;
+
+crate::declare_ops!(
+    /// The SnapshotMetadata RPCs this sidecar relays to the driver.
+    pub DRIVER_RPCS {
+        GET_METADATA_ALLOCATED = "GetMetadataAllocated",
+        GET_METADATA_DELTA = "GetMetadataDelta",
+    }
+);
+
+crate::declare_ops!(
+    /// What this sidecar asks the Kubernetes API (in process, through the
+    /// sidecar→Kube gate).
+    pub KUBE_OPS {
+        TOKENREVIEWS_CREATE = "tokenreviews.create",
+        SUBJECTACCESSREVIEWS_CREATE = "subjectaccessreviews.create",
+        VOLUMESNAPSHOTS_GET = "volumesnapshots.get",
+        VOLUMESNAPSHOTCONTENTS_GET = "volumesnapshotcontents.get",
+    }
+);
 
 /// The HTTP/2 stream window the sidecar grants the driver (bytes). Small on
 /// purpose: a driver that pages its IaaS ahead of a slow client blocks on
@@ -196,7 +216,7 @@ impl SnapshotMetadataSidecar {
     }
 
     /// One call to the Kubernetes API through the gate.
-    async fn kube_call<T>(&self, op: &str, f: impl FnOnce() -> T) -> Result<T, Status> {
+    async fn kube_call<T>(&self, op: Op, f: impl FnOnce() -> T) -> Result<T, Status> {
         let spec = CallSpec::new(Component::CsiSnapshotMetadata, Component::Kube, op, "");
         let (id, v) = self.gate.enter(&spec).await;
         match v {
@@ -228,7 +248,7 @@ impl SnapshotMetadataSidecar {
             "spec": {"token": token, "audiences": [self.audience]},
         });
         let tr = self
-            .kube_call("tokenreviews.create", || self.reviews.token_review(&tr))
+            .kube_call(TOKENREVIEWS_CREATE, || self.reviews.token_review(&tr))
             .await?;
         if tr.pointer("/status/authenticated") != Some(&json!(true)) {
             // The token itself never goes into a message.
@@ -255,7 +275,7 @@ impl SnapshotMetadataSidecar {
                 "group": "snapshot.storage.k8s.io", "resource": "volumesnapshots"}},
         });
         let sar = self
-            .kube_call("subjectaccessreviews.create", || {
+            .kube_call(SUBJECTACCESSREVIEWS_CREATE, || {
                 self.reviews.subject_access_review(&sar)
             })
             .await?;
@@ -280,7 +300,7 @@ impl SnapshotMetadataSidecar {
             ))
         };
         let vs = self
-            .kube_call("volumesnapshots.get", || {
+            .kube_call(VOLUMESNAPSHOTS_GET, || {
                 kube.get(Kind::VolumeSnapshot, Some(namespace), name)
             })
             .await?
@@ -292,7 +312,7 @@ impl SnapshotMetadataSidecar {
             return Err(gone());
         }
         let vsc = self
-            .kube_call("volumesnapshotcontents.get", || {
+            .kube_call(VOLUMESNAPSHOTCONTENTS_GET, || {
                 kube.get(Kind::VolumeSnapshotContent, None, &content)
             })
             .await?
@@ -323,7 +343,7 @@ impl SnapshotMetadataSidecar {
     /// Relay one driver call through the gate (sidecar → driver).
     async fn driver_call<F, Fut, T>(
         &self,
-        op: &str,
+        op: Op,
         subject: &str,
         f: F,
     ) -> Result<MetadataStream<T>, Status>
@@ -385,7 +405,7 @@ impl SnapshotMetadataSidecar {
             secrets: Default::default(),
         };
         let r = Self::headers(msg, &user, session);
-        self.driver_call("GetMetadataAllocated", &snap, |mut c| async move {
+        self.driver_call(GET_METADATA_ALLOCATED, &snap, |mut c| async move {
             c.get_metadata_allocated(r).await
         })
         .await
@@ -413,7 +433,7 @@ impl SnapshotMetadataSidecar {
         };
         let r = Self::headers(msg, &user, session);
         self.driver_call(
-            "GetMetadataDelta",
+            GET_METADATA_DELTA,
             &format!("{base}..{target}"),
             |mut c| async move { c.get_metadata_delta(r).await },
         )

@@ -167,7 +167,36 @@ async fn limit_request(req: Request, next: Next) -> Response {
         .await
 }
 
+/// The Director API's operations: what its gate records and faults aim at.
+pub mod ops {
+    crate::declare_ops!(
+        /// Every Director API operation.
+        pub ALL {
+            INFO = "info",
+            OAUTH_TOKEN = "oauth.token",
+            DEPLOYMENTS_LIST = "deployments.list",
+            DEPLOYMENTS_INSTANCES = "deployments.instances",
+            TASKS_LIST = "tasks.list",
+            TASKS_GET = "tasks.get",
+            TASKS_OUTPUT = "tasks.output",
+            TASKS_CANCEL = "tasks.cancel",
+            DYNAMIC_DISKS_LIST = "dynamic_disks.list",
+            DYNAMIC_DISKS_PROVIDE = "dynamic_disks.provide",
+            DYNAMIC_DISKS_CREATE = "dynamic_disks.create",
+            DYNAMIC_DISKS_ATTACH = "dynamic_disks.attach",
+            DYNAMIC_DISKS_DETACH = "dynamic_disks.detach",
+            DYNAMIC_DISKS_RESIZE = "dynamic_disks.resize",
+            DYNAMIC_DISKS_SNAPSHOTS = "dynamic_disks.snapshots",
+            DYNAMIC_DISKS_SNAPSHOT = "dynamic_disks.snapshot",
+            DYNAMIC_DISKS_DELETE_SNAPSHOT = "dynamic_disks.delete_snapshot",
+            DYNAMIC_DISKS_DELETE = "dynamic_disks.delete",
+            UNKNOWN = "unknown",
+        }
+    );
+}
+
 fn classify(parts: &Parts) -> CallSpec {
+    use ops::*;
     let path = parts.uri.path();
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let m = &parts.method;
@@ -177,29 +206,29 @@ fn classify(parts: &Parts) -> CallSpec {
         .map(|b| b.0.clone())
         .unwrap_or_default();
     let (op, subject) = match (m.as_str(), segs.as_slice()) {
-        ("GET", ["info"]) => ("info", String::new()),
-        ("POST", ["oauth", "token"]) => ("oauth.token", String::new()),
-        ("GET", ["deployments"]) => ("deployments.list", String::new()),
+        ("GET", ["info"]) => (INFO, String::new()),
+        ("POST", ["oauth", "token"]) => (OAUTH_TOKEN, String::new()),
+        ("GET", ["deployments"]) => (DEPLOYMENTS_LIST, String::new()),
         ("GET", ["deployments", d, "instances"]) | ("GET", ["deployments", d, "vms"]) => {
-            ("deployments.instances", d.to_string())
+            (DEPLOYMENTS_INSTANCES, d.to_string())
         }
-        ("GET", ["tasks"]) => ("tasks.list", String::new()),
-        ("GET", ["tasks", id]) => ("tasks.get", id.to_string()),
-        ("GET", ["tasks", id, "output"]) => ("tasks.output", id.to_string()),
-        ("DELETE", ["task", id]) => ("tasks.cancel", id.to_string()),
-        ("GET", ["dynamic_disks"]) => ("dynamic_disks.list", String::new()),
-        ("POST", ["dynamic_disks", "provide"]) => ("dynamic_disks.provide", body_subject),
-        ("POST", ["dynamic_disks"]) => ("dynamic_disks.create", body_subject),
-        ("POST", ["dynamic_disks", n, "attach"]) => ("dynamic_disks.attach", n.to_string()),
-        ("POST", ["dynamic_disks", n, "detach"]) => ("dynamic_disks.detach", n.to_string()),
-        ("POST", ["dynamic_disks", n, "resize"]) => ("dynamic_disks.resize", n.to_string()),
-        ("GET", ["dynamic_disks", "snapshots"]) => ("dynamic_disks.snapshots", String::new()),
-        ("POST", ["dynamic_disks", n, "snapshots"]) => ("dynamic_disks.snapshot", n.to_string()),
+        ("GET", ["tasks"]) => (TASKS_LIST, String::new()),
+        ("GET", ["tasks", id]) => (TASKS_GET, id.to_string()),
+        ("GET", ["tasks", id, "output"]) => (TASKS_OUTPUT, id.to_string()),
+        ("DELETE", ["task", id]) => (TASKS_CANCEL, id.to_string()),
+        ("GET", ["dynamic_disks"]) => (DYNAMIC_DISKS_LIST, String::new()),
+        ("POST", ["dynamic_disks", "provide"]) => (DYNAMIC_DISKS_PROVIDE, body_subject),
+        ("POST", ["dynamic_disks"]) => (DYNAMIC_DISKS_CREATE, body_subject),
+        ("POST", ["dynamic_disks", n, "attach"]) => (DYNAMIC_DISKS_ATTACH, n.to_string()),
+        ("POST", ["dynamic_disks", n, "detach"]) => (DYNAMIC_DISKS_DETACH, n.to_string()),
+        ("POST", ["dynamic_disks", n, "resize"]) => (DYNAMIC_DISKS_RESIZE, n.to_string()),
+        ("GET", ["dynamic_disks", "snapshots"]) => (DYNAMIC_DISKS_SNAPSHOTS, String::new()),
+        ("POST", ["dynamic_disks", n, "snapshots"]) => (DYNAMIC_DISKS_SNAPSHOT, n.to_string()),
         ("DELETE", ["dynamic_disks", "snapshots", c]) => {
-            ("dynamic_disks.delete_snapshot", c.to_string())
+            (DYNAMIC_DISKS_DELETE_SNAPSHOT, c.to_string())
         }
-        ("DELETE", ["dynamic_disks", n]) => ("dynamic_disks.delete", n.to_string()),
-        _ => ("unknown", path.to_string()),
+        ("DELETE", ["dynamic_disks", n]) => (DYNAMIC_DISKS_DELETE, n.to_string()),
+        _ => (UNKNOWN, path.to_string()),
     };
     CallSpec::new(Component::Driver, Component::Director, op, subject)
 }

@@ -613,7 +613,7 @@ async fn attach(
     }
     checkpoint(inner, task)?;
     inner
-        .agent_call("add_dynamic_disk", vm_cid, &d.cid, d.hint.as_ref())
+        .agent_call(super::ADD_DYNAMIC_DISK, vm_cid, &d.cid, d.hint.as_ref())
         .await
         .map_err(JobError::Failed)?;
     Ok(d.cid)
@@ -635,7 +635,7 @@ async fn detach(
     if let Some(vm) = vm_cid {
         checkpoint(inner, task)?;
         if let Err(e) = inner
-            .agent_call("remove_dynamic_disk", &vm, &d.cid, None)
+            .agent_call(super::REMOVE_DYNAMIC_DISK, &vm, &d.cid, None)
             .await
         {
             if strict_agent {

@@ -27,9 +27,19 @@ use crate::clock::SimClock;
 use crate::cpi::Cpi;
 use crate::gate::{CallSpec, Delivery, Gate, Verdict};
 use crate::history::{Component, Outcome};
+use crate::ops::Op;
 use crate::secret::Secret;
 use crate::store::{Store, StoreError};
 
+crate::declare_ops!(
+    /// What the Director asks a VM's agent (through the Director→Agent gate).
+    pub AGENT_OPS {
+        ADD_DYNAMIC_DISK = "add_dynamic_disk",
+        REMOVE_DYNAMIC_DISK = "remove_dynamic_disk",
+    }
+);
+
+pub use api::ops as api_ops;
 pub use locks::LockView;
 pub use state::{AgentDisk, Job, TaskState};
 
@@ -821,7 +831,7 @@ impl Inner {
     /// The agent on `vm_cid` (through the Director→Agent gate).
     pub async fn agent_call(
         &self,
-        op: &str,
+        op: Op,
         vm_cid: &str,
         disk_cid: &str,
         hint: Option<&Value>,
@@ -874,7 +884,7 @@ impl Inner {
 
     fn agent_apply(
         &self,
-        op: &str,
+        op: Op,
         vm_cid: &str,
         disk_cid: &str,
         hint: Option<&Value>,
@@ -885,14 +895,14 @@ impl Inner {
         }
         let mut disks = self.state.agent_disks(vm_cid).map_err(|e| e.to_string())?;
         match op {
-            "add_dynamic_disk" => {
+            ADD_DYNAMIC_DISK => {
                 disks.retain(|d| d.disk_cid != disk_cid);
                 disks.push(AgentDisk {
                     disk_cid: disk_cid.to_string(),
                     hint: hint.cloned().unwrap_or(Value::Null),
                 });
             }
-            "remove_dynamic_disk" => disks.retain(|d| d.disk_cid != disk_cid),
+            REMOVE_DYNAMIC_DISK => disks.retain(|d| d.disk_cid != disk_cid),
             other => return Err(format!("agent does not know '{other}'")),
         }
         self.state

@@ -19,6 +19,7 @@ use super::status::{render_rejection, ApiError};
 use super::Kind;
 use crate::gate::{http_gate, CallSpec, HttpTap};
 use crate::history::Component;
+use crate::ops::Op;
 
 /// The real server's request body limit (3 MiB).
 const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -138,19 +139,129 @@ fn is_watch(query: Option<&str>) -> bool {
     })
 }
 
+/// What a request does to a kind; with the kind it names the operation
+/// (`create_secret`, `list_bucketclaims`, `patch_bucketaccess_status`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// GET on a collection with `watch`.
+    Watch,
+    /// GET on a collection.
+    List,
+    /// POST on a collection.
+    Create,
+    /// DELETE on a collection.
+    DeleteCollection,
+    /// GET on an object (or its status).
+    Get,
+    /// PUT on an object (or its status).
+    Replace,
+    /// PATCH on an object (or its status).
+    Patch,
+    /// DELETE on an object.
+    Delete,
+}
+
+impl Verb {
+    const ALL: [Verb; 8] = [
+        Verb::Watch,
+        Verb::List,
+        Verb::Create,
+        Verb::DeleteCollection,
+        Verb::Get,
+        Verb::Replace,
+        Verb::Patch,
+        Verb::Delete,
+    ];
+
+    /// The operation's name: verb, kind (plural for collections), `_status`.
+    fn name(self, kind: Kind, status: bool) -> String {
+        let (verb, noun) = match self {
+            Verb::Watch => ("watch", kind.plural()),
+            Verb::List => ("list", kind.plural()),
+            Verb::Create => ("create", kind.singular()),
+            Verb::DeleteCollection => ("deletecollection", kind.plural()),
+            Verb::Get => ("get", kind.singular()),
+            Verb::Replace => ("replace", kind.singular()),
+            Verb::Patch => ("patch", kind.singular()),
+            Verb::Delete => ("delete", kind.singular()),
+        };
+        let suffix = if status { "_status" } else { "" };
+        format!("{verb}_{noun}{suffix}")
+    }
+
+    /// Whether `/status` takes this verb.
+    fn on_status(self) -> bool {
+        matches!(self, Verb::Get | Verb::Replace | Verb::Patch)
+    }
+}
+
+/// The Kubernetes API's operations that are not about one kind.
+pub mod ops {
+    crate::declare_ops!(
+        /// Discovery and unrecognised requests.
+        pub OTHER {
+            DISCOVERY = "discovery",
+            UNKNOWN = "unknown",
+        }
+    );
+}
+
+struct OpTable {
+    all: Vec<Op>,
+    by: HashMap<(Kind, Verb, bool), Op>,
+}
+
+fn table() -> &'static OpTable {
+    static TABLE: std::sync::OnceLock<OpTable> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut all = ops::OTHER.to_vec();
+        let mut by = HashMap::new();
+        for kind in Kind::ALL {
+            for verb in Verb::ALL {
+                for status in [false, true] {
+                    if status && !(verb.on_status() && kind.has_status_subresource()) {
+                        continue;
+                    }
+                    // Built once per process from a finite set: the leak is bounded.
+                    let name: &'static str = Box::leak(verb.name(kind, status).into_boxed_str());
+                    let op = Op::declare(name);
+                    all.push(op);
+                    by.insert((kind, verb, status), op);
+                }
+            }
+        }
+        OpTable { all, by }
+    })
+}
+
+/// Every operation of the Kubernetes API over HTTP.
+pub fn all_ops() -> &'static [Op] {
+    &table().all
+}
+
+/// The operation `verb` on `kind` (its `/status` when `status`).
+pub fn op(verb: Verb, kind: Kind, status: bool) -> Op {
+    table()
+        .by
+        .get(&(kind, verb, status))
+        .copied()
+        .unwrap_or(ops::UNKNOWN)
+}
+
 /// Names an HTTP request for the history: `<verb>_<kind>` and `<namespace>/<name>`.
 pub(crate) fn classify(parts: &http::request::Parts) -> CallSpec {
     let path = parts.uri.path();
     let (op, subject) = match parse_route(path) {
         Route::Collection { kind, ns } => {
-            let op = match parts.method {
-                Method::GET if is_watch(parts.uri.query()) => format!("watch_{}", kind.plural()),
-                Method::GET => format!("list_{}", kind.plural()),
-                Method::POST => format!("create_{}", kind.singular()),
-                Method::DELETE => format!("deletecollection_{}", kind.plural()),
-                ref m => format!("{}_{}", m.as_str().to_ascii_lowercase(), kind.plural()),
+            let verb = match parts.method {
+                Method::GET if is_watch(parts.uri.query()) => Some(Verb::Watch),
+                Method::GET => Some(Verb::List),
+                Method::POST => Some(Verb::Create),
+                Method::DELETE => Some(Verb::DeleteCollection),
+                _ => None,
             };
             // The name of a created object is in the body, which the gate does not see.
+            let op = verb.map_or(ops::UNKNOWN, |v| op(v, kind, false));
             (op, ns.unwrap_or_default())
         }
         Route::Item {
@@ -160,27 +271,17 @@ pub(crate) fn classify(parts: &http::request::Parts) -> CallSpec {
             status,
         } => {
             let verb = match parts.method {
-                Method::GET => "get",
-                Method::PUT => "replace",
-                Method::PATCH => "patch",
-                Method::DELETE => "delete",
-                ref m => {
-                    return CallSpec::new(
-                        Component::Driver,
-                        Component::Kube,
-                        format!("{}_{}", m.as_str().to_ascii_lowercase(), kind.singular()),
-                        subject_of(ns.as_deref(), &name),
-                    )
-                }
+                Method::GET => Some(Verb::Get),
+                Method::PUT => Some(Verb::Replace),
+                Method::PATCH => Some(Verb::Patch),
+                Method::DELETE if !status => Some(Verb::Delete),
+                _ => None,
             };
-            let suffix = if status { "_status" } else { "" };
-            (
-                format!("{verb}_{}{suffix}", kind.singular()),
-                subject_of(ns.as_deref(), &name),
-            )
+            let op = verb.map_or(ops::UNKNOWN, |v| op(v, kind, status));
+            (op, subject_of(ns.as_deref(), &name))
         }
-        Route::Discovery(_) => ("discovery".to_string(), path.to_string()),
-        Route::Unknown => ("unknown".to_string(), path.to_string()),
+        Route::Discovery(_) => (ops::DISCOVERY, path.to_string()),
+        Route::Unknown => (ops::UNKNOWN, path.to_string()),
     };
     CallSpec::new(Component::Driver, Component::Kube, op, subject)
 }

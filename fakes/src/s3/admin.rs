@@ -20,6 +20,7 @@ use super::state::{now_rfc3339, PolicyRec, UserRec};
 use super::{
     authenticate, caller_secret, read_body, surface, BodyLimit, Inner, Principal, Surface,
 };
+use crate::ops::Op;
 
 type Query = [(Vec<u8>, Vec<u8>)];
 
@@ -32,27 +33,51 @@ pub(crate) enum Flavour {
     Rustfs,
 }
 
+/// The admin API's operations: what its gate records and faults aim at.
+pub mod ops {
+    crate::declare_ops!(
+        /// Every admin API operation.
+        pub ALL {
+            ADD_USER = "add_user",
+            REMOVE_USER = "remove_user",
+            USER_INFO = "user_info",
+            LIST_USERS = "list_users",
+            SET_USER_STATUS = "set_user_status",
+            LIST_CANNED_POLICIES = "list_canned_policies",
+            INFO_CANNED_POLICY = "info_canned_policy",
+            ADD_CANNED_POLICY = "add_canned_policy",
+            REMOVE_CANNED_POLICY = "remove_canned_policy",
+            SET_POLICY = "set_policy",
+            ATTACH_POLICY = "attach_policy",
+            DETACH_POLICY = "detach_policy",
+            SERVER_INFO = "server_info",
+            UNKNOWN_ADMIN_API = "unknown_admin_api",
+        }
+    );
+}
+
 /// Operation name and subject for the gate.
-pub(crate) fn classify(method: &Method, route: Option<&str>, q: &Query) -> (&'static str, String) {
+pub(crate) fn classify(method: &Method, route: Option<&str>, q: &Query) -> (Op, String) {
+    use ops::*;
     let arg = |name: &str| query_value(q, name).unwrap_or_default();
     match (method.as_str(), route.unwrap_or("")) {
-        ("PUT", "add-user") => ("add_user", arg("accessKey")),
-        ("DELETE", "remove-user") => ("remove_user", arg("accessKey")),
-        ("GET", "user-info") => ("user_info", arg("accessKey")),
-        ("GET", "list-users") => ("list_users", String::new()),
-        ("PUT", "set-user-status") => ("set_user_status", arg("accessKey")),
-        ("GET", "list-canned-policies") => ("list_canned_policies", String::new()),
-        ("GET", "info-canned-policy") => ("info_canned_policy", arg("name")),
-        ("PUT", "add-canned-policy") => ("add_canned_policy", arg("name")),
-        ("DELETE", "remove-canned-policy") => ("remove_canned_policy", arg("name")),
+        ("PUT", "add-user") => (ADD_USER, arg("accessKey")),
+        ("DELETE", "remove-user") => (REMOVE_USER, arg("accessKey")),
+        ("GET", "user-info") => (USER_INFO, arg("accessKey")),
+        ("GET", "list-users") => (LIST_USERS, String::new()),
+        ("PUT", "set-user-status") => (SET_USER_STATUS, arg("accessKey")),
+        ("GET", "list-canned-policies") => (LIST_CANNED_POLICIES, String::new()),
+        ("GET", "info-canned-policy") => (INFO_CANNED_POLICY, arg("name")),
+        ("PUT", "add-canned-policy") => (ADD_CANNED_POLICY, arg("name")),
+        ("DELETE", "remove-canned-policy") => (REMOVE_CANNED_POLICY, arg("name")),
         ("PUT", "set-user-or-group-policy") | ("PUT", "set-policy") => {
-            ("set_policy", arg("userOrGroup"))
+            (SET_POLICY, arg("userOrGroup"))
         }
         // The user is inside the (possibly encrypted) body, which the gate does not read.
-        ("POST", "idp/builtin/policy/attach") => ("attach_policy", String::new()),
-        ("POST", "idp/builtin/policy/detach") => ("detach_policy", String::new()),
-        ("GET", "info") => ("server_info", String::new()),
-        _ => ("unknown_admin_api", String::new()),
+        ("POST", "idp/builtin/policy/attach") => (ATTACH_POLICY, String::new()),
+        ("POST", "idp/builtin/policy/detach") => (DETACH_POLICY, String::new()),
+        ("GET", "info") => (SERVER_INFO, String::new()),
+        _ => (UNKNOWN_ADMIN_API, String::new()),
     }
 }
 
@@ -117,19 +142,19 @@ async fn serve(
         query,
     };
     match op {
-        "add_user" => ctx.add_user(body).await,
-        "remove_user" => ctx.remove_user(),
-        "user_info" => ctx.user_info(),
-        "list_users" => ctx.list_users().await,
-        "set_user_status" => ctx.set_user_status(),
-        "list_canned_policies" => ctx.list_policies(),
-        "info_canned_policy" => ctx.info_policy(),
-        "add_canned_policy" => ctx.add_policy(&body),
-        "remove_canned_policy" => ctx.remove_policy(),
-        "set_policy" => ctx.set_policy(),
-        "attach_policy" => ctx.attach_detach(body, true).await,
-        "detach_policy" => ctx.attach_detach(body, false).await,
-        "server_info" => ctx.info(),
+        ops::ADD_USER => ctx.add_user(body).await,
+        ops::REMOVE_USER => ctx.remove_user(),
+        ops::USER_INFO => ctx.user_info(),
+        ops::LIST_USERS => ctx.list_users().await,
+        ops::SET_USER_STATUS => ctx.set_user_status(),
+        ops::LIST_CANNED_POLICIES => ctx.list_policies(),
+        ops::INFO_CANNED_POLICY => ctx.info_policy(),
+        ops::ADD_CANNED_POLICY => ctx.add_policy(&body),
+        ops::REMOVE_CANNED_POLICY => ctx.remove_policy(),
+        ops::SET_POLICY => ctx.set_policy(),
+        ops::ATTACH_POLICY => ctx.attach_detach(body, true).await,
+        ops::DETACH_POLICY => ctx.attach_detach(body, false).await,
+        ops::SERVER_INFO => ctx.info(),
         _ => Err(version_mismatch("v3")),
     }
 }

@@ -11,6 +11,9 @@ mod s3api;
 mod sigv4;
 mod state;
 
+pub use admin::ops as admin_ops;
+pub use s3api::ops as s3_ops;
+
 use std::sync::Arc;
 
 use axum::extract::Request;

@@ -15,6 +15,7 @@ use super::policy::{arn, decide, Decision, Policy};
 use super::sigv4::{parse_query, percent_decode, query_value};
 use super::state::{BucketRec, ObjectMeta};
 use super::{authenticate, check_header_section, read_body, BodyLimit, Inner, Principal};
+use crate::ops::Op;
 
 type Query = [(Vec<u8>, Vec<u8>)];
 
@@ -34,21 +35,42 @@ pub(crate) fn split_path(path: &str) -> (String, String) {
     }
 }
 
+/// The S3 API's operations: what its gate records and faults aim at.
+pub mod ops {
+    crate::declare_ops!(
+        /// Every S3 operation.
+        pub ALL {
+            LIST_BUCKETS = "list_buckets",
+            CREATE_BUCKET = "create_bucket",
+            DELETE_BUCKET = "delete_bucket",
+            HEAD_BUCKET = "head_bucket",
+            GET_BUCKET_LOCATION = "get_bucket_location",
+            LIST_OBJECTS = "list_objects",
+            PUT_OBJECT = "put_object",
+            GET_OBJECT = "get_object",
+            HEAD_OBJECT = "head_object",
+            DELETE_OBJECT = "delete_object",
+            UNSUPPORTED = "unsupported",
+        }
+    );
+}
+
 /// The operation name the gate records, with bucket and key.
-pub(crate) fn classify(method: &Method, path: &str, q: &Query) -> (&'static str, String, String) {
+pub(crate) fn classify(method: &Method, path: &str, q: &Query) -> (Op, String, String) {
+    use ops::*;
     let (bucket, key) = split_path(path);
     let op = match (method.as_str(), bucket.is_empty(), key.is_empty()) {
-        ("GET", true, _) => "list_buckets",
-        ("PUT", false, true) => "create_bucket",
-        ("DELETE", false, true) => "delete_bucket",
-        ("HEAD", false, true) => "head_bucket",
-        ("GET", false, true) if has(q, "location") => "get_bucket_location",
-        ("GET", false, true) => "list_objects",
-        ("PUT", false, false) => "put_object",
-        ("GET", false, false) => "get_object",
-        ("HEAD", false, false) => "head_object",
-        ("DELETE", false, false) => "delete_object",
-        _ => "unsupported",
+        ("GET", true, _) => LIST_BUCKETS,
+        ("PUT", false, true) => CREATE_BUCKET,
+        ("DELETE", false, true) => DELETE_BUCKET,
+        ("HEAD", false, true) => HEAD_BUCKET,
+        ("GET", false, true) if has(q, "location") => GET_BUCKET_LOCATION,
+        ("GET", false, true) => LIST_OBJECTS,
+        ("PUT", false, false) => PUT_OBJECT,
+        ("GET", false, false) => GET_OBJECT,
+        ("HEAD", false, false) => HEAD_OBJECT,
+        ("DELETE", false, false) => DELETE_OBJECT,
+        _ => UNSUPPORTED,
     };
     (op, bucket, key)
 }
@@ -225,7 +247,7 @@ async fn serve(
     }
     let st = &inner.state;
     match op {
-        "list_buckets" => {
+        ops::LIST_BUCKETS => {
             let all = matches!(
                 authorize(inner, &who, "s3:ListAllMyBuckets", "arn:aws:s3:::*"),
                 Ok(())
@@ -262,7 +284,7 @@ async fn serve(
             xml.push_str("</Buckets></ListAllMyBucketsResult>");
             Ok(xml_response(xml))
         }
-        "create_bucket" => {
+        ops::CREATE_BUCKET => {
             authorize(inner, &who, "s3:CreateBucket", &arn(&bucket, None))?;
             if !valid_bucket_name(&bucket) {
                 return Err(ApiError::new(
@@ -298,7 +320,7 @@ async fn serve(
             set_header(&mut r, "location", &format!("/{bucket}"));
             Ok(r)
         }
-        "delete_bucket" => {
+        ops::DELETE_BUCKET => {
             authorize(inner, &who, "s3:DeleteBucket", &arn(&bucket, None))?;
             let _g = st.lock();
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
@@ -313,14 +335,14 @@ async fn serve(
             st.flush()?;
             Ok(response(204, Body::empty()))
         }
-        "head_bucket" => {
+        ops::HEAD_BUCKET => {
             authorize(inner, &who, "s3:ListBucket", &arn(&bucket, None))?;
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
             let mut r = response(200, Body::empty());
             set_header(&mut r, "x-amz-bucket-region", &inner.config.region);
             Ok(r)
         }
-        "get_bucket_location" => {
+        ops::GET_BUCKET_LOCATION => {
             authorize(inner, &who, "s3:GetBucketLocation", &arn(&bucket, None))?;
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
             // us-east-1 is reported as an empty constraint, as S3 does.
@@ -334,12 +356,12 @@ async fn serve(
                 xml_escape(region)
             )))
         }
-        "list_objects" => {
+        ops::LIST_OBJECTS => {
             authorize(inner, &who, "s3:ListBucket", &arn(&bucket, None))?;
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
             list_objects(inner, &bucket, &query)
         }
-        "put_object" => {
+        ops::PUT_OBJECT => {
             authorize(inner, &who, "s3:PutObject", &arn(&bucket, Some(&key)))?;
             if parts.headers.contains_key("x-amz-copy-source") {
                 return Err(ApiError::new(
@@ -374,20 +396,20 @@ async fn serve(
             set_header(&mut r, "etag", &format!("\"{etag}\""));
             Ok(r)
         }
-        "get_object" | "head_object" => {
+        ops::GET_OBJECT | ops::HEAD_OBJECT => {
             authorize(inner, &who, "s3:GetObject", &arn(&bucket, Some(&key)))?;
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
             let meta = st
                 .object(&bucket, &key)?
                 .ok_or_else(ApiError::no_such_key)?;
-            let data = if op == "get_object" {
+            let data = if op == ops::GET_OBJECT {
                 st.object_data(&bucket, &key)?.unwrap_or_default()
             } else {
                 vec![]
             };
             let mut r = response(
                 200,
-                if op == "get_object" {
+                if op == ops::GET_OBJECT {
                     Body::from(data)
                 } else {
                     Body::empty()
@@ -406,7 +428,7 @@ async fn serve(
             );
             Ok(r)
         }
-        "delete_object" => {
+        ops::DELETE_OBJECT => {
             authorize(inner, &who, "s3:DeleteObject", &arn(&bucket, Some(&key)))?;
             let _g = st.lock();
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
