@@ -501,3 +501,38 @@ async fn serve_csi_backs_the_bosh_csi_binary_over_plain_grpc() {
         "{rest:?}"
     );
 }
+
+/// The second reference CSI driver, with its own backend, as spawned binaries
+/// (one controller, one node process per node, sharing a state directory as
+/// its processes on one host would) gives the same verdicts and ownership
+/// snapshots as built in: the CSI system is not bosh-csi's harness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawned_hostpath_csi_matches_the_builtin_without_the_bosh_backend() {
+    let driver = format!(
+        r#"{{command: ["{}", --endpoint, "{{endpoint}}", --mode, "{{mode}}",
+            --node-id, "{{node_id}}", --mounter-url, "{{mounter_url}}",
+            --state-dir, "{{socket_dir}}/hostpath-state"], protocol: csi}}"#,
+        workspace_bin("hostpath-csi").display()
+    );
+    let files = scenario::discover(&[root().join("scenarios/hostpath")]).unwrap();
+    assert!(files.len() >= 3, "{files:?}");
+    for f in files {
+        let scn = scenario::load(&f).unwrap_or_else(|e| panic!("{e}"));
+        assert!(scn.bosh().is_none(), "{}: no BOSH backend", scn.name);
+        let builtin = run_with(&scn, None)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e:#}", scn.name));
+        let spawned = run_with(&scn, Some(&driver))
+            .await
+            .unwrap_or_else(|e| panic!("{} (spawned): {e:#}", scn.name));
+        assert!(builtin.passed(), "{}", drivelab::report::console(&builtin));
+        assert_eq!(spawned.driver_name, builtin.driver_name, "{}", scn.name);
+        assert_eq!(verdicts(&spawned), verdicts(&builtin), "{}", scn.name);
+        assert_eq!(
+            spawned.expect_failures, builtin.expect_failures,
+            "{}",
+            scn.name
+        );
+        assert_eq!(spawned.snapshot, builtin.snapshot, "{}", scn.name);
+    }
+}

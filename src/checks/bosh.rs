@@ -295,10 +295,12 @@ fn single_attach(obs: &BoshObservations) -> Verdict {
             }
         }
     }
-    v.finish(format!(
-        "{} step boundaries: every disk on at most one VM, every single-node volume attached and mounted on at most one node",
-        obs.samples.len()
-    ))
+    let what = if obs.bosh_backend {
+        "every disk on at most one VM, every single-node volume attached and mounted on at most one node"
+    } else {
+        "every single-node volume attached (VolumeAttachments) and staged on at most one node"
+    };
+    v.finish(format!("{} step boundaries: {what}", obs.samples.len()))
 }
 
 /// ControllerPublish calls for a volume handle.
