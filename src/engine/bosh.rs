@@ -653,6 +653,9 @@ impl BoshLab {
             hook.arm(f.value.clone(), &super::line_of(&scn.path, f));
         }
         let mut norm = Normalizer::default();
+        // Paths under the run directory (a driver's own backend on the host)
+        // read the same in every run.
+        norm.fixed(&dir.path().display().to_string(), "run-dir");
         if let Some(b) = &backend {
             norm.fixed(&b.director_url, "director-url");
             for n in &nodes {
@@ -1463,6 +1466,7 @@ impl BoshLab {
                 .director()
                 .map(|d| d.cpi().snapshots())
                 .unwrap_or_default(),
+            bosh: self.backend.is_some(),
         };
         snapshot::bosh::render(&input, &mut self.norm)
     }

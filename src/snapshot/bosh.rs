@@ -39,6 +39,9 @@ pub struct BoshSnapshotInput {
     pub locks: Vec<LockView>,
     /// IaaS snapshots.
     pub snapshots: Vec<drivelab_fakes::cpi::SnapshotRec>,
+    /// Whether the BOSH backend stood behind the driver: without it the
+    /// Director and IaaS sections say nothing and are left out.
+    pub bosh: bool,
 }
 
 /// The snapshot text (deterministic for one seed; no secrets in any input).
@@ -65,8 +68,27 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
         n.id("disk", &d.cid);
     }
 
+    if i.bosh {
+        render_backend(i, &instances, &disks, &iaas, n, &mut out);
+    }
+    render_kube(i, n, &mut out);
+    if i.bosh {
+        render_director_work(i, n, &mut out);
+    }
+    out
+}
+
+/// The BOSH backend's side: instances, Director disks, IaaS disks and snapshots.
+fn render_backend(
+    i: &BoshSnapshotInput,
+    instances: &[InstanceView],
+    disks: &[DiskView],
+    iaas: &[CpiDiskView],
+    n: &mut Normalizer,
+    out: &mut String,
+) {
     let _ = writeln!(out, "instances:");
-    for inst in &instances {
+    for inst in instances {
         let _ = writeln!(
             out,
             "  {}/{} {} vm {} ({})",
@@ -81,7 +103,7 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
         );
     }
     let _ = writeln!(out, "director disks:");
-    for d in &disks {
+    for d in disks {
         let _ = writeln!(
             out,
             "  {} cid {} deployment {} {} MiB attached to {}",
@@ -96,7 +118,7 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
         );
     }
     let _ = writeln!(out, "iaas disks:");
-    for d in &iaas {
+    for d in iaas {
         let owner = disks
             .iter()
             .find(|x| x.cid == d.cid)
@@ -128,6 +150,11 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
             s.size_mib
         );
     }
+}
+
+/// What Kubernetes and the nodes show, whatever the backend: claims,
+/// VolumeAttachments, pods and mounts.
+fn render_kube(i: &BoshSnapshotInput, n: &mut Normalizer, out: &mut String) {
     let _ = writeln!(out, "claims:");
     for c in &i.pvcs {
         let pv = str_at(c, &["spec", "volumeName"]);
@@ -186,13 +213,18 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
     let mut mounts = i.mounts.clone();
     mounts.sort_by(|a, b| (&a.node, &a.target).cmp(&(&b.node, &b.target)));
     for m in &mounts {
+        // A driver's directory (its own backend) or a disk behind the mount.
+        let backing = if m.disk_cid.is_empty() && !m.host_dir.is_empty() {
+            format!("directory {}", n.text_all(&m.host_dir))
+        } else {
+            format!("disk {}", n.text(&m.disk_cid))
+        };
         let _ = writeln!(
             out,
-            "  {} {} {} of disk {} {}{}",
+            "  {} {} {} of {backing} {}{}",
             m.node,
             if m.bind { "bind" } else { "stage" },
             n.text_all(&m.target),
-            n.text(&m.disk_cid),
             if m.read_only { "ro" } else { "rw" },
             if m.device_present {
                 ""
@@ -201,6 +233,10 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
             }
         );
     }
+}
+
+/// The Director's tasks and locks.
+fn render_director_work(i: &BoshSnapshotInput, n: &mut Normalizer, out: &mut String) {
     let _ = writeln!(out, "director tasks:");
     let mut by_state: std::collections::BTreeMap<String, usize> = Default::default();
     for t in &i.tasks {
@@ -219,7 +255,6 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
     for l in &i.locks {
         let _ = writeln!(out, "  {}", n.text(&l.name));
     }
-    out
 }
 
 fn deleting(o: &Value) -> &'static str {
