@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::scenario::Invariant;
 
-pub mod bosh;
+pub mod csi;
 pub mod lifecycle;
 #[cfg(test)]
 mod tests;

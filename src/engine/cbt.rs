@@ -27,7 +27,7 @@ use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use serde_json::json;
 
-use crate::checks::bosh::{BackupRecord, ReplayRecord, StreamSegment};
+use crate::checks::csi::{BackupRecord, ReplayRecord, StreamSegment};
 use crate::scenario::{BackupStep, BackupToken, ReplayStep, ResumeStep, SnapshotRef, SnapshotStep};
 
 /// The audience the SnapshotMetadataService advertises (tokens are requested for it).

@@ -35,8 +35,8 @@ use crate::scenario::{
 };
 use crate::snapshot::{self, Normalizer, SnapshotInput};
 
-mod bosh;
-pub use bosh::ServedCsi;
+mod csi;
+pub use csi::ServedCsi;
 mod cbt;
 mod driver;
 mod external;
@@ -189,7 +189,7 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
     }
     mutants.sort();
     if scn.system() == crate::scenario::System::Csi {
-        return bosh::run(
+        return csi::run(
             scn,
             seed,
             &mutants,

@@ -4,7 +4,7 @@
 //! secret changes (`<secret-A>`), so a diff shows a rotation and no secret is
 //! ever written out.
 
-pub mod bosh;
+pub mod csi;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

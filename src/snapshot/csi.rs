@@ -1,7 +1,8 @@
-//! The BOSH/CSI ownership snapshot: who owns which IaaS disk (Director disk →
-//! PersistentVolume → claim → deployment), which VM it is attached to, what is
-//! mounted where, and which Director tasks ran and which locks are held. Ids
-//! are labelled in first-seen order, as in the COSI snapshot.
+//! The CSI ownership snapshot: claims and their volumes, VolumeAttachments,
+//! pods, and what is mounted where on each node; with the BOSH backend also
+//! who owns which IaaS disk (Director disk → PersistentVolume → claim →
+//! deployment), which VM it is attached to, which Director tasks ran and which
+//! locks are held. Ids are labelled in first-seen order, as in the COSI snapshot.
 
 use std::fmt::Write as _;
 
@@ -14,7 +15,7 @@ use serde_json::Value;
 use super::Normalizer;
 
 /// What one BOSH snapshot is rendered from.
-pub struct BoshSnapshotInput {
+pub struct CsiSnapshotInput {
     /// Director instances.
     pub instances: Vec<InstanceView>,
     /// Director disks.
@@ -45,7 +46,7 @@ pub struct BoshSnapshotInput {
 }
 
 /// The snapshot text (deterministic for one seed; no secrets in any input).
-pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
+pub fn render(i: &CsiSnapshotInput, n: &mut Normalizer) -> String {
     let mut out = String::new();
     // Label in a stable order first, so every later mention reads the same.
     let mut instances = i.instances.clone();
@@ -80,7 +81,7 @@ pub fn render(i: &BoshSnapshotInput, n: &mut Normalizer) -> String {
 
 /// The BOSH backend's side: instances, Director disks, IaaS disks and snapshots.
 fn render_backend(
-    i: &BoshSnapshotInput,
+    i: &CsiSnapshotInput,
     instances: &[InstanceView],
     disks: &[DiskView],
     iaas: &[CpiDiskView],
@@ -154,7 +155,7 @@ fn render_backend(
 
 /// What Kubernetes and the nodes show, whatever the backend: claims,
 /// VolumeAttachments, pods and mounts.
-fn render_kube(i: &BoshSnapshotInput, n: &mut Normalizer, out: &mut String) {
+fn render_kube(i: &CsiSnapshotInput, n: &mut Normalizer, out: &mut String) {
     let _ = writeln!(out, "claims:");
     for c in &i.pvcs {
         let pv = str_at(c, &["spec", "volumeName"]);
@@ -236,7 +237,7 @@ fn render_kube(i: &BoshSnapshotInput, n: &mut Normalizer, out: &mut String) {
 }
 
 /// The Director's tasks and locks.
-fn render_director_work(i: &BoshSnapshotInput, n: &mut Normalizer, out: &mut String) {
+fn render_director_work(i: &CsiSnapshotInput, n: &mut Normalizer, out: &mut String) {
     let _ = writeln!(out, "director tasks:");
     let mut by_state: std::collections::BTreeMap<String, usize> = Default::default();
     for t in &i.tasks {

@@ -1,7 +1,9 @@
-//! The BOSH/CSI lab: a fake Director (with its in-process CPI and agents), the
-//! reference bosh-csi controller and one node plugin per Kubernetes node, one
-//! mount table per node, and the CSI sidecars over the Kubernetes fake — on the
-//! same virtual clock, gates, fault hook and history as the COSI lab.
+//! The CSI lab: the CSI sidecars over the Kubernetes fake, one kubelet and
+//! mount table per node, and the driver under test (a controller process and
+//! one node process per node) — with the BOSH backend (the fake Director with
+//! its CPI, agents, UAA and block API) when the scenario has `bosh:`. It runs
+//! on the same virtual clock, gates, fault hook, history and run loop as the
+//! COSI lab.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -40,7 +42,7 @@ use super::driver::{Driver, InProcessDriver};
 use super::hook::{LabControl, LabHook};
 use super::schedule::Scheduler;
 use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshots};
-use crate::checks::bosh::{self as checks, BoshObservations, Sample};
+use crate::checks::csi::{self as checks, CsiObservations, Sample};
 use crate::scenario::{Bosh, Csi, Expectation, Mutant, NodeCallStep, Restartable, Scenario, Step};
 use crate::snapshot::{self, Normalizer};
 use drivelab_proto::csi;
@@ -63,7 +65,7 @@ pub(super) async fn run(
         .csi
         .clone()
         .ok_or_else(|| anyhow!("not a CSI scenario"))?;
-    let mut lab = BoshLab::start(scn, &csi, seed, mutants).await?;
+    let mut lab = CsiLab::start(scn, &csi, seed, mutants).await?;
     lab.recorder = recorder.cloned();
     let result = super::system::run_steps(&mut lab, scn, snapshots).await;
     let outcome = match result {
@@ -219,7 +221,7 @@ impl LabControl for Control {
     }
 }
 
-struct BoshLab {
+struct CsiLab {
     _dir: tempfile::TempDir,
     clock: SimClock,
     history: History,
@@ -424,7 +426,7 @@ fn director_config(spec: &Bosh, client_secret: &Secret, signing_key: Secret) -> 
     }
 }
 
-impl super::system::SystemLab for BoshLab {
+impl super::system::SystemLab for CsiLab {
     fn history(&self) -> &History {
         &self.history
     }
@@ -434,7 +436,7 @@ impl super::system::SystemLab for BoshLab {
     }
 
     fn checkpoint(&self, steps_done: usize) {
-        BoshLab::checkpoint(self, steps_done);
+        CsiLab::checkpoint(self, steps_done);
     }
 
     fn begin_step(&mut self) {
@@ -531,7 +533,7 @@ impl super::system::SystemLab for BoshLab {
     }
 
     fn expect(&self, e: &Expectation) -> Vec<String> {
-        BoshLab::expect(self, e)
+        CsiLab::expect(self, e)
     }
 
     fn observe(&mut self, i: usize) {
@@ -539,7 +541,7 @@ impl super::system::SystemLab for BoshLab {
     }
 
     fn render_snapshot(&mut self) -> anyhow::Result<String> {
-        Ok(BoshLab::render_snapshot(self))
+        Ok(CsiLab::render_snapshot(self))
     }
 
     fn steps_record(&mut self) -> &mut super::system::StepsRecord {
@@ -547,7 +549,7 @@ impl super::system::SystemLab for BoshLab {
     }
 }
 
-impl BoshLab {
+impl CsiLab {
     async fn start(
         scn: &Scenario,
         csi: &Csi,
@@ -1438,7 +1440,7 @@ impl BoshLab {
     }
 
     fn render_snapshot(&mut self) -> String {
-        let input = snapshot::bosh::BoshSnapshotInput {
+        let input = snapshot::csi::CsiSnapshotInput {
             instances: self.director().map(|d| d.instances()).unwrap_or_default(),
             disks: self.director().map(|d| d.disks()).unwrap_or_default(),
             iaas_disks: self.director().map(|d| d.cpi().disks()).unwrap_or_default(),
@@ -1468,7 +1470,7 @@ impl BoshLab {
                 .unwrap_or_default(),
             bosh: self.backend.is_some(),
         };
-        snapshot::bosh::render(&input, &mut self.norm)
+        snapshot::csi::render(&input, &mut self.norm)
     }
 
     async fn finish(
@@ -1517,7 +1519,7 @@ impl BoshLab {
                 artifacts.push(("driver output".into(), out));
             }
         }
-        let obs = BoshObservations {
+        let obs = CsiObservations {
             samples: std::mem::take(&mut self.samples),
             calls: drivelab_fakes::history::calls(&history),
             exchanges: self.exchanges(),

@@ -1,6 +1,7 @@
-//! The BOSH/CSI invariants: what the IaaS, the Director, the mount tables and
-//! the Kubernetes objects must show at every step boundary and after the final
-//! convergence. Each failure names the calls that show it.
+//! The CSI invariants: what the Kubernetes objects, the mount tables and the
+//! driver's own answers must show at every step boundary and after the final
+//! convergence — and, with the BOSH backend, the IaaS and the Director too.
+//! Each failure names the calls that show it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -84,9 +85,9 @@ pub struct ReplayRecord {
     pub code: String,
 }
 
-/// Everything the BOSH checks read.
+/// Everything the CSI checks read.
 #[derive(Clone, Debug, Default)]
-pub struct BoshObservations {
+pub struct CsiObservations {
     /// One sample per step, the final convergence last.
     pub samples: Vec<Sample>,
     /// Every call in the history.
@@ -143,7 +144,7 @@ pub struct BoshObservations {
     pub reference_orphans: Vec<String>,
 }
 
-impl BoshObservations {
+impl CsiObservations {
     fn last(&self) -> Sample {
         self.samples.last().cloned().unwrap_or_default()
     }
@@ -158,8 +159,8 @@ impl BoshObservations {
     }
 }
 
-/// Evaluate one invariant over a BOSH run.
-pub fn check(inv: Invariant, obs: &BoshObservations) -> Verdict {
+/// Evaluate one invariant over a CSI run.
+pub fn check(inv: Invariant, obs: &CsiObservations) -> Verdict {
     match inv {
         Invariant::SingleAttach => single_attach(obs),
         Invariant::NoOrphans => no_orphans(obs),
@@ -175,7 +176,7 @@ pub fn check(inv: Invariant, obs: &BoshObservations) -> Verdict {
         Invariant::TokenBound => token_bound(obs),
         other => {
             let mut v = Verdict::new(other);
-            v.fail("a COSI invariant asked of a BOSH/CSI run".into(), []);
+            v.fail("a COSI invariant asked of a CSI run".into(), []);
             v
         }
     }
@@ -189,7 +190,7 @@ fn single_node(modes: &[String]) -> bool {
             .all(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod")
 }
 
-fn single_attach(obs: &BoshObservations) -> Verdict {
+fn single_attach(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::SingleAttach);
     let mut reported = BTreeSet::new();
     for s in &obs.samples {
@@ -304,7 +305,7 @@ fn single_attach(obs: &BoshObservations) -> Verdict {
 }
 
 /// ControllerPublish calls for a volume handle.
-fn publish_calls(obs: &BoshObservations, handle: Option<&str>) -> Vec<CallId> {
+fn publish_calls(obs: &CsiObservations, handle: Option<&str>) -> Vec<CallId> {
     let Some(h) = handle else { return vec![] };
     obs.exchanges
         .iter()
@@ -313,7 +314,7 @@ fn publish_calls(obs: &BoshObservations, handle: Option<&str>) -> Vec<CallId> {
         .collect()
 }
 
-fn no_orphans(obs: &BoshObservations) -> Verdict {
+fn no_orphans(obs: &CsiObservations) -> Verdict {
     if !obs.bosh_backend {
         return no_orphans_by_csi(obs);
     }
@@ -356,7 +357,7 @@ fn no_orphans(obs: &BoshObservations) -> Verdict {
 /// every volume and snapshot the driver handed out (its replies) and every one
 /// it lists at the end (ListVolumes/ListSnapshots, when advertised) is owned
 /// by a live PersistentVolume / VolumeSnapshotContent or was deleted (OK).
-fn no_orphans_by_csi(obs: &BoshObservations) -> Verdict {
+fn no_orphans_by_csi(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::NoOrphans);
     let last = obs.last();
     let live: BTreeSet<&str> = last.pvs.values().map(|(h, _)| h.as_str()).collect();
@@ -435,7 +436,7 @@ fn no_orphans_by_csi(obs: &BoshObservations) -> Verdict {
 }
 
 /// The CreateSnapshot calls that made `cid`, or whose reply was lost.
-fn snapshot_creates_of(obs: &BoshObservations, cid: &str) -> Vec<CallId> {
+fn snapshot_creates_of(obs: &CsiObservations, cid: &str) -> Vec<CallId> {
     obs.exchanges
         .iter()
         .filter(|e| matches!(&e.request, DriverRequest::CreateSnapshot(_)))
@@ -448,7 +449,7 @@ fn snapshot_creates_of(obs: &BoshObservations, cid: &str) -> Vec<CallId> {
         .collect()
 }
 
-fn creates_of(obs: &BoshObservations, cid: &str) -> Vec<CallId> {
+fn creates_of(obs: &CsiObservations, cid: &str) -> Vec<CallId> {
     let name = obs.disk_names.get(cid);
     obs.exchanges
         .iter()
@@ -463,7 +464,7 @@ fn creates_of(obs: &BoshObservations, cid: &str) -> Vec<CallId> {
         .collect()
 }
 
-fn owner_only_delete(obs: &BoshObservations) -> Verdict {
+fn owner_only_delete(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::OwnerOnlyDelete);
     let deleted: BTreeSet<&str> = obs
         .exchanges
@@ -494,7 +495,7 @@ fn owner_only_delete(obs: &BoshObservations) -> Verdict {
     ))
 }
 
-fn scoped_access(obs: &BoshObservations) -> Verdict {
+fn scoped_access(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::ScopedAccess);
     for c in &obs.calls {
         if c.to == Component::Director && c.op == "oauth.token" {
@@ -538,7 +539,7 @@ fn scoped_access(obs: &BoshObservations) -> Verdict {
 }
 
 /// Pods that exist and are not being deleted: uid → node.
-fn live_pods(obs: &BoshObservations) -> BTreeMap<String, String> {
+fn live_pods(obs: &CsiObservations) -> BTreeMap<String, String> {
     obs.pods
         .iter()
         .filter(|p| str_at(p, &["metadata", "deletionTimestamp"]).is_empty())
@@ -551,7 +552,7 @@ fn live_pods(obs: &BoshObservations) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn no_leaked_mounts(obs: &BoshObservations) -> Verdict {
+fn no_leaked_mounts(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::NoLeakedMounts);
     let last = obs.last();
     let pods = live_pods(obs);
@@ -605,7 +606,7 @@ fn no_leaked_mounts(obs: &BoshObservations) -> Verdict {
     ))
 }
 
-fn read_only_enforced(obs: &BoshObservations) -> Verdict {
+fn read_only_enforced(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::ReadOnlyEnforced);
     let mut seen = BTreeSet::new();
     let mut checked = 0;
@@ -643,7 +644,7 @@ fn read_only_enforced(obs: &BoshObservations) -> Verdict {
     ))
 }
 
-fn no_attach_during_recreate(obs: &BoshObservations) -> Verdict {
+fn no_attach_during_recreate(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::NoAttachDuringRecreate);
     // An attach to a VM that is then deleted without that disk being detached
     // first slipped in between a recreate's detach sweep and its delete_vm.
@@ -688,7 +689,7 @@ fn no_attach_during_recreate(obs: &BoshObservations) -> Verdict {
     ))
 }
 
-fn converges(obs: &BoshObservations) -> Verdict {
+fn converges(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::Converges);
     for p in &obs.pending {
         v.fail(
@@ -733,7 +734,7 @@ fn converges(obs: &BoshObservations) -> Verdict {
     ))
 }
 
-fn delta_exact(obs: &BoshObservations) -> Verdict {
+fn delta_exact(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::DeltaExact);
     let mut n = 0;
     for b in obs.backups.values().filter(|b| b.code == "OK") {
@@ -822,7 +823,7 @@ fn delta_exact(obs: &BoshObservations) -> Verdict {
     v.finish(summary)
 }
 
-fn token_bound(obs: &BoshObservations) -> Verdict {
+fn token_bound(obs: &CsiObservations) -> Verdict {
     use crate::scenario::BackupToken;
     let mut v = Verdict::new(Invariant::TokenBound);
     for b in obs
@@ -904,7 +905,7 @@ fn token_bound(obs: &BoshObservations) -> Verdict {
     ))
 }
 
-fn spec_codes(obs: &BoshObservations) -> Verdict {
+fn spec_codes(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::SpecCodes);
     let mut n = 0;
     for e in &obs.exchanges {
