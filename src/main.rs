@@ -523,49 +523,53 @@ fn main() -> ExitCode {
             Command::Driver {
                 which: DriverCommand::BoshCsi { args },
             } => {
-                let inv = match bosh_csi::cli::parse(args) {
-                    Ok(Some(inv)) => inv,
-                    Ok(None) => return ExitCode::SUCCESS,
-                    Err(e) => {
-                        eprintln!("drivelab: bosh-csi driver: {e:#}");
-                        return ExitCode::from(2);
-                    }
-                };
-                let shutdown = async {
-                    let _ = tokio::signal::ctrl_c().await;
-                };
-                match bosh_csi::serve_unix(inv.config, &inv.socket, shutdown).await {
-                    Ok(()) => ExitCode::SUCCESS,
-                    Err(e) => {
-                        eprintln!("drivelab: bosh-csi driver: {e:#}");
-                        ExitCode::from(1)
-                    }
-                }
+                serve_reference_csi("bosh-csi", bosh_csi::cli::parse(args), |inv, stop| {
+                    Box::pin(async move { bosh_csi::serve_unix(inv.config, &inv.socket, stop).await })
+                })
+                .await
             }
             Command::Driver {
                 which: DriverCommand::HostpathCsi { args },
             } => {
-                let inv = match hostpath_csi::cli::parse(args) {
-                    Ok(Some(inv)) => inv,
-                    Ok(None) => return ExitCode::SUCCESS,
-                    Err(e) => {
-                        eprintln!("drivelab: hostpath-csi driver: {e:#}");
-                        return ExitCode::from(2);
-                    }
-                };
-                let shutdown = async {
-                    let _ = tokio::signal::ctrl_c().await;
-                };
-                match hostpath_csi::serve_unix(inv.config, &inv.socket, shutdown).await {
-                    Ok(()) => ExitCode::SUCCESS,
-                    Err(e) => {
-                        eprintln!("drivelab: hostpath-csi driver: {e:#}");
-                        ExitCode::from(1)
-                    }
-                }
+                serve_reference_csi("hostpath-csi", hostpath_csi::cli::parse(args), |inv, stop| {
+                    Box::pin(async move {
+                        hostpath_csi::serve_unix(inv.config, &inv.socket, stop).await
+                    })
+                })
+                .await
             }
         }
     })
+}
+
+/// `drivelab driver <reference CSI driver> ARGS`: its own command line
+/// (`parsed`; `None` when it printed help), served until Ctrl-C.
+async fn serve_reference_csi<I>(
+    name: &str,
+    parsed: anyhow::Result<Option<I>>,
+    serve: impl FnOnce(
+        I,
+        futures_util::future::BoxFuture<'static, ()>,
+    ) -> futures_util::future::BoxFuture<'static, anyhow::Result<()>>,
+) -> ExitCode {
+    let inv = match parsed {
+        Ok(Some(inv)) => inv,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drivelab: {name} driver: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let stop = Box::pin(async {
+        let _ = tokio::signal::ctrl_c().await;
+    });
+    match serve(inv, stop).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drivelab: {name} driver: {e:#}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn load_all(

@@ -10,6 +10,9 @@ use std::process::Command;
 use drivelab::engine::{self, RunOptions, RunOutcome};
 use drivelab::scenario::{self, driver::parse_cli, Scenario};
 
+mod common;
+use common::workspace_bin;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -23,27 +26,6 @@ fn bosh_scenarios() -> Vec<Scenario> {
         .iter()
         .map(|f| scenario::load(f).unwrap_or_else(|e| panic!("{e}")))
         .collect()
-}
-
-/// A workspace binary next to `drivelab`, built as `make test` builds them
-/// (see tests/external.rs for why not `cargo build -p`).
-fn workspace_bin(name: &str) -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_drivelab"))
-        .parent()
-        .expect("target dir")
-        .join(name);
-    static BUILD: std::sync::Once = std::sync::Once::new();
-    BUILD.call_once(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["test", "--locked", "--workspace", "--no-run", "--quiet"])
-            .current_dir(root())
-            .status()
-            .expect("running cargo test --workspace --no-run");
-        assert!(status.success(), "cargo test --workspace --no-run failed");
-    });
-    assert!(bin.exists(), "{} missing after the build", bin.display());
-    bin
 }
 
 /// The reference bosh-csi as an external CSI driver: one declaration, the lab

@@ -11,6 +11,8 @@ use std::time::Duration;
 use drivelab::engine::{self, RunOptions, RunOutcome};
 use drivelab::scenario::{self, driver::parse_cli, Scenario};
 
+mod common;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -19,29 +21,9 @@ fn load(rel: &str) -> Scenario {
     scenario::load(&root().join("scenarios").join(rel)).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The `cosi-s3` binary next to `drivelab` in the target dir. It is built by
-/// the same command `make test` builds with (`cargo test --workspace --no-run`),
-/// not by `cargo build -p cosi-s3`: that one unifies features over cosi-s3's
-/// dependencies alone, so it recompiled most of the tree inside this test
-/// (minutes of CI) for a binary the workspace build had just made.
+/// The `cosi-s3` binary next to `drivelab` (see `common::workspace_bin`).
 fn cosi_s3_bin() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_drivelab"))
-        .parent()
-        .expect("target dir")
-        .to_path_buf();
-    let bin = dir.join("cosi-s3");
-    static BUILD: std::sync::Once = std::sync::Once::new();
-    BUILD.call_once(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["test", "--locked", "--workspace", "--no-run", "--quiet"])
-            .current_dir(root())
-            .status()
-            .expect("running cargo test --workspace --no-run");
-        assert!(status.success(), "cargo test --workspace --no-run failed");
-    });
-    assert!(bin.exists(), "{} missing after the build", bin.display());
-    bin
+    common::workspace_bin("cosi-s3")
 }
 
 async fn run_with(scn: &Scenario, driver: Option<&str>) -> anyhow::Result<RunOutcome> {
