@@ -330,3 +330,67 @@ async fn a_failed_expectation_quotes_the_drivers_answer() {
     );
     assert!(msg.contains("requeue bucketaccess default/app"), "{msg}");
 }
+
+/// Three verdicts: a check with nothing to judge is "not exercised", never a
+/// pass that establishes its claim; a scenario may require exercise, and then
+/// an idle check fails the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_check_is_not_exercised_and_required_exercise_fails() {
+    drivelab::logcap::init(false);
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, extra: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!("name: idle\ndriver: {{ builtin: cosi-s3 }}\nbucket_classes:\n  - {{ name: standard, deletion_policy: Delete }}\nsteps:\n  - create_bucket_claim: {{ name: photos, class: standard }}\ninvariants: [idempotent-replay, no-orphans]\n{extra}"),
+        )
+        .unwrap();
+        drivelab::scenario::load(&path).unwrap()
+    };
+    // No request is ever repeated: idempotent-replay has nothing to judge.
+    let o = drivelab::engine::run(&write("a.yaml", ""), &Default::default())
+        .await
+        .unwrap();
+    let idle = o
+        .verdicts
+        .iter()
+        .find(|v| v.invariant == "idempotent-replay")
+        .unwrap();
+    assert!(idle.passed && !idle.exercised, "{idle:?}");
+    let orphans = o
+        .verdicts
+        .iter()
+        .find(|v| v.invariant == "no-orphans")
+        .unwrap();
+    assert!(orphans.exercised, "{orphans:?}");
+    assert!(o.passed());
+    let r = drivelab::report::ScenarioReport::from_outcome(&o);
+    let junit = drivelab::report::junit::junit(std::slice::from_ref(&r));
+    assert!(
+        junit.contains("<skipped message=\"not exercised"),
+        "{junit}"
+    );
+    let rows = drivelab::report::model::claims_table(std::slice::from_ref(&r));
+    let row = rows.iter().find(|c| c.by == ["idempotent-replay"]).unwrap();
+    assert!(
+        row.established_by.is_empty() && row.not_exercised_in == ["idle"],
+        "{row:?}"
+    );
+    // Required: the same idle check fails the run.
+    let o = drivelab::engine::run(
+        &write("b.yaml", "require_exercised: [idempotent-replay]\n"),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    assert!(!o.passed());
+    let v = o
+        .verdicts
+        .iter()
+        .find(|v| v.invariant == "idempotent-replay")
+        .unwrap();
+    assert!(
+        !v.passed && v.details.iter().any(|d| d.contains("require_exercised")),
+        "{v:?}"
+    );
+}

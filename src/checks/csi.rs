@@ -301,7 +301,16 @@ fn single_attach(obs: &CsiObservations) -> Verdict {
     } else {
         "every single-node volume attached (VolumeAttachments) and staged on at most one node"
     };
-    v.finish(format!("{} step boundaries: {what}", obs.samples.len()))
+    // Judged: step boundaries that had a volume or an attachment to look at.
+    let judged = obs
+        .samples
+        .iter()
+        .filter(|s| !s.pvs.is_empty() || !s.attachments.is_empty() || !s.mounts.is_empty())
+        .count();
+    v.finish(
+        judged,
+        format!("{} step boundaries: {what}", obs.samples.len()),
+    )
 }
 
 /// ControllerPublish calls for a volume handle.
@@ -346,11 +355,15 @@ fn no_orphans(obs: &CsiObservations) -> Verdict {
             );
         }
     }
-    v.finish(format!(
-        "{} IaaS disks, each owned by a Director disk of a live PersistentVolume; {} IaaS snapshots, each owned by a VolumeSnapshotContent",
-        obs.iaas_disks.len(),
-        obs.iaas_snapshots.len()
-    ))
+    // Judged: every disk the Director ever showed, and the snapshots at the end.
+    v.finish(
+        obs.disk_names.len() + obs.iaas_snapshots.len(),
+        format!(
+            "{} IaaS disks, each owned by a Director disk of a live PersistentVolume; {} IaaS snapshots, each owned by a VolumeSnapshotContent",
+            obs.iaas_disks.len(),
+            obs.iaas_snapshots.len()
+        ),
+    )
 }
 
 /// no-orphans for a driver with its own backend, which the lab cannot see:
@@ -426,7 +439,7 @@ fn no_orphans_by_csi(obs: &CsiObservations) -> Verdict {
         Some(l) => format!("{} listed by the driver", l.len()),
         None => format!("the driver does not advertise {what}: judged from its replies only"),
     };
-    v.finish(format!(
+    v.finish(made.len() + snaps.len() + obs.reference_orphans.len(), format!(
         "{} volumes ({}) and {} snapshots ({}) the driver made, each owned by a live PersistentVolume / VolumeSnapshotContent or deleted",
         made.len(),
         seen(&obs.listed_volumes, "LIST_VOLUMES"),
@@ -490,9 +503,10 @@ fn owner_only_delete(obs: &CsiObservations) -> Verdict {
             ),
         }
     }
-    v.finish(format!(
-        "{n} IaaS disk deletions, each of a volume a DeleteVolume named"
-    ))
+    v.finish(
+        n,
+        format!("{n} IaaS disk deletions, each of a volume a DeleteVolume named"),
+    )
 }
 
 fn scoped_access(obs: &CsiObservations) -> Verdict {
@@ -532,10 +546,18 @@ fn scoped_access(obs: &CsiObservations) -> Verdict {
             }
         }
     }
-    v.finish(format!(
-        "every token request granted with the dynamic-disks scopes; {} disk tasks, all on granted deployments",
-        obs.tasks.iter().filter(|t| t.disk_job).count()
-    ))
+    let tokens = obs
+        .calls
+        .iter()
+        .filter(|c| c.to == Component::Director && c.op == "oauth.token")
+        .count();
+    let tasks = obs.tasks.iter().filter(|t| t.disk_job).count();
+    v.finish(
+        tokens + tasks,
+        format!(
+            "every token request granted with the dynamic-disks scopes; {tasks} disk tasks, all on granted deployments"
+        ),
+    )
 }
 
 /// Pods that exist and are not being deleted: uid → node.
@@ -600,10 +622,23 @@ fn no_leaked_mounts(obs: &CsiObservations) -> Verdict {
             }
         }
     }
-    v.finish(format!(
-        "{} mounts after convergence, each used by a running pod on its node",
-        last.mounts.len()
-    ))
+    // Judged: every mount seen at any step boundary must be gone or used at the end.
+    let mounts_seen: BTreeSet<(&str, &str)> = obs
+        .samples
+        .iter()
+        .flat_map(|s| {
+            s.mounts
+                .iter()
+                .map(|m| (m.node.as_str(), m.target.as_str()))
+        })
+        .collect();
+    v.finish(
+        mounts_seen.len(),
+        format!(
+            "{} mounts after convergence, each used by a running pod on its node",
+            last.mounts.len()
+        ),
+    )
 }
 
 fn read_only_enforced(obs: &CsiObservations) -> Verdict {
@@ -639,9 +674,10 @@ fn read_only_enforced(obs: &CsiObservations) -> Verdict {
             }
         }
     }
-    v.finish(format!(
-        "{checked} read-only bind mounts seen, all read-only"
-    ))
+    v.finish(
+        checked,
+        format!("{checked} read-only bind mounts seen, all read-only"),
+    )
 }
 
 fn no_attach_during_recreate(obs: &CsiObservations) -> Verdict {
@@ -684,9 +720,12 @@ fn no_attach_during_recreate(obs: &CsiObservations) -> Verdict {
             );
         }
     }
-    v.finish(format!(
-        "{recreates} VM deletions, none with a dynamic disk attached behind the recreate's back"
-    ))
+    v.finish(
+        recreates,
+        format!(
+            "{recreates} VM deletions, none with a dynamic disk attached behind the recreate's back"
+        ),
+    )
 }
 
 fn converges(obs: &CsiObservations) -> Verdict {
@@ -727,11 +766,14 @@ fn converges(obs: &CsiObservations) -> Verdict {
             );
         }
     }
-    v.finish(format!(
-        "every PVC Bound, every pod Running, nothing requeued ({} PVCs, {} pods)",
-        obs.pvcs.len(),
-        obs.pods.len()
-    ))
+    v.finish(
+        obs.exchanges.len(),
+        format!(
+            "every PVC Bound, every pod Running, nothing requeued ({} PVCs, {} pods)",
+            obs.pvcs.len(),
+            obs.pods.len()
+        ),
+    )
 }
 
 fn delta_exact(obs: &CsiObservations) -> Verdict {
@@ -820,7 +862,7 @@ fn delta_exact(obs: &CsiObservations) -> Verdict {
             "; {partial} failed streams reported only written blocks before failing"
         ));
     }
-    v.finish(summary)
+    v.finish(n + partial, summary)
 }
 
 fn token_bound(obs: &CsiObservations) -> Verdict {
@@ -896,13 +938,15 @@ fn token_bound(obs: &CsiObservations) -> Verdict {
             obs.replays.len()
         )
     };
-    v.finish(format!(
-        "{} refused clients, each stopped before the driver; {replays}",
-        obs.backups
-            .values()
-            .filter(|b| b.token != crate::scenario::BackupToken::Valid)
-            .count(),
-    ))
+    let refused = obs
+        .backups
+        .values()
+        .filter(|b| b.token != crate::scenario::BackupToken::Valid)
+        .count();
+    v.finish(
+        refused + obs.replays.len() - cut_short,
+        format!("{refused} refused clients, each stopped before the driver; {replays}"),
+    )
 }
 
 fn spec_codes(obs: &CsiObservations) -> Verdict {
@@ -950,7 +994,8 @@ fn spec_codes(obs: &CsiObservations) -> Verdict {
             );
         }
     }
-    v.finish(format!(
-        "{n} error replies, none where the spec requires OK"
-    ))
+    v.finish(
+        obs.exchanges.len(),
+        format!("{n} error replies, none where the spec requires OK"),
+    )
 }

@@ -86,12 +86,16 @@ pub fn no_orphans(obs: &Observations) -> Verdict {
             );
         }
     }
-    v.finish(format!(
-        "{} users, {} policies, {} buckets: each owned by a live object or a checkpoint",
-        b.users.len(),
-        b.driver_policies().count(),
-        b.buckets.len()
-    ))
+    let judged = b.users.len() + b.driver_policies().count() + b.buckets.len();
+    v.finish(
+        judged,
+        format!(
+            "{} users, {} policies, {} buckets: each owned by a live object or a checkpoint",
+            b.users.len(),
+            b.driver_policies().count(),
+            b.buckets.len()
+        ),
+    )
 }
 
 /// Nothing the driver did not make (or was not asked to remove) disappears.
@@ -167,10 +171,26 @@ pub fn owner_only_delete(obs: &Observations) -> Verdict {
             );
         }
     }
-    v.finish(format!(
-        "{} lab-owned buckets intact; every removal was of the driver's own, on request",
-        obs.lab_buckets.len()
-    ))
+    // Judged: the lab's own buckets that must survive, and every removal.
+    let removals = obs
+        .exchanges
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.request.op(),
+                drivelab_fakes::cosi_sidecar::DriverOp::DeleteBucket
+                    | drivelab_fakes::cosi_sidecar::DriverOp::RevokeBucketAccess
+            )
+        })
+        .count();
+    let judged = obs.lab_buckets.len() + removals;
+    v.finish(
+        judged,
+        format!(
+            "{} lab-owned buckets intact; every removal was of the driver's own, on request",
+            obs.lab_buckets.len()
+        ),
+    )
 }
 
 /// After faults heal, nothing stays pending on a retryable error.
@@ -218,7 +238,7 @@ pub fn converges(obs: &Observations) -> Verdict {
     } else {
         String::new()
     };
-    v.finish(format!("every request reached a terminal state ({permanent} rejected as invalid, as they should be{refused})"))
+    v.finish(obs.exchanges.len(), format!("every request reached a terminal state ({permanent} rejected as invalid, as they should be{refused})"))
 }
 
 /// The spec's codes where the spec names one. Only the driver's own answers
@@ -284,9 +304,10 @@ pub fn spec_codes(obs: &Observations) -> Verdict {
             );
         }
     }
-    v.finish(format!(
-        "{n} requests with a code the spec prescribes all answered it"
-    ))
+    v.finish(
+        n,
+        format!("{n} requests with a code the spec prescribes all answered it"),
+    )
 }
 
 /// Secrets are not derivable: long enough, not a hash of the names, different in a twin lab.
@@ -334,9 +355,10 @@ pub fn unpredictable_secrets(obs: &Observations) -> Verdict {
     } else {
         ""
     };
-    v.finish(format!(
-        "{n} secrets handed out, none short, derived or repeated{twin}"
-    ))
+    v.finish(
+        n,
+        format!("{n} secrets handed out, none short, derived or repeated{twin}"),
+    )
 }
 
 /// Is `secret` (a prefix of) the hex SHA-256 of `input`, alone or behind a common prefix?

@@ -187,8 +187,12 @@ pub struct Observations {
 pub struct Verdict {
     /// Which invariant.
     pub invariant: &'static str,
-    /// Passed?
+    /// Passed? (A check with nothing to judge passes vacuously: see `exercised`.)
     pub passed: bool,
+    /// False when the check had nothing to judge in this run (no probes, no
+    /// repeated requests, no secrets handed out…): "not exercised", never
+    /// reported as holding.
+    pub exercised: bool,
     /// What was checked (on pass) or what broke (on fail), one line each.
     pub details: Vec<String>,
     /// History call ids that show the violation.
@@ -200,6 +204,7 @@ impl Verdict {
         Self {
             invariant: invariant.id(),
             passed: true,
+            exercised: true,
             details: Vec::new(),
             evidence: Vec::new(),
         }
@@ -209,8 +214,11 @@ impl Verdict {
         self.details.push(detail);
         self.evidence.extend(calls.into_iter().map(|c| c.0));
     }
-    pub(crate) fn finish(mut self, checked: String) -> Self {
+    /// Close the verdict: `judged` is how many things the check looked at;
+    /// none means it was not exercised (unless it already failed).
+    pub(crate) fn finish(mut self, judged: usize, checked: String) -> Self {
         if self.passed {
+            self.exercised = judged > 0;
             self.details.push(checked);
         }
         self.evidence.sort_unstable();
@@ -396,9 +404,12 @@ pub fn idempotent_replay(obs: &Observations) -> Verdict {
             );
         }
     }
-    v.finish(format!(
-        "{compared} repeated requests answered identically; retries left the backend unchanged"
-    ))
+    v.finish(
+        compared,
+        format!(
+            "{compared} repeated requests answered identically; retries left the backend unchanged"
+        ),
+    )
 }
 
 /// Two exchanges are comparable only if the request was the same (a retry with
@@ -507,10 +518,13 @@ pub fn unique_credentials(obs: &Observations) -> Verdict {
             grant_calls(names),
         );
     }
-    v.finish(format!(
-        "{} live accesses, all with distinct accounts and keys",
-        obs.live.len()
-    ))
+    v.finish(
+        obs.live.len(),
+        format!(
+            "{} live accesses, all with distinct accounts and keys",
+            obs.live.len()
+        ),
+    )
 }
 
 pub(crate) fn grant_calls_for(obs: &Observations, account_name: &str) -> Vec<CallId> {
@@ -593,7 +607,7 @@ pub fn least_privilege(obs: &Observations) -> Verdict {
             }
         }
     }
-    v.finish(format!("{n} probes: each access writes its own bucket and is denied elsewhere; granted policies unchanged"))
+    v.finish(n, format!("{n} probes: each access writes its own bucket and is denied elsewhere; granted policies unchanged"))
 }
 
 /// Every credential ever handed out for a live access still authenticates.
@@ -633,9 +647,10 @@ pub fn no_rotation(obs: &Observations) -> Verdict {
             );
         }
     }
-    v.finish(format!(
-        "{n} signed requests with handed-out credentials all authenticated"
-    ))
+    v.finish(
+        n,
+        format!("{n} signed requests with handed-out credentials all authenticated"),
+    )
 }
 
 /// No secret value in any artifact.
@@ -657,7 +672,7 @@ pub(crate) fn secret_scan(all: &[Secret], artifacts: &[(String, String)]) -> Ver
         Ok(ac) => ac,
         Err(e) => {
             v.fail(format!("secret matcher could not be built: {e}"), []);
-            return v.finish(String::new());
+            return v.finish(0, String::new());
         }
     };
     for (name, text) in artifacts {
@@ -674,9 +689,12 @@ pub(crate) fn secret_scan(all: &[Secret], artifacts: &[(String, String)]) -> Ver
             );
         }
     }
-    v.finish(format!(
-        "{} secrets searched for in {} artifacts; none found",
+    v.finish(
         secrets.len(),
-        artifacts.len()
-    ))
+        format!(
+            "{} secrets searched for in {} artifacts; none found",
+            secrets.len(),
+            artifacts.len()
+        ),
+    )
 }

@@ -188,11 +188,38 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
         }
     }
     mutants.sort();
+    let mut outcome = run_system(scn, opts, seed, &mutants).await?;
+    require_exercised(scn, &mut outcome.verdicts);
+    Ok(outcome)
+}
+
+/// A check the scenario requires to be exercised that had nothing to judge
+/// fails: the scenario did not test the claim it was written for.
+fn require_exercised(scn: &Scenario, verdicts: &mut [Verdict]) {
+    for v in verdicts.iter_mut() {
+        let required = scn.require_exercised.iter().any(|i| i.id() == v.invariant);
+        if required && v.passed && !v.exercised {
+            v.passed = false;
+            v.details.push(
+                "required to be exercised (require_exercised), but it had nothing to judge in this run"
+                    .into(),
+            );
+        }
+    }
+}
+
+/// Stand up the scenario's system, run it and judge it.
+async fn run_system(
+    scn: &Scenario,
+    opts: &RunOptions,
+    seed: u64,
+    mutants: &[Mutant],
+) -> anyhow::Result<RunOutcome> {
     if scn.system() == crate::scenario::System::Csi {
         return csi::run(
             scn,
             seed,
-            &mutants,
+            mutants,
             opts.step_snapshots,
             opts.recorder.as_ref(),
         )
@@ -202,7 +229,7 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
     // secrets are a function of names hands out the same secrets in both.
     let twin = if scn.invariants.contains(&Invariant::UnpredictableSecrets) {
         Some(
-            run_once(scn, seed, &mutants, opts.step_snapshots, None, None)
+            run_once(scn, seed, mutants, opts.step_snapshots, None, None)
                 .await?
                 .1,
         )
@@ -211,7 +238,7 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
     };
     let recorder = opts.recorder.as_ref();
     Ok(
-        run_once(scn, seed, &mutants, opts.step_snapshots, twin, recorder)
+        run_once(scn, seed, mutants, opts.step_snapshots, twin, recorder)
             .await?
             .0,
     )

@@ -195,6 +195,19 @@ pub fn final_table(reports: &[ScenarioReport]) -> String {
             r.failed_names().join(", ")
         );
     }
+    let all = reports.iter().flat_map(|r| &r.verdicts);
+    let (mut pass, mut fail, mut idle) = (0, 0, 0);
+    for v in all {
+        match v.state() {
+            "pass" => pass += 1,
+            "FAIL" => fail += 1,
+            _ => idle += 1,
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nchecks: {pass} pass, {fail} fail, {idle} not exercised (a check with nothing to judge establishes nothing)"
+    );
     s
 }
 

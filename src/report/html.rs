@@ -39,7 +39,7 @@ th{background:#f6f8fa}
 td.scn{white-space:nowrap}
 .lead{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:8px 0 12px}
 .lead dt{font-weight:600}.lead dd{margin:0}
-.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:700}
+.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:700}.skip{color:#9a6700;font-style:italic}
 tr.broken td{background:#ffebe9}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:700;color:#fff}
 .badge.pass{background:#1a7f37;color:#fff}.badge.fail{background:#cf222e;color:#fff}
@@ -65,7 +65,7 @@ fn verdict_badge(passed: bool) -> &'static str {
 }
 
 fn claims_table_html(rows: &[ClaimRow], link: bool) -> String {
-    let mut s = String::from("<table class=\"claims\">\n<tr><th>claim</th><th>decided by</th><th>verdict</th><th>established by</th><th>broken in</th></tr>\n");
+    let mut s = String::from("<table class=\"claims\">\n<tr><th>claim</th><th>decided by</th><th>verdict</th><th>established by</th><th>broken in</th><th>not exercised in</th></tr>\n");
     let scn = |names: &[String]| -> String {
         names
             .iter()
@@ -86,14 +86,19 @@ fn claims_table_html(rows: &[ClaimRow], link: bool) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "<tr class=\"{}\"><td>{}{}</td><td><code>{}</code></td><td>{}</td><td class=\"scn\">{}</td><td class=\"scn\">{}</td></tr>",
+            "<tr class=\"{}\"><td>{}{}</td><td><code>{}</code></td><td>{}</td><td class=\"scn\">{}</td><td class=\"scn\">{}</td><td class=\"scn\">{}</td></tr>",
             if r.holds { "holds" } else { "broken" },
             esc(&r.says),
             if r.source == "scenario" { " <small>(stated by the scenario)</small>" } else { "" },
             esc(&r.by.join(", ")),
-            if r.holds { "<span class=\"pass\">holds</span>" } else { "<span class=\"fail\">BROKEN</span>" },
+            match super::markdown::claim_verdict(r) {
+                "holds" => "<span class=\"pass\">holds</span>",
+                "not exercised" => "<span class=\"skip\">not exercised</span>",
+                _ => "<span class=\"fail\">BROKEN</span>",
+            },
             scn(&r.established_by),
             scn(&r.broken_in),
+            scn(&r.not_exercised_in),
         );
     }
     s.push_str("</table>\n");
@@ -211,10 +216,10 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
             "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
             if v.passed { "ok" } else { "broken" },
             esc(&v.invariant),
-            if v.passed {
-                "<span class=\"pass\">pass</span>"
-            } else {
-                "<span class=\"fail\">FAIL</span>"
+            match v.state() {
+                "pass" => "<span class=\"pass\">pass</span>",
+                "not exercised" => "<span class=\"skip\">not exercised</span>",
+                _ => "<span class=\"fail\">FAIL</span>",
             },
             v.details
                 .iter()

@@ -10,23 +10,26 @@ use super::model::ScenarioReport;
 /// The whole run as one `<testsuites>` document.
 pub fn junit(reports: &[ScenarioReport]) -> String {
     let mut suites = String::new();
-    let (mut tests, mut failures, mut errors) = (0usize, 0usize, 0usize);
+    let (mut tests, mut failures, mut errors, mut skipped) = (0usize, 0usize, 0usize, 0usize);
     for r in reports {
-        let (t, f, e, xml) = suite(r);
+        let (t, f, e, s, xml) = suite(r);
         tests += t;
         failures += f;
         errors += e;
+        skipped += s;
         suites.push_str(&xml);
     }
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"drivelab\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" time=\"0\">\n{suites}</testsuites>\n"
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"drivelab\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" time=\"0\">\n{suites}</testsuites>\n"
     )
 }
 
-fn suite(r: &ScenarioReport) -> (usize, usize, usize, String) {
+/// One scenario's testsuite: (tests, failures, errors, skipped, xml). A check
+/// with nothing to judge is a skipped case ("not exercised"), never a pass.
+fn suite(r: &ScenarioReport) -> (usize, usize, usize, usize, String) {
     let class = format!("drivelab.{}", r.scenario);
     let mut cases = String::new();
-    let (mut tests, mut failures, mut errors) = (0, 0, 0);
+    let (mut tests, mut failures, mut errors, mut skipped) = (0, 0, 0, 0);
     if let Some(e) = &r.error {
         tests += 1;
         errors += 1;
@@ -39,7 +42,16 @@ fn suite(r: &ScenarioReport) -> (usize, usize, usize, String) {
     }
     for v in &r.verdicts {
         tests += 1;
-        if v.passed {
+        if v.passed && !v.exercised {
+            skipped += 1;
+            let _ = writeln!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"{}\" time=\"0\"><skipped message=\"{}\"/></testcase>",
+                esc(&class),
+                esc(&v.invariant),
+                esc(&format!("not exercised: {}", v.details.join("; ")))
+            );
+        } else if v.passed {
             let _ = writeln!(
                 cases,
                 "    <testcase classname=\"{}\" name=\"{}\" time=\"0\"/>",
@@ -114,10 +126,10 @@ fn suite(r: &ScenarioReport) -> (usize, usize, usize, String) {
         esc(&r.replay)
     );
     let xml = format!(
-        "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"0\" time=\"0\">\n{props}{cases}  </testsuite>\n",
+        "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" time=\"0\">\n{props}{cases}  </testsuite>\n",
         esc(&r.scenario)
     );
-    (tests, failures, errors, xml)
+    (tests, failures, errors, skipped, xml)
 }
 
 /// The `faults` case: every fault and partition the scenario set up acted

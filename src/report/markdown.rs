@@ -15,10 +15,21 @@ fn cell(s: &str) -> String {
         .replace('\n', "<br>")
 }
 
+/// A claim's verdict: broken anywhere, held where exercised, or exercised nowhere.
+pub fn claim_verdict(r: &ClaimRow) -> &'static str {
+    if !r.holds {
+        "**BROKEN**"
+    } else if r.established_by.is_empty() {
+        "not exercised"
+    } else {
+        "holds"
+    }
+}
+
 /// The claims table in Markdown.
 pub fn claims_md(rows: &[ClaimRow]) -> String {
     let mut s = String::from(
-        "| claim | decided by | verdict | established by | broken in |\n|---|---|---|---|---|\n",
+        "| claim | decided by | verdict | established by | broken in | not exercised in |\n|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let says = if r.source == "scenario" {
@@ -28,11 +39,12 @@ pub fn claims_md(rows: &[ClaimRow]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {says} | `{}` | {} | {} | {} |",
+            "| {says} | `{}` | {} | {} | {} | {} |",
             r.by.join(", "),
-            if r.holds { "holds" } else { "**BROKEN**" },
+            claim_verdict(r),
             cell(&r.established_by.join(", ")),
-            cell(&r.broken_in.join(", "))
+            cell(&r.broken_in.join(", ")),
+            cell(&r.not_exercised_in.join(", "))
         );
     }
     s
@@ -109,7 +121,10 @@ pub fn scenario_summary(r: &ScenarioReport) -> String {
             md,
             "| {} | {} | {} |",
             v.invariant,
-            if v.passed { "pass" } else { "**FAIL**" },
+            match v.state() {
+                "FAIL" => "**FAIL**",
+                s => s,
+            },
             cell(&v.details.join("\n"))
         );
     }

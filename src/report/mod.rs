@@ -28,17 +28,27 @@ pub struct RunMeta {
 pub fn console(o: &RunOutcome) -> String {
     let mut s = String::new();
     let verdict = if o.passed() { "PASS" } else { "FAIL" };
+    let idle = o
+        .verdicts
+        .iter()
+        .filter(|v| v.passed && !v.exercised)
+        .count();
     let _ = writeln!(
         s,
-        "{verdict} {} ({}) — driver {}, seed {}, {} events",
+        "{verdict} {} ({}) — driver {}, seed {}, {} events, checks: {} exercised, {idle} not exercised",
         o.scenario,
         o.path.display(),
         o.driver_name,
         o.seed,
-        o.history.len()
+        o.history.len(),
+        o.verdicts.len() - idle
     );
     for v in &o.verdicts {
-        let mark = if v.passed { "ok  " } else { "FAIL" };
+        let mark = match (v.passed, v.exercised) {
+            (false, _) => "FAIL",
+            (true, true) => "ok  ",
+            (true, false) => "n/a ",
+        };
         let _ = writeln!(s, "  {mark} {}", v.invariant);
         for d in &v.details {
             let _ = writeln!(s, "         {d}");

@@ -92,6 +92,10 @@ pub struct VerdictReport {
     pub claim: String,
     /// Held?
     pub passed: bool,
+    /// False when the check had nothing to judge ("not exercised"; runs
+    /// recorded before this field read as exercised).
+    #[serde(default = "yes")]
+    pub exercised: bool,
     /// What was checked / what broke.
     pub details: Vec<String>,
     /// History call ids the check named.
@@ -125,6 +129,10 @@ pub struct ClaimReport {
     pub passed: bool,
     /// `by` invariants this scenario did not check (the claim is then not established).
     pub unchecked: Vec<String>,
+    /// Every `by` invariant had something to judge (a claim none of whose
+    /// checks were exercised is established by nothing).
+    #[serde(default = "yes")]
+    pub exercised: bool,
 }
 
 /// The claim text of an invariant id (empty when unknown).
@@ -188,6 +196,7 @@ impl ScenarioReport {
                 invariant: v.invariant.to_string(),
                 claim: claim_of(v.invariant),
                 passed: v.passed,
+                exercised: v.exercised,
                 details: v.details.iter().map(|d| labels.apply(d)).collect(),
                 evidence: v.evidence.clone(),
                 ..Default::default()
@@ -323,11 +332,15 @@ fn decide_claim(says: &str, by: Vec<String>, verdicts: &[VerdictReport]) -> Clai
     let held = by
         .iter()
         .all(|b| verdicts.iter().any(|v| &v.invariant == b && v.passed));
+    let exercised = by
+        .iter()
+        .all(|b| verdicts.iter().any(|v| &v.invariant == b && v.exercised));
     ClaimReport {
         says: says.to_string(),
         passed: held && unchecked.is_empty() && !by.is_empty(),
         by,
         unchecked,
+        exercised,
     }
 }
 
@@ -757,6 +770,24 @@ pub struct ClaimRow {
     pub established_by: Vec<String>,
     /// Scenarios in which it was checked and broke (or was not fully checked).
     pub broken_in: Vec<String>,
+    /// Scenarios that checked it but had nothing to judge: they establish nothing.
+    #[serde(default)]
+    pub not_exercised_in: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl VerdictReport {
+    /// `pass`, `FAIL` or `not exercised`.
+    pub fn state(&self) -> &'static str {
+        match (self.passed, self.exercised) {
+            (false, _) => "FAIL",
+            (true, true) => "pass",
+            (true, false) => "not exercised",
+        }
+    }
 }
 
 /// The claims table over a set of scenario reports: invariants first (in the
@@ -783,17 +814,21 @@ pub fn claims_table(reports: &[ScenarioReport]) -> Vec<ClaimRow> {
             holds: true,
             established_by: vec![],
             broken_in: vec![],
+            not_exercised_in: vec![],
         };
         for r in reports {
             if let Some(v) = r.verdicts.iter().find(|v| v.invariant == id) {
-                if v.passed {
-                    row.established_by.push(r.scenario.clone());
-                } else {
-                    row.broken_in.push(r.scenario.clone());
+                match (v.passed, v.exercised) {
+                    (true, true) => row.established_by.push(r.scenario.clone()),
+                    (true, false) => row.not_exercised_in.push(r.scenario.clone()),
+                    (false, _) => row.broken_in.push(r.scenario.clone()),
                 }
             }
         }
-        if row.established_by.is_empty() && row.broken_in.is_empty() {
+        if row.established_by.is_empty()
+            && row.broken_in.is_empty()
+            && row.not_exercised_in.is_empty()
+        {
             continue;
         }
         row.holds = row.broken_in.is_empty();
@@ -813,12 +848,15 @@ pub fn claims_table(reports: &[ScenarioReport]) -> Vec<ClaimRow> {
                         holds: true,
                         established_by: vec![],
                         broken_in: vec![],
+                        not_exercised_in: vec![],
                     });
                     let last = stated.len() - 1;
                     &mut stated[last]
                 }
             };
-            if c.passed {
+            if c.passed && !c.exercised {
+                row.not_exercised_in.push(r.scenario.clone());
+            } else if c.passed {
                 row.established_by.push(r.scenario.clone());
             } else {
                 row.broken_in.push(r.scenario.clone());

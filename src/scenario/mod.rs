@@ -54,6 +54,9 @@ pub struct Scenario {
     pub steps: Vec<Located<Step>>,
     /// The invariants to check at the end.
     pub invariants: Vec<Invariant>,
+    /// Invariants this scenario must exercise: one with nothing to judge fails
+    /// the run instead of reading "not exercised" (`require_exercised:`).
+    pub require_exercised: Vec<Invariant>,
     /// What the scenario claims, in words, and the invariants that decide each claim.
     pub claims: Vec<Claim>,
     /// How much virtual time each step may take to converge.
@@ -682,6 +685,8 @@ struct RawScenario {
     #[serde(default)]
     invariants: Vec<Spanned<Invariant>>,
     #[serde(default)]
+    require_exercised: Vec<Spanned<Invariant>>,
+    #[serde(default)]
     claims: Vec<Spanned<Claim>>,
     #[serde(default)]
     converge_within: Option<Spanned<String>>,
@@ -1053,6 +1058,20 @@ impl Validator<'_> {
                 }
             };
         }
+        let mut require_exercised = Vec::new();
+        for r in raw.require_exercised {
+            if !invariants.contains(&r.value) {
+                return Err(self.err(
+                    &r,
+                    format!(
+                        "`require_exercised` names `{}`, which this scenario does not check",
+                        r.value.id()
+                    ),
+                    Some("add it to `invariants:` (or remove the list to check the system's defaults)"),
+                ));
+            }
+            require_exercised.push(r.value);
+        }
         let converge_within = match &raw.converge_within {
             None => Duration::from_secs(120),
             Some(s) => parse_duration(&s.value).ok_or_else(|| {
@@ -1098,6 +1117,7 @@ impl Validator<'_> {
                 out
             },
             invariants,
+            require_exercised,
             converge_within,
             csi,
         })

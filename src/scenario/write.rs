@@ -498,5 +498,9 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
     }
     let inv: Vec<&str> = s.invariants.iter().map(|i| i.id()).collect();
     let _ = writeln!(out, "invariants: [{}]", inv.join(", "));
+    if !s.require_exercised.is_empty() {
+        let req: Vec<&str> = s.require_exercised.iter().map(|i| i.id()).collect();
+        let _ = writeln!(out, "require_exercised: [{}]", req.join(", "));
+    }
     out
 }
