@@ -69,6 +69,9 @@ enum Command {
         /// Do not record runs.
         #[arg(long)]
         no_record: bool,
+        /// Print every check of every scenario (default: details for failures only).
+        #[arg(long)]
+        detail: bool,
     },
     /// List recorded runs: id, scenario, seed, pass/fail/error, running, or INCOMPLETE
     /// with the events stored and the last step reached (a lab killed mid-run).
@@ -286,10 +289,11 @@ fn main() -> ExitCode {
                 driver,
                 runs_dir,
                 no_record,
+                detail,
             } => {
                 let runs = (!no_record).then(|| RunStore::new(RunStore::resolve(runs_dir)));
                 run(
-                    paths, seed, mutants, report_dir, filter, partition, driver, runs,
+                    paths, seed, mutants, report_dir, filter, partition, driver, runs, detail,
                 )
                 .await
             }
@@ -334,6 +338,7 @@ fn main() -> ExitCode {
                 driver,
                 runs_dir,
                 no_record,
+                detail: _,
             } => {
                 // A sweep records only where asked: 200 seeds x the suite would
                 // bury the runs dir.
@@ -636,6 +641,7 @@ async fn run(
     partition: Option<report::cli::Partition>,
     driver: Option<String>,
     runs: Option<RunStore>,
+    detail: bool,
 ) -> ExitCode {
     let mut scenarios = match load_all(&paths, filter.as_deref(), partition) {
         Ok(s) => s,
@@ -660,7 +666,12 @@ async fn run(
         progress.clear();
         let r = match result {
             Ok(o) => {
-                drivelab::out!("{}", report::console(&o));
+                let text = if detail {
+                    report::console(&o)
+                } else {
+                    report::console_brief(&o)
+                };
+                drivelab::out!("{text}");
                 report::ScenarioReport::from_outcome(&o)
             }
             Err(e) => {

@@ -25,6 +25,27 @@ pub struct RunMeta {
 }
 
 /// The console block for one run.
+/// A passing run in two lines, as cargo test prints a passing test: the
+/// verdict with its counts, and the command that replays it. A failing run
+/// gets every detail ([`console`]).
+pub fn console_brief(o: &RunOutcome) -> String {
+    if !o.passed() {
+        return console(o);
+    }
+    let idle = o.verdicts.iter().filter(|v| !v.exercised).count();
+    format!(
+        "PASS {} ({}) — driver {}, seed {}, {} events, checks: {} exercised, {idle} not exercised\n  replay: {}\n",
+        o.scenario,
+        o.path.display(),
+        o.driver_name,
+        o.seed,
+        o.history.len(),
+        o.verdicts.len() - idle,
+        o.replay
+    )
+}
+
+/// Every verdict with its details, failures, notes and figures.
 pub fn console(o: &RunOutcome) -> String {
     let mut s = String::new();
     let verdict = if o.passed() { "PASS" } else { "FAIL" };
