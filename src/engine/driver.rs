@@ -280,6 +280,15 @@ impl Driver {
         history: drivelab_fakes::history::History,
     ) -> anyhow::Result<Self> {
         use crate::scenario::DriverLaunch;
+        if spec.protocol() != params.protocol {
+            return Err(anyhow!(
+                "{} speaks {}, but this scenario drives a {} driver (set `protocol: {}` if it speaks that)",
+                spec.describe(),
+                spec.protocol().name(),
+                params.protocol.name(),
+                params.protocol.name()
+            ));
+        }
         if !mutants.is_empty() {
             return Err(anyhow!(
                 "--mutant/mutants are a builtin-only feature (the seeded bugs live in the linked-in reference driver), but the driver is {}",
