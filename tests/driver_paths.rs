@@ -160,6 +160,18 @@ fn cli_never_substitutes_the_driver() {
         out.contains("--driver '{ command: [/bin/false], protocol: csi }'"),
         "the replay names the driver: {out}"
     );
+    // A driver that speaks the other protocol is refused with the reason.
+    let (code, out) = drivelab(&[
+        "run",
+        "scenarios/hostpath/lifecycle.yaml",
+        "--driver",
+        "{command: [/bin/true]}",
+    ]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("speaks cosi, but this scenario drives a csi driver"),
+        "{out}"
+    );
     // --seeds carries --driver too.
     let (code, out) = drivelab(&[
         "run",

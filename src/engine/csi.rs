@@ -79,7 +79,8 @@ pub(super) async fn run(
 /// One node: its mount table, its node plugin and the kubelet that drives it.
 struct Node {
     name: String,
-    instance_id: String,
+    /// Its CSI node id: the BOSH instance id with the BOSH backend, else its name.
+    node_id: String,
     table: MountTable,
     _table_l: Listener,
     plugin: Arc<Driver>,
@@ -661,7 +662,7 @@ impl CsiLab {
         if let Some(b) = &backend {
             norm.fixed(&b.director_url, "director-url");
             for n in &nodes {
-                norm.id("instance", &n.instance_id);
+                norm.id("instance", &n.node_id);
             }
         }
         Ok(Self {
@@ -775,7 +776,7 @@ impl CsiLab {
                     .nodes
                     .iter()
                     .find(|x| x.name == n.node)
-                    .map(|x| x.instance_id.clone())
+                    .map(|x| x.node_id.clone())
                     .ok_or_else(|| anyhow!("no node {}", n.node))?;
                 Ok(Some(Job::Recreate { instance_id: id }))
             }
@@ -1730,7 +1731,7 @@ async fn start_node(
         .with_context(|| format!("the kubelet on {name} could not reach its plugin"))?;
     let node = Node {
         name: name.to_string(),
-        instance_id: node_id,
+        node_id,
         table,
         _table_l: table_l,
         plugin,
