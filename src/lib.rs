@@ -1,7 +1,9 @@
 //! drivelab: a simulated lab for end-to-end conformance testing of storage
 //! control-plane drivers. The stages, in the order a run passes them:
-//! `scenario` (parse + validate) → `engine` (fakes, driver, sidecar, virtual
-//! clock) → `checks` (invariants) → `snapshot` (ownership) → `report`.
+//! `scenario` (parse + validate) → `engine` (the run loop, the driver, the
+//! fault hook, the virtual clock) driving one of `systems` (COSI, CSI; each
+//! with its lab, checks and ownership snapshot over the shared `checks` and
+//! `snapshot` vocabulary) → `runs` (the durable record) → `report`.
 
 pub mod checks;
 pub mod engine;
@@ -11,6 +13,7 @@ pub mod report;
 pub mod runs;
 pub mod scenario;
 pub mod snapshot;
+pub mod systems;
 #[cfg(feature = "containers")]
 pub mod testcontainers;
 

@@ -8,7 +8,7 @@ use crate::scenario::Mutant;
 use clap::{Parser, Subcommand};
 use drivelab::runs::{RunMeta, RunStore};
 use drivelab::scenario::BuiltinDriver;
-use drivelab::{engine, report, scenario};
+use drivelab::{engine, report, scenario, systems};
 
 #[derive(Parser)]
 #[command(
@@ -104,7 +104,7 @@ enum Command {
         config: Option<PathBuf>,
         /// Fixed ports S3,KUBE (default: any free ports).
         #[arg(long)]
-        ports: Option<engine::serve::Ports>,
+        ports: Option<systems::cosi::serve::Ports>,
         /// Faults to arm (YAML `faults:` list in the scenario fault language).
         #[arg(long)]
         faults: Option<PathBuf>,
@@ -223,7 +223,7 @@ enum DriverCommand {
         #[arg(long, env = "KUBE_URL")]
         kube_url: String,
         /// Namespace for checkpoints.
-        #[arg(long, default_value = engine::DRIVER_STATE_NAMESPACE)]
+        #[arg(long, default_value = systems::cosi::DRIVER_STATE_NAMESPACE)]
         state_namespace: String,
         /// Seeded bugs to switch on.
         #[arg(long = "mutant", value_parser = parse_mutant)]
@@ -1176,7 +1176,7 @@ async fn serve_csi(config: Option<PathBuf>, ports: bool, faults: bool) -> ExitCo
             return ExitCode::from(2);
         }
     };
-    let served = match engine::ServedCsi::start(&spec).await {
+    let served = match systems::csi::ServedCsi::start(&spec).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("drivelab: serve: {e:#}");
@@ -1215,11 +1215,11 @@ async fn until_stopped() -> &'static str {
 /// `drivelab serve`: print where everything is, then run until SIGINT/SIGTERM.
 async fn serve(
     config: Option<PathBuf>,
-    ports: engine::serve::Ports,
+    ports: systems::cosi::serve::Ports,
     faults: Option<PathBuf>,
 ) -> ExitCode {
-    let config = match config.as_deref().map(engine::serve::load_config) {
-        None => engine::serve::ServeConfig {
+    let config = match config.as_deref().map(systems::cosi::serve::load_config) {
+        None => systems::cosi::serve::ServeConfig {
             driver_name: cosi_s3::DRIVER_NAME.into(),
             ..Default::default()
         },
@@ -1229,7 +1229,7 @@ async fn serve(
             return ExitCode::from(2);
         }
     };
-    let faults = match faults.as_deref().map(engine::serve::load_faults) {
+    let faults = match faults.as_deref().map(systems::cosi::serve::load_faults) {
         None => Vec::new(),
         Some(Ok(f)) => f,
         Some(Err(e)) => {
@@ -1238,7 +1238,7 @@ async fn serve(
         }
     };
     let armed = faults.len();
-    let served = match engine::serve::start(&config, ports, faults).await {
+    let served = match systems::cosi::serve::start(&config, ports, faults).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("drivelab: serve: {e:#}");
@@ -1254,8 +1254,8 @@ async fn serve(
     drivelab::outln!("admin_secret_key: {}", served.admin_secret.expose());
     drivelab::outln!(
         "admin_secret: {}/{} (Kubernetes Secret with accessKey, secretKey)",
-        engine::ADMIN_SECRET_NAMESPACE,
-        engine::ADMIN_SECRET_NAME
+        systems::cosi::ADMIN_SECRET_NAMESPACE,
+        systems::cosi::ADMIN_SECRET_NAME
     );
     drivelab::outln!("faults_armed: {armed}");
     drivelab::outln!("ready");

@@ -179,7 +179,7 @@ impl Drop for InProcessDriver {
 /// end the maintenance `busy` marks. Spawned and awaited: the caller may run
 /// inside a request of the very driver being killed, whose future the server
 /// drops half way, and the restart must finish regardless.
-pub(super) async fn crash_and_restart(
+pub(crate) async fn crash_and_restart(
     driver: std::sync::Arc<Driver>,
     crashing: std::sync::Arc<tokio::sync::Mutex<()>>,
     held: Option<super::schedule::HeldRequests>,

@@ -10,7 +10,7 @@ use super::{ExpectFailure, StepSnapshot, StepSnapshots};
 use crate::scenario::{Expectation, Located, Scenario, Step};
 
 /// What the run loop asks of a system's lab (COSI, CSI).
-pub(super) trait SystemLab: Send {
+pub(crate) trait SystemLab: Send {
     /// The run's history.
     fn history(&self) -> &History;
     /// The fault hook: faults, partitions, heals.
@@ -40,7 +40,7 @@ pub(super) trait SystemLab: Send {
 
 /// What the loop collects while the steps run.
 #[derive(Default)]
-pub(super) struct StepsRecord {
+pub(crate) struct StepsRecord {
     /// Failed `expect:` steps.
     pub expect_failures: Vec<ExpectFailure>,
     /// The ownership snapshot after each step, for before/after diffs.
@@ -48,7 +48,7 @@ pub(super) struct StepsRecord {
 }
 
 /// Run `scn`'s steps in order on `lab`.
-pub(super) async fn run_steps(
+pub(crate) async fn run_steps(
     lab: &mut dyn SystemLab,
     scn: &Scenario,
     snapshots: StepSnapshots,

@@ -11,8 +11,9 @@ use drivelab_fakes::history::Component;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-pub mod bosh;
-pub mod csi;
+/// The systems' own sections of the language (`bosh:` backend, `csi:`).
+pub use crate::systems::bosh::scenario as bosh;
+pub use crate::systems::csi::scenario as csi;
 pub mod driver;
 pub mod fault;
 pub mod invariant;

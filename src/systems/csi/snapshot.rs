@@ -12,7 +12,7 @@ use drivelab_fakes::director::{DiskView, InstanceView, LockView, TaskView};
 use drivelab_fakes::json::str_at;
 use serde_json::Value;
 
-use super::Normalizer;
+use crate::snapshot::Normalizer;
 
 /// What one BOSH snapshot is rendered from.
 pub struct CsiSnapshotInput {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::bosh::Bosh;
+use crate::systems::bosh::scenario::Bosh;
 
 /// The CSI system, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl Csi {
 /// What the file holds under `csi:`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawCsi {
+pub(crate) struct RawCsi {
     #[serde(default)]
     nodes: Vec<String>,
     #[serde(default)]
@@ -74,7 +74,7 @@ pub(super) struct RawCsi {
 /// A StorageClass as written under `csi: storage_classes:`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawCsiClass {
+pub(crate) struct RawCsiClass {
     name: String,
     #[serde(default)]
     parameters: BTreeMap<String, String>,
@@ -90,7 +90,7 @@ fn delete() -> String {
 
 impl RawCsi {
     /// Fill in defaults and check names; errors are message + hint.
-    pub(super) fn resolve(self) -> Result<Csi, (String, Option<&'static str>)> {
+    pub(crate) fn resolve(self) -> Result<Csi, (String, Option<&'static str>)> {
         let nodes = if self.nodes.is_empty() {
             vec![DEFAULT_CSI_NODE.to_string()]
         } else {

@@ -13,7 +13,7 @@ use drivelab_fakes::json::str_at;
 use drivelab_fakes::secret::Secret;
 use serde_json::Value;
 
-use super::Verdict;
+use crate::checks::Verdict;
 use crate::scenario::Invariant;
 
 /// The state at one step boundary.
@@ -171,7 +171,7 @@ pub fn check(inv: Invariant, obs: &CsiObservations) -> Verdict {
         Invariant::NoAttachDuringRecreate => no_attach_during_recreate(obs),
         Invariant::Converges => converges(obs),
         Invariant::SpecCodes => spec_codes(obs),
-        Invariant::NoSecretLeak => super::secret_scan(&obs.secrets, &obs.artifacts),
+        Invariant::NoSecretLeak => crate::checks::secret_scan(&obs.secrets, &obs.artifacts),
         Invariant::DeltaExact => delta_exact(obs),
         Invariant::TokenBound => token_bound(obs),
         other => {

@@ -6,25 +6,20 @@
 //! COSI lab.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use drivelab_fakes::clock::SimClock;
-use drivelab_fakes::cpi::{Cpi, CpiConfig};
 use drivelab_fakes::csi::attacher::Attacher;
 use drivelab_fakes::csi::cluster::{CsiSidecars, CsiTarget};
 use drivelab_fakes::csi::kubelet::{self, NodeAgent};
-use drivelab_fakes::csi::mounts::{Device, DeviceSource, Filesystems, MountTable};
+use drivelab_fakes::csi::mounts::{DeviceSource, Filesystems, MountTable};
 use drivelab_fakes::csi::provisioner::Provisioner;
 use drivelab_fakes::csi::snapshotter::Snapshotter;
 use drivelab_fakes::csi::{DriverReply, DriverRequest, Exchange, KubeSlot, Reconcile};
-use drivelab_fakes::director::{
-    ClientConfig, DeploymentConfig, Director, DirectorConfig, DiskPoolConfig, InstanceGroupConfig,
-    Job,
-};
+use drivelab_fakes::director::{Director, Job};
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, EventKind, History};
 use drivelab_fakes::json::str_at;
@@ -38,22 +33,23 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 
 use super::cbt::{Cbt, SESSION_TTL};
-use super::driver::{Driver, InProcessDriver};
-use super::hook::{LabControl, LabHook};
-use super::schedule::Scheduler;
-use super::{replay_command, ExpectFailure, RunOutcome, StepSnapshots};
-use crate::checks::csi::{self as checks, CsiObservations, Sample};
+use super::checks::{self, CsiObservations, Sample};
+use super::snapshot;
+use crate::engine::driver::{self, Driver, InProcessDriver};
+use crate::engine::hook::{LabControl, LabHook};
+use crate::engine::schedule::Scheduler;
+use crate::engine::system::{self, StepsRecord, SystemLab};
+use crate::engine::{external, line_of, replay_command, ExpectFailure, RunOutcome, StepSnapshots};
 use crate::scenario::{Bosh, Csi, Expectation, Mutant, NodeCallStep, Restartable, Scenario, Step};
-use crate::snapshot::{self, Normalizer};
+use crate::snapshot::Normalizer;
+use crate::systems::bosh::backend::{operator_job, BoshBackend, DirectorServer, CLIENT_ID};
 use drivelab_proto::csi;
 
-/// The UAA client the driver authenticates as.
-const CLIENT_ID: &str = "bosh-csi";
 /// Resync rounds one convergence may take before the lab gives up on it.
 const MAX_ROUNDS: usize = 400;
 
 /// Run one BOSH/CSI scenario to completion.
-pub(super) async fn run(
+pub(crate) async fn run(
     scn: &Scenario,
     seed: u64,
     mutants: &[Mutant],
@@ -67,7 +63,7 @@ pub(super) async fn run(
         .ok_or_else(|| anyhow!("not a CSI scenario"))?;
     let mut lab = CsiLab::start(scn, &csi, seed, mutants).await?;
     lab.recorder = recorder.cloned();
-    let result = super::system::run_steps(&mut lab, scn, snapshots).await;
+    let result = system::run_steps(&mut lab, scn, snapshots).await;
     let outcome = match result {
         Ok(()) => lab.finish(scn, seed, mutants, log_start).await,
         Err(e) => Err(e),
@@ -84,68 +80,6 @@ struct Node {
     table: MountTable,
     _table_l: Listener,
     plugin: Arc<Driver>,
-}
-
-/// The Director "process": its listener, which `director_down`/`director_up`
-/// take away and give back, and what a restart rebuilds it from (its store).
-struct DirectorServer {
-    current: std::sync::RwLock<Director>,
-    rebuild: (Arc<dyn Store>, Gate, Cpi, DirectorConfig),
-    addr: SocketAddr,
-    listener: tokio::sync::Mutex<Option<Listener>>,
-}
-
-impl DirectorServer {
-    fn director(&self) -> Director {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// The process restarts: connections break, its running jobs die (their
-    /// tasks end in error, as the real Director marks them), queued tasks run
-    /// again, state comes back from the store.
-    async fn restart(&self) -> anyhow::Result<()> {
-        self.down().await;
-        let (store, gate, cpi, config) = self.rebuild.clone();
-        // The old process dies first: two dispatchers must never share the store.
-        self.director().kill();
-        let fresh = Director::new(store, gate, cpi, config)
-            .await
-            .map_err(|e| anyhow!("the Director did not come back: {e}"))?;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = fresh;
-        self.up().await
-    }
-
-    async fn down(&self) {
-        if let Some(l) = self.listener.lock().await.take() {
-            l.stop().await;
-        }
-    }
-
-    async fn up(&self) -> anyhow::Result<()> {
-        let mut slot = self.listener.lock().await;
-        if slot.is_some() {
-            return Ok(());
-        }
-        // The old socket may linger for a moment after stop (real time).
-        let mut last = None;
-        for _ in 0..100 {
-            match self.director().serve(self.addr).await {
-                Ok(l) => {
-                    *slot = Some(l);
-                    return Ok(());
-                }
-                Err(e) => last = Some(e),
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Err(anyhow!(
-            "could not serve the Director on {} again: {last:?}",
-            self.addr
-        ))
-    }
 }
 
 /// What the fault hook may ask of this lab: crash the controller, restart the Director.
@@ -172,7 +106,7 @@ impl LabControl for Control {
             };
             let busy = self.hook.upgrade().map(|h| h.maintenance());
             let held = self.hook.upgrade().map(|h| h.driver_crashing());
-            super::driver::crash_and_restart(
+            driver::crash_and_restart(
                 driver,
                 self.crashing.clone(),
                 held,
@@ -242,7 +176,7 @@ struct CsiLab {
     samples: Vec<Sample>,
     disk_names: BTreeMap<String, String>,
     /// Failed expectations and per-step snapshots (the run loop's).
-    record: super::system::StepsRecord,
+    record: StepsRecord,
     not_converged: Vec<String>,
     pending: Vec<String>,
     step_exchanges_from: usize,
@@ -259,175 +193,7 @@ struct CsiLab {
     ctl_sock: PathBuf,
 }
 
-/// The BOSH backend of a CSI scenario: the Director (with its in-process CPI,
-/// agents and UAA) and the IaaS block API, and what the driver is told of them.
-struct BoshBackend {
-    spec: Bosh,
-    director: Arc<DirectorServer>,
-    director_url: String,
-    client_secret: Secret,
-    block_url: String,
-    block_secret: Secret,
-    /// The block API's listener until the CBT side takes it.
-    block_l: Option<Listener>,
-}
-
-impl BoshBackend {
-    /// Stand up the Director and the block API. Draws its secrets from `rng`
-    /// in a fixed order, so a seed gives the same run.
-    async fn start(
-        spec: &Bosh,
-        store: &(dyn Fn(&str) -> anyhow::Result<Arc<dyn Store>> + Sync),
-        gate: &(dyn Fn() -> Gate + Sync),
-        rng: &mut ChaCha20Rng,
-    ) -> anyhow::Result<Self> {
-        let client_secret = Secret::new(super::random_token(rng, 40));
-        let signing_key = Secret::new(super::random_token(rng, 48));
-        let cpi = Cpi::new(
-            store("cpi")?,
-            gate(),
-            CpiConfig {
-                latency: spec.iaas_latency.clone(),
-                ..CpiConfig::default()
-            },
-        );
-        let config = director_config(spec, &client_secret, signing_key);
-        let director_store = store("director")?;
-        let rebuild = (director_store.clone(), gate(), cpi.clone(), config.clone());
-        let director = Director::new(director_store, gate(), cpi, config)
-            .await
-            .map_err(|e| anyhow!("starting the fake Director: {e}"))?;
-        let listener = director
-            .serve(loopback())
-            .await
-            .context("serving the fake Director")?;
-        let director_url = listener.url();
-        let server = Arc::new(DirectorServer {
-            current: std::sync::RwLock::new(director),
-            rebuild,
-            addr: listener.addr,
-            listener: tokio::sync::Mutex::new(Some(listener)),
-        });
-        // The IaaS's block API the driver reads changed blocks from, with its own credential.
-        let block_secret = Secret::new(super::random_token(rng, 40));
-        let block_l = server
-            .rebuild
-            .2
-            .serve_block_api(
-                loopback(),
-                drivelab_fakes::secret::Secret::new(block_secret.expose()),
-            )
-            .await
-            .context("serving the IaaS block API")?;
-        Ok(BoshBackend {
-            spec: spec.clone(),
-            director: server,
-            director_url,
-            client_secret,
-            block_url: block_l.url(),
-            block_secret,
-            block_l: Some(block_l),
-        })
-    }
-
-    fn director(&self) -> Director {
-        self.director.director()
-    }
-
-    /// The instance id of the BOSH instance node `name` runs on.
-    fn instance_of(&self, name: &str) -> anyhow::Result<String> {
-        let n = self
-            .spec
-            .nodes
-            .iter()
-            .find(|n| n.name == name)
-            .ok_or_else(|| anyhow!("node {name} has no BOSH instance"))?;
-        let (dep, index) = n
-            .instance_ref()
-            .ok_or_else(|| anyhow!("node {}: bad instance {}", n.name, n.instance))?;
-        let group = self
-            .spec
-            .deployments
-            .iter()
-            .find(|d| d.name == dep)
-            .map(|d| d.instance_group.clone())
-            .unwrap_or_default();
-        let want = format!("{group}/{index}");
-        self.director()
-            .instances()
-            .iter()
-            .find(|i| i.deployment == dep && i.name == want)
-            .map(|i| i.id.clone())
-            .ok_or_else(|| anyhow!("the Director has no instance {}", n.instance))
-    }
-
-    /// What the BOSH agent made visible on `instance_id`, as udev would show it.
-    fn devices(&self, instance_id: &str) -> DeviceSource {
-        // Through the server, not a Director handle: a handle kept here would
-        // keep a restarted Director's old workers alive.
-        let d = Arc::downgrade(&self.director);
-        let iid = instance_id.to_string();
-        Arc::new(move || {
-            let Some(d) = d.upgrade() else {
-                return Vec::new();
-            };
-            d.director()
-                .agent_disks(&iid)
-                .iter()
-                .map(|a| Device::for_disk(&a.disk_cid))
-                .collect()
-        })
-    }
-}
-
-/// The Director's configuration for a `bosh:` section.
-fn director_config(spec: &Bosh, client_secret: &Secret, signing_key: Secret) -> DirectorConfig {
-    let mut pools: Vec<String> = spec
-        .storage_classes
-        .iter()
-        .map(|c| c.disk_pool.clone())
-        .collect();
-    pools.sort();
-    pools.dedup();
-    DirectorConfig {
-        deployments: spec
-            .deployments
-            .iter()
-            .map(|d| DeploymentConfig {
-                name: d.name.clone(),
-                instance_groups: vec![InstanceGroupConfig {
-                    name: d.instance_group.clone(),
-                    instances: d.instances,
-                    azs: vec!["z1".into()],
-                }],
-            })
-            .collect(),
-        disk_pools: pools
-            .into_iter()
-            .map(|name| DiskPoolConfig {
-                name,
-                cloud_properties: json!({}),
-            })
-            .collect(),
-        clients: vec![ClientConfig {
-            id: CLIENT_ID.into(),
-            secret: drivelab_fakes::secret::Secret::new(client_secret.expose()),
-            scopes: bosh_csi::config::NARROW_SCOPES
-                .iter()
-                .map(|x| x.to_string())
-                .collect(),
-            deployments: spec.client_deployments.clone(),
-        }],
-        dynamic_disks_workers: spec.workers,
-        per_deployment_scoping: spec.per_deployment_scoping,
-        disk_jobs_take_vm_lock: spec.disk_jobs_take_vm_lock,
-        disk_jobs_take_deployment_lock: spec.disk_jobs_take_deployment_lock,
-        token_signing_key: signing_key,
-        ..Default::default()
-    }
-}
-
-impl super::system::SystemLab for CsiLab {
+impl SystemLab for CsiLab {
     fn history(&self) -> &History {
         &self.history
     }
@@ -545,7 +311,7 @@ impl super::system::SystemLab for CsiLab {
         Ok(CsiLab::render_snapshot(self))
     }
 
-    fn steps_record(&mut self) -> &mut super::system::StepsRecord {
+    fn steps_record(&mut self) -> &mut StepsRecord {
         &mut self.record
     }
 }
@@ -653,7 +419,7 @@ impl CsiLab {
             hook: Arc::downgrade(&hook),
         }));
         for f in &scn.faults {
-            hook.arm(f.value.clone(), &super::line_of(&scn.path, f));
+            hook.arm(f.value.clone(), &line_of(&scn.path, f));
         }
         let mut norm = Normalizer::default();
         // Paths under the run directory (a driver's own backend on the host)
@@ -1441,7 +1207,7 @@ impl CsiLab {
     }
 
     fn render_snapshot(&mut self) -> String {
-        let input = snapshot::csi::CsiSnapshotInput {
+        let input = snapshot::CsiSnapshotInput {
             instances: self.director().map(|d| d.instances()).unwrap_or_default(),
             disks: self.director().map(|d| d.disks()).unwrap_or_default(),
             iaas_disks: self.director().map(|d| d.cpi().disks()).unwrap_or_default(),
@@ -1471,7 +1237,7 @@ impl CsiLab {
                 .unwrap_or_default(),
             bosh: self.backend.is_some(),
         };
-        snapshot::csi::render(&input, &mut self.norm)
+        snapshot::render(&input, &mut self.norm)
     }
 
     async fn finish(
@@ -1957,8 +1723,8 @@ fn csi_params(
     b: &BackendRefs,
     socket_name: &str,
     clock: &SimClock,
-) -> super::external::DriverParams {
-    let mut params = super::external::DriverParams::new(
+) -> external::DriverParams {
+    let mut params = external::DriverParams::new(
         crate::scenario::DriverProtocol::Csi,
         b.sockets.clone(),
         socket_name,
@@ -2100,24 +1866,6 @@ fn builtin_bosh_csi(
             socket,
         ),
     }
-}
-
-async fn operator_job(director: Director, history: &History, job: Job) {
-    let what = format!("{job:?}");
-    let text = match director.run_job(job, "admin").await {
-        Ok(t) => format!(
-            "operator task {} ({}) ended {:?}{}",
-            t.id,
-            t.description,
-            t.state,
-            t.result.map(|r| format!(": {r}")).unwrap_or_default()
-        ),
-        Err(e) => format!("operator job {what} could not run: {e}"),
-    };
-    history.record(EventKind::Note {
-        component: Component::Lab,
-        text,
-    });
 }
 
 /// What one actor of a `concurrent:` block drives.

@@ -27,7 +27,7 @@ use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use serde_json::json;
 
-use crate::checks::csi::{BackupRecord, ReplayRecord, StreamSegment};
+use super::checks::{BackupRecord, ReplayRecord, StreamSegment};
 use crate::scenario::{BackupStep, BackupToken, ReplayStep, ResumeStep, SnapshotRef, SnapshotStep};
 
 /// The audience the SnapshotMetadataService advertises (tokens are requested for it).
@@ -110,7 +110,7 @@ impl Cbt {
         )
         .await
         .context("the snapshot-metadata sidecar could not reach the controller")?;
-        let forged = format!("forged.{}", super::random_token(rng, 24));
+        let forged = format!("forged.{}", crate::engine::random_token(rng, 24));
         Ok(Self {
             sidecar,
             reviews,

@@ -1,11 +1,7 @@
-//! The ownership snapshot: who owns which claim, bucket, access, account, key,
-//! policy, checkpoint and Secret, as canonical sorted text. Ids are labelled
-//! in first-seen order (`<uid-1>`), secrets only as labels that change when the
-//! secret changes (`<secret-A>`), so a diff shows a rotation and no secret is
-//! ever written out.
+//! The COSI ownership snapshot: who owns which claim, bucket, access, account,
+//! key, policy, checkpoint and Secret, as canonical sorted text, every id and
+//! secret through the run's [`Normalizer`].
 
-pub mod csi;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use base64::Engine as _;
@@ -13,163 +9,8 @@ use drivelab_fakes::json::{at as c, bool_at as b, str_at as s};
 use drivelab_fakes::secret::Secret;
 use serde_json::Value;
 
-use crate::checks::BackendState;
-
-/// Assigns stable labels to ids and secrets and rewrites text with them.
-#[derive(Default)]
-pub struct Normalizer {
-    labels: BTreeMap<String, String>,
-    counters: BTreeMap<&'static str, usize>,
-    secrets: BTreeMap<String, String>,
-    /// The automaton over every known value, built on first use after a change:
-    /// a snapshot calls `text` once per line, and rebuilding per call made a
-    /// step cost O(ids²) (issue 9's profile: 65% of a growth run's CPU).
-    matcher: std::sync::OnceLock<Matcher>,
-}
-
-// Holds raw secrets: Debug shows only counts.
-impl std::fmt::Debug for Normalizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Normalizer")
-            .field("ids", &self.labels.len())
-            .field("secrets", &self.secrets.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// Every known secret and id with its label, compiled once.
-enum Matcher {
-    /// Nothing is known yet: text passes unchanged.
-    Empty,
-    /// The automaton and, per pattern, its label.
-    Ready(aho_corasick::AhoCorasick, Vec<String>),
-    /// The pattern set could not be compiled (only on absurd sets).
-    Failed,
-}
-
-impl Normalizer {
-    /// Label `raw` as `<category-N>` (first time seen) and return the label.
-    pub fn id(&mut self, category: &'static str, raw: &str) -> String {
-        if raw.is_empty() {
-            return String::new();
-        }
-        if let Some(l) = self.labels.get(raw) {
-            return l.clone();
-        }
-        let n = self.counters.entry(category).or_insert(0);
-        *n += 1;
-        let label = format!("<{category}-{n}>");
-        self.labels.insert(raw.to_string(), label.clone());
-        self.matcher = Default::default();
-        label
-    }
-
-    /// Label a fixed value with a fixed name (e.g. the endpoint URL).
-    pub fn fixed(&mut self, raw: &str, label: &str) {
-        if !raw.is_empty() {
-            self.labels.insert(raw.to_string(), format!("<{label}>"));
-            self.matcher = Default::default();
-        }
-    }
-
-    /// Label a secret `<secret-A>`, `<secret-B>`, ... in first-seen order.
-    pub fn secret(&mut self, s: &Secret) -> String {
-        let raw = s.expose();
-        if raw.is_empty() {
-            return "<empty-secret>".to_string();
-        }
-        if let Some(l) = self.secrets.get(raw) {
-            return l.clone();
-        }
-        let label = format!("<secret-{}>", letters(self.secrets.len()));
-        self.secrets.insert(raw.to_string(), label.clone());
-        self.matcher = Default::default();
-        label
-    }
-
-    /// Like [`Normalizer::text`], then labels any remaining run of 16+ lowercase
-    /// hex digits (names a driver derived from random ids, e.g. `key-<sha256>`)
-    /// as `<hex-N>` in order of appearance, so two runs of one seed compare equal.
-    pub fn text_all(&mut self, text: &str) -> String {
-        let known = self.text(text);
-        let bytes = known.as_bytes();
-        let mut out = String::with_capacity(known.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            let is_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
-            if is_hex(bytes[i]) && (i == 0 || !bytes[i - 1].is_ascii_alphanumeric()) {
-                let mut j = i;
-                while j < bytes.len() && is_hex(bytes[j]) {
-                    j += 1;
-                }
-                let boundary = j == bytes.len() || !bytes[j].is_ascii_alphanumeric();
-                if j - i >= 16 && boundary {
-                    out.push_str(&self.id("hex", &known[i..j]));
-                    i = j;
-                    continue;
-                }
-                out.push_str(&known[i..j]);
-                i = j;
-                continue;
-            }
-            let ch = known[i..].chars().next().unwrap_or(' ');
-            out.push(ch);
-            i += ch.len_utf8();
-        }
-        out
-    }
-
-    /// `text` with every known secret and id replaced by its label.
-    pub fn text(&self, text: &str) -> String {
-        match self.matcher.get_or_init(|| self.compile()) {
-            Matcher::Ready(ac, labels) => ac.replace_all(text, labels),
-            Matcher::Empty => text.to_string(),
-            // Never write unlabelled text.
-            Matcher::Failed => "<snapshot could not be labelled>".to_string(),
-        }
-    }
-
-    fn compile(&self) -> Matcher {
-        // One pass over the text (leftmost-longest, so no fragment of a longer
-        // id or secret survives a shorter match); secrets win over ids.
-        let mut patterns: Vec<&str> = Vec::new();
-        let mut labels: Vec<String> = Vec::new();
-        for (raw, label) in &self.secrets {
-            patterns.push(raw);
-            labels.push(label.clone());
-        }
-        for (raw, label) in &self.labels {
-            if !self.secrets.contains_key(raw) {
-                patterns.push(raw);
-                labels.push(label.clone());
-            }
-        }
-        if patterns.is_empty() {
-            return Matcher::Empty;
-        }
-        match aho_corasick::AhoCorasick::builder()
-            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
-            .build(&patterns)
-        {
-            Ok(ac) => Matcher::Ready(ac, labels),
-            Err(_) => Matcher::Failed,
-        }
-    }
-}
-
-fn letters(mut n: usize) -> String {
-    let mut s = Vec::new();
-    loop {
-        s.push(b'A' + (n % 26) as u8);
-        n /= 26;
-        if n == 0 {
-            break;
-        }
-        n -= 1;
-    }
-    s.reverse();
-    String::from_utf8(s).unwrap_or_default()
-}
+use super::checks::BackendState;
+use crate::snapshot::Normalizer;
 
 /// What the snapshot is built from.
 pub struct SnapshotInput<'a> {
@@ -345,7 +186,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
         // The lab's canary is in every run and says nothing; a bucket the
         // scenario planted as someone else's is shown, marked, so a reviewer
         // sees that it survived.
-        .filter(|(n, _)| n.as_str() != crate::engine::CANARY_BUCKET)
+        .filter(|(n, _)| n.as_str() != super::CANARY_BUCKET)
         .map(|(n, objs)| {
             let whose = if input.lab_buckets.contains(n) {
                 " (someone else's)"
@@ -467,45 +308,3 @@ fn is_digest(v: &str) -> bool {
     v.len() >= 32 && v.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secrets_get_letters_in_first_seen_order_and_never_appear() {
-        let mut n = Normalizer::default();
-        let a = Secret::new("supersecretvalue-aaaaaaaa");
-        let bb = Secret::new("anothersecretvalue-bbbbbb");
-        assert_eq!(n.secret(&a), "<secret-A>");
-        assert_eq!(n.secret(&bb), "<secret-B>");
-        assert_eq!(n.secret(&a), "<secret-A>");
-        let t = n.text("x supersecretvalue-aaaaaaaa y anothersecretvalue-bbbbbb");
-        assert_eq!(t, "x <secret-A> y <secret-B>");
-    }
-
-    #[test]
-    fn ids_are_labelled_by_category_and_rewritten_inside_other_ids() {
-        let mut n = Normalizer::default();
-        assert_eq!(n.id("uid", "1234-abcd"), "<uid-1>");
-        assert_eq!(n.id("uid", "9999-ffff"), "<uid-2>");
-        assert_eq!(n.id("key", "AKIA1"), "<key-1>");
-        assert_eq!(
-            n.text("bucket-1234-abcd and ba-9999-ffff"),
-            "bucket-<uid-1> and ba-<uid-2>"
-        );
-    }
-
-    #[test]
-    fn leftover_hex_runs_are_labelled_in_order() {
-        let mut n = Normalizer::default();
-        let t = n.text_all("key-0123456789abcdef0123 then key-fedcba9876543210 then key-0123456789abcdef0123 and cafe");
-        assert_eq!(t, "key-<hex-1> then key-<hex-2> then key-<hex-1> and cafe");
-    }
-
-    #[test]
-    fn letters_go_past_z() {
-        assert_eq!(letters(0), "A");
-        assert_eq!(letters(25), "Z");
-        assert_eq!(letters(26), "AA");
-    }
-}

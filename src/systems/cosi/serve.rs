@@ -21,8 +21,8 @@ use serde_json::json;
 use serde_saphyr::Spanned;
 
 use super::fakes::FakeSet;
-use super::hook::{LabControl, LabHook};
-use super::schedule::Scheduler;
+use crate::engine::hook::{LabControl, LabHook};
+use crate::engine::schedule::Scheduler;
 use crate::scenario::fault::RawFault;
 use crate::scenario::{
     error_at, yaml_error, AccessClassSpec, BucketClassSpec, FaultSpec, ScenarioError, System,
@@ -327,7 +327,7 @@ pub async fn start(
     .map_err(|e| anyhow!("creating the admin Secret: {e}"))?;
     let probe = S3Probe::new(&s3_url, "us-east-1").as_lab(fakes.s3().lab_marker());
     for b in &config.buckets {
-        super::create_lab_bucket(&probe, &admin_secret, b).await?;
+        super::lab::create_lab_bucket(&probe, &admin_secret, b).await?;
     }
     let admin = |method: &'static str, path: String, body: serde_json::Value| {
         let probe = &probe;
@@ -403,7 +403,7 @@ pub async fn start(
         }
         json!(p)
     };
-    super::create_classes(
+    super::lab::create_classes(
         &kube,
         &config.driver_name,
         &config.bucket_classes,
@@ -411,7 +411,7 @@ pub async fn start(
         &params,
     )?;
     let kubeconfig = dir.path().join("kubeconfig");
-    super::write_kubeconfig(&kubeconfig, &kube_url, "default").context("writing the kubeconfig")?;
+    crate::engine::write_kubeconfig(&kubeconfig, &kube_url, "default").context("writing the kubeconfig")?;
     for (f, at) in faults {
         hook.arm(f, &at);
     }

@@ -85,7 +85,7 @@ pub struct StorageClassSpec {
 /// What the file holds under `bosh:`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawBosh {
+pub(crate) struct RawBosh {
     #[serde(default)]
     deployments: Vec<DeploymentSpec>,
     #[serde(default)]
@@ -160,7 +160,7 @@ pub const DEFAULT_CLASS: &str = "bosh";
 
 impl RawBosh {
     /// Fill in defaults and check references; errors are message + hint.
-    pub(super) fn resolve(self) -> Result<Bosh, (String, Option<&'static str>)> {
+    pub(crate) fn resolve(self) -> Result<Bosh, (String, Option<&'static str>)> {
         let deployments = if self.deployments.is_empty() {
             vec![DeploymentSpec {
                 name: DEFAULT_DEPLOYMENT.into(),
@@ -274,7 +274,7 @@ impl RawBosh {
         }
         let task_timeout = match &self.task_timeout {
             None => Duration::from_secs(2),
-            Some(s) => super::parse_duration(s)
+            Some(s) => crate::scenario::parse_duration(s)
                 .filter(|d| !d.is_zero() && *d <= Duration::from_secs(600))
                 .ok_or_else(|| {
                     (
@@ -291,7 +291,7 @@ impl RawBosh {
                     Some("e.g. create_disk, attach_disk, detach_disk, delete_disk, create_vm, delete_vm"),
                 ));
             }
-            let d = super::parse_duration(d)
+            let d = crate::scenario::parse_duration(d)
                 .filter(|d| *d <= Duration::from_secs(3600))
                 .ok_or_else(|| {
                     (
@@ -625,14 +625,14 @@ pub struct ReplayStep {
 
 /// A file holding only a `bosh:` section, as in a scenario (`drivelab serve
 /// --system csi --config lab.yaml`); errors as `file:line:col`.
-pub fn parse_section(path: &std::path::Path, text: &str) -> Result<Bosh, super::ScenarioError> {
+pub fn parse_section(path: &std::path::Path, text: &str) -> Result<Bosh, crate::scenario::ScenarioError> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Section {
         #[serde(default)]
         bosh: Option<serde_saphyr::Spanned<RawBosh>>,
     }
-    let raw: Section = serde_saphyr::from_str(text).map_err(|e| super::yaml_error(path, &e))?;
+    let raw: Section = serde_saphyr::from_str(text).map_err(|e| crate::scenario::yaml_error(path, &e))?;
     let Some(b) = raw.bosh else {
         return Ok(RawBosh::default()
             .resolve()
@@ -641,7 +641,7 @@ pub fn parse_section(path: &std::path::Path, text: &str) -> Result<Bosh, super::
     let at = serde_saphyr::Spanned::new((), b.referenced, b.defined);
     b.value
         .resolve()
-        .map_err(|(m, hint)| super::error_at(path, &at, m, hint))
+        .map_err(|(m, hint)| crate::scenario::error_at(path, &at, m, hint))
 }
 
 impl Default for RawBosh {

@@ -1,0 +1,96 @@
+//! What every system's checks share: the verdict a check returns (pass, fail
+//! or not exercised, with the calls that show it) and the secret scan behind
+//! no-secret-leak. The checks themselves live with their system
+//! (`crate::systems::*::checks`), each a pure function of its observations.
+
+use drivelab_fakes::history::CallId;
+use drivelab_fakes::secret::Secret;
+use serde::Serialize;
+
+use crate::scenario::Invariant;
+
+/// A check's result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// Which invariant.
+    pub invariant: &'static str,
+    /// Passed? (A check with nothing to judge passes vacuously: see `exercised`.)
+    pub passed: bool,
+    /// False when the check had nothing to judge in this run (no probes, no
+    /// repeated requests, no secrets handed out…): "not exercised", never
+    /// reported as holding.
+    pub exercised: bool,
+    /// What was checked (on pass) or what broke (on fail), one line each.
+    pub details: Vec<String>,
+    /// History call ids that show the violation.
+    pub evidence: Vec<u64>,
+}
+
+impl Verdict {
+    pub(crate) fn new(invariant: Invariant) -> Self {
+        Self {
+            invariant: invariant.id(),
+            passed: true,
+            exercised: true,
+            details: Vec::new(),
+            evidence: Vec::new(),
+        }
+    }
+    pub(crate) fn fail(&mut self, detail: String, calls: impl IntoIterator<Item = CallId>) {
+        self.passed = false;
+        self.details.push(detail);
+        self.evidence.extend(calls.into_iter().map(|c| c.0));
+    }
+    /// Close the verdict: `judged` is how many things the check looked at;
+    /// none means it was not exercised (unless it already failed).
+    pub(crate) fn finish(mut self, judged: usize, checked: String) -> Self {
+        if self.passed {
+            self.exercised = judged > 0;
+            self.details.push(checked);
+        }
+        self.evidence.sort_unstable();
+        self.evidence.dedup();
+        self
+    }
+}
+
+/// no-secret-leak over any system's secrets and artifacts.
+pub(crate) fn secret_scan(all: &[Secret], artifacts: &[(String, String)]) -> Verdict {
+    let mut v = Verdict::new(Invariant::NoSecretLeak);
+    // Very short values would match by accident; real secrets here are ≥ 16 chars.
+    let secrets: Vec<&Secret> = all.iter().filter(|s| s.expose().len() >= 8).collect();
+    // One automaton over every secret, one pass per artifact: searching each
+    // secret separately made this O(secrets × text), quadratic in a run's size.
+    let ac = aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::Standard)
+        .build(secrets.iter().map(|s| s.expose()));
+    let ac = match ac {
+        Ok(ac) => ac,
+        Err(e) => {
+            v.fail(format!("secret matcher could not be built: {e}"), []);
+            return v.finish(0, String::new());
+        }
+    };
+    for (name, text) in artifacts {
+        // First occurrence of each secret, reported in secret order.
+        let mut first = std::collections::BTreeMap::new();
+        for m in ac.find_overlapping_iter(text.as_str()) {
+            first.entry(m.pattern().as_usize()).or_insert(m.start());
+        }
+        for (i, pos) in first {
+            let line = text[..pos].matches('\n').count() + 1;
+            v.fail(
+                format!("{name}:{line}: contains secret #{} of this run", i + 1),
+                [],
+            );
+        }
+    }
+    v.finish(
+        secrets.len(),
+        format!(
+            "{} secrets searched for in {} artifacts; none found",
+            secrets.len(),
+            artifacts.len()
+        ),
+    )
+}

@@ -1,0 +1,1646 @@
+//! The COSI lab: stands up the S3/admin and Kubernetes fakes, the COSI
+//! sidecar and the driver for one scenario, applies its COSI steps on the
+//! virtual clock, converges the sidecar after each, and gathers the
+//! observations, snapshot and history the checks and reports read.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::scenario::Mutant;
+use anyhow::{anyhow, Context};
+use base64::Engine as _;
+use drivelab_fakes::clock::SimClock;
+use drivelab_fakes::cosi_sidecar::{
+    CosiSidecar, DriverOp, DriverReply, DriverRequest, Exchange, Reconcile, Target,
+};
+use drivelab_fakes::gate::Gate;
+use drivelab_fakes::history::{Component, EventKind, History};
+use drivelab_fakes::json::{bool_at, str_at};
+use drivelab_fakes::kube::{Kind, KubeFake};
+use drivelab_fakes::s3::{S3Config, S3Probe};
+use drivelab_fakes::secret::Secret;
+use futures_util::future::BoxFuture;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde_json::{json, Value};
+
+use super::checks::{
+    self, BackendState, LiveAccess, Observations, Probe, ProbePurpose, RetryObservation, Stuck,
+    UserState,
+};
+use crate::scenario::{
+    AccessStep, BackendBucketStep, ClaimStep, Expectation, Invariant, Restartable, RetryOp,
+    RetryStep, Scenario, Step,
+};
+
+use super::fakes::FakeSet;
+use super::snapshot::{self, SnapshotInput};
+use super::ADMIN_SECRET_NAME;
+use super::{ADMIN_SECRET_NAMESPACE, CANARY_BUCKET, DRIVER_STATE_NAMESPACE};
+use crate::engine::driver::{self, Driver};
+use crate::engine::hook::{self, LabControl, LabHook};
+use crate::engine::external::{self, write_kubeconfig};
+use crate::engine::queue::{self, WorkQueue};
+use crate::engine::schedule::Scheduler;
+use crate::engine::{
+    line_of, random_token, replay_command, system, ExpectFailure, RunOptions, RunOutcome,
+    StepSnapshots,
+};
+use crate::snapshot::Normalizer;
+
+/// Stand up a COSI scenario's lab (twice, when a twin is needed), run it and judge it.
+pub(crate) async fn run(
+    scn: &Scenario,
+    opts: &RunOptions,
+    seed: u64,
+    mutants: &[Mutant],
+) -> anyhow::Result<RunOutcome> {
+    // The twin: the same scenario, seed and names in a second lab. A driver whose
+    // secrets are a function of names hands out the same secrets in both.
+    let twin = if scn.invariants.contains(&Invariant::UnpredictableSecrets) {
+        Some(
+            run_once(scn, seed, mutants, opts.step_snapshots, None, None)
+                .await?
+                .1,
+        )
+    } else {
+        None
+    };
+    let recorder = opts.recorder.as_ref();
+    Ok(
+        run_once(scn, seed, mutants, opts.step_snapshots, twin, recorder)
+            .await?
+            .0,
+    )
+}
+
+async fn run_once(
+    scn: &Scenario,
+    seed: u64,
+    mutants: &[Mutant],
+    step_snapshots: StepSnapshots,
+    twin: Option<BTreeMap<String, Secret>>,
+    recorder: Option<&crate::runs::Recorder>,
+) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
+    let log_start = crate::logcap::position();
+    let mut lab = Lab::start(scn, seed, mutants).await?;
+    lab.recorder = recorder.cloned();
+    let result = system::run_steps(&mut lab, scn, step_snapshots).await;
+    lab.checkpoint(scn.steps.len());
+    let outcome = match result {
+        Ok(()) => lab.finish(scn, seed, mutants, log_start, twin).await,
+        Err(e) => Err(e),
+    };
+    lab.stop().await;
+    outcome
+}
+
+/// What the gate hook may ask of the engine.
+/// Holds the lab weakly: the gates own the hook, the hook owns this, and the
+/// fakes own the gates — strong references here would keep every run alive.
+struct Control {
+    driver: std::sync::Weak<Driver>,
+    fakes: std::sync::Weak<FakeSet>,
+    history: History,
+    hook: std::sync::Weak<LabHook>,
+    /// One crash-and-restart at a time: two crash faults hit in one concurrent
+    /// block used to restart the driver twice at once, and the loser dropped
+    /// the winner's runtime inside async code (a panic, then a 20 s wait for a
+    /// socket the other restart had unlinked).
+    crashing: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Control {
+    fn maintenance(&self) -> Option<hook::Maintenance> {
+        self.hook.upgrade().map(|h| h.maintenance())
+    }
+}
+
+impl LabControl for Control {
+    fn crash_driver(&self, during: drivelab_fakes::history::CallId) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let busy = self.maintenance();
+            self.history.record(EventKind::Fault {
+                call: None,
+                fault: "crash_driver".into(),
+                detail: "driver killed (all tasks), restarting".into(),
+            });
+            // Spawned: the hook runs inside a request whose client is the driver we
+            // kill, so the server may drop this future half way; the restart must finish.
+            let Some(driver) = self.driver.upgrade() else {
+                return;
+            };
+            let held = self.hook.upgrade().map(|h| h.driver_crashing());
+            driver::crash_and_restart(
+                driver,
+                self.crashing.clone(),
+                held,
+                busy,
+                self.history.clone(),
+                "driver",
+                LabHook::callers_settled(self.hook.clone(), during),
+            )
+            .await;
+        })
+    }
+
+    fn restart(&self, component: Component) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.history.record(EventKind::Fault {
+                call: None,
+                fault: "restart".into(),
+                detail: format!("{component} restarting (state kept, connections broken)"),
+            });
+            // Spawned: the restart breaks the very connection this hook may be running on.
+            let Some(fakes) = self.fakes.upgrade() else {
+                return;
+            };
+            let busy = self.maintenance();
+            let done = tokio::spawn(async move {
+                let r = fakes.restart(component).await;
+                drop(busy);
+                r
+            });
+            match done.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    self.history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: format!("restart failed: {e:#}"),
+                    });
+                }
+                Err(e) => {
+                    self.history.record(EventKind::Note {
+                        component: Component::Lab,
+                        text: format!("restart task failed: {e}"),
+                    });
+                }
+            }
+        })
+    }
+}
+
+/// One running lab: fakes, driver, sidecar, and what the engine recorded.
+struct Lab {
+    _dir: tempfile::TempDir,
+    clock: SimClock,
+    history: History,
+    fakes: Arc<FakeSet>,
+    driver: Arc<Driver>,
+    hook: Arc<LabHook>,
+    sched: Scheduler,
+    sidecar: Arc<CosiSidecar>,
+    queue: WorkQueue,
+    probe: S3Probe,
+    admin_secret: Secret,
+    converge_within: Duration,
+    uids: Vec<String>,
+    retries: Vec<RetryObservation>,
+    policies_at_grant: BTreeMap<String, BTreeMap<String, Value>>,
+    account_of: BTreeMap<String, (String, String)>,
+    bucket_of: BTreeMap<String, String>,
+    lab_buckets: Vec<String>,
+    class_params: BTreeMap<String, Value>,
+    seen_buckets: std::collections::BTreeSet<String>,
+    seen_users: std::collections::BTreeSet<String>,
+    /// Where `observe_backend` stopped reading the S3 fake's write log.
+    seen_cursor: drivelab_fakes::s3::WriteCursor,
+    /// Failed expectations and per-step snapshots (the run loop's).
+    record: system::StepsRecord,
+    not_converged: Vec<String>,
+    step_exchanges_from: usize,
+    norm: Normalizer,
+    recorder: Option<crate::runs::Recorder>,
+}
+
+impl system::SystemLab for Lab {
+    fn history(&self) -> &History {
+        &self.history
+    }
+
+    fn hook(&self) -> &LabHook {
+        &self.hook
+    }
+
+    fn checkpoint(&self, steps_done: usize) {
+        Lab::checkpoint(self, steps_done);
+    }
+
+    fn begin_step(&mut self) {
+        self.step_exchanges_from = self.sidecar.exchange_count();
+    }
+
+    fn apply<'a>(
+        &'a mut self,
+        scn: &'a Scenario,
+        i: usize,
+        step: &'a crate::scenario::Located<Step>,
+        _at: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            match &step.value {
+                Step::Retry(r) => self.retry(i, r).await?,
+                Step::Concurrent(steps) => self.concurrent(steps).await?,
+                Step::Restart(r) => {
+                    let c = match r.component {
+                        Restartable::S3 | Restartable::Kube => r.component.component(),
+                        other => {
+                            return Err(anyhow!(
+                                "a COSI lab has no {} to restart",
+                                other.component()
+                            ))
+                        }
+                    };
+                    self.history.record(EventKind::Fault {
+                        call: None,
+                        fault: "restart".into(),
+                        detail: format!("{c} restarting (step)"),
+                    });
+                    self.fakes.restart(c).await?;
+                }
+                Step::CreateBackendBucket(b) => self.create_backend_bucket(i, b).await?,
+                Step::CreateBucket(b) => self.create_static_bucket(scn, b)?,
+                other => {
+                    if let Some(target) = self.begin(other)? {
+                        self.converge(target).await?;
+                        self.after(other)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn expect(&self, e: &Expectation) -> Vec<String> {
+        Lab::expect(self, e)
+    }
+
+    fn observe(&mut self, _i: usize) {
+        self.observe_backend();
+    }
+
+    fn render_snapshot(&mut self) -> anyhow::Result<String> {
+        Lab::render_snapshot(self)
+    }
+
+    fn steps_record(&mut self) -> &mut system::StepsRecord {
+        &mut self.record
+    }
+}
+
+impl Lab {
+    async fn start(scn: &Scenario, seed: u64, mutants: &[Mutant]) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("drivelab-")
+            .tempdir()
+            .context("creating the run directory")?;
+        let db = sled::Config::new()
+            .path(dir.path().join("state"))
+            .open()
+            .context("opening the lab's sled store")?;
+        let clock = SimClock::new();
+        let history = History::new(clock.clone());
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let admin_secret = Secret::new(random_token(&mut rng, 40));
+        let sched = Scheduler::new(seed, history.clone());
+        let hook = Arc::new(LabHook::new(history.clone(), sched.clone()));
+        let gate = || {
+            let g = Gate::new(history.clone());
+            g.set_hook(hook.clone());
+            g
+        };
+        let s3_config = S3Config {
+            admin_access_key: "drivelab-admin".into(),
+            admin_secret_key: admin_secret.expose().to_string(),
+            region: "us-east-1".into(),
+        };
+        let fakes = FakeSet::start(db, s3_config, rng.random(), gate(), gate()).await?;
+        let s3_url = fakes.s3_url();
+        let kube = fakes.kube();
+
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        kube.create(
+            Kind::Secret,
+            json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": ADMIN_SECRET_NAME, "namespace": ADMIN_SECRET_NAMESPACE},
+                "type": "Opaque",
+                "data": {"accessKey": b64("drivelab-admin"), "secretKey": b64(admin_secret.expose())},
+            }),
+        )
+        .map_err(|e| anyhow!("creating the admin Secret: {e}"))?;
+
+        // Marked as the lab's: its root-key requests (the canary, planted
+        // foreign buckets) are not the driver's calls, in the history or to faults.
+        let probe = S3Probe::new(&s3_url, "us-east-1").as_lab(fakes.s3().lab_marker());
+        create_lab_bucket(&probe, &admin_secret, CANARY_BUCKET).await?;
+
+        // The driver first: classes carry the name it reports (DriverGetInfo).
+        let (driver, sidecar) =
+            start_driver(scn, mutants, &dir, &fakes, &admin_secret, &history).await?;
+        hook.set_control(Arc::new(Control {
+            driver: Arc::downgrade(&driver),
+            fakes: Arc::downgrade(&fakes),
+            history: history.clone(),
+            hook: Arc::downgrade(&hook),
+            crashing: Default::default(),
+        }));
+        let sidecar = CosiSidecar::connect(&sidecar, fakes.kube_slot(), gate())
+            .await
+            .context("the sidecar could not reach the driver")?;
+        sidecar.set_call_timeout(scn.driver.call_timeout);
+        let driver_name = sidecar.driver_name().to_string();
+        let placeholders = [
+            ("{s3_endpoint}", s3_url.clone()),
+            ("{admin_secret_name}", ADMIN_SECRET_NAME.to_string()),
+            (
+                "{admin_secret_namespace}",
+                ADMIN_SECRET_NAMESPACE.to_string(),
+            ),
+        ];
+        let params = |given: &BTreeMap<String, String>| -> Value {
+            let mut p: BTreeMap<String, String> = BTreeMap::new();
+            p.insert("endpoint".into(), s3_url.clone());
+            p.insert("objectStoreUserSecretName".into(), ADMIN_SECRET_NAME.into());
+            p.insert(
+                "objectStoreUserSecretNamespace".into(),
+                ADMIN_SECRET_NAMESPACE.into(),
+            );
+            for (k, v) in given {
+                let mut v = v.clone();
+                for (ph, val) in &placeholders {
+                    v = v.replace(ph, val);
+                }
+                p.insert(k.clone(), v);
+            }
+            json!(p)
+        };
+        let class_params: BTreeMap<String, serde_json::Value> = scn
+            .bucket_classes
+            .iter()
+            .map(|c| (c.name.clone(), params(&c.parameters)))
+            .collect();
+        create_classes(
+            &kube,
+            &driver_name,
+            &scn.bucket_classes,
+            &scn.access_classes,
+            &params,
+        )?;
+
+        for f in &scn.faults {
+            hook.arm(f.value.clone(), &line_of(&scn.path, f));
+        }
+        let kube_url_label = fakes.kube_url();
+        Ok(Self {
+            _dir: dir,
+            clock,
+            history,
+            fakes,
+            driver,
+            hook,
+            sched,
+            sidecar: Arc::new(sidecar),
+            queue: WorkQueue::default(),
+            probe,
+            admin_secret,
+            converge_within: scn.converge_within,
+            uids: Vec::new(),
+            retries: Vec::new(),
+            policies_at_grant: BTreeMap::new(),
+            account_of: BTreeMap::new(),
+            bucket_of: BTreeMap::new(),
+            lab_buckets: vec![CANARY_BUCKET.to_string()],
+            class_params,
+            seen_buckets: Default::default(),
+            seen_users: Default::default(),
+            seen_cursor: Default::default(),
+            record: Default::default(),
+            not_converged: Vec::new(),
+            step_exchanges_from: 0,
+            norm: {
+                let mut n = Normalizer::default();
+                n.fixed(&s3_url, "s3-endpoint");
+                n.fixed(&kube_url_label, "kube-url");
+                n
+            },
+
+            recorder: None,
+        })
+    }
+
+    /// A step boundary: append what happened since the last one to the run's
+    /// durable record, with every secret value known so far redacted.
+    fn checkpoint(&self, steps_done: usize) {
+        let Some(rec) = &self.recorder else {
+            return;
+        };
+        let mut secrets = vec![self.admin_secret.clone()];
+        secrets.extend(
+            self.fakes
+                .s3()
+                .users()
+                .into_iter()
+                .map(|u| Secret::new(u.secret_key)),
+        );
+        for ex in self.sidecar.exchanges() {
+            if let DriverReply::Granted {
+                credentials: Some(c),
+                ..
+            } = ex.reply
+            {
+                secrets.push(c.secret);
+            }
+        }
+        // The record is the lab's, not the driver's: failing to write it is
+        // logged, never turned into a verdict.
+        if let Err(e) = rec.flush(&self.history, steps_done, secrets) {
+            tracing::warn!(error = %e, "run record: flush failed");
+        }
+    }
+
+    /// The ownership snapshot of the state right now.
+    fn render_snapshot(&mut self) -> anyhow::Result<String> {
+        let kube = self.kube();
+        let backend = self.backend();
+        let accesses = kube.list(Kind::BucketAccess, None)?;
+        let mut credential_secrets = Vec::new();
+        for a in &accesses {
+            let ns = str_at(a, &["metadata", "namespace"]);
+            if let Some(sec) = kube.get(
+                Kind::Secret,
+                Some(&ns),
+                &str_at(a, &["spec", "credentialsSecretName"]),
+            )? {
+                credential_secrets.push(sec);
+            }
+        }
+        let mut checkpoints = Vec::new();
+        for o in kube.list(Kind::Secret, Some(DRIVER_STATE_NAMESPACE))? {
+            checkpoints.push(("secret", o));
+        }
+        for o in kube.list(Kind::ConfigMap, Some(DRIVER_STATE_NAMESPACE))? {
+            checkpoints.push(("configmap", o));
+        }
+        for u in &self.uids {
+            self.norm.id("uid", u);
+        }
+        let input = SnapshotInput {
+            claims: kube.list(Kind::BucketClaim, None)?,
+            buckets: kube.list(Kind::Bucket, None)?,
+            accesses,
+            credential_secrets,
+            checkpoints,
+            backend: &backend,
+            lab_buckets: &self.lab_buckets,
+        };
+        Ok(snapshot::render(&input, &mut self.norm))
+    }
+
+    async fn stop(&mut self) {
+        self.driver.stop().await;
+        self.fakes.stop().await;
+    }
+
+    fn kube(&self) -> KubeFake {
+        self.fakes.kube()
+    }
+
+    /// Remember every backend bucket and user that ever existed (owner-only-delete reads this).
+    /// Reads only what was written since the last step (that still exists, as
+    /// a full listing would show it): a scan of every user and bucket per step
+    /// made a run O(N²) (issue 9).
+    fn observe_backend(&mut self) {
+        let (written, cursor) = self.fakes.s3().written_since(self.seen_cursor);
+        self.seen_cursor = cursor;
+        self.seen_buckets.extend(written.buckets);
+        self.seen_users.extend(written.users);
+    }
+
+    fn create_static_bucket(
+        &mut self,
+        scn: &Scenario,
+        b: &crate::scenario::StaticBucketStep,
+    ) -> anyhow::Result<()> {
+        let class = scn
+            .bucket_classes
+            .iter()
+            .find(|c| c.name == b.class)
+            .ok_or_else(|| anyhow!("no bucket class {}", b.class))?;
+        self.kube()
+            .create(
+                Kind::Bucket,
+                json!({
+                    "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "Bucket",
+                    "metadata": {"name": b.name},
+                    "spec": {
+                        "driverName": self.sidecar.driver_name(),
+                        "bucketClassName": b.class,
+                        "protocols": ["S3"],
+                        // An admin copies the class's parameters, connection included.
+                        "parameters": self.class_params.get(&b.class).cloned().unwrap_or_else(|| json!({})),
+                        "deletionPolicy": class.deletion_policy,
+                        "existingBucketID": b.existing_bucket_id,
+                    },
+                }),
+            )
+            .map_err(|e| anyhow!("creating Bucket {}: {e}", b.name))?;
+        Ok(())
+    }
+
+    /// Make the Kubernetes change a step asks for; returns what the sidecar must reconcile.
+    fn begin(&mut self, step: &Step) -> anyhow::Result<Option<Target>> {
+        Ok(Some(match step {
+            Step::CreateBucketClaim(c) => self.create_claim(c)?,
+            Step::GrantAccess(a) => self.create_access(a)?,
+            Step::RevokeAccess(o) => {
+                self.mark_deleted(Kind::BucketAccess, &o.namespace, &o.name)?;
+                Target::Access {
+                    namespace: o.namespace.clone(),
+                    name: o.name.clone(),
+                }
+            }
+            Step::DeleteBucketClaim(o) => {
+                self.mark_deleted(Kind::BucketClaim, &o.namespace, &o.name)?;
+                Target::Claim {
+                    namespace: o.namespace.clone(),
+                    name: o.name.clone(),
+                }
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    /// Record what a converged step produced.
+    fn after(&mut self, step: &Step) -> anyhow::Result<()> {
+        match step {
+            Step::CreateBucketClaim(c) => self.record_claim(&c.namespace, &c.name),
+            Step::GrantAccess(a) => self.record_access(a),
+            _ => Ok(()),
+        }
+    }
+
+    /// Start the steps at once; the scheduler interleaves their requests by seed.
+    async fn concurrent(&mut self, steps: &[Step]) -> anyhow::Result<()> {
+        let mut targets = Vec::new();
+        for s in steps {
+            if let Some(t) = self.begin(s)? {
+                targets.push(t);
+            }
+        }
+        self.sched.begin(targets.len());
+        let mut handles = Vec::new();
+        for t in &targets {
+            self.sched.actor_started();
+            let sidecar = self.sidecar.clone();
+            let sched = self.sched.clone();
+            let t = t.clone();
+            handles.push(tokio::spawn(async move {
+                let r = sidecar.reconcile(&t).await;
+                sched.actor_done();
+                (t, r)
+            }));
+            // Start the next only when this one is parked at a gate or done, so
+            // arrival order (and so the seeded choice) does not depend on timing.
+            self.sched.quiescent().await;
+        }
+        let mut results = Vec::new();
+        for h in handles {
+            results.push(
+                h.await
+                    .map_err(|e| anyhow!("a concurrent step panicked: {e}"))?,
+            );
+        }
+        self.sched.end();
+        for (t, r) in results {
+            let r = r.with_context(|| format!("reconciling {t}"))?;
+            self.settle(t, r);
+        }
+        if let Some(t) = targets.first().cloned() {
+            self.converge(t).await?;
+        }
+        for s in steps {
+            self.after(s)?;
+        }
+        Ok(())
+    }
+
+    fn create_claim(&mut self, c: &ClaimStep) -> anyhow::Result<Target> {
+        let mut spec = json!({"bucketClassName": c.class, "protocols": ["S3"]});
+        if let Some(b) = &c.existing_bucket {
+            spec["existingBucketName"] = json!(b);
+        }
+        let obj = self
+            .kube()
+            .create(
+                Kind::BucketClaim,
+                json!({
+                    "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketClaim",
+                    "metadata": {"name": c.name, "namespace": c.namespace},
+                    "spec": spec,
+                }),
+            )
+            .map_err(|e| anyhow!("creating BucketClaim {}/{}: {e}", c.namespace, c.name))?;
+        self.uids.push(str_at(&obj, &["metadata", "uid"]));
+        Ok(Target::Claim {
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+        })
+    }
+
+    /// A bucket someone else owns appears on the backend. Under a claim's
+    /// name, only if that claim got a bucket: an earlier fault may have kept
+    /// it from ever having one, and then the step says so and does nothing.
+    async fn create_backend_bucket(
+        &mut self,
+        step: usize,
+        b: &BackendBucketStep,
+    ) -> anyhow::Result<()> {
+        let c = match b {
+            BackendBucketStep::Named(n) => {
+                create_lab_bucket(&self.probe, &self.admin_secret, n).await?;
+                self.lab_buckets.push(n.clone());
+                return Ok(());
+            }
+            BackendBucketStep::NameOfClaim(c) => c,
+        };
+        // The driver's bucket id is the backend bucket's name (cosi-s3's is).
+        let name = match self
+            .bucket_of
+            .get(&format!("{}/{}#id", c.namespace, c.name))
+        {
+            None => Err("that claim never got a bucket".to_string()),
+            Some(n) if self.backend().buckets.contains_key(n) => Err(format!(
+                "its bucket {n} still exists, so the name is not free"
+            )),
+            Some(n) => Ok(n.clone()),
+        };
+        let name = match name {
+            Ok(n) => n,
+            Err(why) => {
+                self.record.expect_failures.push(ExpectFailure {
+                    step: step + 1,
+                    at: String::new(),
+                    message: format!(
+                        "create_backend_bucket name_of_claim {}/{}: {why}; nothing created",
+                        c.namespace, c.name
+                    ),
+                });
+                return Ok(());
+            }
+        };
+        create_lab_bucket(&self.probe, &self.admin_secret, &name).await?;
+        self.lab_buckets.push(name);
+        Ok(())
+    }
+
+    fn record_claim(&mut self, ns: &str, name: &str) -> anyhow::Result<()> {
+        if let Some(claim) = self.kube().get(Kind::BucketClaim, Some(ns), name)? {
+            let b = str_at(&claim, &["status", "bucketName"]);
+            if !b.is_empty() {
+                let id = self
+                    .kube()
+                    .get(Kind::Bucket, None, &b)?
+                    .map(|o| str_at(&o, &["status", "bucketID"]))
+                    .unwrap_or_default();
+                // Retries address the bucket by the name the sidecar sent (create) or its id (delete).
+                self.bucket_of.insert(format!("{ns}/{name}"), b);
+                if !id.is_empty() {
+                    self.bucket_of.insert(format!("{ns}/{name}#id"), id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn create_access(&mut self, a: &AccessStep) -> anyhow::Result<Target> {
+        let secret_name = a
+            .credentials_secret
+            .clone()
+            .unwrap_or_else(|| format!("{}-creds", a.name));
+        let obj = self
+            .kube()
+            .create(
+                Kind::BucketAccess,
+                json!({
+                    "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketAccess",
+                    "metadata": {"name": a.name, "namespace": a.namespace},
+                    "spec": {
+                        "bucketClaimName": a.claim,
+                        "bucketAccessClassName": a.class,
+                        "credentialsSecretName": secret_name,
+                        "protocol": "S3",
+                    },
+                }),
+            )
+            .map_err(|e| anyhow!("creating BucketAccess {}/{}: {e}", a.namespace, a.name))?;
+        let uid = str_at(&obj, &["metadata", "uid"]);
+        self.uids.push(uid.clone());
+        self.account_of.insert(
+            format!("{}/{}", a.namespace, a.name),
+            (format!("ba-{uid}"), String::new()),
+        );
+        Ok(Target::Access {
+            namespace: a.namespace.clone(),
+            name: a.name.clone(),
+        })
+    }
+
+    fn record_access(&mut self, a: &AccessStep) -> anyhow::Result<()> {
+        let key = format!("{}/{}", a.namespace, a.name);
+        let secret_name = a
+            .credentials_secret
+            .clone()
+            .unwrap_or_else(|| format!("{}-creds", a.name));
+        let account_id = self
+            .kube()
+            .get(Kind::BucketAccess, Some(&a.namespace), &a.name)?
+            .map(|o| str_at(&o, &["status", "accountID"]))
+            .unwrap_or_default();
+        if let Some(entry) = self.account_of.get_mut(&key) {
+            entry.1 = account_id;
+        }
+        // What this grant's user may do right after it converged; a later grant must not change it.
+        // Only this user and its policies: a whole backend() snapshot per grant is O(N).
+        if let Some(creds) = self.current_credentials(&a.namespace, &secret_name)? {
+            let s3 = self.fakes.s3();
+            let docs = s3
+                .user(&creds.0)
+                .map(|u| {
+                    u.policies
+                        .iter()
+                        .filter_map(|p| s3.policy(p).map(|d| (p.clone(), d.document)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.policies_at_grant.insert(key, docs);
+        }
+        Ok(())
+    }
+
+    fn mark_deleted(&mut self, kind: Kind, ns: &str, name: &str) -> anyhow::Result<()> {
+        // As `kubectl delete`: the API server marks it; the sidecar's finalizer keeps it until cleanup.
+        self.kube()
+            .delete(kind, Some(ns), name)
+            .map_err(|e| anyhow!("deleting {ns}/{name}: {e}"))?;
+        Ok(())
+    }
+
+    /// Reconcile `target` (and anything else queued) until the queue is empty or
+    /// the step's virtual-time window closes.
+    async fn converge(&mut self, target: Target) -> anyhow::Result<()> {
+        self.queue.push(self.clock.now(), target);
+        self.drain(self.converge_within).await
+    }
+
+    /// Act on one reconcile's result: done, or back on the queue after its back-off.
+    /// Why an object is not where an expectation wanted it, from the history:
+    /// the sidecar's last requeue note for it and the driver's reply just
+    /// before (code and message). Empty when the sidecar never requeued it.
+    fn why(&self, t: &Target) -> String {
+        let events = self.history.events();
+        let prefix = format!("requeue {t} in ");
+        let Some(at) = events.iter().rposition(
+            |e| matches!(&e.kind, EventKind::Note { text, .. } if text.starts_with(&prefix)),
+        ) else {
+            return String::new();
+        };
+        let EventKind::Note { text: note, .. } = &events[at].kind else {
+            return String::new();
+        };
+        let driver_calls: std::collections::BTreeMap<_, _> = events[..at]
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Call { id, to, op, .. } if *to == Component::Driver => {
+                    Some((*id, op.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let reply = events[..at].iter().rev().find_map(|e| match &e.kind {
+            EventKind::Reply { id, outcome } => driver_calls.get(id).map(|op| (op, outcome)),
+            _ => None,
+        });
+        let answered = match reply {
+            Some((op, drivelab_fakes::history::Outcome::Grpc { code, message }))
+                if !message.is_empty() =>
+            {
+                format!("; the driver last answered {op} with {code}: {message}")
+            }
+            Some((op, o)) => format!("; the driver last answered {op} with {}", o.label()),
+            None => String::new(),
+        };
+        format!("{answered}; the sidecar's last word: {note}")
+    }
+
+    fn settle(&mut self, t: Target, r: Reconcile) {
+        if let Reconcile::Requeue { after, reason } = r {
+            self.history.record(EventKind::Note {
+                component: Component::Sidecar,
+                text: format!("requeue {t} in {}ms: {reason}", after.as_millis()),
+            });
+            self.queue.push(self.clock.now().after(after), t);
+        }
+    }
+
+    async fn drain(&mut self, within: Duration) -> anyhow::Result<()> {
+        let deadline = queue::deadline(&self.clock, within);
+        while let Some((at, t)) = self.queue.pop_due(deadline) {
+            self.clock.advance_to(at);
+            let r = self
+                .sidecar
+                .reconcile(&t)
+                .await
+                .with_context(|| format!("reconciling {t}"))?;
+            // A crash fired inside this reconcile restarts the driver, whose
+            // start-up calls otherwise race this requeue note in the history.
+            self.hook.until_idle().await;
+            self.settle(t, r);
+        }
+        for (at, t) in self.queue.pending() {
+            let msg = format!(
+                "{t} still pending at {} (next attempt at {at})",
+                self.clock.now()
+            );
+            self.history.record(EventKind::Note {
+                component: Component::Lab,
+                text: format!("not converged: {msg}"),
+            });
+            // One line per object: the latest window it missed.
+            let prefix = format!("{t} ");
+            self.not_converged.retain(|m| !m.starts_with(&prefix));
+            self.not_converged.push(msg);
+        }
+        Ok(())
+    }
+    async fn retry(&mut self, step: usize, r: &RetryStep) -> anyhow::Result<()> {
+        let obj = format!("{}/{}", r.namespace, r.name);
+        let (op, key) = match r.op {
+            RetryOp::CreateBucketClaim => {
+                (DriverOp::CreateBucket, self.bucket_of.get(&obj).cloned())
+            }
+            RetryOp::DeleteBucketClaim => (
+                DriverOp::DeleteBucket,
+                self.bucket_of.get(&format!("{obj}#id")).cloned(),
+            ),
+            RetryOp::GrantAccess => (
+                DriverOp::GrantBucketAccess,
+                self.account_of.get(&obj).map(|a| a.0.clone()),
+            ),
+            RetryOp::RevokeAccess => (
+                DriverOp::RevokeBucketAccess,
+                self.account_of.get(&obj).map(|a| a.1.clone()),
+            ),
+        };
+        let original = key.and_then(|key| {
+            self.sidecar
+                .exchanges()
+                .into_iter()
+                .rev()
+                .find(|e| !e.replay && e.request.op() == op && e.request.key() == key)
+        });
+        let Some(original) = original else {
+            self.record.expect_failures.push(ExpectFailure {
+                step: step + 1,
+                at: String::new(),
+                message: format!(
+                    "retry {} {obj}: the sidecar never sent that request, nothing to retry",
+                    r.op.keyword()
+                ),
+            });
+            return Ok(());
+        };
+        let auth = r.authentication_type.as_deref().map(auth_code);
+        let before = self.backend();
+        let from = self.history.len();
+        let retried = self
+            .sidecar
+            .replay(original.request.clone(), r.parameters.as_ref(), auth)
+            .await;
+        let after = self.backend();
+        let changed_request = retried.request != original.request;
+        // A retry runs alone (never in `concurrent`), so the faults fired
+        // meanwhile on the driver's own calls are this retry's.
+        let backend_faulted = driver_call_faulted(&self.history.events_from(from));
+        self.retries.push(RetryObservation {
+            step,
+            original,
+            retried,
+            before,
+            after,
+            changed_request,
+            backend_faulted,
+        });
+        Ok(())
+    }
+
+    fn expect(&self, e: &Expectation) -> Vec<String> {
+        let mut fails = Vec::new();
+        let all = self.sidecar.exchanges();
+        let step_exchanges = &all[self.step_exchanges_from.min(all.len())..];
+        if let Some(code) = e.code {
+            match step_exchanges.last() {
+                None => fails.push(format!("expected the last driver reply to be {}, but the previous step made no driver call", code.name())),
+                Some(ex) => {
+                    let got = ex.reply.code_name();
+                    if got != code.name() {
+                        let msg = match &ex.reply {
+                            DriverReply::Failed { message, .. } => format!(" ({message})"),
+                            _ => String::new(),
+                        };
+                        fails.push(format!("{} answered {got}{msg}, expected {}", ex.request.op().rpc(), code.name()));
+                    }
+                }
+            }
+        }
+        if let (Some(claim), Some(want)) = (&e.claim, e.ready) {
+            let got = self
+                .kube()
+                .get(Kind::BucketClaim, Some(&e.namespace), claim)
+                .ok()
+                .flatten()
+                .map(|o| bool_at(&o, &["status", "bucketReady"]))
+                .unwrap_or(false);
+            if got != want {
+                let why = self.why(&Target::Claim {
+                    namespace: e.namespace.clone(),
+                    name: claim.clone(),
+                });
+                fails.push(format!(
+                    "claim {}/{claim}: bucketReady is {got}, expected {want}{why}",
+                    e.namespace
+                ));
+            }
+        }
+        if let (Some(access), Some(want)) = (&e.access, e.granted) {
+            let got = self
+                .kube()
+                .get(Kind::BucketAccess, Some(&e.namespace), access)
+                .ok()
+                .flatten()
+                .map(|o| bool_at(&o, &["status", "accessGranted"]))
+                .unwrap_or(false);
+            if got != want {
+                let why = self.why(&Target::Access {
+                    namespace: e.namespace.clone(),
+                    name: access.clone(),
+                });
+                fails.push(format!(
+                    "access {}/{access}: accessGranted is {got}, expected {want}{why}",
+                    e.namespace
+                ));
+            }
+        }
+        if let Some(counts) = &e.backend {
+            let b = self.backend();
+            let check = |fails: &mut Vec<String>, what: &str, want: Option<usize>, got: usize| {
+                if let Some(w) = want {
+                    if w != got {
+                        fails.push(format!("backend has {got} {what}, expected {w}"));
+                    }
+                }
+            };
+            check(
+                &mut fails,
+                "buckets",
+                counts.buckets,
+                b.buckets
+                    .keys()
+                    .filter(|k| !self.lab_buckets.contains(k))
+                    .count(),
+            );
+            check(&mut fails, "users", counts.users, b.users.len());
+            check(
+                &mut fails,
+                "policies",
+                counts.policies,
+                b.driver_policies().count(),
+            );
+        }
+        if let Some(calls) = &e.driver_calls {
+            for (rpc, want) in calls {
+                let got = self
+                    .sidecar
+                    .exchanges()
+                    .iter()
+                    .filter(|x| x.request.op().rpc() == rpc)
+                    .count();
+                if got != *want {
+                    fails.push(format!(
+                        "the sidecar made {got} {rpc} calls, expected {want}"
+                    ));
+                }
+            }
+        }
+        fails
+    }
+
+    fn backend(&self) -> BackendState {
+        BackendState {
+            users: self
+                .fakes
+                .s3()
+                .users()
+                .into_iter()
+                .map(|u| {
+                    (
+                        u.access_key.clone(),
+                        UserState {
+                            secret: Secret::new(u.secret_key.clone()),
+                            status: u.status.clone(),
+                            policies: u.policies.clone(),
+                        },
+                    )
+                })
+                .collect(),
+            builtin_policies: self
+                .fakes
+                .s3()
+                .policies()
+                .into_iter()
+                .filter(|p| p.builtin)
+                .map(|p| p.name)
+                .collect(),
+            policies: self
+                .fakes
+                .s3()
+                .policies()
+                .into_iter()
+                .map(|p| (p.name, p.document))
+                .collect(),
+            buckets: self
+                .fakes
+                .s3()
+                .buckets()
+                .into_iter()
+                .map(|b| (b.name, b.objects))
+                .collect(),
+        }
+    }
+
+    fn current_credentials(
+        &self,
+        ns: &str,
+        secret_name: &str,
+    ) -> anyhow::Result<Option<(String, Secret)>> {
+        let Some(sec) = self.kube().get(Kind::Secret, Some(ns), secret_name)? else {
+            return Ok(None);
+        };
+        Ok(snapshot::bucket_info(&sec).map(|info| {
+            (
+                str_at(&info, &["spec", "secretS3", "accessKeyID"]),
+                Secret::new(str_at(&info, &["spec", "secretS3", "accessSecretKey"])),
+            )
+        }))
+    }
+
+    async fn finish(
+        &mut self,
+        scn: &Scenario,
+        seed: u64,
+        mutants: &[Mutant],
+        log_start: usize,
+        twin: Option<BTreeMap<String, Secret>>,
+    ) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
+        // Faults off, partitions healed: does everything converge now?
+        self.hook.disarm_all();
+        self.history.record(EventKind::Step {
+            index: scn.steps.len(),
+            name: "final convergence (faults healed)".into(),
+        });
+        self.drain(self.converge_within).await?;
+        let stuck = self.stuck();
+        self.observe_backend();
+        let backend = self.backend();
+        let accesses = self.kube().list(Kind::BucketAccess, None)?;
+        let claims = self.kube().list(Kind::BucketClaim, None)?;
+        let buckets = self.kube().list(Kind::Bucket, None)?;
+        let mut credential_secrets = Vec::new();
+        let mut live = Vec::new();
+        for a in &accesses {
+            let ns = str_at(a, &["metadata", "namespace"]);
+            let name = str_at(a, &["metadata", "name"]);
+            let secret_name = str_at(a, &["spec", "credentialsSecretName"]);
+            if let Some(s) = self.kube().get(Kind::Secret, Some(&ns), &secret_name)? {
+                credential_secrets.push(s);
+            }
+            if !bool_at(a, &["status", "accessGranted"])
+                || !str_at(a, &["metadata", "deletionTimestamp"]).is_empty()
+            {
+                continue;
+            }
+            let key = format!("{ns}/{name}");
+            live.push(LiveAccess {
+                name: key.clone(),
+                account_name: format!("ba-{}", str_at(a, &["metadata", "uid"])),
+                account_id: str_at(a, &["status", "accountID"]),
+                bucket_id: str_at(a, &["status", "bucketID"]),
+                credentials: self.current_credentials(&ns, &secret_name)?,
+                policies_at_grant: self
+                    .policies_at_grant
+                    .get(&key)
+                    .cloned()
+                    .unwrap_or_default(),
+            });
+        }
+        let mut checkpoints = Vec::new();
+        for o in self
+            .kube()
+            .list(Kind::Secret, Some(DRIVER_STATE_NAMESPACE))?
+        {
+            checkpoints.push(("secret", o));
+        }
+        for o in self
+            .kube()
+            .list(Kind::ConfigMap, Some(DRIVER_STATE_NAMESPACE))?
+        {
+            checkpoints.push(("configmap", o));
+        }
+
+        // The snapshot first: probes below write objects, which are not the driver's doing.
+        let mut norm = std::mem::take(&mut self.norm);
+        let lab_buckets = self.lab_buckets.clone();
+        let checkpoint_text = checkpoints
+            .iter()
+            .map(|(_, o)| checkpoint_text(o))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let bucket_objects: Vec<(String, String)> = buckets
+            .iter()
+            .map(|b| {
+                (
+                    str_at(b, &["metadata", "name"]),
+                    str_at(b, &["status", "bucketID"]),
+                )
+            })
+            .collect();
+        let ready_claims: Vec<(String, String)> = claims
+            .iter()
+            .filter(|c| bool_at(c, &["status", "bucketReady"]))
+            .map(|c| {
+                let bname = str_at(c, &["status", "bucketName"]);
+                let id = bucket_objects
+                    .iter()
+                    .find(|(n, _)| *n == bname)
+                    .map(|(_, id)| id.clone())
+                    .unwrap_or_default();
+                (
+                    format!(
+                        "{}/{}",
+                        str_at(c, &["metadata", "namespace"]),
+                        str_at(c, &["metadata", "name"])
+                    ),
+                    id,
+                )
+            })
+            .collect();
+        let snapshot = snapshot::render(
+            &SnapshotInput {
+                claims,
+                buckets,
+                accesses,
+                credential_secrets,
+                checkpoints,
+                backend: &backend,
+                lab_buckets: &lab_buckets,
+            },
+            &mut norm,
+        );
+
+        let probes = self.probe_all(&live).await;
+        let exchanges: Vec<Exchange> = self.sidecar.exchanges();
+        let mut handed_out: BTreeMap<String, Secret> = BTreeMap::new();
+        for ex in &exchanges {
+            if let (
+                DriverRequest::Grant { name, .. },
+                DriverReply::Granted {
+                    credentials: Some(c),
+                    ..
+                },
+            ) = (&ex.request, &ex.reply)
+            {
+                handed_out
+                    .entry(name.clone())
+                    .or_insert_with(|| c.secret.clone());
+            }
+        }
+        let mut secrets: Vec<Secret> = vec![self.admin_secret.clone()];
+        secrets.extend(backend.users.values().map(|u| u.secret.clone()));
+        for r in &self.retries {
+            secrets.extend(
+                r.before
+                    .users
+                    .values()
+                    .chain(r.after.users.values())
+                    .map(|u| u.secret.clone()),
+            );
+        }
+        for ex in &exchanges {
+            if let DriverReply::Granted {
+                credentials: Some(c),
+                ..
+            } = &ex.reply
+            {
+                secrets.push(c.secret.clone());
+            }
+        }
+        secrets.extend(
+            live.iter()
+                .filter_map(|a| a.credentials.as_ref().map(|c| c.1.clone())),
+        );
+        secrets.sort();
+        secrets.dedup();
+        let history = self.history.events();
+        let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
+        // What reports write: ids labelled like the snapshot, so two runs diff cleanly.
+        // Keys of accesses gone by the end appear only in the history: label them
+        // in exchange order (deterministic by seed).
+        for ex in &exchanges {
+            if let DriverReply::Granted {
+                account_id,
+                credentials,
+                ..
+            } = &ex.reply
+            {
+                norm.id("account", account_id);
+                if let Some(c) = credentials {
+                    norm.id("key", &c.access_key_id);
+                }
+            }
+        }
+        let history_text = norm.text_all(&history_json);
+        let logs = crate::logcap::since(log_start);
+        let mut artifacts = vec![
+            ("snapshot".into(), snapshot.clone()),
+            ("history".into(), history_json),
+            ("history (normalised)".into(), history_text.clone()),
+            ("log".into(), logs),
+        ];
+        // An external driver's own output is searched for leaks too (a builtin has none).
+        let driver_output = self.driver.output();
+        if !driver_output.is_empty() {
+            artifacts.push(("driver output".into(), driver_output));
+        }
+        let obs = Observations {
+            exchanges,
+            retries: self.retries.clone(),
+            live,
+            backend: self.backend(),
+            probes,
+            stuck,
+            lab_buckets: lab_buckets.clone(),
+            said_taken: said_taken(&history),
+            seen_buckets: self.seen_buckets.clone(),
+            seen_users: self.seen_users.clone(),
+            checkpoint_text,
+            bucket_objects,
+            ready_claims,
+            twin_secrets: twin,
+            secrets,
+            artifacts,
+        };
+        let verdicts = scn
+            .invariants
+            .iter()
+            .map(|i| checks::check(*i, &obs))
+            .collect();
+        let outcome = RunOutcome {
+            scenario: scn.name.clone(),
+            path: scn.path.clone(),
+            seed,
+            mutants: mutants.to_vec(),
+            driver_name: self.sidecar.driver_name().to_string(),
+            verdicts,
+            expect_failures: self.record.expect_failures.clone(),
+            unfired_faults: self.hook.unfired(),
+            faults_armed: self.hook.armed_count(),
+            not_converged: self.not_converged.clone(),
+            figures: Vec::new(),
+            snapshot,
+            history: self.history.events(),
+            history_text,
+            step_snapshots: std::mem::take(&mut self.record.step_snapshots),
+            claims: scn.claims.clone(),
+            replay: replay_command(scn, seed, mutants),
+            secrets: obs.secrets.clone(),
+        };
+        Ok((outcome, handed_out))
+    }
+
+    /// Objects still queued after the final convergence, with the last answer they got.
+    fn stuck(&self) -> Vec<Stuck> {
+        let exchanges = self.sidecar.exchanges();
+        self.queue
+            .pending()
+            .into_iter()
+            .map(|(_, t)| {
+                let keys: Vec<String> = match &t {
+                    Target::Claim { namespace, name } => {
+                        let o = format!("{namespace}/{name}");
+                        [
+                            self.bucket_of.get(&o),
+                            self.bucket_of.get(&format!("{o}#id")),
+                        ]
+                        .into_iter()
+                        .flatten()
+                        .cloned()
+                        .collect()
+                    }
+                    Target::Access { namespace, name } => self
+                        .account_of
+                        .get(&format!("{namespace}/{name}"))
+                        .map(|(a, b)| vec![a.clone(), b.clone()])
+                        .unwrap_or_default(),
+                };
+                let mine: Vec<&Exchange> = exchanges
+                    .iter()
+                    .filter(|e| {
+                        !e.replay && keys.iter().any(|k| !k.is_empty() && k == e.request.key())
+                    })
+                    .collect();
+                let claim = match &t {
+                    Target::Access { namespace, name } => self
+                        .kube()
+                        .get(Kind::BucketAccess, Some(namespace), name)
+                        .ok()
+                        .flatten()
+                        .map(|a| {
+                            format!("{namespace}/{}", str_at(&a, &["spec", "bucketClaimName"]))
+                        }),
+                    Target::Claim { namespace, name } => Some(format!("{namespace}/{name}")),
+                };
+                Stuck {
+                    target: t.to_string(),
+                    last_op: mine.last().map(|e| e.request.op().rpc().to_string()),
+                    last_code: mine.last().map(|e| e.reply.code_name()),
+                    attempts: mine.len(),
+                    calls: mine.iter().map(|e| e.call).collect(),
+                    last_key: mine.last().map(|e| e.request.key().to_string()),
+                    claim,
+                }
+            })
+            .collect()
+    }
+
+    /// Signed PutObjects with handed-out credentials: own bucket, the canary and
+    /// every other live access's bucket with the current credentials; own bucket
+    /// with every credential an earlier reply handed out.
+    async fn probe_all(&mut self, live: &[LiveAccess]) -> Vec<Probe> {
+        let exchanges = self.sidecar.exchanges();
+        let mut out = Vec::new();
+        let mut targets: Vec<String> = live.iter().map(|a| a.bucket_id.clone()).collect();
+        targets.push(CANARY_BUCKET.to_string());
+        targets.sort();
+        targets.dedup();
+        for a in live {
+            if let Some((key, secret)) = &a.credentials {
+                for bucket in &targets {
+                    let granted = *bucket == a.bucket_id;
+                    out.push(
+                        self.one_probe(a, key, secret, bucket, granted, ProbePurpose::Current)
+                            .await,
+                    );
+                }
+            }
+            let handed: Vec<(String, Secret)> = exchanges
+                .iter()
+                .filter(|e| matches!(&e.request, DriverRequest::Grant { name, .. } if *name == a.account_name))
+                .filter_map(|e| match &e.reply {
+                    DriverReply::Granted { credentials: Some(c), .. } => Some((c.access_key_id.clone(), c.secret.clone())),
+                    _ => None,
+                })
+                .collect();
+            let mut seen = Vec::new();
+            for (key, secret) in handed {
+                if seen.contains(&secret) || a.credentials.as_ref().is_some_and(|c| c.1 == secret) {
+                    continue;
+                }
+                seen.push(secret.clone());
+                out.push(
+                    self.one_probe(
+                        a,
+                        &key,
+                        &secret,
+                        &a.bucket_id.clone(),
+                        true,
+                        ProbePurpose::HandedOut,
+                    )
+                    .await,
+                );
+            }
+        }
+        out
+    }
+
+    async fn one_probe(
+        &mut self,
+        a: &LiveAccess,
+        key: &str,
+        secret: &Secret,
+        bucket: &str,
+        granted: bool,
+        purpose: ProbePurpose,
+    ) -> Probe {
+        let object = format!("drivelab-probe/{}", a.name.replace('/', "-"));
+        let calls_before = self.history.len();
+        let reply = self
+            .probe
+            .put_object(
+                key,
+                secret.expose(),
+                bucket,
+                &object,
+                b"drivelab probe".to_vec(),
+            )
+            .await;
+        let call = drivelab_fakes::history::calls(&self.history.events_from(calls_before))
+            .last()
+            .map(|c| c.id);
+        let (status, code) = match reply {
+            Ok(r) => (r.status, r.code),
+            Err(e) => (0, Some(format!("probe failed: {e}"))),
+        };
+        Probe {
+            access: a.name.clone(),
+            access_key: key.to_string(),
+            bucket: bucket.to_string(),
+            granted_bucket: granted,
+            purpose,
+            status,
+            code,
+            call,
+        }
+    }
+}
+
+/// Decoded data of a driver checkpoint object, for "is this id recorded anywhere".
+/// The COSI classes as a cluster admin would create them, connection
+/// parameters filled in by `params` (scenarios and `drivelab serve` share this).
+pub(crate) fn create_classes(
+    kube: &drivelab_fakes::kube::KubeFake,
+    driver_name: &str,
+    bucket_classes: &[crate::scenario::BucketClassSpec],
+    access_classes: &[crate::scenario::AccessClassSpec],
+    params: &dyn Fn(&BTreeMap<String, String>) -> serde_json::Value,
+) -> anyhow::Result<()> {
+    for c in bucket_classes {
+        kube.create(
+            Kind::BucketClass,
+            json!({
+                "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketClass",
+                "metadata": {"name": c.name},
+                "driverName": driver_name,
+                "deletionPolicy": c.deletion_policy,
+                "parameters": params(&c.parameters),
+            }),
+        )
+        .map_err(|e| anyhow!("creating BucketClass {}: {e}", c.name))?;
+    }
+    for c in access_classes {
+        kube.create(
+            Kind::BucketAccessClass,
+            json!({
+                "apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketAccessClass",
+                "metadata": {"name": c.name},
+                "driverName": driver_name,
+                "authenticationType": c.authentication_type,
+                "parameters": params(&c.parameters),
+            }),
+        )
+        .map_err(|e| anyhow!("creating BucketAccessClass {}: {e}", c.name))?;
+    }
+    Ok(())
+}
+
+fn checkpoint_text(o: &Value) -> String {
+    let is_secret = str_at(o, &["kind"]) == "Secret";
+    let mut out = String::new();
+    if let Some(data) = o.get("data").and_then(Value::as_object) {
+        for (k, v) in data {
+            let raw = v.as_str().unwrap_or("");
+            let val = if is_secret {
+                base64::engine::general_purpose::STANDARD
+                    .decode(raw)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .unwrap_or_default()
+            } else {
+                raw.to_string()
+            };
+            out.push_str(&format!("{k}={val}\n"));
+        }
+    }
+    out
+}
+
+/// Build and start the scenario's driver in `dir/driver/` (socket, kubeconfig);
+/// returns it and the socket the sidecar dials.
+async fn start_driver(
+    scn: &Scenario,
+    mutants: &[Mutant],
+    dir: &tempfile::TempDir,
+    fakes: &FakeSet,
+    admin_secret: &Secret,
+    history: &History,
+) -> anyhow::Result<(Arc<Driver>, PathBuf)> {
+    let host_dir = dir.path().join("driver");
+    std::fs::create_dir_all(&host_dir).context("creating the driver's socket directory")?;
+    write_kubeconfig(
+        &host_dir.join("kubeconfig"),
+        &fakes.kube_url(),
+        DRIVER_STATE_NAMESPACE,
+    )
+    .context("writing the kubeconfig")?;
+    let mut params = external::DriverParams::new(
+        crate::scenario::DriverProtocol::Cosi,
+        host_dir,
+        "cosi.sock",
+        dir.path().to_path_buf(),
+    );
+    let admin_key = "drivelab-admin";
+    params
+        .set_labelled("s3_endpoint", fakes.s3_url(), "<s3-endpoint>")
+        .set("admin_url", fakes.s3_url())
+        .set("admin_access_key", admin_key)
+        .set("admin_key", admin_key)
+        .set_secret("admin_secret_key", admin_secret, "<admin-secret>")
+        .set("admin_secret_name", ADMIN_SECRET_NAME)
+        .set("admin_secret_namespace", ADMIN_SECRET_NAMESPACE)
+        .set("region", "us-east-1")
+        .set_labelled("kube_url", fakes.kube_url(), "<kube-url>")
+        .set("namespace", DRIVER_STATE_NAMESPACE);
+    let driver = Arc::new(Driver::new(&scn.driver, mutants, &params, history.clone())?);
+    driver.start().await?;
+    Ok((driver, params.host_socket))
+}
+
+/// The calls in `events` the lab fired a fault on (of kind `only`, if given).
+fn faulted_calls(
+    events: &[drivelab_fakes::history::Event],
+    only: Option<&str>,
+) -> std::collections::BTreeSet<drivelab_fakes::history::CallId> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Fault {
+                call: Some(id),
+                fault,
+                ..
+            } if only.is_none_or(|k| k == fault) => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The buckets whose creation by the driver the lab answered with an injected
+/// 409 (see [`Observations::said_taken`]).
+fn said_taken(events: &[drivelab_fakes::history::Event]) -> std::collections::BTreeSet<String> {
+    use drivelab_fakes::history::Outcome;
+    let faulted = faulted_calls(events, Some("error"));
+    drivelab_fakes::history::calls(events)
+        .into_iter()
+        .filter(|c| {
+            c.from == Component::Driver
+                && c.to == Component::S3
+                && c.op == "create_bucket"
+                && faulted.contains(&c.id)
+                && matches!(c.outcome, Some(Outcome::Http { status: 409, .. }))
+        })
+        .map(|c| c.subject)
+        .collect()
+}
+
+/// Whether the lab fired a fault on a call the driver made, among `events`.
+fn driver_call_faulted(events: &[drivelab_fakes::history::Event]) -> bool {
+    let faulted = faulted_calls(events, None);
+    drivelab_fakes::history::calls(events)
+        .iter()
+        .any(|c| c.from == Component::Driver && faulted.contains(&c.id))
+}
+
+pub(crate) async fn create_lab_bucket(probe: &S3Probe, admin: &Secret, name: &str) -> anyhow::Result<()> {
+    let r = probe
+        .create_bucket("drivelab-admin", admin.expose(), name)
+        .await
+        .map_err(|e| anyhow!("creating lab bucket {name}: {e}"))?;
+    if !(200..300).contains(&r.status) {
+        return Err(anyhow!(
+            "creating lab bucket {name} answered {} {}",
+            r.status,
+            r.code.unwrap_or_default()
+        ));
+    }
+    Ok(())
+}
+
+fn auth_code(name: &str) -> i32 {
+    use drivelab_proto::cosi::AuthenticationType;
+    match name {
+        "Key" => AuthenticationType::Key as i32,
+        "IAM" => AuthenticationType::Iam as i32,
+        _ => AuthenticationType::UnknownAuthenticationType as i32,
+    }
+}
+
