@@ -204,4 +204,3 @@ mod tests {
         assert_eq!(letters(26), "AA");
     }
 }
-

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::scenario::Mutant;
+use crate::scenario::{BoshStep, CosiStep, CsiStep};
 use anyhow::{anyhow, Context};
 use drivelab_fakes::history::{Component, EventKind};
 use drivelab_fakes::ops::Op;
@@ -112,11 +113,13 @@ fn dup_of(step: &Step, how: Dup) -> Vec<Step> {
         return Vec::new();
     };
     // `retry_of` takes NameReused for deletes only.
-    let (Dup::NameReused, Step::DeleteBucketClaim(claim)) = (how, step) else {
+    let (Dup::NameReused, Step::Cosi(CosiStep::DeleteBucketClaim(claim))) = (how, step) else {
         return vec![retry];
     };
     vec![
-        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(claim.clone())),
+        Step::Cosi(CosiStep::CreateBackendBucket(
+            BackendBucketStep::NameOfClaim(claim.clone()),
+        )),
         retry,
     ]
 }
@@ -124,18 +127,22 @@ fn dup_of(step: &Step, how: Dup) -> Vec<Step> {
 /// The `retry` step that re-sends `step`'s request `how`.
 fn retry_of(step: &Step, how: Dup) -> Option<Step> {
     use crate::scenario::{RetryOp, RetryStep};
-    if let Step::CreateVolume(v) = step {
+    if let Step::Csi(CsiStep::CreateVolume(v)) = step {
         return resend_of(v, how);
     }
     let (op, name, namespace) = match step {
-        Step::CreateBucketClaim(c) => (
+        Step::Cosi(CosiStep::CreateBucketClaim(c)) => (
             RetryOp::CreateBucketClaim,
             c.name.clone(),
             c.namespace.clone(),
         ),
-        Step::GrantAccess(a) => (RetryOp::GrantAccess, a.name.clone(), a.namespace.clone()),
-        Step::RevokeAccess(o) => (RetryOp::RevokeAccess, o.name.clone(), o.namespace.clone()),
-        Step::DeleteBucketClaim(o) => (
+        Step::Cosi(CosiStep::GrantAccess(a)) => {
+            (RetryOp::GrantAccess, a.name.clone(), a.namespace.clone())
+        }
+        Step::Cosi(CosiStep::RevokeAccess(o)) => {
+            (RetryOp::RevokeAccess, o.name.clone(), o.namespace.clone())
+        }
+        Step::Cosi(CosiStep::DeleteBucketClaim(o)) => (
             RetryOp::DeleteBucketClaim,
             o.name.clone(),
             o.namespace.clone(),
@@ -157,13 +164,13 @@ fn retry_of(step: &Step, how: Dup) -> Option<Step> {
         Dup::UnknownAuth if op == RetryOp::GrantAccess => (None, Some("Unknown".to_string())),
         _ => return None,
     };
-    Some(Step::Retry(RetryStep {
+    Some(Step::Cosi(CosiStep::Retry(RetryStep {
         op,
         name,
         namespace,
         parameters,
         authentication_type,
-    }))
+    })))
 }
 
 /// A CreateVolume sent again: the same (a retry after a lost reply) or, for
@@ -176,11 +183,13 @@ fn resend_of(v: &crate::scenario::VolumeStep, how: Dup) -> Option<Step> {
         }
         _ => return None,
     };
-    Some(Step::ResendCreateVolume(crate::scenario::ResendStep {
-        name: v.name.clone(),
-        namespace: v.namespace.clone(),
-        size,
-    }))
+    Some(Step::Csi(CsiStep::ResendCreateVolume(
+        crate::scenario::ResendStep {
+            name: v.name.clone(),
+            namespace: v.namespace.clone(),
+            size,
+        },
+    )))
 }
 
 /// The shrunk failure, written to disk.
@@ -259,17 +268,17 @@ pub fn targets_of(outcome: &RunOutcome) -> Vec<FaultTarget> {
 fn concurrent_ok(s: &Step) -> bool {
     matches!(
         s,
-        Step::CreateBucketClaim(_)
-            | Step::GrantAccess(_)
-            | Step::RevokeAccess(_)
-            | Step::DeleteBucketClaim(_)
-            | Step::CreateVolume(_)
-            | Step::DeleteVolume(_)
-            | Step::Publish(_)
-            | Step::Unpublish(_)
-            | Step::Deploy(_)
-            | Step::RecreateVm(_)
-            | Step::RollingUpdate(_)
+        Step::Cosi(CosiStep::CreateBucketClaim(_))
+            | Step::Cosi(CosiStep::GrantAccess(_))
+            | Step::Cosi(CosiStep::RevokeAccess(_))
+            | Step::Cosi(CosiStep::DeleteBucketClaim(_))
+            | Step::Csi(CsiStep::CreateVolume(_))
+            | Step::Csi(CsiStep::DeleteVolume(_))
+            | Step::Csi(CsiStep::Publish(_))
+            | Step::Csi(CsiStep::Unpublish(_))
+            | Step::Bosh(BoshStep::Deploy(_))
+            | Step::Bosh(BoshStep::RecreateVm(_))
+            | Step::Bosh(BoshStep::RollingUpdate(_))
     )
 }
 
@@ -557,7 +566,7 @@ fn dup_choices(base: &Scenario) -> Vec<(usize, Dup)> {
         .enumerate()
     {
         let w = match &st.value {
-            Step::DeleteBucketClaim(_) | Step::RevokeAccess(_) => 3,
+            Step::Cosi(CosiStep::DeleteBucketClaim(_)) | Step::Cosi(CosiStep::RevokeAccess(_)) => 3,
             _ => 1,
         };
         for how in DUPS {

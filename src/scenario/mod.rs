@@ -14,6 +14,7 @@ use serde_saphyr::Spanned;
 /// The systems' own sections of the language (`bosh:` backend, `csi:`).
 pub use crate::systems::bosh::scenario as bosh;
 pub use crate::systems::csi::scenario as csi;
+pub use crate::systems::{bosh::steps::BoshStep, cosi::steps::CosiStep, csi::steps::CsiStep};
 pub mod driver;
 pub mod fault;
 pub mod invariant;
@@ -151,19 +152,11 @@ pub struct AccessClassSpec {
     pub parameters: BTreeMap<String, String>,
 }
 
-/// One scenario step.
+/// One scenario step: what the run loop does itself (expectations, faults,
+/// partitions, restarts, concurrency), or a step of one system, which that
+/// system's lab applies.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Create a BucketClaim and let the sidecar converge.
-    CreateBucketClaim(ClaimStep),
-    /// Create a BucketAccess and let the sidecar converge.
-    GrantAccess(AccessStep),
-    /// Delete a BucketAccess (revoke).
-    RevokeAccess(ObjectRef),
-    /// Delete a BucketClaim (honouring deletion policy).
-    DeleteBucketClaim(ObjectRef),
-    /// Send the driver request an earlier step made again.
-    Retry(RetryStep),
     /// Assert on the state so far.
     Expect(Expectation),
     /// Arm a fault from this point on.
@@ -177,100 +170,33 @@ pub enum Step {
     /// Start these steps at once; requests meeting at an interception point
     /// are released in an order drawn from the seed.
     Concurrent(Vec<Step>),
-    /// Create a static Bucket object (as an admin would) for an existing backend bucket.
-    CreateBucket(StaticBucketStep),
-    /// Create a bucket directly in the backend, owned by someone other than the driver.
-    CreateBackendBucket(BackendBucketStep),
-    /// BOSH: a PVC the external-provisioner provisions.
-    CreateVolume(VolumeStep),
-    /// BOSH: delete a PVC.
-    DeleteVolume(VolumeRef),
-    /// BOSH: a pod using a volume on a node (attach, stage, publish).
-    Publish(PublishStep),
-    /// BOSH: delete a pod (unpublish, unstage, detach).
-    Unpublish(PodRef),
-    /// BOSH: one NodeStageVolume call, as the kubelet sends it.
-    NodeStage(NodeCallStep),
-    /// BOSH: one NodePublishVolume call (after a stage).
-    NodePublish(NodeCallStep),
-    /// BOSH: a deploy task (creates missing VMs; takes the deployment lock).
-    Deploy(DeploymentRef),
-    /// BOSH: recreate the VM a node runs on.
-    RecreateVm(NodeRef),
-    /// BOSH: recreate every VM of a deployment in turn, holding its lock.
-    RollingUpdate(DeploymentRef),
-    /// BOSH: the Director stops answering (connections refused).
-    DirectorDown,
-    /// BOSH: the Director answers again (state kept).
-    DirectorUp,
-    /// BOSH: a PVC's CreateVolume sent again with another size.
-    ResendCreateVolume(ResendStep),
-    /// CBT: a workload writes blocks of a volume.
-    WriteBlocks(WriteBlocksStep),
-    /// CBT: a VolumeSnapshot (CreateSnapshot, as the external-snapshotter sends it).
-    Snapshot(SnapshotStep),
-    /// CBT: delete a VolumeSnapshot (DeleteSnapshot).
-    DeleteSnapshot(SnapshotRef),
-    /// CBT: a backup client reads allocated or changed blocks through the snapshot-metadata sidecar.
-    Backup(BackupStep),
-    /// CBT: an earlier backup's session token replayed.
-    ReplaySession(ReplayStep),
-    /// CBT: a paused backup's client reads the rest of its stream.
-    ResumeBackup(ResumeStep),
+    /// A COSI step: claims, accesses, buckets.
+    Cosi(CosiStep),
+    /// A CSI step: volumes, pods, node calls, snapshots.
+    Csi(CsiStep),
+    /// A step on the CSI system's BOSH backend: VMs, the Director, the IaaS block API.
+    Bosh(BoshStep),
 }
 
 impl Step {
     /// The step's keyword, as in the file.
     pub fn keyword(&self) -> &'static str {
         match self {
-            Step::CreateBucketClaim(_) => "create_bucket_claim",
-            Step::GrantAccess(_) => "grant_access",
-            Step::RevokeAccess(_) => "revoke_access",
-            Step::DeleteBucketClaim(_) => "delete_bucket_claim",
-            Step::Retry(_) => "retry",
             Step::Expect(_) => "expect",
             Step::Fault(_) => "fault",
             Step::Partition(_) => "partition",
             Step::Heal(_) => "heal",
             Step::Restart(_) => "restart",
             Step::Concurrent(_) => "concurrent",
-            Step::CreateBucket(_) => "create_bucket",
-            Step::CreateBackendBucket(_) => "create_backend_bucket",
-            Step::CreateVolume(_) => "create_volume",
-            Step::DeleteVolume(_) => "delete_volume",
-            Step::Publish(_) => "publish",
-            Step::Unpublish(_) => "unpublish",
-            Step::NodeStage(_) => "node_stage",
-            Step::NodePublish(_) => "node_publish",
-            Step::Deploy(_) => "deploy",
-            Step::RecreateVm(_) => "recreate_vm",
-            Step::RollingUpdate(_) => "rolling_update",
-            Step::DirectorDown => "director_down",
-            Step::DirectorUp => "director_up",
-            Step::ResendCreateVolume(_) => "resend_create_volume",
-            Step::WriteBlocks(_) => "write_blocks",
-            Step::Snapshot(_) => "snapshot",
-            Step::DeleteSnapshot(_) => "delete_snapshot",
-            Step::Backup(_) => "backup",
-            Step::ReplaySession(_) => "replay_session",
-            Step::ResumeBackup(_) => "resume_backup",
+            Step::Cosi(s) => s.keyword(),
+            Step::Csi(s) => s.keyword(),
+            Step::Bosh(s) => s.keyword(),
         }
     }
 
     /// A one-line description for histories and reports.
     pub fn describe(&self) -> String {
         match self {
-            Step::CreateBucketClaim(c) => format!(
-                "create_bucket_claim {}/{} (class {})",
-                c.namespace, c.name, c.class
-            ),
-            Step::GrantAccess(a) => format!(
-                "grant_access {}/{} to claim {} (class {})",
-                a.namespace, a.name, a.claim, a.class
-            ),
-            Step::RevokeAccess(o) => format!("revoke_access {}/{}", o.namespace, o.name),
-            Step::DeleteBucketClaim(o) => format!("delete_bucket_claim {}/{}", o.namespace, o.name),
-            Step::Retry(r) => format!("retry {} {}", r.op.keyword(), r.name),
             Step::Expect(_) => "expect".to_string(),
             Step::Fault(f) => format!("fault {} on {} #{}", f.action.name(), f.on, f.nth),
             Step::Partition(p) => format!(
@@ -291,83 +217,24 @@ impl Step {
                 "concurrent [{}]",
                 v.iter().map(Step::describe).collect::<Vec<_>>().join("; ")
             ),
-            Step::CreateBucket(b) => format!(
-                "create_bucket {} for existing {}",
-                b.name, b.existing_bucket_id
-            ),
-            Step::CreateBackendBucket(b) => format!("create_backend_bucket {}", b.describe()),
-            Step::CreateVolume(v) => format!(
-                "create_volume {}/{} ({} {}, class {})",
-                v.namespace,
-                v.name,
-                v.size,
-                v.access.as_str(),
-                v.class
-            ),
-            Step::DeleteVolume(v) => format!("delete_volume {}/{}", v.namespace, v.name),
-            Step::Publish(p) => format!(
-                "publish {}/{} to pod {} on {}{}",
-                p.namespace,
-                p.volume,
-                p.pod,
-                p.node,
-                if p.read_only { " (read-only)" } else { "" }
-            ),
-            Step::Unpublish(p) => format!("unpublish pod {}/{}", p.namespace, p.pod),
-            Step::NodeStage(n) => format!("node_stage {}/{} on {}", n.namespace, n.volume, n.node),
-            Step::NodePublish(n) => format!(
-                "node_publish {}/{} on {}{}",
-                n.namespace,
-                n.volume,
-                n.node,
-                if n.read_only { " (read-only)" } else { "" }
-            ),
-            Step::Deploy(d) => format!("deploy {}", d.deployment),
-            Step::RecreateVm(n) => format!("recreate_vm of {}", n.node),
-            Step::RollingUpdate(d) => format!("rolling_update {}", d.deployment),
-            Step::DirectorDown => "director_down".into(),
-            Step::DirectorUp => "director_up".into(),
-            Step::ResendCreateVolume(r) => format!(
-                "resend_create_volume {}/{} asking {}",
-                r.namespace, r.name, r.size
-            ),
-            Step::WriteBlocks(w) => format!(
-                "write_blocks {}/{} ({} ranges)",
-                w.namespace,
-                w.volume,
-                w.ranges.len()
-            ),
-            Step::Snapshot(s) => format!("snapshot {}/{} of {}", s.namespace, s.name, s.volume),
-            Step::DeleteSnapshot(s) => format!("delete_snapshot {}/{}", s.namespace, s.name),
-            Step::Backup(b) => match &b.base {
-                Some(base) => format!(
-                    "backup {} (changed blocks {base} → {}, token {})",
-                    b.name,
-                    b.snapshot,
-                    b.token.as_str()
-                ),
-                None => format!(
-                    "backup {} (allocated blocks of {}, token {})",
-                    b.name,
-                    b.snapshot,
-                    b.token.as_str()
-                ),
-            },
-            Step::ReplaySession(r) => format!(
-                "replay_session of backup {} on {}{}",
-                r.backup,
-                r.snapshot,
-                r.after
-                    .as_ref()
-                    .map(|a| format!(" after {a}"))
-                    .unwrap_or_default()
-            ),
-            Step::ResumeBackup(r) => format!("resume_backup {}", r.name),
+            Step::Cosi(s) => s.describe(),
+            Step::Csi(s) => s.describe(),
+            Step::Bosh(s) => s.describe(),
+        }
+    }
+
+    /// Whether the step may be one actor of a `concurrent:` block.
+    pub fn concurrent_ok(&self) -> bool {
+        match self {
+            Step::Cosi(s) => s.concurrent_ok(),
+            Step::Csi(s) => s.concurrent_ok(),
+            Step::Bosh(s) => s.concurrent_ok(),
+            _ => false,
         }
     }
 }
 
-fn default_namespace() -> String {
+pub(crate) fn default_namespace() -> String {
     "default".to_string()
 }
 
@@ -425,13 +292,13 @@ impl BackendBucketStep {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawBackendBucket {
+pub(crate) struct RawBackendBucket {
     #[serde(default)]
-    name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(default)]
-    name_of_claim: Option<String>,
+    pub(crate) name_of_claim: Option<String>,
     #[serde(default)]
-    namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
 }
 
 /// `heal:` — the partitions between two components, or (`None`) every one.
@@ -733,6 +600,56 @@ enum RawStep {
     ResumeBackup(ResumeStep),
 }
 
+/// Which system a step of the file belongs to (none: the run loop's own).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StepOwner {
+    Cosi,
+    Csi,
+    /// The CSI system's BOSH backend.
+    Bosh,
+}
+
+impl RawStep {
+    fn owner(&self) -> Option<StepOwner> {
+        use RawStep as R;
+        match self {
+            R::CreateBucketClaim(_)
+            | R::GrantAccess(_)
+            | R::RevokeAccess(_)
+            | R::DeleteBucketClaim(_)
+            | R::Retry(_)
+            | R::CreateBucket(_)
+            | R::CreateBackendBucket(_) => Some(StepOwner::Cosi),
+            R::CreateVolume(_)
+            | R::DeleteVolume(_)
+            | R::Publish(_)
+            | R::Unpublish(_)
+            | R::NodeStage(_)
+            | R::NodePublish(_)
+            | R::ResendCreateVolume(_)
+            | R::Snapshot(_)
+            | R::DeleteSnapshot(_) => Some(StepOwner::Csi),
+            // What only the BOSH backend has: its VMs and Director, and the
+            // IaaS block API changed-block backups read.
+            R::Deploy(_)
+            | R::RecreateVm(_)
+            | R::RollingUpdate(_)
+            | R::DirectorDown(_)
+            | R::DirectorUp(_)
+            | R::WriteBlocks(_)
+            | R::Backup(_)
+            | R::ReplaySession(_)
+            | R::ResumeBackup(_) => Some(StepOwner::Bosh),
+            R::Expect(_)
+            | R::Fault(_)
+            | R::Partition(_)
+            | R::Heal(_)
+            | R::Restart(_)
+            | R::Concurrent(_) => None,
+        }
+    }
+}
+
 /// A scenario that cannot run, with where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScenarioError {
@@ -890,12 +807,12 @@ fn misspelt(message: &str) -> Option<&str> {
     names::closest(got, &valid)
 }
 
-struct Validator<'a> {
+pub(crate) struct Validator<'a> {
     path: &'a Path,
 }
 
 impl Validator<'_> {
-    fn err<T>(
+    pub(crate) fn err<T>(
         &self,
         at: &Spanned<T>,
         message: impl Into<String>,
@@ -1127,25 +1044,25 @@ impl Validator<'_> {
 
 /// What earlier steps made, for reference checks.
 #[derive(Default)]
-struct Ctx {
-    bucket_classes: BTreeSet<String>,
-    access_classes: BTreeSet<String>,
-    claims: BTreeSet<(String, String)>,
-    accesses: BTreeSet<(String, String)>,
-    static_buckets: BTreeSet<String>,
-    csi: Option<Csi>,
-    volumes: BTreeSet<(String, String)>,
-    pods: BTreeSet<(String, String)>,
-    snapshots: BTreeSet<(String, String)>,
-    backups: BTreeSet<String>,
+pub(crate) struct Ctx {
+    pub(crate) bucket_classes: BTreeSet<String>,
+    pub(crate) access_classes: BTreeSet<String>,
+    pub(crate) claims: BTreeSet<(String, String)>,
+    pub(crate) accesses: BTreeSet<(String, String)>,
+    pub(crate) static_buckets: BTreeSet<String>,
+    pub(crate) csi: Option<Csi>,
+    pub(crate) volumes: BTreeSet<(String, String)>,
+    pub(crate) pods: BTreeSet<(String, String)>,
+    pub(crate) snapshots: BTreeSet<(String, String)>,
+    pub(crate) backups: BTreeSet<String>,
     /// Backups paused by `pause_after` and not resumed yet, with where they paused.
-    paused: BTreeMap<String, Spanned<()>>,
+    pub(crate) paused: BTreeMap<String, Spanned<()>>,
     /// The sides of every partition step so far (a `heal` must have one to heal).
-    partitions: Vec<(Component, Component)>,
+    pub(crate) partitions: Vec<(Component, Component)>,
 }
 
 impl Ctx {
-    fn system(&self) -> System {
+    pub(crate) fn system(&self) -> System {
         if self.csi.is_some() {
             System::Csi
         } else {
@@ -1154,7 +1071,7 @@ impl Ctx {
     }
 
     /// Whether the CSI system stands up the BOSH backend.
-    fn with_bosh(&self) -> bool {
+    pub(crate) fn with_bosh(&self) -> bool {
         self.csi.as_ref().is_some_and(|c| c.bosh.is_some())
     }
 }
@@ -1169,188 +1086,8 @@ impl Validator<'_> {
         let line = s.referenced.line();
         let col = s.referenced.column();
         let here = Spanned::new((), s.referenced, s.defined);
-        // Steps on what only the BOSH backend has: its VMs and Director, and
-        // the IaaS block API changed-block backups read.
-        let backend_step = matches!(
-            &s.value,
-            RawStep::Deploy(_)
-                | RawStep::RecreateVm(_)
-                | RawStep::RollingUpdate(_)
-                | RawStep::DirectorDown(_)
-                | RawStep::DirectorUp(_)
-                | RawStep::WriteBlocks(_)
-                | RawStep::Backup(_)
-                | RawStep::ReplaySession(_)
-                | RawStep::ResumeBackup(_)
-        );
-        let csi_step = backend_step
-            || matches!(
-                &s.value,
-                RawStep::CreateVolume(_)
-                    | RawStep::DeleteVolume(_)
-                    | RawStep::Publish(_)
-                    | RawStep::Unpublish(_)
-                    | RawStep::NodeStage(_)
-                    | RawStep::NodePublish(_)
-                    | RawStep::ResendCreateVolume(_)
-                    | RawStep::Snapshot(_)
-                    | RawStep::DeleteSnapshot(_)
-            );
-        let cosi_step = matches!(
-            &s.value,
-            RawStep::CreateBucketClaim(_)
-                | RawStep::GrantAccess(_)
-                | RawStep::RevokeAccess(_)
-                | RawStep::DeleteBucketClaim(_)
-                | RawStep::Retry(_)
-                | RawStep::CreateBucket(_)
-                | RawStep::CreateBackendBucket(_)
-        );
-        if csi_step && ctx.csi.is_none() {
-            return Err(self.err(
-                &here,
-                "this is a CSI step, but the scenario has no `csi:` or `bosh:` section",
-                Some("add `csi: {}` (a driver with its own backend) or `bosh: {}` (the BOSH backend), and a CSI driver"),
-            ));
-        }
-        if backend_step && ctx.csi.as_ref().is_some_and(|c| c.bosh.is_none()) {
-            return Err(self.err(
-                &here,
-                "this step acts on the BOSH backend (its VMs, Director or IaaS block API), but the scenario stands up none",
-                Some("replace `csi:` with `bosh:` to test the driver against the BOSH Director and CPI"),
-            ));
-        }
-        if cosi_step && ctx.csi.is_some() {
-            return Err(self.err(
-                &here,
-                "this is a COSI step, but the scenario drives the CSI system",
-                Some("CSI steps: create_volume, delete_volume, publish, unpublish, node_stage, node_publish, resend_create_volume, snapshot, delete_snapshot; with `bosh:` also deploy, recreate_vm, rolling_update, director_down, director_up, write_blocks, backup, replay_session, resume_backup"),
-            ));
-        }
+        self.step_fits(ctx, &here, &s.value)?;
         let step = match s.value {
-            RawStep::CreateBucketClaim(c) => {
-                if !ctx.bucket_classes.contains(&c.class) {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "claim `{}` uses bucket class `{}`, which is not defined",
-                            c.name, c.class
-                        ),
-                        Some("add it under `bucket_classes:`"),
-                    ));
-                }
-                if let Some(b) = &c.existing_bucket {
-                    if !ctx.static_buckets.contains(b) {
-                        return Err(self.err(&here, format!("claim `{}` binds Bucket `{b}`, which no earlier `create_bucket` step makes", c.name), None));
-                    }
-                }
-                if !ctx.claims.insert((c.namespace.clone(), c.name.clone())) {
-                    return Err(self.err(
-                        &here,
-                        format!("claim `{}/{}` is created twice", c.namespace, c.name),
-                        None,
-                    ));
-                }
-                check_dns(self, &here, &c.name)?;
-                Step::CreateBucketClaim(c)
-            }
-            RawStep::GrantAccess(a) => {
-                if !ctx.access_classes.contains(&a.class) {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "access `{}` uses bucket access class `{}`, which is not defined",
-                            a.name, a.class
-                        ),
-                        Some("add it under `bucket_access_classes:`"),
-                    ));
-                }
-                if !ctx.claims.contains(&(a.namespace.clone(), a.claim.clone())) {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "access `{}` is for claim `{}/{}`, which no earlier step creates",
-                            a.name, a.namespace, a.claim
-                        ),
-                        Some("create the claim first with `create_bucket_claim`"),
-                    ));
-                }
-                if !ctx.accesses.insert((a.namespace.clone(), a.name.clone())) {
-                    return Err(self.err(
-                        &here,
-                        format!("access `{}/{}` is granted twice", a.namespace, a.name),
-                        None,
-                    ));
-                }
-                check_dns(self, &here, &a.name)?;
-                Step::GrantAccess(a)
-            }
-            RawStep::RevokeAccess(o) => {
-                if !ctx
-                    .accesses
-                    .contains(&(o.namespace.clone(), o.name.clone()))
-                {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "access `{}/{}` is not granted by an earlier step",
-                            o.namespace, o.name
-                        ),
-                        None,
-                    ));
-                }
-                Step::RevokeAccess(o)
-            }
-            RawStep::DeleteBucketClaim(o) => {
-                if !ctx.claims.contains(&(o.namespace.clone(), o.name.clone())) {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "claim `{}/{}` is not created by an earlier step",
-                            o.namespace, o.name
-                        ),
-                        None,
-                    ));
-                }
-                Step::DeleteBucketClaim(o)
-            }
-            RawStep::Retry(r) => {
-                if nested {
-                    return Err(self.err(&here, "`retry` cannot be part of `concurrent`", None));
-                }
-                let known = match r.op {
-                    RetryOp::CreateBucketClaim | RetryOp::DeleteBucketClaim => {
-                        ctx.claims.contains(&(r.namespace.clone(), r.name.clone()))
-                    }
-                    RetryOp::GrantAccess | RetryOp::RevokeAccess => ctx
-                        .accesses
-                        .contains(&(r.namespace.clone(), r.name.clone())),
-                };
-                if !known {
-                    return Err(self.err(
-                        &here,
-                        format!("retry of {} `{}/{}`: no earlier step made that request", r.op.keyword(), r.namespace, r.name),
-                        Some("a retry re-sends a request an earlier step made; put it after that step"),
-                    ));
-                }
-                if r.parameters.is_some()
-                    && !matches!(r.op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess)
-                {
-                    return Err(self.err(
-                        &here,
-                        "`parameters` only applies to create_bucket_claim and grant_access retries",
-                        None,
-                    ));
-                }
-                if r.authentication_type.is_some() && r.op != RetryOp::GrantAccess {
-                    return Err(self.err(
-                        &here,
-                        "`authentication_type` only applies to grant_access retries",
-                        None,
-                    ));
-                }
-                Step::Retry(r)
-            }
             RawStep::Expect(e) => {
                 if nested {
                     return Err(self.err(
@@ -1389,412 +1126,91 @@ impl Validator<'_> {
                 if nested {
                     return Err(self.err(&here, "`concurrent` blocks do not nest", None));
                 }
-                if inner.len() < 2 {
-                    return Err(self.err(&here, "`concurrent` needs at least two steps", None));
-                }
-                let mut out = Vec::new();
-                for i in inner {
-                    let l = self.step(ctx, i, true)?;
-                    if !matches!(
-                        l.value,
-                        Step::CreateBucketClaim(_)
-                            | Step::GrantAccess(_)
-                            | Step::RevokeAccess(_)
-                            | Step::DeleteBucketClaim(_)
-                            | Step::CreateVolume(_)
-                            | Step::DeleteVolume(_)
-                            | Step::Publish(_)
-                            | Step::Unpublish(_)
-                            | Step::Deploy(_)
-                            | Step::RecreateVm(_)
-                            | Step::RollingUpdate(_)
-                    ) {
-                        return Err(ScenarioError {
-                            path: self.path.to_path_buf(),
-                            line: l.line,
-                            col: l.col,
-                            message: format!("`{}` cannot run inside `concurrent`", l.value.keyword()),
-                            hint: Some("concurrent blocks take create_bucket_claim, grant_access, revoke_access, delete_bucket_claim; or create_volume, delete_volume, publish, unpublish, deploy, recreate_vm, rolling_update".into()),
-                        });
-                    }
-                    out.push(l.value);
-                }
-                Step::Concurrent(out)
+                Step::Concurrent(self.concurrent(ctx, &here, inner)?)
             }
-            RawStep::CreateBucket(b) => {
-                if !ctx.bucket_classes.contains(&b.class) {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "bucket `{}` uses bucket class `{}`, which is not defined",
-                            b.name, b.class
-                        ),
-                        None,
-                    ));
-                }
-                if !ctx.static_buckets.insert(b.name.clone()) {
-                    return Err(self.err(
-                        &here,
-                        format!("bucket `{}` is created twice", b.name),
-                        None,
-                    ));
-                }
-                Step::CreateBucket(b)
+            RawStep::DirectorDown(_) => Step::Bosh(BoshStep::DirectorDown),
+            RawStep::DirectorUp(_) => Step::Bosh(BoshStep::DirectorUp),
+            RawStep::CreateBucketClaim(x) => Step::Cosi(self.create_bucket_claim(ctx, &here, x)?),
+            RawStep::GrantAccess(x) => Step::Cosi(self.grant_access(ctx, &here, x)?),
+            RawStep::RevokeAccess(x) => Step::Cosi(self.revoke_access(ctx, &here, x)?),
+            RawStep::DeleteBucketClaim(x) => Step::Cosi(self.delete_bucket_claim(ctx, &here, x)?),
+            RawStep::Retry(x) => Step::Cosi(self.retry(ctx, &here, x)?),
+            RawStep::CreateBucket(x) => Step::Cosi(self.create_bucket(ctx, &here, x)?),
+            RawStep::CreateBackendBucket(x) => {
+                Step::Cosi(self.create_backend_bucket(ctx, &here, x)?)
             }
-            RawStep::CreateBackendBucket(b) => {
-                match (b.name, b.name_of_claim) {
-                    (Some(name), None) => {
-                        if b.namespace.is_some() {
-                            return Err(self.err(
-                                &here,
-                                "`namespace` goes with `name_of_claim`, not with `name`",
-                                None,
-                            ));
-                        }
-                        if cosi_s3::config::validate_bucket_name("name", &name).is_err() {
-                            return Err(self.err(
-                                &here,
-                                format!("`{name}` is not a valid S3 bucket name"),
-                                Some("3-63 lowercase letters, digits, '-' and '.'"),
-                            ));
-                        }
-                        Step::CreateBackendBucket(BackendBucketStep::Named(name))
-                    }
-                    (None, Some(claim)) => {
-                        let namespace = b.namespace.unwrap_or_else(default_namespace);
-                        if !ctx.claims.contains(&(namespace.clone(), claim.clone())) {
-                            return Err(self.err(
-                            &here,
-                            format!("`name_of_claim: {claim}`: no earlier step creates claim `{namespace}/{claim}`"),
-                            Some("the bucket takes the name of a claim's bucket; put it after the claim's steps"),
-                        ));
-                        }
-                        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(ObjectRef {
-                            name: claim,
-                            namespace,
-                        }))
-                    }
-                    _ => return Err(self.err(
-                        &here,
-                        "`create_backend_bucket` takes exactly one of `name` and `name_of_claim`",
-                        Some("{ name: finance-archive } or { name_of_claim: scratch }"),
-                    )),
-                }
-            }
-            RawStep::CreateVolume(mut v) => {
-                let csi = ctx.csi.as_ref().expect("checked above");
-                if v.class.is_empty() {
-                    // No `class:`: the scenario's first StorageClass.
-                    v.class = csi.storage_classes[0].name.clone();
-                }
-                if !csi.storage_classes.iter().any(|c| c.name == v.class) {
-                    let names: Vec<&str> = csi
-                        .storage_classes
-                        .iter()
-                        .map(|c| c.name.as_str())
-                        .collect();
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "volume `{}` uses storage class `{}`, which is not defined (classes: {})",
-                            v.name,
-                            v.class,
-                            names.join(", ")
-                        ),
-                        Some("add it under `storage_classes:` of `csi:` or `bosh:`"),
-                    ));
-                }
-                if bosh::parse_quantity(&v.size).is_none() {
-                    return Err(self.err(
-                        &here,
-                        format!("size `{}` is not a Kubernetes quantity", v.size),
-                        Some("e.g. 1Gi, 512Mi"),
-                    ));
-                }
-                check_dns(self, &here, &v.name)?;
-                if !ctx.volumes.insert((v.namespace.clone(), v.name.clone())) {
-                    return Err(self.err(
-                        &here,
-                        format!("volume `{}/{}` is created twice", v.namespace, v.name),
-                        None,
-                    ));
-                }
-                Step::CreateVolume(v)
-            }
-            RawStep::DeleteVolume(v) => {
-                if !ctx.volumes.contains(&(v.namespace.clone(), v.name.clone())) {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "volume `{}/{}` is not created by an earlier step",
-                            v.namespace, v.name
-                        ),
-                        None,
-                    ));
-                }
-                Step::DeleteVolume(v)
-            }
-            RawStep::Publish(p) => {
-                if !ctx
-                    .volumes
-                    .contains(&(p.namespace.clone(), p.volume.clone()))
-                {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "pod `{}` uses volume `{}/{}`, which no earlier step creates",
-                            p.pod, p.namespace, p.volume
-                        ),
-                        Some("create it first with `create_volume`"),
-                    ));
-                }
-                self.known_node(ctx, &here, &p.node)?;
-                check_dns(self, &here, &p.pod)?;
-                if !ctx.pods.insert((p.namespace.clone(), p.pod.clone())) {
-                    return Err(self.err(
-                        &here,
-                        format!("pod `{}/{}` is created twice", p.namespace, p.pod),
-                        None,
-                    ));
-                }
-                Step::Publish(p)
-            }
-            RawStep::Unpublish(p) => {
-                if !ctx.pods.contains(&(p.namespace.clone(), p.pod.clone())) {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "pod `{}/{}` is not created by an earlier `publish`",
-                            p.namespace, p.pod
-                        ),
-                        None,
-                    ));
-                }
-                Step::Unpublish(p)
-            }
-            RawStep::NodeStage(n) | RawStep::NodePublish(n) if nested => {
-                let _ = n;
-                return Err(self.err(&here, "node calls cannot be part of `concurrent`", None));
-            }
-            RawStep::NodeStage(n) => {
-                self.node_call(ctx, &here, &n)?;
-                Step::NodeStage(n)
-            }
-            RawStep::NodePublish(n) => {
-                self.node_call(ctx, &here, &n)?;
-                Step::NodePublish(n)
-            }
-            RawStep::Deploy(d) => {
-                self.known_deployment(ctx, &here, &d.deployment)?;
-                Step::Deploy(d)
-            }
-            RawStep::RollingUpdate(d) => {
-                self.known_deployment(ctx, &here, &d.deployment)?;
-                Step::RollingUpdate(d)
-            }
-            RawStep::RecreateVm(n) => {
-                self.known_node(ctx, &here, &n.node)?;
-                Step::RecreateVm(n)
-            }
-            RawStep::ResendCreateVolume(r) => {
-                if nested {
-                    return Err(self.err(
-                        &here,
-                        "`resend_create_volume` cannot be part of `concurrent`",
-                        None,
-                    ));
-                }
-                if !ctx.volumes.contains(&(r.namespace.clone(), r.name.clone())) {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "volume `{}/{}` is not created by an earlier step",
-                            r.namespace, r.name
-                        ),
-                        Some("a resend repeats a request an earlier create_volume made"),
-                    ));
-                }
-                if bosh::parse_quantity(&r.size).is_none() {
-                    return Err(self.err(
-                        &here,
-                        format!("size `{}` is not a Kubernetes quantity", r.size),
-                        Some("e.g. 1Gi, 512Mi"),
-                    ));
-                }
-                Step::ResendCreateVolume(r)
-            }
-            RawStep::WriteBlocks(_)
-            | RawStep::Snapshot(_)
-            | RawStep::DeleteSnapshot(_)
-            | RawStep::Backup(_)
-            | RawStep::ReplaySession(_)
-            | RawStep::ResumeBackup(_)
-                if nested =>
-            {
-                return Err(self.err(
-                    &here,
-                    "snapshot and backup steps cannot be part of `concurrent`",
-                    None,
-                ));
-            }
-            RawStep::WriteBlocks(w) => {
-                if !ctx
-                    .volumes
-                    .contains(&(w.namespace.clone(), w.volume.clone()))
-                {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "volume `{}/{}` is not created by an earlier step",
-                            w.namespace, w.volume
-                        ),
-                        None,
-                    ));
-                }
-                if w.ranges.is_empty() || w.ranges.iter().any(|[_, n]| *n == 0) {
-                    return Err(self.err(
-                        &here,
-                        "`ranges` needs [first, count] pairs with count > 0",
-                        Some("e.g. ranges: [[0, 4], [100, 2]]"),
-                    ));
-                }
-                Step::WriteBlocks(w)
-            }
-            RawStep::Snapshot(sn) => {
-                if !ctx
-                    .volumes
-                    .contains(&(sn.namespace.clone(), sn.volume.clone()))
-                {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "volume `{}/{}` is not created by an earlier step",
-                            sn.namespace, sn.volume
-                        ),
-                        None,
-                    ));
-                }
-                check_dns(self, &here, &sn.name)?;
-                if !ctx
-                    .snapshots
-                    .insert((sn.namespace.clone(), sn.name.clone()))
-                {
-                    return Err(self.err(
-                        &here,
-                        format!("snapshot `{}/{}` is taken twice", sn.namespace, sn.name),
-                        None,
-                    ));
-                }
-                Step::Snapshot(sn)
-            }
-            RawStep::DeleteSnapshot(sn) => {
-                if !ctx
-                    .snapshots
-                    .contains(&(sn.namespace.clone(), sn.name.clone()))
-                {
-                    return Err(self.err(
-                        &here,
-                        format!(
-                            "snapshot `{}/{}` is not taken by an earlier step",
-                            sn.namespace, sn.name
-                        ),
-                        None,
-                    ));
-                }
-                Step::DeleteSnapshot(sn)
-            }
-            RawStep::Backup(b) => {
-                for sn in std::iter::once(&b.snapshot).chain(b.base.iter()) {
-                    if !ctx.snapshots.contains(&(b.namespace.clone(), sn.clone())) {
-                        return Err(self.err(
-                            &here,
-                            format!(
-                                "backup `{}` reads snapshot `{}/{sn}`, which no earlier step takes",
-                                b.name, b.namespace
-                            ),
-                            Some("take it first with `snapshot`"),
-                        ));
-                    }
-                }
-                if !ctx.backups.insert(b.name.clone()) {
-                    return Err(self.err(
-                        &here,
-                        format!("backup `{}` is named twice", b.name),
-                        None,
-                    ));
-                }
-                match b.pause_after {
-                    Some(0) => {
-                        return Err(self.err(
-                            &here,
-                            "`pause_after` counts messages read before the pause and must be at least 1",
-                            Some("to act before the stream opens, put the step before `backup`"),
-                        ))
-                    }
-                    Some(_) => {
-                        ctx.paused.insert(b.name.clone(), here.clone());
-                    }
-                    None => {}
-                }
-                Step::Backup(b)
-            }
-            RawStep::ReplaySession(r) => {
-                if !ctx.backups.contains(&r.backup) {
-                    return Err(self.err(
-                        &here,
-                        format!("no earlier backup `{}` to replay the session of", r.backup),
-                        None,
-                    ));
-                }
-                for sn in std::iter::once(&r.snapshot).chain(r.base.iter()) {
-                    if !ctx.snapshots.contains(&(r.namespace.clone(), sn.clone())) {
-                        return Err(self.err(
-                            &here,
-                            format!(
-                                "snapshot `{}/{sn}` is not taken by an earlier step",
-                                r.namespace
-                            ),
-                            None,
-                        ));
-                    }
-                }
-                if let Some(a) = &r.after {
-                    if parse_duration(a).is_none() {
-                        return Err(self.err(
-                            &here,
-                            format!("`{a}` is not a duration"),
-                            Some("write e.g. 10m"),
-                        ));
-                    }
-                }
-                Step::ReplaySession(r)
-            }
-            RawStep::ResumeBackup(r) => {
-                if ctx.paused.remove(&r.name).is_none() {
-                    let why = if ctx.backups.contains(&r.name) {
-                        format!(
-                            "backup `{}` is not paused (no `pause_after`, or resumed already)",
-                            r.name
-                        )
-                    } else {
-                        format!("no earlier backup `{}` to resume", r.name)
-                    };
-                    return Err(self.err(
-                        &here,
-                        why,
-                        Some("pause it first: `backup: { ..., pause_after: 2 }`"),
-                    ));
-                }
-                Step::ResumeBackup(r)
-            }
-            RawStep::DirectorDown(_) => Step::DirectorDown,
-            RawStep::DirectorUp(_) => Step::DirectorUp,
+            RawStep::CreateVolume(x) => Step::Csi(self.create_volume(ctx, &here, x)?),
+            RawStep::DeleteVolume(x) => Step::Csi(self.delete_volume(ctx, &here, x)?),
+            RawStep::Publish(x) => Step::Csi(self.publish(ctx, &here, x)?),
+            RawStep::Unpublish(x) => Step::Csi(self.unpublish(ctx, &here, x)?),
+            RawStep::NodeStage(x) => Step::Csi(self.node_stage(ctx, &here, x)?),
+            RawStep::NodePublish(x) => Step::Csi(self.node_publish(ctx, &here, x)?),
+            RawStep::Deploy(x) => Step::Bosh(self.deploy(ctx, &here, x)?),
+            RawStep::RollingUpdate(x) => Step::Bosh(self.rolling_update(ctx, &here, x)?),
+            RawStep::RecreateVm(x) => Step::Bosh(self.recreate_vm(ctx, &here, x)?),
+            RawStep::ResendCreateVolume(x) => Step::Csi(self.resend_create_volume(ctx, &here, x)?),
+            RawStep::WriteBlocks(x) => Step::Bosh(self.write_blocks(ctx, &here, x)?),
+            RawStep::Snapshot(x) => Step::Csi(self.snapshot(ctx, &here, x)?),
+            RawStep::DeleteSnapshot(x) => Step::Csi(self.delete_snapshot(ctx, &here, x)?),
+            RawStep::Backup(x) => Step::Bosh(self.backup(ctx, &here, x)?),
+            RawStep::ReplaySession(x) => Step::Bosh(self.replay_session(ctx, &here, x)?),
+            RawStep::ResumeBackup(x) => Step::Bosh(self.resume_backup(ctx, &here, x)?),
         };
         Ok(Located {
             value: step,
             line,
             col,
         })
+    }
+
+    /// A system's step only in a scenario of that system (BOSH steps only with its backend).
+    fn step_fits(&self, ctx: &Ctx, here: &Spanned<()>, raw: &RawStep) -> Result<(), ScenarioError> {
+        match (raw.owner(), &ctx.csi) {
+            (Some(StepOwner::Csi | StepOwner::Bosh), None) => Err(self.err(
+                here,
+                "this is a CSI step, but the scenario has no `csi:` or `bosh:` section",
+                Some("add `csi: {}` (a driver with its own backend) or `bosh: {}` (the BOSH backend), and a CSI driver"),
+            )),
+            (Some(StepOwner::Bosh), Some(c)) if c.bosh.is_none() => Err(self.err(
+                here,
+                "this step acts on the BOSH backend (its VMs, Director or IaaS block API), but the scenario stands up none",
+                Some("replace `csi:` with `bosh:` to test the driver against the BOSH Director and CPI"),
+            )),
+            (Some(StepOwner::Cosi), Some(_)) => Err(self.err(
+                here,
+                "this is a COSI step, but the scenario drives the CSI system",
+                Some("CSI steps: create_volume, delete_volume, publish, unpublish, node_stage, node_publish, resend_create_volume, snapshot, delete_snapshot; with `bosh:` also deploy, recreate_vm, rolling_update, director_down, director_up, write_blocks, backup, replay_session, resume_backup"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The actors of a `concurrent:` block: at least two, each a step its
+    /// system lets run beside others.
+    fn concurrent(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        inner: Vec<Spanned<RawStep>>,
+    ) -> Result<Vec<Step>, ScenarioError> {
+        if inner.len() < 2 {
+            return Err(self.err(here, "`concurrent` needs at least two steps", None));
+        }
+        let mut out = Vec::new();
+        for i in inner {
+            let l = self.step(ctx, i, true)?;
+            if !l.value.concurrent_ok() {
+                return Err(ScenarioError {
+                    path: self.path.to_path_buf(),
+                    line: l.line,
+                    col: l.col,
+                    message: format!("`{}` cannot run inside `concurrent`", l.value.keyword()),
+                    hint: Some("concurrent blocks take create_bucket_claim, grant_access, revoke_access, delete_bucket_claim; or create_volume, delete_volume, publish, unpublish, deploy, recreate_vm, rolling_update".into()),
+                });
+            }
+            out.push(l.value);
+        }
+        Ok(out)
     }
 
     /// The CSI system from `bosh:` (with the BOSH backend) or `csi:` (without);
@@ -1894,7 +1310,12 @@ impl Validator<'_> {
         Ok(HealStep { between })
     }
 
-    fn known_node(&self, ctx: &Ctx, here: &Spanned<()>, node: &str) -> Result<(), ScenarioError> {
+    pub(crate) fn known_node(
+        &self,
+        ctx: &Ctx,
+        here: &Spanned<()>,
+        node: &str,
+    ) -> Result<(), ScenarioError> {
         let csi = ctx
             .csi
             .as_ref()
@@ -1909,7 +1330,7 @@ impl Validator<'_> {
         ))
     }
 
-    fn known_deployment(
+    pub(crate) fn known_deployment(
         &self,
         ctx: &Ctx,
         here: &Spanned<()>,
@@ -1930,7 +1351,7 @@ impl Validator<'_> {
         ))
     }
 
-    fn node_call(
+    pub(crate) fn node_call(
         &self,
         ctx: &Ctx,
         here: &Spanned<()>,
@@ -2032,7 +1453,11 @@ impl Validator<'_> {
     }
 }
 
-fn check_dns(v: &Validator<'_>, at: &Spanned<()>, name: &str) -> Result<(), ScenarioError> {
+pub(crate) fn check_dns(
+    v: &Validator<'_>,
+    at: &Spanned<()>,
+    name: &str,
+) -> Result<(), ScenarioError> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name

@@ -28,7 +28,7 @@ fn a_good_file_parses_with_defaults() {
     assert_eq!(s.invariants, Invariant::cosi_defaults());
     assert_eq!(s.converge_within, Duration::from_secs(120));
     match &s.steps[1].value {
-        Step::GrantAccess(a) => assert_eq!(a.namespace, "default"),
+        Step::Cosi(CosiStep::GrantAccess(a)) => assert_eq!(a.namespace, "default"),
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -327,8 +327,10 @@ steps:
 #[test]
 fn pause_and_resume_mistakes_point_at_the_step() {
     let s = p(PAUSED).unwrap();
-    assert!(matches!(&s.steps[3].value, Step::Backup(b) if b.pause_after == Some(2)));
-    assert!(matches!(&s.steps[5].value, Step::ResumeBackup(r) if r.name == "full"));
+    assert!(
+        matches!(&s.steps[3].value, Step::Bosh(BoshStep::Backup(b)) if b.pause_after == Some(2))
+    );
+    assert!(matches!(&s.steps[5].value, Step::Bosh(BoshStep::ResumeBackup(r)) if r.name == "full"));
     assert_round_trips(&s);
     let cases = [
         (
@@ -389,7 +391,7 @@ fn create_backend_bucket_takes_a_name_or_a_claims_name_and_says_which_is_wrong()
     .unwrap();
     assert!(s.steps.iter().any(|l| matches!(
         &l.value,
-        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(c)) if c.name == "photos" && c.namespace == "default"
+        Step::Cosi(CosiStep::CreateBackendBucket(BackendBucketStep::NameOfClaim(c))) if c.name == "photos" && c.namespace == "default"
     )));
     for (step, says) in [
         (
@@ -482,7 +484,7 @@ fn a_csi_scenario_needs_no_bosh_backend() {
         "xfs"
     );
     // No `class:`: the first StorageClass.
-    assert!(matches!(&s.steps[0].value, Step::CreateVolume(v) if v.class == "fast"));
+    assert!(matches!(&s.steps[0].value, Step::Csi(CsiStep::CreateVolume(v)) if v.class == "fast"));
     // Only what needs no BOSH backend is checked by default.
     assert!(!s.invariants.is_empty());
     assert!(

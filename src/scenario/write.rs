@@ -2,6 +2,7 @@
 //! turns a shrunk failing schedule into something `drivelab run` replays.
 //! The output parses back to the same scenario (a test checks the round trip).
 
+use crate::scenario::{BoshStep, CosiStep, CsiStep};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -88,7 +89,7 @@ fn partition_yaml(p: &PartitionSpec) -> String {
 /// One step as a flow mapping, or a block for `concurrent`.
 fn step_yaml(step: &Step, indent: &str) -> String {
     match step {
-        Step::CreateBucketClaim(c) => {
+        Step::Cosi(CosiStep::CreateBucketClaim(c)) => {
             let mut s = format!(
                 "create_bucket_claim: {{ name: {}, class: {}, namespace: {}",
                 q(&c.name),
@@ -100,7 +101,7 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             }
             s + " }"
         }
-        Step::GrantAccess(a) => {
+        Step::Cosi(CosiStep::GrantAccess(a)) => {
             let mut s = format!(
                 "grant_access: {{ name: {}, claim: {}, class: {}, namespace: {}",
                 q(&a.name),
@@ -113,17 +114,17 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             }
             s + " }"
         }
-        Step::RevokeAccess(o) => format!(
+        Step::Cosi(CosiStep::RevokeAccess(o)) => format!(
             "revoke_access: {{ name: {}, namespace: {} }}",
             q(&o.name),
             q(&o.namespace)
         ),
-        Step::DeleteBucketClaim(o) => format!(
+        Step::Cosi(CosiStep::DeleteBucketClaim(o)) => format!(
             "delete_bucket_claim: {{ name: {}, namespace: {} }}",
             q(&o.name),
             q(&o.namespace)
         ),
-        Step::Retry(r) => {
+        Step::Cosi(CosiStep::Retry(r)) => {
             let mut s = format!(
                 "retry: {{ op: {}, name: {}, namespace: {}",
                 r.op.keyword(),
@@ -202,21 +203,21 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             }
             s
         }
-        Step::CreateBucket(b) => format!(
+        Step::Cosi(CosiStep::CreateBucket(b)) => format!(
             "create_bucket: {{ name: {}, class: {}, existing_bucket_id: {} }}",
             q(&b.name),
             q(&b.class),
             q(&b.existing_bucket_id)
         ),
-        Step::CreateBackendBucket(BackendBucketStep::Named(n)) => {
+        Step::Cosi(CosiStep::CreateBackendBucket(BackendBucketStep::Named(n))) => {
             format!("create_backend_bucket: {{ name: {} }}", q(n))
         }
-        Step::CreateBackendBucket(BackendBucketStep::NameOfClaim(c)) => format!(
+        Step::Cosi(CosiStep::CreateBackendBucket(BackendBucketStep::NameOfClaim(c))) => format!(
             "create_backend_bucket: {{ name_of_claim: {}, namespace: {} }}",
             q(&c.name),
             q(&c.namespace)
         ),
-        Step::CreateVolume(v) => format!(
+        Step::Csi(CsiStep::CreateVolume(v)) => format!(
             "create_volume: {{ name: {}, class: {}, namespace: {}, size: {}, access: {} }}",
             q(&v.name),
             q(&v.class),
@@ -224,12 +225,12 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&v.size),
             v.access.as_str()
         ),
-        Step::DeleteVolume(v) => format!(
+        Step::Csi(CsiStep::DeleteVolume(v)) => format!(
             "delete_volume: {{ name: {}, namespace: {} }}",
             q(&v.name),
             q(&v.namespace)
         ),
-        Step::Publish(p) => format!(
+        Step::Csi(CsiStep::Publish(p)) => format!(
             "publish: {{ pod: {}, volume: {}, node: {}, namespace: {}, read_only: {} }}",
             q(&p.pod),
             q(&p.volume),
@@ -237,12 +238,12 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&p.namespace),
             p.read_only
         ),
-        Step::Unpublish(p) => format!(
+        Step::Csi(CsiStep::Unpublish(p)) => format!(
             "unpublish: {{ pod: {}, namespace: {} }}",
             q(&p.pod),
             q(&p.namespace)
         ),
-        Step::NodeStage(n) | Step::NodePublish(n) => format!(
+        Step::Csi(CsiStep::NodeStage(n)) | Step::Csi(CsiStep::NodePublish(n)) => format!(
             "{}: {{ volume: {}, node: {}, namespace: {}, read_only: {} }}",
             step.keyword(),
             q(&n.volume),
@@ -250,12 +251,14 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&n.namespace),
             n.read_only
         ),
-        Step::Deploy(d) | Step::RollingUpdate(d) => {
+        Step::Bosh(BoshStep::Deploy(d)) | Step::Bosh(BoshStep::RollingUpdate(d)) => {
             format!("{}: {{ deployment: {} }}", step.keyword(), q(&d.deployment))
         }
-        Step::RecreateVm(n) => format!("recreate_vm: {{ node: {} }}", q(&n.node)),
-        Step::DirectorDown | Step::DirectorUp => format!("{}: {{}}", step.keyword()),
-        Step::WriteBlocks(w) => {
+        Step::Bosh(BoshStep::RecreateVm(n)) => format!("recreate_vm: {{ node: {} }}", q(&n.node)),
+        Step::Bosh(BoshStep::DirectorDown) | Step::Bosh(BoshStep::DirectorUp) => {
+            format!("{}: {{}}", step.keyword())
+        }
+        Step::Bosh(BoshStep::WriteBlocks(w)) => {
             let r: Vec<String> = w
                 .ranges
                 .iter()
@@ -268,18 +271,18 @@ fn step_yaml(step: &Step, indent: &str) -> String {
                 r.join(", ")
             )
         }
-        Step::Snapshot(sn) => format!(
+        Step::Csi(CsiStep::Snapshot(sn)) => format!(
             "snapshot: {{ name: {}, volume: {}, namespace: {} }}",
             q(&sn.name),
             q(&sn.volume),
             q(&sn.namespace)
         ),
-        Step::DeleteSnapshot(sn) => format!(
+        Step::Csi(CsiStep::DeleteSnapshot(sn)) => format!(
             "delete_snapshot: {{ name: {}, namespace: {} }}",
             q(&sn.name),
             q(&sn.namespace)
         ),
-        Step::Backup(b) => format!(
+        Step::Bosh(BoshStep::Backup(b)) => format!(
             "backup: {{ name: {}, snapshot: {}, {}{}namespace: {}, token: {} }}",
             q(&b.name),
             q(&b.snapshot),
@@ -293,8 +296,10 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&b.namespace),
             b.token.as_str()
         ),
-        Step::ResumeBackup(r) => format!("resume_backup: {{ name: {} }}", q(&r.name)),
-        Step::ReplaySession(r) => format!(
+        Step::Bosh(BoshStep::ResumeBackup(r)) => {
+            format!("resume_backup: {{ name: {} }}", q(&r.name))
+        }
+        Step::Bosh(BoshStep::ReplaySession(r)) => format!(
             "replay_session: {{ backup: {}, snapshot: {}, {}{}namespace: {} }}",
             q(&r.backup),
             q(&r.snapshot),
@@ -308,7 +313,7 @@ fn step_yaml(step: &Step, indent: &str) -> String {
                 .unwrap_or_default(),
             q(&r.namespace)
         ),
-        Step::ResendCreateVolume(r) => format!(
+        Step::Csi(CsiStep::ResendCreateVolume(r)) => format!(
             "resend_create_volume: {{ name: {}, namespace: {}, size: {} }}",
             q(&r.name),
             q(&r.namespace),

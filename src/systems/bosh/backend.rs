@@ -10,8 +10,8 @@ use anyhow::{anyhow, Context};
 use drivelab_fakes::cpi::{Cpi, CpiConfig};
 use drivelab_fakes::csi::mounts::{Device, DeviceSource};
 use drivelab_fakes::director::{
-    ClientConfig, DeploymentConfig, Director, DirectorConfig, DiskPoolConfig,
-    InstanceGroupConfig, Job,
+    ClientConfig, DeploymentConfig, Director, DirectorConfig, DiskPoolConfig, InstanceGroupConfig,
+    Job,
 };
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, EventKind, History};
@@ -210,7 +210,11 @@ impl BoshBackend {
 }
 
 /// The Director's configuration for a `bosh:` section.
-pub(crate) fn director_config(spec: &Bosh, client_secret: &Secret, signing_key: Secret) -> DirectorConfig {
+pub(crate) fn director_config(
+    spec: &Bosh,
+    client_secret: &Secret,
+    signing_key: Secret,
+) -> DirectorConfig {
     let mut pools: Vec<String> = spec
         .storage_classes
         .iter()
@@ -274,4 +278,3 @@ pub(crate) async fn operator_job(director: Director, history: &History, job: Job
         text,
     });
 }
-

@@ -4,3 +4,4 @@
 
 pub(crate) mod backend;
 pub mod scenario;
+pub mod steps;

@@ -625,14 +625,18 @@ pub struct ReplayStep {
 
 /// A file holding only a `bosh:` section, as in a scenario (`drivelab serve
 /// --system csi --config lab.yaml`); errors as `file:line:col`.
-pub fn parse_section(path: &std::path::Path, text: &str) -> Result<Bosh, crate::scenario::ScenarioError> {
+pub fn parse_section(
+    path: &std::path::Path,
+    text: &str,
+) -> Result<Bosh, crate::scenario::ScenarioError> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Section {
         #[serde(default)]
         bosh: Option<serde_saphyr::Spanned<RawBosh>>,
     }
-    let raw: Section = serde_saphyr::from_str(text).map_err(|e| crate::scenario::yaml_error(path, &e))?;
+    let raw: Section =
+        serde_saphyr::from_str(text).map_err(|e| crate::scenario::yaml_error(path, &e))?;
     let Some(b) = raw.bosh else {
         return Ok(RawBosh::default()
             .resolve()

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::scenario::CosiStep;
 use crate::scenario::Mutant;
 use anyhow::{anyhow, Context};
 use base64::Engine as _;
@@ -40,8 +41,8 @@ use super::snapshot::{self, SnapshotInput};
 use super::ADMIN_SECRET_NAME;
 use super::{ADMIN_SECRET_NAMESPACE, CANARY_BUCKET, DRIVER_STATE_NAMESPACE};
 use crate::engine::driver::{self, Driver};
-use crate::engine::hook::{self, LabControl, LabHook};
 use crate::engine::external::{self, write_kubeconfig};
+use crate::engine::hook::{self, LabControl, LabHook};
 use crate::engine::queue::{self, WorkQueue};
 use crate::engine::schedule::Scheduler;
 use crate::engine::{
@@ -241,7 +242,7 @@ impl system::SystemLab for Lab {
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
             match &step.value {
-                Step::Retry(r) => self.retry(i, r).await?,
+                Step::Cosi(CosiStep::Retry(r)) => self.retry(i, r).await?,
                 Step::Concurrent(steps) => self.concurrent(steps).await?,
                 Step::Restart(r) => {
                     let c = match r.component {
@@ -260,8 +261,10 @@ impl system::SystemLab for Lab {
                     });
                     self.fakes.restart(c).await?;
                 }
-                Step::CreateBackendBucket(b) => self.create_backend_bucket(i, b).await?,
-                Step::CreateBucket(b) => self.create_static_bucket(scn, b)?,
+                Step::Cosi(CosiStep::CreateBackendBucket(b)) => {
+                    self.create_backend_bucket(i, b).await?
+                }
+                Step::Cosi(CosiStep::CreateBucket(b)) => self.create_static_bucket(scn, b)?,
                 other => {
                     if let Some(target) = self.begin(other)? {
                         self.converge(target).await?;
@@ -553,16 +556,16 @@ impl Lab {
     /// Make the Kubernetes change a step asks for; returns what the sidecar must reconcile.
     fn begin(&mut self, step: &Step) -> anyhow::Result<Option<Target>> {
         Ok(Some(match step {
-            Step::CreateBucketClaim(c) => self.create_claim(c)?,
-            Step::GrantAccess(a) => self.create_access(a)?,
-            Step::RevokeAccess(o) => {
+            Step::Cosi(CosiStep::CreateBucketClaim(c)) => self.create_claim(c)?,
+            Step::Cosi(CosiStep::GrantAccess(a)) => self.create_access(a)?,
+            Step::Cosi(CosiStep::RevokeAccess(o)) => {
                 self.mark_deleted(Kind::BucketAccess, &o.namespace, &o.name)?;
                 Target::Access {
                     namespace: o.namespace.clone(),
                     name: o.name.clone(),
                 }
             }
-            Step::DeleteBucketClaim(o) => {
+            Step::Cosi(CosiStep::DeleteBucketClaim(o)) => {
                 self.mark_deleted(Kind::BucketClaim, &o.namespace, &o.name)?;
                 Target::Claim {
                     namespace: o.namespace.clone(),
@@ -576,8 +579,8 @@ impl Lab {
     /// Record what a converged step produced.
     fn after(&mut self, step: &Step) -> anyhow::Result<()> {
         match step {
-            Step::CreateBucketClaim(c) => self.record_claim(&c.namespace, &c.name),
-            Step::GrantAccess(a) => self.record_access(a),
+            Step::Cosi(CosiStep::CreateBucketClaim(c)) => self.record_claim(&c.namespace, &c.name),
+            Step::Cosi(CosiStep::GrantAccess(a)) => self.record_access(a),
             _ => Ok(()),
         }
     }
@@ -1620,7 +1623,11 @@ fn driver_call_faulted(events: &[drivelab_fakes::history::Event]) -> bool {
         .any(|c| c.from == Component::Driver && faulted.contains(&c.id))
 }
 
-pub(crate) async fn create_lab_bucket(probe: &S3Probe, admin: &Secret, name: &str) -> anyhow::Result<()> {
+pub(crate) async fn create_lab_bucket(
+    probe: &S3Probe,
+    admin: &Secret,
+    name: &str,
+) -> anyhow::Result<()> {
     let r = probe
         .create_bucket("drivelab-admin", admin.expose(), name)
         .await
@@ -1643,4 +1650,3 @@ fn auth_code(name: &str) -> i32 {
         _ => AuthenticationType::UnknownAuthenticationType as i32,
     }
 }
-

@@ -7,6 +7,7 @@ mod fakes;
 mod lab;
 pub mod serve;
 pub mod snapshot;
+pub mod steps;
 
 pub(crate) use lab::run;
 

@@ -411,7 +411,8 @@ pub async fn start(
         &params,
     )?;
     let kubeconfig = dir.path().join("kubeconfig");
-    crate::engine::write_kubeconfig(&kubeconfig, &kube_url, "default").context("writing the kubeconfig")?;
+    crate::engine::write_kubeconfig(&kubeconfig, &kube_url, "default")
+        .context("writing the kubeconfig")?;
     for (f, at) in faults {
         hook.arm(f, &at);
     }

@@ -307,4 +307,3 @@ fn checkpoint_line(o: &Value, norm: &mut Normalizer) -> String {
 fn is_digest(v: &str) -> bool {
     v.len() >= 32 && v.bytes().all(|b| b.is_ascii_hexdigit())
 }
-

@@ -41,6 +41,7 @@ use crate::engine::schedule::Scheduler;
 use crate::engine::system::{self, StepsRecord, SystemLab};
 use crate::engine::{external, line_of, replay_command, ExpectFailure, RunOutcome, StepSnapshots};
 use crate::scenario::{Bosh, Csi, Expectation, Mutant, NodeCallStep, Restartable, Scenario, Step};
+use crate::scenario::{BoshStep, CsiStep};
 use crate::snapshot::Normalizer;
 use crate::systems::bosh::backend::{operator_job, BoshBackend, DirectorServer, CLIENT_ID};
 use drivelab_proto::csi;
@@ -235,7 +236,7 @@ impl SystemLab for CsiLab {
                     }
                     self.converge().await?;
                 }
-                Step::DirectorDown => {
+                Step::Bosh(BoshStep::DirectorDown) => {
                     self.history.record(EventKind::Fault {
                         call: None,
                         fault: "director_down".into(),
@@ -243,7 +244,7 @@ impl SystemLab for CsiLab {
                     });
                     self.bosh()?.director.down().await;
                 }
-                Step::DirectorUp => {
+                Step::Bosh(BoshStep::DirectorUp) => {
                     self.history.record(EventKind::Note {
                         component: Component::Lab,
                         text: "the Director answers again".into(),
@@ -252,19 +253,19 @@ impl SystemLab for CsiLab {
                     self.converge().await?;
                 }
                 Step::Concurrent(steps) => self.concurrent(steps).await?,
-                Step::ResendCreateVolume(r) => self.resend_create(r).await?,
-                Step::WriteBlocks(w) => self.write_blocks(w)?,
-                Step::Snapshot(sn) => {
+                Step::Csi(CsiStep::ResendCreateVolume(r)) => self.resend_create(r).await?,
+                Step::Bosh(BoshStep::WriteBlocks(w)) => self.write_blocks(w)?,
+                Step::Csi(CsiStep::Snapshot(sn)) => {
                     let uid = self.cbt.snapshot(sn)?;
                     self.norm.id("csi-snapshot", &format!("snapshot-{uid}"));
                     self.norm.id("snapcontent", &format!("snapcontent-{uid}"));
                     self.converge().await?;
                 }
-                Step::DeleteSnapshot(sn) => {
+                Step::Csi(CsiStep::DeleteSnapshot(sn)) => {
                     self.cbt.delete_snapshot(sn)?;
                     self.converge().await?;
                 }
-                Step::Backup(b) => {
+                Step::Bosh(BoshStep::Backup(b)) => {
                     let code = self
                         .cbt
                         .backup(
@@ -277,16 +278,16 @@ impl SystemLab for CsiLab {
                         .await;
                     self.last_step_code = Some(code);
                 }
-                Step::ReplaySession(r) => {
+                Step::Bosh(BoshStep::ReplaySession(r)) => {
                     let code = self.cbt.replay(i, r, &self.history, &self.clock).await;
                     self.last_step_code = Some(code);
                 }
-                Step::ResumeBackup(r) => {
+                Step::Bosh(BoshStep::ResumeBackup(r)) => {
                     let code = self.cbt.resume(r, &self.history).await;
                     self.last_step_code = Some(code);
                 }
-                Step::NodeStage(n) => self.node_call(true, n, i, &at).await?,
-                Step::NodePublish(n) => self.node_call(false, n, i, &at).await?,
+                Step::Csi(CsiStep::NodeStage(n)) => self.node_call(true, n, i, &at).await?,
+                Step::Csi(CsiStep::NodePublish(n)) => self.node_call(false, n, i, &at).await?,
                 other => {
                     let job = self.begin(other)?;
                     if let Some(job) = job {
@@ -487,7 +488,7 @@ impl CsiLab {
     /// as a Director job for the caller to run.
     fn begin(&mut self, step: &Step) -> anyhow::Result<Option<Job>> {
         match step {
-            Step::CreateVolume(v) => {
+            Step::Csi(CsiStep::CreateVolume(v)) => {
                 let bytes = crate::scenario::bosh::parse_quantity(&v.size).unwrap_or(1 << 30);
                 let obj = self
                     .kube
@@ -502,13 +503,13 @@ impl CsiLab {
                     .id("pv", &format!("pvc-{}", str_at(&obj, &["metadata", "uid"])));
                 Ok(None)
             }
-            Step::DeleteVolume(v) => {
+            Step::Csi(CsiStep::DeleteVolume(v)) => {
                 self.kube
                     .delete(Kind::PersistentVolumeClaim, Some(&v.namespace), &v.name)
                     .map_err(|e| anyhow!("deleting PVC {}/{}: {e}", v.namespace, v.name))?;
                 Ok(None)
             }
-            Step::Publish(p) => {
+            Step::Csi(CsiStep::Publish(p)) => {
                 let obj = self
                     .kube
                     .create(
@@ -525,19 +526,19 @@ impl CsiLab {
                 self.read_only_pods.insert(uid, p.read_only);
                 Ok(None)
             }
-            Step::Unpublish(p) => {
+            Step::Csi(CsiStep::Unpublish(p)) => {
                 self.kube
                     .delete(Kind::Pod, Some(&p.namespace), &p.pod)
                     .map_err(|e| anyhow!("deleting pod {}/{}: {e}", p.namespace, p.pod))?;
                 Ok(None)
             }
-            Step::Deploy(d) => Ok(Some(Job::Deploy {
+            Step::Bosh(BoshStep::Deploy(d)) => Ok(Some(Job::Deploy {
                 deployment: d.deployment.clone(),
             })),
-            Step::RollingUpdate(d) => Ok(Some(Job::RollingUpdate {
+            Step::Bosh(BoshStep::RollingUpdate(d)) => Ok(Some(Job::RollingUpdate {
                 deployment: d.deployment.clone(),
             })),
-            Step::RecreateVm(n) => {
+            Step::Bosh(BoshStep::RecreateVm(n)) => {
                 let id = self
                     .nodes
                     .iter()
@@ -854,21 +855,21 @@ impl CsiLab {
     /// The objects a concurrent step's actor reconciles, as their controllers would.
     fn work_of(&self, step: &Step) -> anyhow::Result<Option<Work>> {
         Ok(match step {
-            Step::CreateVolume(v) => Some(Work::Claim {
+            Step::Csi(CsiStep::CreateVolume(v)) => Some(Work::Claim {
                 namespace: v.namespace.clone(),
                 name: v.name.clone(),
             }),
-            Step::DeleteVolume(v) => Some(Work::Claim {
+            Step::Csi(CsiStep::DeleteVolume(v)) => Some(Work::Claim {
                 namespace: v.namespace.clone(),
                 name: v.name.clone(),
             }),
-            Step::Publish(p) => Some(Work::Pod {
+            Step::Csi(CsiStep::Publish(p)) => Some(Work::Pod {
                 namespace: p.namespace.clone(),
                 pod: p.pod.clone(),
                 node: p.node.clone(),
                 claim: p.volume.clone(),
             }),
-            Step::Unpublish(p) => self
+            Step::Csi(CsiStep::Unpublish(p)) => self
                 .kube
                 .get(Kind::Pod, Some(&p.namespace), &p.pod)?
                 .map(|o| Work::Pod {

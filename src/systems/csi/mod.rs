@@ -8,6 +8,7 @@ pub mod checks;
 mod lab;
 pub mod scenario;
 pub mod snapshot;
+pub mod steps;
 
 pub use lab::ServedCsi;
 
@@ -21,5 +22,12 @@ pub(crate) async fn run(
     seed: u64,
     mutants: &[Mutant],
 ) -> anyhow::Result<RunOutcome> {
-    lab::run(scn, seed, mutants, opts.step_snapshots, opts.recorder.as_ref()).await
+    lab::run(
+        scn,
+        seed,
+        mutants,
+        opts.step_snapshots,
+        opts.recorder.as_ref(),
+    )
+    .await
 }

@@ -9,8 +9,8 @@ use drivelab_fakes::history::CallId;
 use drivelab_fakes::secret::Secret;
 use serde::Serialize;
 
-pub use crate::checks::Verdict;
 use crate::checks::secret_scan;
+pub use crate::checks::Verdict;
 use crate::scenario::Invariant;
 
 pub mod lifecycle;
@@ -613,4 +613,3 @@ pub fn no_rotation(obs: &Observations) -> Verdict {
 pub fn no_secret_leak(obs: &Observations) -> Verdict {
     secret_scan(&obs.secrets, &obs.artifacts)
 }
-

@@ -1,0 +1,313 @@
+//! The COSI steps of the scenario language: what a scenario asks of the COSI
+//! system (claims, accesses, static and foreign buckets, retries), and how
+//! each is checked against what earlier steps made.
+
+use crate::scenario::{
+    check_dns, default_namespace, AccessStep, BackendBucketStep, ClaimStep, Ctx, ObjectRef,
+    RawBackendBucket, RetryOp, RetryStep, ScenarioError, StaticBucketStep, Validator,
+};
+use serde_saphyr::Spanned;
+
+/// A COSI step, which the COSI lab applies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CosiStep {
+    /// Create a BucketClaim and let the sidecar converge.
+    CreateBucketClaim(ClaimStep),
+    /// Create a BucketAccess and let the sidecar converge.
+    GrantAccess(AccessStep),
+    /// Delete a BucketAccess (revoke).
+    RevokeAccess(ObjectRef),
+    /// Delete a BucketClaim (honouring deletion policy).
+    DeleteBucketClaim(ObjectRef),
+    /// Send the driver request an earlier step made again.
+    Retry(RetryStep),
+    /// Create a static Bucket object (as an admin would) for an existing backend bucket.
+    CreateBucket(StaticBucketStep),
+    /// Create a bucket directly in the backend, owned by someone other than the driver.
+    CreateBackendBucket(BackendBucketStep),
+}
+
+impl CosiStep {
+    /// The step's keyword, as in the file.
+    pub fn keyword(&self) -> &'static str {
+        match self {
+            CosiStep::CreateBucketClaim(_) => "create_bucket_claim",
+            CosiStep::GrantAccess(_) => "grant_access",
+            CosiStep::RevokeAccess(_) => "revoke_access",
+            CosiStep::DeleteBucketClaim(_) => "delete_bucket_claim",
+            CosiStep::Retry(_) => "retry",
+            CosiStep::CreateBucket(_) => "create_bucket",
+            CosiStep::CreateBackendBucket(_) => "create_backend_bucket",
+        }
+    }
+
+    /// A one-line description for histories and reports.
+    pub fn describe(&self) -> String {
+        match self {
+            CosiStep::CreateBucketClaim(c) => format!(
+                "create_bucket_claim {}/{} (class {})",
+                c.namespace, c.name, c.class
+            ),
+            CosiStep::GrantAccess(a) => format!(
+                "grant_access {}/{} to claim {} (class {})",
+                a.namespace, a.name, a.claim, a.class
+            ),
+            CosiStep::RevokeAccess(o) => format!("revoke_access {}/{}", o.namespace, o.name),
+            CosiStep::DeleteBucketClaim(o) => {
+                format!("delete_bucket_claim {}/{}", o.namespace, o.name)
+            }
+            CosiStep::Retry(r) => format!("retry {} {}", r.op.keyword(), r.name),
+            CosiStep::CreateBucket(b) => format!(
+                "create_bucket {} for existing {}",
+                b.name, b.existing_bucket_id
+            ),
+            CosiStep::CreateBackendBucket(b) => format!("create_backend_bucket {}", b.describe()),
+        }
+    }
+
+    /// Whether the step may be one actor of a `concurrent:` block.
+    pub fn concurrent_ok(&self) -> bool {
+        matches!(
+            self,
+            CosiStep::CreateBucketClaim(_)
+                | CosiStep::GrantAccess(_)
+                | CosiStep::RevokeAccess(_)
+                | CosiStep::DeleteBucketClaim(_)
+        )
+    }
+}
+
+/// Each COSI step checked against the scenario so far (classes, claims, accesses).
+impl Validator<'_> {
+    /// `create_bucket_claim`.
+    pub(crate) fn create_bucket_claim(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        c: ClaimStep,
+    ) -> Result<CosiStep, ScenarioError> {
+        if !ctx.bucket_classes.contains(&c.class) {
+            return Err(self.err(
+                here,
+                format!(
+                    "claim `{}` uses bucket class `{}`, which is not defined",
+                    c.name, c.class
+                ),
+                Some("add it under `bucket_classes:`"),
+            ));
+        }
+        if let Some(b) = &c.existing_bucket {
+            if !ctx.static_buckets.contains(b) {
+                return Err(self.err(here, format!("claim `{}` binds Bucket `{b}`, which no earlier `create_bucket` step makes", c.name), None));
+            }
+        }
+        if !ctx.claims.insert((c.namespace.clone(), c.name.clone())) {
+            return Err(self.err(
+                here,
+                format!("claim `{}/{}` is created twice", c.namespace, c.name),
+                None,
+            ));
+        }
+        check_dns(self, here, &c.name)?;
+        Ok(CosiStep::CreateBucketClaim(c))
+    }
+
+    /// `grant_access`.
+    pub(crate) fn grant_access(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        a: AccessStep,
+    ) -> Result<CosiStep, ScenarioError> {
+        if !ctx.access_classes.contains(&a.class) {
+            return Err(self.err(
+                here,
+                format!(
+                    "access `{}` uses bucket access class `{}`, which is not defined",
+                    a.name, a.class
+                ),
+                Some("add it under `bucket_access_classes:`"),
+            ));
+        }
+        if !ctx.claims.contains(&(a.namespace.clone(), a.claim.clone())) {
+            return Err(self.err(
+                here,
+                format!(
+                    "access `{}` is for claim `{}/{}`, which no earlier step creates",
+                    a.name, a.namespace, a.claim
+                ),
+                Some("create the claim first with `create_bucket_claim`"),
+            ));
+        }
+        if !ctx.accesses.insert((a.namespace.clone(), a.name.clone())) {
+            return Err(self.err(
+                here,
+                format!("access `{}/{}` is granted twice", a.namespace, a.name),
+                None,
+            ));
+        }
+        check_dns(self, here, &a.name)?;
+        Ok(CosiStep::GrantAccess(a))
+    }
+
+    /// `revoke_access`.
+    pub(crate) fn revoke_access(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        o: ObjectRef,
+    ) -> Result<CosiStep, ScenarioError> {
+        if !ctx
+            .accesses
+            .contains(&(o.namespace.clone(), o.name.clone()))
+        {
+            return Err(self.err(
+                here,
+                format!(
+                    "access `{}/{}` is not granted by an earlier step",
+                    o.namespace, o.name
+                ),
+                None,
+            ));
+        }
+        Ok(CosiStep::RevokeAccess(o))
+    }
+
+    /// `delete_bucket_claim`.
+    pub(crate) fn delete_bucket_claim(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        o: ObjectRef,
+    ) -> Result<CosiStep, ScenarioError> {
+        if !ctx.claims.contains(&(o.namespace.clone(), o.name.clone())) {
+            return Err(self.err(
+                here,
+                format!(
+                    "claim `{}/{}` is not created by an earlier step",
+                    o.namespace, o.name
+                ),
+                None,
+            ));
+        }
+        Ok(CosiStep::DeleteBucketClaim(o))
+    }
+
+    /// `retry`.
+    pub(crate) fn retry(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        r: RetryStep,
+    ) -> Result<CosiStep, ScenarioError> {
+        let known = match r.op {
+            RetryOp::CreateBucketClaim | RetryOp::DeleteBucketClaim => {
+                ctx.claims.contains(&(r.namespace.clone(), r.name.clone()))
+            }
+            RetryOp::GrantAccess | RetryOp::RevokeAccess => ctx
+                .accesses
+                .contains(&(r.namespace.clone(), r.name.clone())),
+        };
+        if !known {
+            return Err(self.err(
+                here,
+                format!(
+                    "retry of {} `{}/{}`: no earlier step made that request",
+                    r.op.keyword(),
+                    r.namespace,
+                    r.name
+                ),
+                Some("a retry re-sends a request an earlier step made; put it after that step"),
+            ));
+        }
+        if r.parameters.is_some()
+            && !matches!(r.op, RetryOp::CreateBucketClaim | RetryOp::GrantAccess)
+        {
+            return Err(self.err(
+                here,
+                "`parameters` only applies to create_bucket_claim and grant_access retries",
+                None,
+            ));
+        }
+        if r.authentication_type.is_some() && r.op != RetryOp::GrantAccess {
+            return Err(self.err(
+                here,
+                "`authentication_type` only applies to grant_access retries",
+                None,
+            ));
+        }
+        Ok(CosiStep::Retry(r))
+    }
+
+    /// `create_bucket`.
+    pub(crate) fn create_bucket(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        b: StaticBucketStep,
+    ) -> Result<CosiStep, ScenarioError> {
+        if !ctx.bucket_classes.contains(&b.class) {
+            return Err(self.err(
+                here,
+                format!(
+                    "bucket `{}` uses bucket class `{}`, which is not defined",
+                    b.name, b.class
+                ),
+                None,
+            ));
+        }
+        if !ctx.static_buckets.insert(b.name.clone()) {
+            return Err(self.err(here, format!("bucket `{}` is created twice", b.name), None));
+        }
+        Ok(CosiStep::CreateBucket(b))
+    }
+
+    /// `create_backend_bucket`.
+    pub(crate) fn create_backend_bucket(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        b: RawBackendBucket,
+    ) -> Result<CosiStep, ScenarioError> {
+        Ok(match (b.name, b.name_of_claim) {
+            (Some(name), None) => {
+                if b.namespace.is_some() {
+                    return Err(self.err(
+                        here,
+                        "`namespace` goes with `name_of_claim`, not with `name`",
+                        None,
+                    ));
+                }
+                if cosi_s3::config::validate_bucket_name("name", &name).is_err() {
+                    return Err(self.err(
+                        here,
+                        format!("`{name}` is not a valid S3 bucket name"),
+                        Some("3-63 lowercase letters, digits, '-' and '.'"),
+                    ));
+                }
+                CosiStep::CreateBackendBucket(BackendBucketStep::Named(name))
+            }
+            (None, Some(claim)) => {
+                let namespace = b.namespace.unwrap_or_else(default_namespace);
+                if !ctx.claims.contains(&(namespace.clone(), claim.clone())) {
+                    return Err(self.err(
+                    here,
+                    format!("`name_of_claim: {claim}`: no earlier step creates claim `{namespace}/{claim}`"),
+                    Some("the bucket takes the name of a claim's bucket; put it after the claim's steps"),
+                ));
+                }
+                CosiStep::CreateBackendBucket(BackendBucketStep::NameOfClaim(ObjectRef {
+                    name: claim,
+                    namespace,
+                }))
+            }
+            _ => {
+                return Err(self.err(
+                    here,
+                    "`create_backend_bucket` takes exactly one of `name` and `name_of_claim`",
+                    Some("{ name: finance-archive } or { name_of_claim: scratch }"),
+                ))
+            }
+        })
+    }
+}
