@@ -827,6 +827,113 @@ impl Validator<'_> {
         }
     }
 
+    /// Objects of one kind (classes), each name defined once.
+    fn unique<T>(
+        &self,
+        items: Vec<Spanned<T>>,
+        what: &str,
+        name: impl Fn(&T) -> &String,
+    ) -> Result<Vec<T>, ScenarioError> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for c in items {
+            if !seen.insert(name(&c.value).clone()) {
+                return Err(self.err(
+                    &c,
+                    format!("{what} `{}` is defined twice", name(&c.value)),
+                    None,
+                ));
+            }
+            out.push(c.value);
+        }
+        Ok(out)
+    }
+
+    /// The driver speaks the protocol of the scenario's system.
+    fn driver_fits(
+        &self,
+        at: &Spanned<()>,
+        driver: &DriverSpec,
+        csi: Option<&Csi>,
+    ) -> Result<(), ScenarioError> {
+        match (csi, driver.protocol()) {
+            (Some(_), DriverProtocol::Cosi) => {
+                Err(self.err(
+                    at,
+                    format!(
+                        "a `csi:`/`bosh:` scenario drives a CSI driver, but {} speaks COSI",
+                        driver.describe()
+                    ),
+                    Some("use a CSI builtin (bosh-csi, hostpath-csi), or `protocol: csi` for a command/image driver"),
+                ))
+            }
+            (None, DriverProtocol::Csi) => {
+                Err(self.err(
+                    at,
+                    format!(
+                        "{} speaks CSI, which needs the CSI system",
+                        driver.describe()
+                    ),
+                    Some("add `csi: {}` (the driver brings its own backend) or `bosh: {}` (the BOSH Director and CPI as its backend)"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The scenario's claims, each decided by invariants it checks.
+    fn claims(
+        &self,
+        raw: Vec<Spanned<Claim>>,
+        invariants: &[Invariant],
+    ) -> Result<Vec<Claim>, ScenarioError> {
+        let mut out = Vec::new();
+        for c in raw {
+            if c.value.by.is_empty() {
+                return Err(self.err(
+                    &c,
+                    "a claim needs at least one invariant in `by`",
+                    Some("e.g. by: [idempotent-replay, no-rotation]"),
+                ));
+            }
+            if let Some(i) = c.value.by.iter().find(|i| !invariants.contains(i)) {
+                return Err(self.err(
+                    &c,
+                    format!(
+                        "claim relies on `{}`, which this scenario does not check",
+                        i.id()
+                    ),
+                    Some("add it to `invariants:` or remove the list to check all"),
+                ));
+            }
+            out.push(c.value);
+        }
+        Ok(out)
+    }
+
+    /// Checks a scenario demands be exercised: only ones it checks.
+    fn require_exercised(
+        &self,
+        raw: Vec<Spanned<Invariant>>,
+        invariants: &[Invariant],
+    ) -> Result<Vec<Invariant>, ScenarioError> {
+        let mut require_exercised = Vec::new();
+        for r in raw {
+            if !invariants.contains(&r.value) {
+                return Err(self.err(
+                    &r,
+                    format!(
+                        "`require_exercised` names `{}`, which this scenario does not check",
+                        r.value.id()
+                    ),
+                    Some("add it to `invariants:` (or remove the list to check the system's defaults)"),
+                ));
+            }
+            require_exercised.push(r.value);
+        }
+        Ok(require_exercised)
+    }
+
     fn validate(&self, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         if raw.name.value.trim().is_empty() {
             return Err(self.err(
@@ -835,30 +942,11 @@ impl Validator<'_> {
                 Some("give the scenario a short kebab-case name"),
             ));
         }
-        let mut bucket_classes = Vec::new();
-        let mut seen = BTreeSet::new();
-        for c in raw.bucket_classes {
-            if !seen.insert(c.value.name.clone()) {
-                return Err(self.err(
-                    &c,
-                    format!("bucket class `{}` is defined twice", c.value.name),
-                    None,
-                ));
-            }
-            bucket_classes.push(c.value);
-        }
-        let mut access_classes = Vec::new();
-        let mut seen = BTreeSet::new();
-        for c in raw.bucket_access_classes {
-            if !seen.insert(c.value.name.clone()) {
-                return Err(self.err(
-                    &c,
-                    format!("bucket access class `{}` is defined twice", c.value.name),
-                    None,
-                ));
-            }
-            access_classes.push(c.value);
-        }
+        let bucket_classes = self.unique(raw.bucket_classes, "bucket class", |c| &c.name)?;
+        let access_classes =
+            self.unique(raw.bucket_access_classes, "bucket access class", |c| {
+                &c.name
+            })?;
         if raw.steps.value.is_empty() {
             return Err(self.err(
                 &raw.steps,
@@ -866,39 +954,14 @@ impl Validator<'_> {
                 Some("a scenario needs at least one step"),
             ));
         }
-        let driver = {
-            let at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
-            raw.driver
-                .value
-                .resolve()
-                .map_err(|(m, hint)| self.err(&at, m, hint))?
-        };
+        let driver_at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
+        let driver = raw
+            .driver
+            .value
+            .resolve()
+            .map_err(|(m, hint)| self.err(&driver_at, m, hint))?;
         let csi = self.csi_system(raw.bosh, raw.csi)?;
-        match (&csi, driver.protocol()) {
-            (Some(_), DriverProtocol::Cosi) => {
-                let at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
-                return Err(self.err(
-                    &at,
-                    format!(
-                        "a `csi:`/`bosh:` scenario drives a CSI driver, but {} speaks COSI",
-                        driver.describe()
-                    ),
-                    Some("use a CSI builtin (bosh-csi, hostpath-csi), or `protocol: csi` for a command/image driver"),
-                ));
-            }
-            (None, DriverProtocol::Csi) => {
-                let at = Spanned::new((), raw.driver.referenced, raw.driver.defined);
-                return Err(self.err(
-                    &at,
-                    format!(
-                        "{} speaks CSI, which needs the CSI system",
-                        driver.describe()
-                    ),
-                    Some("add `csi: {}` (the driver brings its own backend) or `bosh: {}` (the BOSH Director and CPI as its backend)"),
-                ));
-            }
-            _ => {}
-        }
+        self.driver_fits(&driver_at, &driver, csi.as_ref())?;
         let system = if csi.is_some() {
             System::Csi
         } else {
@@ -976,20 +1039,7 @@ impl Validator<'_> {
                 }
             };
         }
-        let mut require_exercised = Vec::new();
-        for r in raw.require_exercised {
-            if !invariants.contains(&r.value) {
-                return Err(self.err(
-                    &r,
-                    format!(
-                        "`require_exercised` names `{}`, which this scenario does not check",
-                        r.value.id()
-                    ),
-                    Some("add it to `invariants:` (or remove the list to check the system's defaults)"),
-                ));
-            }
-            require_exercised.push(r.value);
-        }
+        let require_exercised = self.require_exercised(raw.require_exercised, &invariants)?;
         let converge_within = match &raw.converge_within {
             None => Duration::from_secs(120),
             Some(s) => parse_duration(&s.value).ok_or_else(|| {
@@ -1010,30 +1060,7 @@ impl Validator<'_> {
             access_classes,
             faults,
             steps,
-            claims: {
-                let mut out = Vec::new();
-                for c in raw.claims {
-                    if c.value.by.is_empty() {
-                        return Err(self.err(
-                            &c,
-                            "a claim needs at least one invariant in `by`",
-                            Some("e.g. by: [idempotent-replay, no-rotation]"),
-                        ));
-                    }
-                    if let Some(i) = c.value.by.iter().find(|i| !invariants.contains(i)) {
-                        return Err(self.err(
-                            &c,
-                            format!(
-                                "claim relies on `{}`, which this scenario does not check",
-                                i.id()
-                            ),
-                            Some("add it to `invariants:` or remove the list to check all"),
-                        ));
-                    }
-                    out.push(c.value);
-                }
-                out
-            },
+            claims: self.claims(raw.claims, &invariants)?,
             invariants,
             require_exercised,
             converge_within,

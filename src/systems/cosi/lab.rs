@@ -1099,30 +1099,12 @@ impl Lab {
         }))
     }
 
-    async fn finish(
-        &mut self,
-        scn: &Scenario,
-        seed: u64,
-        mutants: &[Mutant],
-        log_start: usize,
-        twin: Option<BTreeMap<String, Secret>>,
-    ) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
-        // Faults off, partitions healed: does everything converge now?
-        self.hook.disarm_all();
-        self.history.record(EventKind::Step {
-            index: scn.steps.len(),
-            name: "final convergence (faults healed)".into(),
-        });
-        self.drain(self.converge_within).await?;
-        let stuck = self.stuck();
-        self.observe_backend();
-        let backend = self.backend();
-        let accesses = self.kube().list(Kind::BucketAccess, None)?;
-        let claims = self.kube().list(Kind::BucketClaim, None)?;
-        let buckets = self.kube().list(Kind::Bucket, None)?;
+    /// The credentials Secrets accesses name, and the accesses granted and not
+    /// being deleted (with the credentials workloads would use).
+    fn live_accesses(&self, accesses: &[Value]) -> anyhow::Result<(Vec<Value>, Vec<LiveAccess>)> {
         let mut credential_secrets = Vec::new();
         let mut live = Vec::new();
-        for a in &accesses {
+        for a in accesses {
             let ns = str_at(a, &["metadata", "namespace"]);
             let name = str_at(a, &["metadata", "name"]);
             let secret_name = str_at(a, &["spec", "credentialsSecretName"]);
@@ -1148,6 +1130,11 @@ impl Lab {
                     .unwrap_or_default(),
             });
         }
+        Ok((credential_secrets, live))
+    }
+
+    /// The objects in the driver's state namespace (its checkpoints).
+    fn checkpoints(&self) -> anyhow::Result<Vec<(&'static str, Value)>> {
         let mut checkpoints = Vec::new();
         for o in self
             .kube()
@@ -1161,6 +1148,70 @@ impl Lab {
         {
             checkpoints.push(("configmap", o));
         }
+        Ok(checkpoints)
+    }
+
+    /// Every secret value the run created or handed out (what no-secret-leak searches for).
+    fn run_secrets(
+        &self,
+        backend: &BackendState,
+        exchanges: &[Exchange],
+        live: &[LiveAccess],
+    ) -> Vec<Secret> {
+        let mut secrets: Vec<Secret> = vec![self.admin_secret.clone()];
+        secrets.extend(backend.users.values().map(|u| u.secret.clone()));
+        for r in &self.retries {
+            secrets.extend(
+                r.before
+                    .users
+                    .values()
+                    .chain(r.after.users.values())
+                    .map(|u| u.secret.clone()),
+            );
+        }
+        for ex in exchanges {
+            if let DriverReply::Granted {
+                credentials: Some(c),
+                ..
+            } = &ex.reply
+            {
+                secrets.push(c.secret.clone());
+            }
+        }
+        secrets.extend(
+            live.iter()
+                .filter_map(|a| a.credentials.as_ref().map(|c| c.1.clone())),
+        );
+        secrets.sort();
+        secrets.dedup();
+        secrets
+    }
+
+    /// Heal, converge, observe and judge: the run's outcome, and the secret
+    /// each account was handed (what a twin run is compared with).
+    async fn finish(
+        &mut self,
+        scn: &Scenario,
+        seed: u64,
+        mutants: &[Mutant],
+        log_start: usize,
+        twin: Option<BTreeMap<String, Secret>>,
+    ) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
+        // Faults off, partitions healed: does everything converge now?
+        self.hook.disarm_all();
+        self.history.record(EventKind::Step {
+            index: scn.steps.len(),
+            name: "final convergence (faults healed)".into(),
+        });
+        self.drain(self.converge_within).await?;
+        let stuck = self.stuck();
+        self.observe_backend();
+        let backend = self.backend();
+        let accesses = self.kube().list(Kind::BucketAccess, None)?;
+        let claims = self.kube().list(Kind::BucketClaim, None)?;
+        let buckets = self.kube().list(Kind::Bucket, None)?;
+        let (credential_secrets, live) = self.live_accesses(&accesses)?;
+        let checkpoints = self.checkpoints()?;
 
         // The snapshot first: probes below write objects, which are not the driver's doing.
         let mut norm = std::mem::take(&mut self.norm);
@@ -1179,26 +1230,7 @@ impl Lab {
                 )
             })
             .collect();
-        let ready_claims: Vec<(String, String)> = claims
-            .iter()
-            .filter(|c| bool_at(c, &["status", "bucketReady"]))
-            .map(|c| {
-                let bname = str_at(c, &["status", "bucketName"]);
-                let id = bucket_objects
-                    .iter()
-                    .find(|(n, _)| *n == bname)
-                    .map(|(_, id)| id.clone())
-                    .unwrap_or_default();
-                (
-                    format!(
-                        "{}/{}",
-                        str_at(c, &["metadata", "namespace"]),
-                        str_at(c, &["metadata", "name"])
-                    ),
-                    id,
-                )
-            })
-            .collect();
+        let ready_claims = ready_claims(&claims, &bucket_objects);
         let snapshot = snapshot::render(
             &SnapshotInput {
                 claims,
@@ -1214,47 +1246,8 @@ impl Lab {
 
         let probes = self.probe_all(&live).await;
         let exchanges: Vec<Exchange> = self.sidecar.exchanges();
-        let mut handed_out: BTreeMap<String, Secret> = BTreeMap::new();
-        for ex in &exchanges {
-            if let (
-                DriverRequest::Grant { name, .. },
-                DriverReply::Granted {
-                    credentials: Some(c),
-                    ..
-                },
-            ) = (&ex.request, &ex.reply)
-            {
-                handed_out
-                    .entry(name.clone())
-                    .or_insert_with(|| c.secret.clone());
-            }
-        }
-        let mut secrets: Vec<Secret> = vec![self.admin_secret.clone()];
-        secrets.extend(backend.users.values().map(|u| u.secret.clone()));
-        for r in &self.retries {
-            secrets.extend(
-                r.before
-                    .users
-                    .values()
-                    .chain(r.after.users.values())
-                    .map(|u| u.secret.clone()),
-            );
-        }
-        for ex in &exchanges {
-            if let DriverReply::Granted {
-                credentials: Some(c),
-                ..
-            } = &ex.reply
-            {
-                secrets.push(c.secret.clone());
-            }
-        }
-        secrets.extend(
-            live.iter()
-                .filter_map(|a| a.credentials.as_ref().map(|c| c.1.clone())),
-        );
-        secrets.sort();
-        secrets.dedup();
+        let handed_out = handed_out(&exchanges);
+        let secrets = self.run_secrets(&backend, &exchanges, &live);
         let history = self.history.events();
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
         // What reports write: ids labelled like the snapshot, so two runs diff cleanly.
@@ -1649,4 +1642,48 @@ fn auth_code(name: &str) -> i32 {
         "IAM" => AuthenticationType::Iam as i32,
         _ => AuthenticationType::UnknownAuthenticationType as i32,
     }
+}
+
+/// Ready claims: (namespace/name, the bucket id of the Bucket they bind).
+fn ready_claims(claims: &[Value], bucket_objects: &[(String, String)]) -> Vec<(String, String)> {
+    claims
+        .iter()
+        .filter(|c| bool_at(c, &["status", "bucketReady"]))
+        .map(|c| {
+            let bname = str_at(c, &["status", "bucketName"]);
+            let id = bucket_objects
+                .iter()
+                .find(|(n, _)| *n == bname)
+                .map(|(_, id)| id.clone())
+                .unwrap_or_default();
+            (
+                format!(
+                    "{}/{}",
+                    str_at(c, &["metadata", "namespace"]),
+                    str_at(c, &["metadata", "name"])
+                ),
+                id,
+            )
+        })
+        .collect()
+}
+
+/// The secret each account name was first handed (what the twin lab compares).
+fn handed_out(exchanges: &[Exchange]) -> BTreeMap<String, Secret> {
+    let mut handed_out: BTreeMap<String, Secret> = BTreeMap::new();
+    for ex in exchanges {
+        if let (
+            DriverRequest::Grant { name, .. },
+            DriverReply::Granted {
+                credentials: Some(c),
+                ..
+            },
+        ) = (&ex.request, &ex.reply)
+        {
+            handed_out
+                .entry(name.clone())
+                .or_insert_with(|| c.secret.clone());
+        }
+    }
+    handed_out
 }
