@@ -241,9 +241,7 @@ pub fn converges(obs: &Observations) -> Verdict {
             }
             continue;
         }
-        let waits_on = |claims: &[String]| {
-            s.claim.as_ref().is_some_and(|c| claims.contains(c))
-        };
+        let waits_on = |claims: &[String]| s.claim.as_ref().is_some_and(|c| claims.contains(c));
         if waits_on(&lab_refused) {
             refused += 1;
             continue;
@@ -272,9 +270,13 @@ pub fn converges(obs: &Observations) -> Verdict {
     } else {
         String::new()
     };
+    let on_purpose = match on_purpose {
+        0 => String::new(),
+        n => format!(" but {n} made invalid on purpose by the scenario, refused as intended"),
+    };
     v.finish(
         obs.exchanges.len(),
-        format!("nothing left for the sidecar to retry ({on_purpose} refused on purpose, as the scenario intended{refused})"),
+        format!("nothing left for the sidecar to retry{on_purpose}{refused}"),
     )
 }
 

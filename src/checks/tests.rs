@@ -382,12 +382,20 @@ fn converges_lets_a_request_rejected_on_purpose_end_refused_with_its_code_only()
     }];
     let v = lifecycle::converges(&obs);
     assert!(v.passed, "{:?}", v.details);
-    assert!(v.details[0].contains("1 refused on purpose"), "{:?}", v.details);
+    assert!(
+        v.details[0].contains("but 1 made invalid on purpose by the scenario"),
+        "{:?}",
+        v.details
+    );
     // Marked, but ending on another code: the sidecar still retries it.
     obs.rejected_on_purpose[0].code = GrpcCode::FailedPrecondition;
     let v = lifecycle::converges(&obs);
     assert!(!v.passed);
-    assert!(v.details[0].contains("must end FAILED_PRECONDITION"), "{:?}", v.details);
+    assert!(
+        v.details[0].contains("must end FAILED_PRECONDITION"),
+        "{:?}",
+        v.details
+    );
     // Another object's mark excuses nothing.
     obs.rejected_on_purpose[0].code = GrpcCode::InvalidArgument;
     obs.rejected_on_purpose[0].target = Target::Access {

@@ -1103,7 +1103,8 @@ impl Validator<'_> {
             }
             require_exercised.push(r.value);
         }
-        let rejected_on_purpose = self.rejected_on_purpose(raw.rejected_on_purpose, system, &ctx)?;
+        let rejected_on_purpose =
+            self.rejected_on_purpose(raw.rejected_on_purpose, system, &ctx)?;
         let converge_within = match &raw.converge_within {
             None => Duration::from_secs(120),
             Some(s) => parse_duration(&s.value).ok_or_else(|| {
@@ -1175,7 +1176,10 @@ impl Validator<'_> {
                 ));
             }
             let e = &r.value;
-            let key = (e.namespace.clone(), e.claim.clone().or(e.access.clone()).unwrap_or_default());
+            let key = (
+                e.namespace.clone(),
+                e.claim.clone().or(e.access.clone()).unwrap_or_default(),
+            );
             let target = match (&e.claim, &e.access) {
                 (Some(name), None) if ctx.claims.contains(&key) => Target::Claim {
                     namespace: e.namespace.clone(),
@@ -1204,13 +1208,22 @@ impl Validator<'_> {
                 return Err(self.err(
                     &r,
                     "a request rejected on purpose cannot end OK",
-                    Some("give the error code the driver must refuse it with, e.g. INVALID_ARGUMENT"),
+                    Some(
+                        "give the error code the driver must refuse it with, e.g. INVALID_ARGUMENT",
+                    ),
                 ));
             }
             if out.iter().any(|o| o.target == target) {
-                return Err(self.err(&r, format!("{target} is listed twice in `rejected_on_purpose`"), None));
+                return Err(self.err(
+                    &r,
+                    format!("{target} is listed twice in `rejected_on_purpose`"),
+                    None,
+                ));
             }
-            out.push(RejectedOnPurpose { target, code: e.code });
+            out.push(RejectedOnPurpose {
+                target,
+                code: e.code,
+            });
         }
         Ok(out)
     }

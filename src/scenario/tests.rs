@@ -574,7 +574,8 @@ fn faults_name_only_what_the_system_answers() {
 
 #[test]
 fn rejected_on_purpose_names_one_made_cosi_object_and_an_error_code() {
-    let ok = format!("{GOOD}rejected_on_purpose:\n  - {{ claim: photos, code: FAILED_PRECONDITION }}\n");
+    let ok =
+        format!("{GOOD}rejected_on_purpose:\n  - {{ claim: photos, code: FAILED_PRECONDITION }}\n");
     let s = p(&ok).unwrap();
     assert_eq!(s.rejected_on_purpose.len(), 1);
     assert_eq!(
@@ -586,8 +587,14 @@ fn rejected_on_purpose_names_one_made_cosi_object_and_an_error_code() {
     let again = p(&write::to_yaml(&s, &[])).unwrap();
     assert_eq!(again.rejected_on_purpose, s.rejected_on_purpose);
     for (entry, says) in [
-        ("{ access: nobody, code: INVALID_ARGUMENT }", "no step makes"),
-        ("{ claim: photos, access: app, code: INVALID_ARGUMENT }", "exactly one of"),
+        (
+            "{ access: nobody, code: INVALID_ARGUMENT }",
+            "no step makes",
+        ),
+        (
+            "{ claim: photos, access: app, code: INVALID_ARGUMENT }",
+            "exactly one of",
+        ),
         ("{ code: INVALID_ARGUMENT }", "exactly one of"),
         ("{ access: app, code: OK }", "cannot end OK"),
         ("{ access: app, code: NOPE }", ""),

@@ -212,7 +212,10 @@ impl Attacher {
             if ex.requeues() {
                 return fail(
                     &kube,
-                    format!("rpc error: ControllerPublishVolume: {}", ex.reply.describe()),
+                    format!(
+                        "rpc error: ControllerPublishVolume: {}",
+                        ex.reply.describe()
+                    ),
                 );
             }
             match ex.reply {

@@ -223,7 +223,10 @@ impl Provisioner {
             .await;
         // Every error is retried, "final" or not (retry::requeues).
         if ex.requeues() {
-            return Ok(Step::Retry(format!("CreateVolume: {}", ex.reply.describe())));
+            return Ok(Step::Retry(format!(
+                "CreateVolume: {}",
+                ex.reply.describe()
+            )));
         }
         let volume = match ex.reply {
             DriverReply::Created(Some(v)) if !v.volume_id.is_empty() => v,

@@ -155,7 +155,10 @@ mod tests {
         assert!(!may_be_in_progress(CREATE_VOLUME, Code::ResourceExhausted));
         assert!(may_be_in_progress(CREATE_VOLUME, Code::Aborted));
         assert!(may_be_in_progress(CREATE_SNAPSHOT, Code::ResourceExhausted));
-        assert!(may_be_in_progress(CONTROLLER_PUBLISH_VOLUME, Code::DeadlineExceeded));
+        assert!(may_be_in_progress(
+            CONTROLLER_PUBLISH_VOLUME,
+            Code::DeadlineExceeded
+        ));
         for rpc in SIDECAR_RPCS {
             assert!(!may_be_in_progress(rpc, Code::InvalidArgument), "{rpc}");
         }
