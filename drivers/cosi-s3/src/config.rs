@@ -514,7 +514,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 9);
+        assert_eq!(Mutant::all().len(), 10);
         assert_eq!(Mutant::parse("no-such-bug"), None);
         assert_eq!(Mutant::parse(""), None);
     }
