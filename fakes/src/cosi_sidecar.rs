@@ -21,10 +21,25 @@
 //!   drops the finalizer.
 //! - AlreadyExists is an error like any other (requeue), never success.
 //! - DriverDeleteBucket carries the Bucket's parameters as `delete_context`, and
-//!   is sent only for deletionPolicy Delete (NotFound counts as done);
-//!   Retain makes no call and keeps the Bucket object. Revoke is retried on any error.
+//!   is sent only for deletionPolicy Delete; Retain makes no call and keeps the
+//!   Bucket object.
+//! - Which driver answers end an operation and which are retried: [`requeues`]
+//!   (see "Retry rule" below), the one place both this fake and the lab's
+//!   `converges` check read.
 //! - Requeue with per-object exponential back-off, 100 ms doubling to 30 s, reset
 //!   on success — on the lab's virtual clock (the engine owns the queue).
+//!
+//! Retry rule (v0.2.x): no driver error is final. `BucketListener.Add` and
+//! `deleteBucketOp` (sidecar/pkg/bucket/bucket_controller.go) and
+//! `BucketAccessListener.Add` and `deleteBucketAccessOp`
+//! (sidecar/pkg/bucketaccess/bucketaccess_controller.go) return every error of
+//! DriverCreateBucket / DriverDeleteBucket / DriverGrantBucketAccess /
+//! DriverRevokeBucketAccess to the controller, whose `handleErr`
+//! (container-object-storage-interface-api controller/controller.go) calls
+//! `AddRateLimited` with no give-up threshold. The one exception:
+//! `deleteBucketOp` takes NOT_FOUND from DriverDeleteBucket as deleted. So an
+//! object whose driver call keeps failing — INVALID_ARGUMENT included — is
+//! retried for ever; it never settles as "rejected".
 //!
 //! Not matched: watches/informers and resync periods (the engine decides what to
 //! reconcile and when), the Bucket object's own finalizer, events on objects, leader election, multi-protocol
@@ -163,7 +178,31 @@ crate::declare_ops!(
     }
 );
 
+/// The v0.2.x sidecar's retry rule (module doc, "Retry rule"): whether a
+/// driver answer with `code` to `op` leaves the object requeued. OK never
+/// does; NOT_FOUND to DriverDeleteBucket counts as deleted; every other error
+/// of every RPC is retried with back-off, for ever.
+pub fn requeues(op: DriverOp, code: tonic::Code) -> bool {
+    match (op, code) {
+        (_, tonic::Code::Ok) => false,
+        (DriverOp::DeleteBucket, tonic::Code::NotFound) => false,
+        _ => true,
+    }
+}
+
 impl DriverOp {
+    /// The op for an RPC name as on the wire (`DriverRevokeBucketAccess`).
+    pub fn from_rpc(rpc: &str) -> Option<DriverOp> {
+        [
+            DriverOp::CreateBucket,
+            DriverOp::DeleteBucket,
+            DriverOp::GrantBucketAccess,
+            DriverOp::RevokeBucketAccess,
+        ]
+        .into_iter()
+        .find(|op| op.rpc() == rpc)
+    }
+
     /// The RPC, as the gate records it.
     pub fn name(self) -> Op {
         match self {
@@ -260,12 +299,17 @@ pub enum DriverReply {
 }
 
 impl DriverReply {
+    /// The gRPC code (`Ok` for any successful reply, malformed or not).
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            DriverReply::Failed { code, .. } => *code,
+            _ => tonic::Code::Ok,
+        }
+    }
+
     /// The gRPC code name (`OK`, `ALREADY_EXISTS`, ...).
     pub fn code_name(&self) -> String {
-        match self {
-            DriverReply::Failed { code, .. } => code_name(*code),
-            _ => "OK".to_string(),
-        }
+        code_name(self.code())
     }
 }
 
@@ -616,6 +660,9 @@ impl CosiSidecar {
                 false,
             )
             .await;
+        if let Some(reason) = requeue_reason(&ex) {
+            return Ok(Step::Retry(reason));
+        }
         match ex.reply {
             DriverReply::Created { bucket_id } if !bucket_id.is_empty() => {
                 self.kube().merge_patch(
@@ -627,13 +674,7 @@ impl CosiSidecar {
                 self.mark_claim_ready(ns, name, &bucket_name)?;
                 Ok(Step::Done)
             }
-            DriverReply::Created { .. } => {
-                Ok(Step::Retry("driver returned an empty bucket_id".into()))
-            }
-            other => Ok(Step::Retry(format!(
-                "DriverCreateBucket: {}",
-                other.code_name()
-            ))),
+            _ => Ok(Step::Retry("driver returned an empty bucket_id".into())),
         }
     }
 
@@ -712,18 +753,8 @@ impl CosiSidecar {
                         let ex = self
                             .send(DriverRequest::Delete { bucket_id, context }, false)
                             .await;
-                        match ex.reply {
-                            DriverReply::Empty => {}
-                            DriverReply::Failed {
-                                code: tonic::Code::NotFound,
-                                ..
-                            } => {}
-                            other => {
-                                return Ok(Step::Retry(format!(
-                                    "DriverDeleteBucket: {}",
-                                    other.code_name()
-                                )))
-                            }
+                        if let Some(reason) = requeue_reason(&ex) {
+                            return Ok(Step::Retry(reason));
                         }
                     }
                     self.kube().delete(Kind::Bucket, None, bucket_name)?;
@@ -765,11 +796,8 @@ impl CosiSidecar {
                         false,
                     )
                     .await;
-                if let DriverReply::Failed { .. } = ex.reply {
-                    return Ok(Step::Retry(format!(
-                        "DriverRevokeBucketAccess: {}",
-                        ex.reply.code_name()
-                    )));
+                if let Some(reason) = requeue_reason(&ex) {
+                    return Ok(Step::Retry(reason));
                 }
             }
             if let Some(s) = secret_name {
@@ -828,18 +856,18 @@ impl CosiSidecar {
             parameters: string_map(&class, &["parameters"]),
         };
         let ex = self.send(request, false).await;
-        let (account_id, creds, entries) = match ex.reply {
-            DriverReply::Granted {
-                account_id,
-                credentials,
-                credential_entries,
-            } => (account_id, credentials, credential_entries),
-            other => {
-                return Ok(Step::Retry(format!(
-                    "DriverGrantBucketAccess: {}",
-                    other.code_name()
-                )))
-            }
+        if let Some(reason) = requeue_reason(&ex) {
+            return Ok(Step::Retry(reason));
+        }
+        let DriverReply::Granted {
+            account_id,
+            credentials: creds,
+            credential_entries: entries,
+        } = ex.reply
+        else {
+            return Ok(Step::Retry(
+                "DriverGrantBucketAccess: the driver's reply was not a grant".into(),
+            ));
         };
         if account_id.is_empty() {
             return Ok(Step::Retry("driver returned an empty account_id".into()));
@@ -1103,6 +1131,14 @@ enum Step {
     Retry(String),
 }
 
+/// Why the object is requeued after `ex`, by the sidecar's rule ([`requeues`]);
+/// None when the answer lets the operation go on.
+fn requeue_reason(ex: &Exchange) -> Option<String> {
+    let op = ex.request.op();
+    let code = ex.reply.code();
+    requeues(op, code).then(|| format!("{}: {}", op.rpc(), code_name(code)))
+}
+
 /// The real sidecar's requeue delay after `failures` consecutive failures.
 pub fn backoff(failures: u32) -> Duration {
     let ms = BACKOFF_BASE.as_millis() as u64;
@@ -1170,6 +1206,34 @@ fn deleting(v: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn v02_requeues_every_error_but_a_deleted_buckets_not_found() {
+        use tonic::Code;
+        let ops = [
+            DriverOp::CreateBucket,
+            DriverOp::DeleteBucket,
+            DriverOp::GrantBucketAccess,
+            DriverOp::RevokeBucketAccess,
+        ];
+        for op in ops {
+            assert_eq!(DriverOp::from_rpc(op.rpc()), Some(op));
+            assert!(!requeues(op, Code::Ok), "{op:?} OK");
+            for code in [
+                Code::InvalidArgument,
+                Code::AlreadyExists,
+                Code::FailedPrecondition,
+                Code::Unimplemented,
+                Code::PermissionDenied,
+                Code::Unavailable,
+                Code::Internal,
+            ] {
+                assert!(requeues(op, code), "{op:?} {code:?} must be retried");
+            }
+        }
+        assert!(!requeues(DriverOp::DeleteBucket, Code::NotFound));
+        assert!(requeues(DriverOp::RevokeBucketAccess, Code::NotFound));
+    }
 
     #[test]
     fn backoff_doubles_from_100ms_to_30s() {

@@ -61,6 +61,10 @@ pub struct Scenario {
     pub require_exercised: Vec<Invariant>,
     /// What the scenario claims, in words, and the invariants that decide each claim.
     pub claims: Vec<Claim>,
+    /// Requests the scenario makes invalid on purpose (`rejected_on_purpose:`):
+    /// the only objects `converges` lets end refused while the sidecar still
+    /// retries them.
+    pub rejected_on_purpose: Vec<RejectedOnPurpose>,
     /// How much virtual time each step may take to converge.
     pub converge_within: Duration,
     /// The CSI system (`csi:`, or `bosh:` for it with the BOSH backend);
@@ -102,6 +106,18 @@ pub struct Claim {
     pub says: String,
     /// The invariants that must all hold for the claim to hold.
     pub by: Vec<Invariant>,
+}
+
+/// A COSI object whose request the scenario makes invalid on purpose, and the
+/// code the driver must keep refusing it with (`rejected_on_purpose:` entry).
+/// The real sidecar retries it for ever; `converges` accepts that for this
+/// object and this code only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RejectedOnPurpose {
+    /// The object as the sidecar names it (its reconcile target).
+    pub target: drivelab_fakes::cosi_sidecar::Target,
+    /// The code it must end refused with.
+    pub code: GrpcCode,
 }
 
 /// A value with the place in the file it came from.
@@ -557,11 +573,26 @@ struct RawScenario {
     #[serde(default)]
     claims: Vec<Spanned<Claim>>,
     #[serde(default)]
+    rejected_on_purpose: Vec<Spanned<RawRejected>>,
+    #[serde(default)]
     converge_within: Option<Spanned<String>>,
     #[serde(default)]
     bosh: Option<Spanned<bosh::RawBosh>>,
     #[serde(default)]
     csi: Option<Spanned<csi::RawCsi>>,
+}
+
+/// One `rejected_on_purpose:` entry as written: a claim or an access, and a code.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRejected {
+    #[serde(default)]
+    claim: Option<String>,
+    #[serde(default)]
+    access: Option<String>,
+    #[serde(default = "default_namespace")]
+    namespace: String,
+    code: GrpcCode,
 }
 
 #[derive(Deserialize)]
@@ -1040,6 +1071,8 @@ impl Validator<'_> {
             };
         }
         let require_exercised = self.require_exercised(raw.require_exercised, &invariants)?;
+        let rejected_on_purpose =
+            self.rejected_on_purpose(raw.rejected_on_purpose, system, &ctx)?;
         let converge_within = match &raw.converge_within {
             None => Duration::from_secs(120),
             Some(s) => parse_duration(&s.value).ok_or_else(|| {
@@ -1063,9 +1096,81 @@ impl Validator<'_> {
             claims: self.claims(raw.claims, &invariants)?,
             invariants,
             require_exercised,
+            rejected_on_purpose,
             converge_within,
             csi,
         })
+    }
+
+    /// `rejected_on_purpose:`: each entry one COSI object some step makes,
+    /// named once, with an error code.
+    fn rejected_on_purpose(
+        &self,
+        raw: Vec<Spanned<RawRejected>>,
+        system: System,
+        ctx: &Ctx,
+    ) -> Result<Vec<RejectedOnPurpose>, ScenarioError> {
+        use drivelab_fakes::cosi_sidecar::Target;
+        let mut out: Vec<RejectedOnPurpose> = Vec::new();
+        for r in raw {
+            if system == System::Csi {
+                return Err(self.err(
+                    &r,
+                    "`rejected_on_purpose` names COSI objects (claim, access); a CSI scenario has none",
+                    Some("the CSI `converges` check fails every object a sidecar still requeues; leave the entry out"),
+                ));
+            }
+            let e = &r.value;
+            let key = (
+                e.namespace.clone(),
+                e.claim.clone().or(e.access.clone()).unwrap_or_default(),
+            );
+            let target = match (&e.claim, &e.access) {
+                (Some(name), None) if ctx.claims.contains(&key) => Target::Claim {
+                    namespace: e.namespace.clone(),
+                    name: name.clone(),
+                },
+                (None, Some(name)) if ctx.accesses.contains(&key) => Target::Access {
+                    namespace: e.namespace.clone(),
+                    name: name.clone(),
+                },
+                (Some(_), None) | (None, Some(_)) => {
+                    return Err(self.err(
+                        &r,
+                        format!("`rejected_on_purpose` names {}/{}, which no step makes", key.0, key.1),
+                        Some("name a claim of `create_bucket_claim` or an access of `grant_access` (and its `namespace`)"),
+                    ))
+                }
+                _ => {
+                    return Err(self.err(
+                        &r,
+                        "a `rejected_on_purpose` entry names exactly one of `claim` or `access`",
+                        Some("e.g. { claim: ledger, code: FAILED_PRECONDITION }"),
+                    ))
+                }
+            };
+            if e.code == GrpcCode::Ok {
+                return Err(self.err(
+                    &r,
+                    "a request rejected on purpose cannot end OK",
+                    Some(
+                        "give the error code the driver must refuse it with, e.g. INVALID_ARGUMENT",
+                    ),
+                ));
+            }
+            if out.iter().any(|o| o.target == target) {
+                return Err(self.err(
+                    &r,
+                    format!("{target} is listed twice in `rejected_on_purpose`"),
+                    None,
+                ));
+            }
+            out.push(RejectedOnPurpose {
+                target,
+                code: e.code,
+            });
+        }
+        Ok(out)
     }
 }
 

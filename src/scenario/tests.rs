@@ -573,3 +573,39 @@ fn faults_name_only_what_the_system_answers() {
     let e = p(&with_fault("error: { on: kube.create_secrets, code: X }")).unwrap_err();
     assert!(e.message.contains("did you mean `create_secret`?"), "{e}");
 }
+
+#[test]
+fn rejected_on_purpose_names_one_made_cosi_object_and_an_error_code() {
+    let ok =
+        format!("{GOOD}rejected_on_purpose:\n  - {{ claim: photos, code: FAILED_PRECONDITION }}\n");
+    let s = p(&ok).unwrap();
+    assert_eq!(s.rejected_on_purpose.len(), 1);
+    assert_eq!(
+        s.rejected_on_purpose[0].target.to_string(),
+        "bucketclaim default/photos"
+    );
+    assert_eq!(s.rejected_on_purpose[0].code, GrpcCode::FailedPrecondition);
+    // Written back (explore's shrunk files) and read again, it is the same.
+    let again = p(&write::to_yaml(&s, &[])).unwrap();
+    assert_eq!(again.rejected_on_purpose, s.rejected_on_purpose);
+    for (entry, says) in [
+        (
+            "{ access: nobody, code: INVALID_ARGUMENT }",
+            "no step makes",
+        ),
+        (
+            "{ claim: photos, access: app, code: INVALID_ARGUMENT }",
+            "exactly one of",
+        ),
+        ("{ code: INVALID_ARGUMENT }", "exactly one of"),
+        ("{ access: app, code: OK }", "cannot end OK"),
+        ("{ access: app, code: NOPE }", ""),
+    ] {
+        let text = format!("{GOOD}rejected_on_purpose:\n  - {entry}\n");
+        let e = p(&text).unwrap_err();
+        assert_eq!(e.line, 15, "{entry}: {e}");
+        assert!(e.to_string().contains(says), "{entry}: {e}");
+    }
+    let twice = format!("{GOOD}rejected_on_purpose:\n  - {{ access: app, code: INVALID_ARGUMENT }}\n  - {{ access: app, code: INTERNAL }}\n");
+    assert!(p(&twice).unwrap_err().to_string().contains("listed twice"));
+}

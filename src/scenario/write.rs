@@ -10,6 +10,7 @@ use super::driver::{
     DriverLaunch, DriverProtocol, DriverSpec, DEFAULT_CALL_TIMEOUT, DEFAULT_START_TIMEOUT,
 };
 use super::{BackendBucketStep, FaultAction, FaultSpec, PartitionSpec, Scenario, Step, When};
+use drivelab_fakes::cosi_sidecar::Target;
 
 /// A YAML scalar, quoted whenever plain style could be misread.
 fn q(s: &str) -> String {
@@ -506,6 +507,22 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
     if !s.require_exercised.is_empty() {
         let req: Vec<&str> = s.require_exercised.iter().map(|i| i.id()).collect();
         let _ = writeln!(out, "require_exercised: [{}]", req.join(", "));
+    }
+    if !s.rejected_on_purpose.is_empty() {
+        let _ = writeln!(out, "rejected_on_purpose:");
+        for r in &s.rejected_on_purpose {
+            let (kind, namespace, name) = match &r.target {
+                Target::Claim { namespace, name } => ("claim", namespace, name),
+                Target::Access { namespace, name } => ("access", namespace, name),
+            };
+            let _ = writeln!(
+                out,
+                "  - {{ {kind}: {}, namespace: {}, code: {} }}",
+                q(name),
+                q(namespace),
+                r.code.name()
+            );
+        }
     }
     out
 }

@@ -68,6 +68,8 @@ pub enum Mutant {
     IgnoreIncompatibleParams,
     /// `preferredAccessKey` is used as the access key with no reservation and no check.
     SharedPreferredKey,
+    /// Every revoke is refused INVALID_ARGUMENT for a parameter the sidecar never sends.
+    RevokeNeedsParameter,
 }
 
 impl Mutant {
@@ -83,6 +85,7 @@ impl Mutant {
             Mutant::UnknownAuthAsKey,
             Mutant::IgnoreIncompatibleParams,
             Mutant::SharedPreferredKey,
+            Mutant::RevokeNeedsParameter,
         ]
     }
 
@@ -98,6 +101,7 @@ impl Mutant {
             Mutant::UnknownAuthAsKey => "unknown-auth-as-key",
             Mutant::IgnoreIncompatibleParams => "ignore-incompatible-params",
             Mutant::SharedPreferredKey => "shared-preferred-key",
+            Mutant::RevokeNeedsParameter => "revoke-needs-parameter",
         }
     }
 
@@ -130,6 +134,9 @@ impl Mutant {
             }
             Mutant::SharedPreferredKey => {
                 "preferredAccessKey becomes the access key with no reservation and no check: a second grant re-runs add-user on it and replaces the first grant's secret (no-rotation, no shared keys)"
+            }
+            Mutant::RevokeNeedsParameter => {
+                "every revoke answers INVALID_ARGUMENT for a revoke_access_context key the sidecar never sends; the sidecar retries it for ever and the credentials stay (converges)"
             }
         }
     }
@@ -507,7 +514,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 9);
+        assert_eq!(Mutant::all().len(), 10);
         assert_eq!(Mutant::parse("no-such-bug"), None);
         assert_eq!(Mutant::parse(""), None);
     }

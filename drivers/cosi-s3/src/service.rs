@@ -519,6 +519,13 @@ impl CosiS3Driver {
         check_string("bucket_id", &req.bucket_id, true)?;
         check_string("account_id", &req.account_id, true)?;
         check_map("revoke_access_context", &req.revoke_access_context)?;
+        if self.mutant(Mutant::RevokeNeedsParameter) {
+            // MUTANT revoke-needs-parameter: demands a key the v0.2 sidecar
+            // never sends, so a well-formed revoke is refused for ever.
+            return Err(DriverError::InvalidArgument(
+                "revoke_access_context: missing required key \"grantPolicy\"".into(),
+            ));
+        }
         let account = req.account_id.as_str();
         let store = &self.inner.store;
         for _ in 0..MAX_CAS_ROUNDS {

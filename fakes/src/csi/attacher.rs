@@ -208,14 +208,19 @@ impl Attacher {
                 .conn
                 .send(DriverRequest::ControllerPublish(request))
                 .await;
+            // Every error is retried (retry::requeues); only OK attaches.
+            if ex.requeues() {
+                return fail(
+                    &kube,
+                    format!(
+                        "rpc error: ControllerPublishVolume: {}",
+                        ex.reply.describe()
+                    ),
+                );
+            }
             match ex.reply {
                 DriverReply::Published { publish_context } => publish_context,
-                other => {
-                    return fail(
-                        &kube,
-                        format!("rpc error: ControllerPublishVolume: {}", other.describe()),
-                    )
-                }
+                _ => Default::default(),
             }
         } else {
             Default::default()
@@ -253,7 +258,7 @@ impl Attacher {
                     .conn
                     .send(DriverRequest::ControllerUnpublish(request))
                     .await;
-                if !ex.reply.is_ok() {
+                if ex.requeues() {
                     let message = format!(
                         "rpc error: ControllerUnpublishVolume: {}",
                         ex.reply.describe()

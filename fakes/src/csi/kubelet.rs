@@ -500,7 +500,7 @@ impl NodeAgent {
                             },
                         );
                     } else {
-                        if ex.reply.is_transient() {
+                        if ex.may_be_in_progress() {
                             st.staged.insert(
                                 handle.clone(),
                                 StagedVolume {
@@ -541,7 +541,7 @@ impl NodeAgent {
                 .await;
             let state = if ex.reply.is_ok() {
                 Some(OpState::Done)
-            } else if ex.reply.is_transient() {
+            } else if ex.may_be_in_progress() {
                 Some(OpState::Uncertain)
             } else {
                 None

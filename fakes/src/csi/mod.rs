@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod kubelet;
 pub mod mounts;
 pub mod provisioner;
+pub mod retry;
 pub mod snapshot_metadata;
 pub mod snapshotter;
 
@@ -185,15 +186,20 @@ pub enum DriverReply {
 impl DriverReply {
     /// The gRPC code name (`OK`, `ALREADY_EXISTS`, ...).
     pub fn code_name(&self) -> String {
-        match self {
-            DriverReply::Failed { code, .. } => code_name(*code),
-            _ => "OK".to_string(),
-        }
+        code_name(self.code())
     }
 
     /// True unless it is a gRPC error.
     pub fn is_ok(&self) -> bool {
         !matches!(self, DriverReply::Failed { .. })
+    }
+
+    /// The gRPC code (`Ok` for any successful reply).
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            DriverReply::Failed { code, .. } => *code,
+            _ => tonic::Code::Ok,
+        }
     }
 
     /// `CODE: message` for requeue reasons and object status.
@@ -202,22 +208,6 @@ impl DriverReply {
             DriverReply::Failed { code, message } => format!("{}: {message}", code_name(*code)),
             _ => "OK".into(),
         }
-    }
-
-    /// The CSI sidecars' and kubelet's "not final" errors: the driver may
-    /// still be working on it (or did it and the reply was lost).
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            DriverReply::Failed {
-                code: tonic::Code::Cancelled
-                    | tonic::Code::DeadlineExceeded
-                    | tonic::Code::Unavailable
-                    | tonic::Code::ResourceExhausted
-                    | tonic::Code::Aborted,
-                ..
-            }
-        )
     }
 }
 

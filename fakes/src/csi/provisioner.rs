@@ -221,14 +221,20 @@ impl Provisioner {
             .conn
             .send(DriverRequest::CreateVolume(request.clone()))
             .await;
+        // Every error is retried, "final" or not (retry::requeues).
+        if ex.requeues() {
+            return Ok(Step::Retry(format!(
+                "CreateVolume: {}",
+                ex.reply.describe()
+            )));
+        }
         let volume = match ex.reply {
             DriverReply::Created(Some(v)) if !v.volume_id.is_empty() => v,
-            DriverReply::Created(_) => {
+            _ => {
                 return Ok(Step::Retry(
                     "CreateVolume: driver returned no volume id".into(),
                 ))
             }
-            other => return Ok(Step::Retry(format!("CreateVolume: {}", other.describe()))),
         };
         let pv = self.pv_object(&pvc, &class, &pv_name, &request, &volume);
         let pv = match kube.create(Kind::PersistentVolume, pv) {
@@ -443,7 +449,7 @@ impl Provisioner {
                 secrets: Default::default(),
             }))
             .await;
-        if !ex.reply.is_ok() {
+        if ex.requeues() {
             return Ok(Step::Retry(format!(
                 "DeleteVolume: {}",
                 ex.reply.describe()

@@ -415,17 +415,17 @@ impl Snapshotter {
                 .collect(),
         };
         let ex = self.conn.send(DriverRequest::CreateSnapshot(request)).await;
+        if ex.requeues() {
+            let why = format!("CreateSnapshot: {}", ex.reply.describe());
+            // Only a final error proves the driver made nothing (retry::may_be_in_progress).
+            self.content_error(kube, &name, &why, !ex.may_be_in_progress())?;
+            return Ok(Err(why));
+        }
         let snap = match ex.reply {
             DriverReply::Snapshot(Some(s)) if !s.snapshot_id.is_empty() => s,
-            DriverReply::Snapshot(_) => {
+            _ => {
                 let why = "CreateSnapshot: driver returned no snapshot id".to_string();
                 self.content_error(kube, &name, &why, true)?;
-                return Ok(Err(why));
-            }
-            other => {
-                let why = format!("CreateSnapshot: {}", other.describe());
-                // Only a final error proves the driver made nothing.
-                self.content_error(kube, &name, &why, !other.is_transient())?;
                 return Ok(Err(why));
             }
         };
@@ -604,7 +604,7 @@ impl Snapshotter {
                         secrets: Default::default(),
                     }))
                     .await;
-                if !ex.reply.is_ok() {
+                if ex.requeues() {
                     let why = format!("DeleteSnapshot: {}", ex.reply.describe());
                     self.content_error(kube, name, &why, false)?;
                     return Ok(Step::Retry(why));

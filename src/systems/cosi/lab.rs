@@ -1286,6 +1286,7 @@ impl Lab {
             backend: self.backend(),
             probes,
             stuck,
+            rejected_on_purpose: scn.rejected_on_purpose.clone(),
             lab_buckets: lab_buckets.clone(),
             said_taken: said_taken(&history),
             seen_buckets: self.seen_buckets.clone(),

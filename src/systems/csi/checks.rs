@@ -728,11 +728,17 @@ fn no_attach_during_recreate(obs: &CsiObservations) -> Verdict {
     )
 }
 
+/// After faults heal, no sidecar is retrying anything, every PVC is Bound and
+/// every pod Running. The sidecars' rule is `csi::retry::requeues` (every
+/// driver error is retried for ever, INVALID_ARGUMENT included), which the
+/// fakes apply, so whatever they still have queued is not converged.
 fn converges(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::Converges);
     for p in &obs.pending {
         v.fail(
-            format!("still requeued after the final convergence: {p}"),
+            format!(
+                "still requeued after the final convergence (the CSI sidecars retry every driver error for ever): {p}"
+            ),
             [],
         );
     }

@@ -5,20 +5,13 @@
 
 use sha2::{Digest, Sha256};
 
-use drivelab_fakes::cosi_sidecar::{AnsweredBy, DriverOp, DriverReply, DriverRequest};
+use drivelab_fakes::cosi_sidecar::{
+    requeues, AnsweredBy, DriverOp, DriverReply, DriverRequest, Exchange, Target,
+};
 use drivelab_proto::cosi::AuthenticationType;
 
 use super::{Observations, Verdict};
 use crate::scenario::Invariant;
-
-/// Codes after which a stuck request is the caller's problem, not the driver's.
-const PERMANENT: &[&str] = &[
-    "INVALID_ARGUMENT",
-    "UNIMPLEMENTED",
-    "PERMISSION_DENIED",
-    "OUT_OF_RANGE",
-    "FAILED_PRECONDITION",
-];
 
 fn recorded(obs: &Observations, id: &str) -> bool {
     !id.is_empty() && obs.checkpoint_text.contains(id)
@@ -193,10 +186,14 @@ pub fn owner_only_delete(obs: &Observations) -> Verdict {
     )
 }
 
-/// After faults heal, nothing stays pending on a retryable error.
+/// After faults heal, the sidecar is retrying nothing. Its rule is
+/// [`requeues`] (the v0.2.x sidecar retries every driver error for ever), so an
+/// object still queued is not converged whatever the code — unless the
+/// scenario made its request invalid on purpose and the driver refuses it
+/// with the code it must (see [`intended_refusal`]), or the lab itself said
+/// its bucket name was taken.
 pub fn converges(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::Converges);
-    let mut permanent = 0;
     // A claim refused because the lab said its name was taken (see
     // `Observations::said_taken`), and the accesses waiting on it, are stuck
     // by the lab's word, not the driver's fault. (Only a claim's key can be
@@ -212,25 +209,60 @@ pub fn converges(obs: &Observations) -> Verdict {
         })
         .filter_map(|s| s.claim.clone())
         .collect();
-    let mut refused = 0;
+    // Claims refused on purpose hold up the accesses waiting on them too.
+    let claims_on_purpose: Vec<String> = obs
+        .rejected_on_purpose
+        .iter()
+        .filter_map(|r| match &r.target {
+            Target::Claim { namespace, name } => Some(format!("{namespace}/{name}")),
+            Target::Access { .. } => None,
+        })
+        .collect();
+    let (mut on_purpose, mut refused) = (0, 0);
     for s in &obs.stuck {
+        let last = s
+            .calls
+            .last()
+            .and_then(|c| obs.exchanges.iter().find(|e| e.call == *c));
         let code = s.last_code.as_deref().unwrap_or("no driver call");
-        if PERMANENT.contains(&code) {
-            permanent += 1;
+        let rpc = s.last_op.as_deref().unwrap_or("-");
+        let evidence = s.calls.iter().rev().take(3).copied();
+        if let Some((why, want)) = intended_refusal(obs, &s.target, last) {
+            if code == want {
+                on_purpose += 1;
+            } else {
+                v.fail(
+                    format!(
+                        "{} is refused on purpose ({why}) and must end {want}, but its last {rpc} answered {code} and the sidecar still retries it",
+                        s.target
+                    ),
+                    evidence,
+                );
+            }
             continue;
         }
-        if s.claim.as_ref().is_some_and(|c| lab_refused.contains(c)) {
+        let waits_on = |claims: &[String]| s.claim.as_ref().is_some_and(|c| claims.contains(c));
+        if waits_on(&lab_refused) {
             refused += 1;
             continue;
         }
+        if last.is_none() && waits_on(&claims_on_purpose) {
+            on_purpose += 1;
+            continue;
+        }
+        let rule = match last {
+            Some(e) if requeues(e.request.op(), e.reply.code()) => format!(
+                "the v0.2.x sidecar requeues {rpc} on {code} for ever, and the scenario did not make this request invalid on purpose (`rejected_on_purpose:`)"
+            ),
+            Some(_) => "the sidecar still has it queued after that answer".to_string(),
+            None => "the sidecar never got as far as a driver call".to_string(),
+        };
         v.fail(
             format!(
-                "{} never converged after faults healed: {} attempts, last {} answered {code}",
-                s.target,
-                s.attempts,
-                s.last_op.as_deref().unwrap_or("-")
+                "{} never converged after faults healed: {} attempts, last {rpc} answered {code}; {rule}",
+                s.target, s.attempts,
             ),
-            s.calls.iter().rev().take(3).copied(),
+            evidence,
         );
     }
     let refused = if refused > 0 {
@@ -238,7 +270,43 @@ pub fn converges(obs: &Observations) -> Verdict {
     } else {
         String::new()
     };
-    v.finish(obs.exchanges.len(), format!("every request reached a terminal state ({permanent} rejected as invalid, as they should be{refused})"))
+    let on_purpose = match on_purpose {
+        0 => String::new(),
+        n => format!(" but {n} made invalid on purpose by the scenario, refused as intended"),
+    };
+    v.finish(
+        obs.exchanges.len(),
+        format!("nothing left for the sidecar to retry{on_purpose}{refused}"),
+    )
+}
+
+/// Why `target`'s request is invalid on purpose, and the code the driver must
+/// keep refusing it with: the scenario lists it in `rejected_on_purpose:`, or
+/// it is a grant whose class has an unknown authentication type (the spec's
+/// INVALID_ARGUMENT). None for a well-formed request.
+fn intended_refusal(
+    obs: &Observations,
+    target: &str,
+    last: Option<&Exchange>,
+) -> Option<(String, String)> {
+    if let Some(r) = obs
+        .rejected_on_purpose
+        .iter()
+        .find(|r| r.target.to_string() == target)
+    {
+        return Some(("listed in rejected_on_purpose".into(), r.code.name()));
+    }
+    match last.map(|e| &e.request) {
+        Some(DriverRequest::Grant { auth, .. })
+            if *auth == AuthenticationType::UnknownAuthenticationType as i32 =>
+        {
+            Some((
+                "its BucketAccessClass has an unknown authentication type".into(),
+                "INVALID_ARGUMENT".into(),
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// The spec's codes where the spec names one. Only the driver's own answers

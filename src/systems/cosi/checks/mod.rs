@@ -158,6 +158,9 @@ pub struct Observations {
     pub probes: Vec<Probe>,
     /// Objects that had not converged after faults were healed.
     pub stuck: Vec<Stuck>,
+    /// Objects whose requests the scenario makes invalid on purpose, with the
+    /// code each must end refused with (`rejected_on_purpose:`).
+    pub rejected_on_purpose: Vec<crate::scenario::RejectedOnPurpose>,
     /// Backend buckets the lab made (the canary, "someone else's" buckets).
     pub lab_buckets: Vec<String>,
     /// Bucket names the lab answered a driver's CreateBucket for with an

@@ -309,24 +309,142 @@ fn owner_only_delete_fails_when_a_foreign_bucket_goes() {
     );
 }
 
+fn revoke(call: u64, account: &str, code: tonic::Code) -> Exchange {
+    Exchange {
+        call: CallId(call),
+        request: DriverRequest::Revoke {
+            bucket_id: "b1".into(),
+            account_id: account.into(),
+        },
+        reply: DriverReply::Failed {
+            code,
+            message: "missing parameter bucketPolicy".into(),
+        },
+        replay: false,
+        answered_by: AnsweredBy::Driver,
+    }
+}
+
+/// An access whose every (well-formed) revoke failed with `code`.
+fn stuck_revoke(obs: &mut Observations, code: tonic::Code) {
+    let calls = [4, 5, 6];
+    for c in calls {
+        obs.exchanges.push(revoke(c, "KEY1", code));
+    }
+    obs.stuck = vec![Stuck {
+        target: "bucketaccess default/a".into(),
+        last_op: Some("DriverRevokeBucketAccess".into()),
+        last_code: Some(drivelab_fakes::cosi_sidecar::code_name(code)),
+        attempts: calls.len(),
+        calls: calls.iter().map(|c| CallId(*c)).collect(),
+        last_key: Some("KEY1".into()),
+        claim: Some("default/photos".into()),
+    }];
+}
+
 #[test]
-fn converges_fails_on_stuck_already_exists_but_not_on_invalid_argument() {
+fn converges_fails_when_every_revoke_of_a_well_formed_request_is_invalid_argument() {
+    // The v0.2 sidecar retries such a revoke for ever: nothing settled.
+    for code in [
+        tonic::Code::InvalidArgument,
+        tonic::Code::FailedPrecondition,
+        tonic::Code::Unimplemented,
+        tonic::Code::AlreadyExists,
+    ] {
+        let mut obs = with_canary(good());
+        stuck_revoke(&mut obs, code);
+        let v = lifecycle::converges(&obs);
+        assert!(!v.passed, "{code:?} passed: {:?}", v.details);
+        let name = drivelab_fakes::cosi_sidecar::code_name(code);
+        assert!(
+            v.details[0].contains("bucketaccess default/a")
+                && v.details[0].contains(&format!("DriverRevokeBucketAccess answered {name}"))
+                && v.details[0].contains("requeues"),
+            "{:?}",
+            v.details
+        );
+        assert_eq!(v.evidence, vec![4, 5, 6]);
+    }
+}
+
+#[test]
+fn converges_lets_a_request_rejected_on_purpose_end_refused_with_its_code_only() {
+    use crate::scenario::{GrpcCode, RejectedOnPurpose};
+    use drivelab_fakes::cosi_sidecar::Target;
     let mut obs = with_canary(good());
+    stuck_revoke(&mut obs, tonic::Code::InvalidArgument);
+    obs.rejected_on_purpose = vec![RejectedOnPurpose {
+        target: Target::Access {
+            namespace: "default".into(),
+            name: "a".into(),
+        },
+        code: GrpcCode::InvalidArgument,
+    }];
+    let v = lifecycle::converges(&obs);
+    assert!(v.passed, "{:?}", v.details);
+    assert!(
+        v.details[0].contains("but 1 made invalid on purpose by the scenario"),
+        "{:?}",
+        v.details
+    );
+    // Marked, but ending on another code: the sidecar still retries it.
+    obs.rejected_on_purpose[0].code = GrpcCode::FailedPrecondition;
+    let v = lifecycle::converges(&obs);
+    assert!(!v.passed);
+    assert!(
+        v.details[0].contains("must end FAILED_PRECONDITION"),
+        "{:?}",
+        v.details
+    );
+    // Another object's mark excuses nothing.
+    obs.rejected_on_purpose[0].code = GrpcCode::InvalidArgument;
+    obs.rejected_on_purpose[0].target = Target::Access {
+        namespace: "default".into(),
+        name: "b".into(),
+    };
+    assert!(!lifecycle::converges(&obs).passed);
+}
+
+#[test]
+fn converges_lets_a_grant_with_an_unknown_auth_type_end_invalid_argument() {
+    let mut obs = with_canary(good());
+    let mut g = grant(7, "ba-a", "", "", "");
+    g.replay = false;
+    g.request = DriverRequest::Grant {
+        bucket_id: "b1".into(),
+        name: "ba-a".into(),
+        auth: AuthenticationType::UnknownAuthenticationType as i32,
+        parameters: Default::default(),
+    };
+    g.reply = DriverReply::Failed {
+        code: tonic::Code::InvalidArgument,
+        message: "unknown authentication type".into(),
+    };
+    obs.exchanges.push(g.clone());
     let stuck = |code: &str| Stuck {
         target: "bucketaccess default/a".into(),
         last_op: Some("DriverGrantBucketAccess".into()),
         last_code: Some(code.into()),
         attempts: 9,
-        calls: vec![CallId(4)],
+        calls: vec![CallId(7)],
         last_key: Some("ba-a".into()),
         claim: Some("default/photos".into()),
     };
     obs.stuck = vec![stuck("INVALID_ARGUMENT")];
-    assert!(lifecycle::converges(&obs).passed);
+    let v = lifecycle::converges(&obs);
+    assert!(v.passed, "{:?}", v.details);
+    // The same stuck grant with a well-formed (Key) request is the driver's fault.
+    if let DriverRequest::Grant { auth, .. } = &mut obs.exchanges.last_mut().unwrap().request {
+        *auth = AuthenticationType::Key as i32;
+    }
+    assert!(!lifecycle::converges(&obs).passed);
+    // An ALREADY_EXISTS that sticks is never an answer to an invalid request.
+    obs.exchanges.pop();
+    obs.exchanges.push(g);
     obs.stuck = vec![stuck("ALREADY_EXISTS")];
     let v = lifecycle::converges(&obs);
     assert!(!v.passed);
-    assert_eq!(v.evidence, vec![4]);
+    assert_eq!(v.evidence, vec![7]);
 }
 
 #[test]
