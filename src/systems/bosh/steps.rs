@@ -99,7 +99,7 @@ impl BoshStep {
 
 /// Each BOSH backend step checked against the scenario so far (deployments, nodes, snapshots, backups).
 impl Validator<'_> {
-    /// `deploy`.
+    /// `deploy`: of a deployment the `bosh:` section declares.
     pub(crate) fn deploy(
         &self,
         ctx: &mut Ctx,
@@ -110,7 +110,7 @@ impl Validator<'_> {
         Ok(BoshStep::Deploy(d))
     }
 
-    /// `rolling_update`.
+    /// `rolling_update`: of a deployment the `bosh:` section declares.
     pub(crate) fn rolling_update(
         &self,
         ctx: &mut Ctx,
@@ -121,7 +121,7 @@ impl Validator<'_> {
         Ok(BoshStep::RollingUpdate(d))
     }
 
-    /// `recreate_vm`.
+    /// `recreate_vm`: of a node that runs on a BOSH instance.
     pub(crate) fn recreate_vm(
         &self,
         ctx: &mut Ctx,
@@ -132,7 +132,7 @@ impl Validator<'_> {
         Ok(BoshStep::RecreateVm(n))
     }
 
-    /// `write_blocks`.
+    /// `write_blocks`: to an existing volume, in block ranges.
     pub(crate) fn write_blocks(
         &self,
         ctx: &mut Ctx,
@@ -162,7 +162,7 @@ impl Validator<'_> {
         Ok(BoshStep::WriteBlocks(w))
     }
 
-    /// `backup`.
+    /// `backup`: of an existing snapshot (and base), under a new name; a paused one must be resumed later.
     pub(crate) fn backup(
         &self,
         ctx: &mut Ctx,
@@ -200,7 +200,7 @@ impl Validator<'_> {
         Ok(BoshStep::Backup(b))
     }
 
-    /// `replay_session`.
+    /// `replay_session`: of an earlier backup, after a valid duration.
     pub(crate) fn replay_session(
         &self,
         ctx: &mut Ctx,
@@ -238,7 +238,7 @@ impl Validator<'_> {
         Ok(BoshStep::ReplaySession(r))
     }
 
-    /// `resume_backup`.
+    /// `resume_backup`: of a backup paused by `pause_after` and not resumed yet.
     pub(crate) fn resume_backup(
         &self,
         ctx: &mut Ctx,

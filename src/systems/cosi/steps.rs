@@ -79,7 +79,7 @@ impl CosiStep {
 
 /// Each COSI step checked against the scenario so far (classes, claims, accesses).
 impl Validator<'_> {
-    /// `create_bucket_claim`.
+    /// `create_bucket_claim`: its class is defined, a bound Bucket was made earlier, the name is new and DNS-safe.
     pub(crate) fn create_bucket_claim(
         &self,
         ctx: &mut Ctx,
@@ -112,7 +112,7 @@ impl Validator<'_> {
         Ok(CosiStep::CreateBucketClaim(c))
     }
 
-    /// `grant_access`.
+    /// `grant_access`: its class is defined, its claim exists, the name is new and DNS-safe.
     pub(crate) fn grant_access(
         &self,
         ctx: &mut Ctx,
@@ -150,7 +150,7 @@ impl Validator<'_> {
         Ok(CosiStep::GrantAccess(a))
     }
 
-    /// `revoke_access`.
+    /// `revoke_access`: an earlier step granted it.
     pub(crate) fn revoke_access(
         &self,
         ctx: &mut Ctx,
@@ -173,7 +173,7 @@ impl Validator<'_> {
         Ok(CosiStep::RevokeAccess(o))
     }
 
-    /// `delete_bucket_claim`.
+    /// `delete_bucket_claim`: an earlier step created it.
     pub(crate) fn delete_bucket_claim(
         &self,
         ctx: &mut Ctx,
@@ -193,7 +193,7 @@ impl Validator<'_> {
         Ok(CosiStep::DeleteBucketClaim(o))
     }
 
-    /// `retry`.
+    /// `retry`: the request it repeats was made by an earlier step, with parameters that fit its operation.
     pub(crate) fn retry(
         &self,
         ctx: &mut Ctx,
@@ -239,7 +239,7 @@ impl Validator<'_> {
         Ok(CosiStep::Retry(r))
     }
 
-    /// `create_bucket`.
+    /// `create_bucket`: a static Bucket with a new name for an existing backend bucket.
     pub(crate) fn create_bucket(
         &self,
         ctx: &mut Ctx,
@@ -262,7 +262,7 @@ impl Validator<'_> {
         Ok(CosiStep::CreateBucket(b))
     }
 
-    /// `create_backend_bucket`.
+    /// `create_backend_bucket`: exactly one of a valid bucket name or an earlier claim whose bucket name it takes.
     pub(crate) fn create_backend_bucket(
         &self,
         ctx: &mut Ctx,

@@ -103,7 +103,7 @@ impl CsiStep {
 
 /// Each CSI step checked against the scenario so far (classes, nodes, volumes, pods).
 impl Validator<'_> {
-    /// `create_volume`.
+    /// `create_volume`: its StorageClass is defined (the first one when omitted), the size is a quantity, the name is new and DNS-safe.
     pub(crate) fn create_volume(
         &self,
         ctx: &mut Ctx,
@@ -156,7 +156,7 @@ impl Validator<'_> {
         Ok(CsiStep::CreateVolume(v))
     }
 
-    /// `delete_volume`.
+    /// `delete_volume`: an earlier step created it.
     pub(crate) fn delete_volume(
         &self,
         ctx: &mut Ctx,
@@ -176,7 +176,7 @@ impl Validator<'_> {
         Ok(CsiStep::DeleteVolume(v))
     }
 
-    /// `publish`.
+    /// `publish`: the volume exists, the node is known, the pod is new and DNS-safe.
     pub(crate) fn publish(
         &self,
         ctx: &mut Ctx,
@@ -208,7 +208,7 @@ impl Validator<'_> {
         Ok(CsiStep::Publish(p))
     }
 
-    /// `unpublish`.
+    /// `unpublish`: an earlier step published the pod.
     pub(crate) fn unpublish(
         &self,
         ctx: &mut Ctx,
@@ -228,7 +228,7 @@ impl Validator<'_> {
         Ok(CsiStep::Unpublish(p))
     }
 
-    /// `node_stage`.
+    /// `node_stage`: one kubelet call, on a known node for an existing volume.
     pub(crate) fn node_stage(
         &self,
         ctx: &mut Ctx,
@@ -239,7 +239,7 @@ impl Validator<'_> {
         Ok(CsiStep::NodeStage(n))
     }
 
-    /// `node_publish`.
+    /// `node_publish`: one kubelet call, on a known node for an existing volume.
     pub(crate) fn node_publish(
         &self,
         ctx: &mut Ctx,
@@ -250,7 +250,7 @@ impl Validator<'_> {
         Ok(CsiStep::NodePublish(n))
     }
 
-    /// `resend_create_volume`.
+    /// `resend_create_volume`: repeats an earlier create_volume, with a size that is a quantity.
     pub(crate) fn resend_create_volume(
         &self,
         ctx: &mut Ctx,
@@ -277,7 +277,7 @@ impl Validator<'_> {
         Ok(CsiStep::ResendCreateVolume(r))
     }
 
-    /// `snapshot`.
+    /// `snapshot`: of an existing volume, under a new DNS-safe name.
     pub(crate) fn snapshot(
         &self,
         ctx: &mut Ctx,
@@ -311,7 +311,7 @@ impl Validator<'_> {
         Ok(CsiStep::Snapshot(sn))
     }
 
-    /// `delete_snapshot`.
+    /// `delete_snapshot`: an earlier step took it.
     pub(crate) fn delete_snapshot(
         &self,
         ctx: &mut Ctx,
