@@ -173,36 +173,60 @@ impl Drop for InProcessDriver {
     }
 }
 
-/// A crash fault's work: kill `driver` and start it again from its persisted
-/// state, one crash at a time (`crashing`; two crash faults in one concurrent
-/// block must not restart it twice at once), then let `held` requests die and
-/// end the maintenance `busy` marks. Spawned and awaited: the caller may run
-/// inside a request of the very driver being killed, whose future the server
-/// drops half way, and the restart must finish regardless.
-pub(crate) async fn crash_and_restart(
-    driver: std::sync::Arc<Driver>,
-    crashing: std::sync::Arc<tokio::sync::Mutex<()>>,
-    held: Option<super::schedule::HeldRequests>,
-    busy: Option<super::hook::Maintenance>,
-    history: drivelab_fakes::history::History,
-    what: &'static str,
-    settled: Box<dyn Fn() -> bool + Send + Sync>,
-) {
-    use drivelab_fakes::history::{Component, EventKind};
-    let done = tokio::spawn(async move {
-        let _one_at_a_time = crashing.lock().await;
-        driver.kill_and_wait().await;
-        drop(held);
-        callers_saw_the_crash(&*settled).await;
-        if let Err(e) = driver.crash_and_restart().await {
-            history.record(EventKind::Note {
-                component: Component::Lab,
-                text: format!("{what} did not come back: {e:#}"),
-            });
-        }
-        drop(busy);
-    });
-    let _ = done.await;
+/// A crash fault's work, written once for every lab: kill the driver and
+/// start it again from its persisted state. Holds everything weakly: the
+/// gates own the hook, the hook owns the lab's control, which owns this.
+pub(crate) struct DriverCrash {
+    /// The driver (a COSI driver, a CSI controller).
+    pub driver: std::sync::Weak<Driver>,
+    /// One crash-and-restart at a time: two crash faults hit in one concurrent
+    /// block used to restart the driver twice at once, and the loser dropped
+    /// the winner's runtime inside async code (a panic, then a 20 s wait for a
+    /// socket the other restart had unlinked).
+    pub crashing: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// The run's history.
+    pub history: drivelab_fakes::history::History,
+    /// The fault hook (maintenance, requests held at gates, callers settled).
+    pub hook: std::sync::Weak<super::hook::LabHook>,
+    /// What the history calls the driver ("driver", "CSI controller").
+    pub what: &'static str,
+}
+
+impl DriverCrash {
+    /// A crash fault fired during call `during`: record it, kill the driver,
+    /// let the requests held for it die, wait for its callers to see it die,
+    /// and bring it back. Spawned and awaited: the caller may run inside a
+    /// request of the very driver being killed, whose future the server drops
+    /// half way, and the restart must finish regardless.
+    pub(crate) async fn crash(&self, during: drivelab_fakes::history::CallId) {
+        use drivelab_fakes::history::{Component, EventKind};
+        let busy = self.hook.upgrade().map(|h| h.maintenance());
+        self.history.record(EventKind::Fault {
+            call: None,
+            fault: "crash_driver".into(),
+            detail: format!("{} killed (all tasks), restarting", self.what),
+        });
+        let Some(driver) = self.driver.upgrade() else {
+            return;
+        };
+        let held = self.hook.upgrade().map(|h| h.driver_crashing());
+        let settled = super::hook::LabHook::callers_settled(self.hook.clone(), during);
+        let (crashing, history, what) = (self.crashing.clone(), self.history.clone(), self.what);
+        let done = tokio::spawn(async move {
+            let _one_at_a_time = crashing.lock().await;
+            driver.kill_and_wait().await;
+            drop(held);
+            callers_saw_the_crash(&*settled).await;
+            if let Err(e) = driver.crash_and_restart().await {
+                history.record(EventKind::Note {
+                    component: Component::Lab,
+                    text: format!("{what} did not come back: {e:#}"),
+                });
+            }
+            drop(busy);
+        });
+        let _ = done.await;
+    }
 }
 
 /// Real time a crash waits for the killed driver's callers to record their

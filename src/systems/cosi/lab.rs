@@ -102,15 +102,10 @@ async fn run_once(
 /// Holds the lab weakly: the gates own the hook, the hook owns this, and the
 /// fakes own the gates — strong references here would keep every run alive.
 struct Control {
-    driver: std::sync::Weak<Driver>,
+    crash: driver::DriverCrash,
     fakes: std::sync::Weak<FakeSet>,
     history: History,
     hook: std::sync::Weak<LabHook>,
-    /// One crash-and-restart at a time: two crash faults hit in one concurrent
-    /// block used to restart the driver twice at once, and the loser dropped
-    /// the winner's runtime inside async code (a panic, then a 20 s wait for a
-    /// socket the other restart had unlinked).
-    crashing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Control {
@@ -121,30 +116,7 @@ impl Control {
 
 impl LabControl for Control {
     fn crash_driver(&self, during: drivelab_fakes::history::CallId) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            let busy = self.maintenance();
-            self.history.record(EventKind::Fault {
-                call: None,
-                fault: "crash_driver".into(),
-                detail: "driver killed (all tasks), restarting".into(),
-            });
-            // Spawned: the hook runs inside a request whose client is the driver we
-            // kill, so the server may drop this future half way; the restart must finish.
-            let Some(driver) = self.driver.upgrade() else {
-                return;
-            };
-            let held = self.hook.upgrade().map(|h| h.driver_crashing());
-            driver::crash_and_restart(
-                driver,
-                self.crashing.clone(),
-                held,
-                busy,
-                self.history.clone(),
-                "driver",
-                LabHook::callers_settled(self.hook.clone(), during),
-            )
-            .await;
-        })
+        Box::pin(self.crash.crash(during))
     }
 
     fn restart(&self, component: Component) -> BoxFuture<'_, ()> {
@@ -344,11 +316,16 @@ impl Lab {
         let (driver, sidecar) =
             start_driver(scn, mutants, &dir, &fakes, &admin_secret, &history).await?;
         hook.set_control(Arc::new(Control {
-            driver: Arc::downgrade(&driver),
+            crash: driver::DriverCrash {
+                driver: Arc::downgrade(&driver),
+                crashing: Default::default(),
+                history: history.clone(),
+                hook: Arc::downgrade(&hook),
+                what: "driver",
+            },
             fakes: Arc::downgrade(&fakes),
             history: history.clone(),
             hook: Arc::downgrade(&hook),
-            crashing: Default::default(),
         }));
         let sidecar = CosiSidecar::connect(&sidecar, fakes.kube_slot(), gate())
             .await

@@ -85,9 +85,7 @@ struct Node {
 
 /// What the fault hook may ask of this lab: crash the controller, restart the Director.
 struct Control {
-    controller: std::sync::Weak<Driver>,
-    /// One crash-and-restart at a time.
-    crashing: Arc<tokio::sync::Mutex<()>>,
+    crash: driver::DriverCrash,
     /// The Director, when the scenario has the BOSH backend.
     director: Option<std::sync::Weak<DirectorServer>>,
     history: History,
@@ -96,28 +94,7 @@ struct Control {
 
 impl LabControl for Control {
     fn crash_driver(&self, during: drivelab_fakes::history::CallId) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            self.history.record(EventKind::Fault {
-                call: None,
-                fault: "crash_driver".into(),
-                detail: "CSI controller killed (all tasks), restarting".into(),
-            });
-            let Some(driver) = self.controller.upgrade() else {
-                return;
-            };
-            let busy = self.hook.upgrade().map(|h| h.maintenance());
-            let held = self.hook.upgrade().map(|h| h.driver_crashing());
-            driver::crash_and_restart(
-                driver,
-                self.crashing.clone(),
-                held,
-                busy,
-                self.history.clone(),
-                "CSI controller",
-                LabHook::callers_settled(self.hook.clone(), during),
-            )
-            .await;
-        })
+        Box::pin(self.crash.crash(during))
     }
 
     fn restart(&self, component: Component) -> BoxFuture<'_, ()> {
@@ -413,8 +390,13 @@ impl CsiLab {
         )
         .await?;
         hook.set_control(Arc::new(Control {
-            controller: Arc::downgrade(&controller),
-            crashing: Default::default(),
+            crash: driver::DriverCrash {
+                driver: Arc::downgrade(&controller),
+                crashing: Default::default(),
+                history: history.clone(),
+                hook: Arc::downgrade(&hook),
+                what: "CSI controller",
+            },
             director: backend.as_ref().map(|b| Arc::downgrade(&b.director)),
             history: history.clone(),
             hook: Arc::downgrade(&hook),
