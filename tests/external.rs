@@ -493,6 +493,35 @@ async fn container_image_driver_and_lab_container() {
         assert!(boxed.passed(), "{}", drivelab::report::console(&boxed));
         println!("container: {rel} passed through image drivelab-cosi-s3:{tag}");
     }
+    // A CSI driver as an image: the reference bosh-csi (`drivelab driver bosh-csi`
+    // in the lab's image), one container for the controller and one per node,
+    // each on its own socket, against the BOSH backend; a crash restarts the
+    // controller's container. Same verdicts and ownership as built in.
+    let csi_driver = format!(
+        r#"{{image: "drivelab:{tag}", args: [driver, bosh-csi, --endpoint, "{{endpoint}}",
+            --mode, "{{mode}}", --director-url, "{{director_url}}", --client-id, "{{client_id}}",
+            --node-id, "{{node_id}}", --mounter-url, "{{mounter_url}}",
+            --block-api-url, "{{block_api_url}}", --task-timeout, "{{task_timeout}}",
+            --poll-interval, "{{poll_interval}}"],
+          env: {{BOSH_CLIENT_SECRET: "{{client_secret}}", BLOCK_API_CREDENTIAL: "{{block_api_credential}}"}},
+          protocol: csi, start_timeout: 30s}}"#
+    );
+    for rel in [
+        "bosh/lifecycle.yaml",
+        "bosh/controller-crash-after-create.yaml",
+        "bosh/read-only.yaml",
+    ] {
+        let scn = load(rel);
+        let builtin = run_with(&scn, None).await.unwrap();
+        let boxed = run_with(&scn, Some(&csi_driver))
+            .await
+            .unwrap_or_else(|e| panic!("{rel} (CSI image): {e:#}"));
+        assert_eq!(verdicts(&boxed), verdicts(&builtin), "{rel}");
+        assert_eq!(boxed.snapshot, builtin.snapshot, "{rel}: snapshots differ");
+        assert!(boxed.passed(), "{}", drivelab::report::console(&boxed));
+        println!("container: {rel} passed through image drivelab:{tag} (driver bosh-csi)");
+    }
+
     // An image that is not there: a clear error, nothing pulled.
     let e = run_with(
         &load("cosi/happy-path.yaml"),
