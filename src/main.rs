@@ -497,6 +497,7 @@ fn main() -> ExitCode {
                     kube_url,
                     state_namespace,
                     mutants: Mutant::cosi(&mutants),
+                    policy_layout: Default::default(),
                 };
                 let shutdown = async {
                     let _ = tokio::signal::ctrl_c().await;

@@ -447,6 +447,11 @@ pub struct Expectation {
     /// Expected counts of driver-made backend objects.
     #[serde(default)]
     pub backend: Option<BackendCounts>,
+    /// This step asserts the reference driver's design (e.g. one policy per
+    /// grant), not the spec: judged only on a reference driver in its
+    /// reference design, reported "not exercised" for any other.
+    #[serde(default)]
+    pub reference_design: bool,
     /// How many calls of each driver RPC the sidecar made so far (e.g. `DriverDeleteBucket: 0`).
     #[serde(default)]
     pub driver_calls: Option<BTreeMap<String, usize>>,
