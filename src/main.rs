@@ -735,6 +735,7 @@ fn drive_with(scenarios: &mut [scenario::Scenario], driver: Option<&str>) -> Res
     })?;
     for s in scenarios {
         s.driver.launch = spec.launch.clone();
+        s.driver.policy_layout = spec.policy_layout;
         s.driver.start_timeout = spec.start_timeout;
         s.driver.call_timeout = spec.call_timeout;
         s.driver.from_flag = true;
