@@ -497,6 +497,7 @@ fn main() -> ExitCode {
                     kube_url,
                     state_namespace,
                     mutants: Mutant::cosi(&mutants),
+                    policy_layout: Default::default(),
                 };
                 let shutdown = async {
                     let _ = tokio::signal::ctrl_c().await;
@@ -734,6 +735,7 @@ fn drive_with(scenarios: &mut [scenario::Scenario], driver: Option<&str>) -> Res
     })?;
     for s in scenarios {
         s.driver.launch = spec.launch.clone();
+        s.driver.policy_layout = spec.policy_layout;
         s.driver.start_timeout = spec.start_timeout;
         s.driver.call_timeout = spec.call_timeout;
         s.driver.from_flag = true;

@@ -55,6 +55,7 @@ impl DriverRt {
             kube_url,
             state_namespace: STATE_NS.into(),
             mutants: vec![],
+            policy_layout: Default::default(),
         };
         let path = socket.to_path_buf();
         rt.spawn(async move { cosi_s3::serve_unix(config, &path, std::future::pending()).await });

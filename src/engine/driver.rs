@@ -278,6 +278,7 @@ impl Driver {
                     kube_url: params.get("kube_url").to_string(),
                     state_namespace: params.get("namespace").to_string(),
                     mutants: Mutant::cosi(mutants),
+                    policy_layout: spec.policy_layout.unwrap_or_default(),
                 };
                 Ok(Driver::InProcess(InProcessDriver::cosi(
                     config,

@@ -78,6 +78,8 @@ pub struct RunOutcome {
     pub verdicts: Vec<Verdict>,
     /// Failed expectations.
     pub expect_failures: Vec<ExpectFailure>,
+    /// Reference-design expectations not judged for this driver (neither pass nor fail).
+    pub expect_not_exercised: Vec<ExpectFailure>,
     /// Faults and partitions the scenario set up that never acted (a failure
     /// unless optional: the scenario did not test what it says).
     pub unfired_faults: Vec<UnfiredFault>,

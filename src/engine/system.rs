@@ -43,6 +43,9 @@ pub(crate) trait SystemLab: Send {
 pub(crate) struct StepsRecord {
     /// Failed `expect:` steps.
     pub expect_failures: Vec<ExpectFailure>,
+    /// `expect:` steps marked `reference_design: true` that were not judged
+    /// because the driver is not a reference driver in its reference design.
+    pub expect_not_exercised: Vec<ExpectFailure>,
     /// The ownership snapshot after each step, for before/after diffs.
     pub step_snapshots: Vec<StepSnapshot>,
 }
@@ -66,6 +69,18 @@ pub(crate) async fn run_steps(
             lab.begin_step();
         }
         match &step.value {
+            Step::Expect(e) if e.reference_design && !scn.driver.is_reference_design() => {
+                // Judging it would fail a correct driver for a different shape,
+                // and skipping it silently would read as a pass: say so instead.
+                lab.steps_record().expect_not_exercised.push(ExpectFailure {
+                    step: i + 1,
+                    at: at.clone(),
+                    message: format!(
+                        "not exercised (reference-design expectation): {} is not the reference design",
+                        scn.driver.describe()
+                    ),
+                });
+            }
             Step::Expect(e) => {
                 for message in lab.expect(e) {
                     lab.steps_record().expect_failures.push(ExpectFailure {

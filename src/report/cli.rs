@@ -208,6 +208,14 @@ pub fn final_table(reports: &[ScenarioReport]) -> String {
         s,
         "\nchecks: {pass} pass, {fail} fail, {idle} not exercised (a check with nothing to judge establishes nothing)"
     );
+    // Only a non-reference driver has these; a reference run's summary is unchanged.
+    let skipped: usize = reports.iter().map(|r| r.expect_not_exercised.len()).sum();
+    if skipped > 0 {
+        let _ = writeln!(
+            s,
+            "expectations: {skipped} not exercised (reference-design expectations, not judged for this driver)"
+        );
+    }
     s
 }
 

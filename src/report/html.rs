@@ -232,6 +232,9 @@ pub fn scenario_page(r: &ScenarioReport) -> String {
     for f in &r.expect_failures {
         let _ = writeln!(b, "<p class=\"fail\">expect failed: {}</p>", esc(f));
     }
+    for f in &r.expect_not_exercised {
+        let _ = writeln!(b, "<p>expect {}</p>", esc(f));
+    }
     for f in &r.unfired_faults {
         let _ = writeln!(b, "<p class=\"fail\">fault never acted: {}</p>", esc(f));
     }

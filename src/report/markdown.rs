@@ -131,6 +131,9 @@ pub fn scenario_summary(r: &ScenarioReport) -> String {
     for f in &r.expect_failures {
         let _ = writeln!(md, "\n- expect failed: {f}");
     }
+    for f in &r.expect_not_exercised {
+        let _ = writeln!(md, "\n- expect {f}");
+    }
     for f in &r.unfired_faults {
         let _ = writeln!(md, "\n- **fault never acted**: {f}");
     }

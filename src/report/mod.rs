@@ -33,8 +33,12 @@ pub fn console_brief(o: &RunOutcome) -> String {
         return console(o);
     }
     let idle = o.verdicts.iter().filter(|v| !v.exercised).count();
+    let expects = match o.expect_not_exercised.len() {
+        0 => String::new(),
+        n => format!(", {n} reference-design expectation(s) not exercised"),
+    };
     format!(
-        "PASS {} ({}) — driver {}, seed {}, {} events, checks: {} exercised, {idle} not exercised\n  replay: {}\n",
+        "PASS {} ({}) — driver {}, seed {}, {} events, checks: {} exercised, {idle} not exercised{expects}\n  replay: {}\n",
         o.scenario,
         o.path.display(),
         o.driver_name,
@@ -81,6 +85,9 @@ pub fn console(o: &RunOutcome) -> String {
     }
     for f in &o.expect_failures {
         let _ = writeln!(s, "  FAIL expect (step {}) {}: {}", f.step, f.at, f.message);
+    }
+    for f in &o.expect_not_exercised {
+        let _ = writeln!(s, "  n/a  expect (step {}) {}: {}", f.step, f.at, f.message);
     }
     for f in &o.unfired_faults {
         if f.optional {
@@ -147,6 +154,7 @@ pub fn write_index(dir: &Path, meta: &RunMeta, reports: &[ScenarioReport]) -> st
                 "scenario": r.scenario, "dir": r.dir, "path": r.path, "seed": r.seed, "mutants": r.mutants,
                 "driver": r.driver, "passed": r.passed, "failed": r.failed_names(), "error": r.error, "replay": r.replay,
                 "steps": r.steps, "claims": r.claims, "expect_failures": r.expect_failures,
+                "expect_not_exercised": r.expect_not_exercised,
                 "unfired_faults": r.unfired_faults, "fault_notes": r.fault_notes,
                 "verdicts": r.verdicts.iter().map(|v| serde_json::json!({
                     "invariant": v.invariant, "passed": v.passed, "details": v.details, "evidence": v.evidence,

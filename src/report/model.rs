@@ -40,6 +40,9 @@ pub struct ScenarioReport {
     pub claims: Vec<ClaimReport>,
     /// Failed `expect:` steps, as `step N (file:line:col): message`.
     pub expect_failures: Vec<String>,
+    /// `reference_design: true` expectations not judged for this driver, same form.
+    #[serde(default)]
+    pub expect_not_exercised: Vec<String>,
     /// Faults and partitions the scenario set up that never acted (failures).
     #[serde(default)]
     pub unfired_faults: Vec<String>,
@@ -233,6 +236,11 @@ impl ScenarioReport {
                 .expect_failures
                 .iter()
                 .map(|f| labels.apply(&format!("step {} ({}): {}", f.step, f.at, f.message)))
+                .collect(),
+            expect_not_exercised: o
+                .expect_not_exercised
+                .iter()
+                .map(|f| format!("step {} ({}): {}", f.step, f.at, f.message))
                 .collect(),
             unfired_faults: o
                 .unfired_faults

@@ -15,6 +15,9 @@ pub struct DriverSpec {
     pub launch: DriverLaunch,
     /// Seeded bugs to switch on (builtin drivers only; the lab must catch them).
     pub mutants: Vec<Mutant>,
+    /// `policy_layout:` — a correct design variant of the builtin cosi-s3
+    /// (not a bug); `None` is the reference design.
+    pub policy_layout: Option<cosi_s3::PolicyLayout>,
     /// Real time the lab waits for the socket to answer DriverGetInfo (and, for
     /// external drivers, the deadline of that first call).
     pub start_timeout: Duration,
@@ -32,6 +35,7 @@ impl Default for DriverSpec {
         DriverSpec {
             launch: DriverLaunch::Builtin(BuiltinDriver::CosiS3),
             mutants: Vec::new(),
+            policy_layout: None,
             start_timeout: DEFAULT_START_TIMEOUT,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             from_flag: false,
@@ -53,6 +57,17 @@ impl DriverSpec {
             DriverLaunch::Builtin(b) => Some(*b),
             _ => None,
         }
+    }
+
+    /// Whether this is a reference driver in its reference design: the only
+    /// driver an expectation marked `reference_design: true` is judged on
+    /// (any other — a design variant, a program, an image — may be correct
+    /// and still be shaped differently).
+    pub fn is_reference_design(&self) -> bool {
+        matches!(self.launch, DriverLaunch::Builtin(_))
+            && self
+                .policy_layout
+                .is_none_or(|l| l == cosi_s3::PolicyLayout::default())
     }
 
     /// The protocol the driver speaks on its socket.
@@ -82,7 +97,10 @@ impl DriverSpec {
     /// One line for consoles and errors (`builtin cosi-s3`, `command /x/y`, `image n:t`).
     pub fn describe(&self) -> String {
         match &self.launch {
-            DriverLaunch::Builtin(b) => format!("builtin {}", b.name()),
+            DriverLaunch::Builtin(b) => match self.policy_layout {
+                Some(l) => format!("builtin {} (policy_layout {})", b.name(), l.name()),
+                None => format!("builtin {}", b.name()),
+            },
             DriverLaunch::Command(e) => {
                 format!("command {}", e.program.first().cloned().unwrap_or_default())
             }
@@ -300,6 +318,8 @@ pub(super) struct RawDriver {
     call_timeout: Option<String>,
     #[serde(default)]
     mutants: Vec<Mutant>,
+    #[serde(default)]
+    policy_layout: Option<cosi_s3::PolicyLayout>,
 }
 
 /// A validation failure of a driver declaration: message and hint.
@@ -360,8 +380,20 @@ impl RawDriver {
                     Some("`drivelab list mutants` shows each driver's mutants"),
                 ));
             }
+            if self.policy_layout.is_some() && b != BuiltinDriver::CosiS3 {
+                return Err((
+                    format!("`policy_layout` is a design switch of cosi-s3, not of {}", b.name()),
+                    Some("policy_layout: per-grant | per-grant-with-owner-marker, with `builtin: cosi-s3`"),
+                ));
+            }
             DriverLaunch::Builtin(b)
         } else {
+            if self.policy_layout.is_some() {
+                return Err((
+                    "`policy_layout` switches a design of the linked-in cosi-s3; a program or image is configured by its own flags".into(),
+                    Some("pass `--policy-layout …` in `command`/`args` instead"),
+                ));
+            }
             if !self.mutants.is_empty() {
                 return Err((
                     "`mutants` are a builtin-only feature: the seeded bugs live in the linked-in reference driver".into(),
@@ -446,6 +478,7 @@ impl RawDriver {
         Ok(DriverSpec {
             launch,
             mutants: self.mutants,
+            policy_layout: self.policy_layout,
             start_timeout,
             call_timeout,
             from_flag: false,
@@ -481,6 +514,16 @@ mod tests {
     fn cli_declarations() {
         let d = parse_cli("builtin: cosi-s3").unwrap();
         assert_eq!(d.builtin(), Some(BuiltinDriver::CosiS3));
+        assert!(d.is_reference_design());
+        let d = parse_cli("{builtin: cosi-s3, policy_layout: per-grant-with-owner-marker}").unwrap();
+        assert_eq!(
+            d.policy_layout,
+            Some(cosi_s3::PolicyLayout::PerGrantWithOwnerMarker)
+        );
+        assert!(!d.is_reference_design());
+        assert!(parse_cli("{builtin: cosi-s3, policy_layout: per-grant}")
+            .unwrap()
+            .is_reference_design());
         let d = parse_cli(
             r#"{command: [/bin/drv, --endpoint, "unix://{socket}"], env: {K: "{kube_url}"}, start_timeout: 3s}"#,
         )
@@ -513,6 +556,9 @@ mod tests {
             ("{command: [x], env: {A: '{nope}'}}", "nope"),
             ("{command: [x], mutants: [rotate-on-retry]}", "builtin-only"),
             ("{builtin: cosi-s3, env: {A: b}}", "not `builtin`"),
+            ("{builtin: bosh-csi, policy_layout: per-grant}", "design switch of cosi-s3"),
+            ("{command: [x], policy_layout: per-grant}", "own flags"),
+            ("{builtin: cosi-s3, policy_layout: two}", "unknown variant"),
             ("{command: [x], args: [y]}", "`args` is for `image`"),
             ("{image: 'a b'}", "not an image name"),
             ("{command: [x], start_timeout: soon}", "not a duration"),

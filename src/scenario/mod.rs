@@ -447,6 +447,11 @@ pub struct Expectation {
     /// Expected counts of driver-made backend objects.
     #[serde(default)]
     pub backend: Option<BackendCounts>,
+    /// This step asserts the reference driver's design (e.g. one policy per
+    /// grant), not the spec: judged only on a reference driver in its
+    /// reference design, reported "not exercised" for any other.
+    #[serde(default)]
+    pub reference_design: bool,
     /// How many calls of each driver RPC the sidecar made so far (e.g. `DriverDeleteBucket: 0`).
     #[serde(default)]
     pub driver_calls: Option<BTreeMap<String, usize>>,
@@ -1564,6 +1569,33 @@ impl Validator<'_> {
                     "give at least one of code, claim/ready, access/granted, backend, driver_calls (COSI), volume/bound, pod/running, iaas_disks, snapshot/ready_to_use, iaas_snapshots (BOSH)",
                 ),
             ));
+        }
+        // A marked step goes unjudged for every other driver, so it may hold
+        // only the design's shape: a spec-level assertion hidden in it would
+        // never be checked against the drivers the spec is meant for.
+        if e.reference_design {
+            let spec_level: Vec<&str> = [
+                ("code", e.code.is_some()),
+                ("claim/ready", e.claim.is_some()),
+                ("access/granted", e.access.is_some()),
+                ("volume/bound", e.volume.is_some()),
+                ("pod/running", e.pod.is_some()),
+                ("snapshot/ready_to_use", e.snapshot.is_some()),
+            ]
+            .iter()
+            .filter(|(_, given)| *given)
+            .map(|(k, _)| *k)
+            .collect();
+            if !spec_level.is_empty() {
+                return Err(self.err(
+                    here,
+                    format!(
+                        "a `reference_design: true` expectation is skipped for other drivers, so it may not assert what the spec requires ({})",
+                        spec_level.join(", ")
+                    ),
+                    Some("move those into an `expect` step of their own; keep only backend, driver_calls, iaas_disks or iaas_snapshots here"),
+                ));
+            }
         }
         if let Some(calls) = &e.driver_calls {
             let rpcs = names::ops_of(system, Component::Driver);

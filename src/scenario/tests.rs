@@ -609,3 +609,39 @@ fn rejected_on_purpose_names_one_made_cosi_object_and_an_error_code() {
     let twice = format!("{GOOD}rejected_on_purpose:\n  - {{ access: app, code: INVALID_ARGUMENT }}\n  - {{ access: app, code: INTERNAL }}\n");
     assert!(p(&twice).unwrap_err().to_string().contains("listed twice"));
 }
+
+#[test]
+fn reference_design_marks_only_shape_and_is_kept_by_the_writer() {
+    let text = GOOD.replace(
+        "  - expect: { code: OK }",
+        "  - expect: { code: OK }\n  - expect: { backend: { users: 1, policies: 1 }, reference_design: true }",
+    );
+    let s = p(&text).unwrap();
+    match &s.steps[4].value {
+        Step::Expect(e) => assert!(e.reference_design),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_round_trips(&s);
+    // A spec-level assertion may not hide behind the marker.
+    let hidden = GOOD.replace(
+        "  - expect: { code: OK }",
+        "  - expect: { code: OK, backend: { users: 1 }, reference_design: true }",
+    );
+    let e = p(&hidden).unwrap_err();
+    assert!(e.line == 11 && e.message.contains("(code)"), "{e}");
+    let bad = GOOD.replace(
+        "  - expect: { code: OK }",
+        "  - expect: { backend: { users: 1 }, reference_design: sometimes }",
+    );
+    let e = p(&bad).unwrap_err();
+    assert_eq!(e.line, 11, "{e}");
+    // The design switch travels with the driver declaration.
+    let variant = GOOD.replace(
+        "driver: { builtin: cosi-s3 }",
+        "driver: { builtin: cosi-s3, policy_layout: per-grant-with-owner-marker }",
+    );
+    let s = p(&variant).unwrap();
+    assert!(!s.driver.is_reference_design());
+    let again = p(&write::to_yaml(&s, &[])).unwrap();
+    assert_eq!(again.driver, s.driver);
+}

@@ -165,6 +165,9 @@ fn step_yaml(step: &Step, indent: &str) -> String {
                 }
                 parts.push(format!("backend: {{ {} }}", f.join(", ")));
             }
+            if e.reference_design {
+                parts.push("reference_design: true".to_string());
+            }
             if let Some(d) = &e.driver_calls {
                 let items: Vec<String> = d.iter().map(|(k, v)| format!("{k}: {v}")).collect();
                 parts.push(format!("driver_calls: {{ {} }}", items.join(", ")));
@@ -418,6 +421,9 @@ pub fn driver_yaml(d: &DriverSpec) -> String {
             parts.push(format!("builtin: {}", b.name()));
             let mutants: Vec<&str> = d.mutants.iter().map(|m| m.name()).collect();
             parts.push(format!("mutants: [{}]", mutants.join(", ")));
+            if let Some(l) = d.policy_layout {
+                parts.push(format!("policy_layout: {}", l.name()));
+            }
         }
         DriverLaunch::Command(e) | DriverLaunch::Image(e) => {
             if matches!(d.launch, DriverLaunch::Command(_)) {

@@ -27,6 +27,10 @@ pub struct DriverConfig {
     pub state_namespace: String,
     /// Seeded bugs switched on; empty is the correct driver.
     pub mutants: Vec<Mutant>,
+    /// Which of the driver's correct policy designs it runs (not a bug: every
+    /// layout is idempotent, least-privilege and cleans up after itself).
+    #[serde(default)]
+    pub policy_layout: PolicyLayout,
 }
 
 impl DriverConfig {
@@ -42,6 +46,43 @@ impl DriverConfig {
     /// Whether `m` is switched on.
     pub fn has(&self, m: Mutant) -> bool {
         self.mutants.contains(&m)
+    }
+}
+
+/// How a grant's permissions are laid out as canned policies. Both layouts
+/// are correct; the second exists so the lab's stock scenarios can be shown
+/// to assert the COSI spec and the invariants rather than one driver's shape.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyLayout {
+    /// The reference design: one generated access policy per grant.
+    #[default]
+    PerGrant,
+    /// The access policy plus a second per-grant "owner marker" policy named
+    /// after the account (read-only bucket location on the same bucket: it
+    /// grants nothing the access policy does not), created and attached with
+    /// the grant and removed on revoke.
+    PerGrantWithOwnerMarker,
+}
+
+impl PolicyLayout {
+    /// Every layout, the reference design first.
+    pub fn all() -> &'static [PolicyLayout] {
+        &[PolicyLayout::PerGrant, PolicyLayout::PerGrantWithOwnerMarker]
+    }
+
+    /// The kebab-case name used by `--policy-layout` and scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyLayout::PerGrant => "per-grant",
+            PolicyLayout::PerGrantWithOwnerMarker => "per-grant-with-owner-marker",
+        }
+    }
+
+    /// Parse a kebab-case name (as printed by [`PolicyLayout::name`]).
+    pub fn parse(s: &str) -> Option<PolicyLayout> {
+        let s = s.trim();
+        PolicyLayout::all().iter().copied().find(|l| l.name() == s)
     }
 }
 

@@ -1,16 +1,20 @@
 //! `cosi-s3` as a separate process, so crash tests can SIGKILL a real driver:
-//! `cosi-s3 --endpoint unix:///path.sock [--kube-url URL] [--state-namespace NS] [--mutant NAME]...`.
-//! Arguments are parsed by hand: five flags do not justify a parser crate.
+//! `cosi-s3 --endpoint unix:///path.sock [--kube-url URL] [--state-namespace NS]
+//! [--policy-layout LAYOUT] [--mutant NAME]...`.
+//! Arguments are parsed by hand: six flags do not justify a parser crate.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
-use cosi_s3::{DriverConfig, Mutant};
+use cosi_s3::{DriverConfig, Mutant, PolicyLayout};
 
-const USAGE: &str = "usage: cosi-s3 [--endpoint unix:///path.sock] [--kube-url http://host:port] [--state-namespace NS] [--mutant NAME]...
+const USAGE: &str = "usage: cosi-s3 [--endpoint unix:///path.sock] [--kube-url http://host:port] [--state-namespace NS] [--policy-layout LAYOUT] [--mutant NAME]...
   --endpoint         Unix socket to serve COSI on (env COSI_ENDPOINT; default unix:///var/lib/cosi/cosi.sock)
   --kube-url         Kubernetes API base URL (env KUBE_URL; else the cluster of $KUBECONFIG)
   --state-namespace  namespace for checkpoints (default cosi-s3-system)
+  --policy-layout    per-grant (default: one access policy per grant) or
+                     per-grant-with-owner-marker (plus an owner-marker policy per grant);
+                     both are correct designs, not seeded bugs
   --mutant NAME      switch on a seeded bug; repeatable; --list-mutants shows them";
 
 struct Args {
@@ -58,6 +62,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<A
             "--endpoint" => endpoint = Some(value("--endpoint")?),
             "--kube-url" => kube_url = Some(value("--kube-url")?),
             "--state-namespace" => config.state_namespace = value("--state-namespace")?,
+            "--policy-layout" => {
+                let v = value("--policy-layout")?;
+                config.policy_layout = PolicyLayout::parse(&v).with_context(|| {
+                    let names: Vec<_> = PolicyLayout::all().iter().map(|l| l.name()).collect();
+                    format!("unknown policy layout {v:?}; known: {}", names.join(", "))
+                })?;
+            }
             "--mutant" => {
                 let v = value("--mutant")?;
                 let m = Mutant::parse(&v).with_context(|| {
@@ -144,12 +155,17 @@ mod tests {
             "--mutant=rotate-on-retry",
             "--state-namespace",
             "ns",
+            "--policy-layout=per-grant-with-owner-marker",
         ])
         .unwrap()
         .unwrap();
         assert_eq!(a.socket, PathBuf::from("/tmp/x.sock"));
         assert_eq!(a.config.kube_url, "http://127.0.0.1:1");
         assert_eq!(a.config.state_namespace, "ns");
+        assert_eq!(
+            a.config.policy_layout,
+            PolicyLayout::PerGrantWithOwnerMarker
+        );
         assert_eq!(
             a.config.mutants,
             vec![Mutant::SharedPolicy, Mutant::RotateOnRetry]
@@ -161,6 +177,7 @@ mod tests {
         assert!(parse(&["--mutant", "nope", "--kube-url", "http://x:1"]).is_err());
         assert!(parse(&["--endpoint", "/tmp/x.sock", "--kube-url", "http://x:1"]).is_err());
         assert!(parse(&["--bogus"]).is_err());
+        assert!(parse(&["--policy-layout", "two", "--kube-url", "http://x:1"]).is_err());
         assert!(parse(&["--endpoint"]).is_err());
     }
 }

@@ -34,6 +34,24 @@ pub fn generated_policy_name(account_name: &str) -> String {
     format!("cosi-{}", short_hash(account_name))
 }
 
+/// Name of the owner-marker policy of one grant (`per-grant-with-owner-marker` layout).
+pub fn owner_marker_policy_name(account_name: &str) -> String {
+    format!("cosi-owner-{}", short_hash(account_name))
+}
+
+/// The owner marker's document: only `s3:GetBucketLocation` on the grant's
+/// bucket, a subset of every access mode, so the marker never widens access.
+pub fn owner_marker_document(bucket: &str) -> Value {
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Action": ["s3:GetBucketLocation"],
+            "Resource": [format!("arn:aws:s3:::{bucket}")],
+        }]
+    })
+}
+
 /// Policy name the `shared-policy` mutant uses when the class names none.
 pub const SHARED_POLICY_FALLBACK: &str = "cosi-shared";
 

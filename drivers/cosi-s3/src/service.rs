@@ -33,11 +33,12 @@ use crate::checkpoint::{
 };
 use crate::config::{
     check_map, check_string, params_hash, parse_access, parse_connection, validate_bucket_name,
-    Connection, DriverConfig, Mutant,
+    Connection, DriverConfig, Mutant, PolicyLayout,
 };
 use crate::error::DriverError;
 use crate::policy::{
-    generated_policy_name, policy_document, same_document, SHARED_POLICY_FALLBACK,
+    generated_policy_name, owner_marker_document, owner_marker_policy_name, policy_document,
+    same_document, SHARED_POLICY_FALLBACK,
 };
 
 /// Compare-and-swap rounds before giving up with Aborted (the sidecar retries).
@@ -501,15 +502,33 @@ impl CosiS3Driver {
             PolicyKind::Shared => backend.add_canned_policy(&rec.policy_name, &want).await?,
             PolicyKind::External => {}
         }
+        let mut wanted = vec![rec.policy_name.clone()];
+        if let Some(marker) = self.owner_marker(&rec.account_name) {
+            let doc = owner_marker_document(&rec.bucket_id);
+            match backend.info_canned_policy(&marker).await? {
+                Some(found) if same_document(&found, &doc) => {}
+                _ => backend.add_canned_policy(&marker, &doc).await?,
+            }
+            wanted.push(marker);
+        }
         let attached = info
             .as_ref()
-            .is_some_and(|i| i.policies.iter().any(|p| p == &rec.policy_name));
+            .is_some_and(|i| wanted.iter().all(|w| i.policies.contains(w)));
         if !attached {
+            // set-user-or-group-policy replaces the user's set, so name them all.
             backend
-                .set_user_policy(&rec.policy_name, &rec.access_key)
+                .set_user_policy(&wanted.join(","), &rec.access_key)
                 .await?;
         }
         Ok(())
+    }
+
+    /// The owner-marker policy of `account_name`, when the configured layout keeps one.
+    fn owner_marker(&self, account_name: &str) -> Option<String> {
+        match self.config().policy_layout {
+            PolicyLayout::PerGrant => None,
+            PolicyLayout::PerGrantWithOwnerMarker => Some(owner_marker_policy_name(account_name)),
+        }
     }
 
     async fn revoke(
@@ -560,6 +579,9 @@ impl CosiS3Driver {
                     .remove_canned_policy(&v.record.policy_name)
                     .await
                     .map_err(be)?;
+            }
+            if let Some(marker) = self.owner_marker(account_name) {
+                backend.remove_canned_policy(&marker).await.map_err(be)?;
             }
             match &v.record.preferred {
                 // The key must stay reserved until this checkpoint is gone: while

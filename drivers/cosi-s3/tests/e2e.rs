@@ -82,6 +82,7 @@ impl Lab {
             kube_url: kube_l.url(),
             state_namespace: STATE_NS.into(),
             mutants: mutants.to_vec(),
+            policy_layout: Default::default(),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let sock = socket.clone();

@@ -1288,6 +1288,7 @@ impl Lab {
             driver_name: self.sidecar.driver_name().to_string(),
             verdicts,
             expect_failures: self.record.expect_failures.clone(),
+            expect_not_exercised: self.record.expect_not_exercised.clone(),
             unfired_faults: self.hook.unfired(),
             faults_armed: self.hook.armed_count(),
             not_converged: self.not_converged.clone(),

@@ -1333,6 +1333,7 @@ impl CsiLab {
             driver_name,
             verdicts,
             expect_failures: self.record.expect_failures.clone(),
+            expect_not_exercised: self.record.expect_not_exercised.clone(),
             unfired_faults: self.hook.unfired(),
             faults_armed: self.hook.armed_count(),
             not_converged: self.not_converged.clone(),
