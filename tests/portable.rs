@@ -17,9 +17,14 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The stock COSI scenarios and the explorer's regression files (scenarios/found).
 fn cosi_scenarios() -> Vec<(PathBuf, Scenario)> {
-    let files = scenario::discover(&[root().join("scenarios/cosi")]).unwrap();
-    assert!(files.len() >= 20, "{files:?}");
+    let files = scenario::discover(&[
+        root().join("scenarios/cosi"),
+        root().join("scenarios/found"),
+    ])
+    .unwrap();
+    assert!(files.len() >= 29, "{files:?}");
     files
         .into_iter()
         .map(|f| {
