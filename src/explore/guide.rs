@@ -90,19 +90,32 @@ pub(super) fn faultable(from: Component, to: Component, op: &str) -> bool {
 
 /// The fault kinds that mean something at `t`. "Taken" (409) only where a
 /// real backend gives it without lying about state: another tenant owns the
-/// bucket name. Elsewhere it would be one more "unavailable".
+/// bucket name. Elsewhere it would be one more "unavailable". "Refused until
+/// healed" only at the node's mount table: a node's OS failing mounts for
+/// good is a real state (a full or read-only /var/lib/kubelet, a broken
+/// mount(8)); the Director has `director_down`, and a definite refusal from
+/// the sidecars' side would lie about a driver that never answered.
 pub(super) fn kinds_for(t: &FaultTarget) -> &'static [GenKind] {
-    const ALL: &[GenKind] = &[
+    const BASE: [GenKind; 4] = [
         GenKind::CrashAfter,
         GenKind::DropResponse,
         GenKind::CrashBefore,
         GenKind::Unavailable,
-        GenKind::Conflict,
+    ];
+    const WITH_CONFLICT: [GenKind; 5] = [BASE[0], BASE[1], BASE[2], BASE[3], GenKind::Conflict];
+    const WITH_REFUSAL: [GenKind; 5] = [
+        BASE[0],
+        BASE[1],
+        BASE[2],
+        BASE[3],
+        GenKind::RefusedUntilHealed,
     ];
     if takes_conflict(t) {
-        ALL
+        &WITH_CONFLICT
+    } else if t.component == Component::Mounts {
+        &WITH_REFUSAL
     } else {
-        &ALL[..4]
+        &BASE
     }
 }
 
