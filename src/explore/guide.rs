@@ -316,6 +316,14 @@ impl Corpus {
             );
         }
         self.owed_deeper.extend(deeper_children);
+        // A lasting refusal's neighbours go first, ahead of every owed child:
+        // behind the hundreds the first kept schedules are owed they came
+        // too late for a 60 s budget (leak-mount-on-failed-stage's start
+        // at the read-back after the mount was drawn at case 7, and its
+        // neighbours were still queued at the budget).
+        for s in slid(&e.sched).into_iter().rev() {
+            self.owed_deeper.push_front(s);
+        }
         self.owed.extend(children);
         self.entries.push(e);
         new
@@ -406,6 +414,31 @@ fn mutate(
         _ => s.seed = rng.next_u64() % 1_000_000,
     }
     s
+}
+
+/// `s` with its lasting refusal started one occurrence earlier, and one
+/// later. Where a lasting refusal starts decides what it shows: started at
+/// the read-back after a mount it leaves that mount for the driver to undo;
+/// one read earlier, nothing was mounted; one later, the next step's mount
+/// is the one left. A kept schedule with one is owed both neighbours.
+fn slid(s: &Schedule) -> Vec<Schedule> {
+    let Some(i) = s
+        .faults
+        .iter()
+        .position(|f| f.kind == GenKind::RefusedUntilHealed)
+    else {
+        return Vec::new();
+    };
+    let nth = s.faults[i].nth;
+    [nth.checked_sub(1).filter(|n| *n >= 1), nth.checked_add(1)]
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            let mut t = s.clone();
+            t.faults[i].nth = n;
+            t
+        })
+        .collect()
 }
 
 /// `s` with one more fault (replacing a drawn one when it has the most it may).

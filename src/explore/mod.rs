@@ -453,6 +453,11 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
             "the scenario's baseline run made no calls a fault could hit"
         ));
     }
+    if std::env::var_os("DRIVELAB_EXPLORE_TRACE").is_some() {
+        for (i, t) in targets.iter().enumerate() {
+            eprintln!("target {i}: {t}");
+        }
+    }
     let n_steps = base.steps.len().max(1);
     let strategy = fresh_schedules(base, &targets);
     let dups = dup_choices(base);
