@@ -736,6 +736,9 @@ fn drive_with(scenarios: &mut [scenario::Scenario], driver: Option<&str>) -> Res
     for s in scenarios {
         s.driver.launch = spec.launch.clone();
         s.driver.policy_layout = spec.policy_layout;
+        // The whole declaration is replaced, its seeded bugs too: dropping
+        // them ran the correct driver under `--driver '{builtin: …, mutants: [X]}'`.
+        s.driver.mutants = spec.mutants.clone();
         s.driver.start_timeout = spec.start_timeout;
         s.driver.call_timeout = spec.call_timeout;
         s.driver.from_flag = true;

@@ -192,20 +192,26 @@ async fn fifty_random_schedules_run_twice_give_identical_histories() {
 }
 
 /// Explore is not COSI-only: from the generic CSI base on the BOSH backend
-/// (no faults written for any mutant) it finds bosh-csi's retried-create bug
-/// and its ignored size change, and the shrunk file replays the failure
-/// while the correct driver passes it. A count of schedules, not a time.
+/// (no faults written for any mutant) it finds bosh-csi's retried-create bug,
+/// its ignored size change, a publish that steals an attachment (a node whose
+/// mount table refuses until healed keeps the old pod's attachment live
+/// while the pod moves) and a failed stage's leaked mount (the refusal
+/// starts at the read-back after the mount), and the shrunk file replays
+/// the failure while the correct driver passes it. A count of schedules per
+/// mutant, not a time: deterministic for explorer seed 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explore_finds_csi_mutants_from_the_generic_csi_base() {
     use drivelab::scenario::Mutant as LabMutant;
     drivelab::logcap::init(false);
-    for m in [
-        bosh_csi::Mutant::CreateNotIdempotent,
-        bosh_csi::Mutant::IgnoreIncompatibleSize,
+    for (m, cases) in [
+        (bosh_csi::Mutant::CreateNotIdempotent, 60),
+        (bosh_csi::Mutant::IgnoreIncompatibleSize, 60),
+        (bosh_csi::Mutant::PublishStealsAttachment, 60),
+        (bosh_csi::Mutant::LeakMountOnFailedStage, 60),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let opts = ExploreOptions {
-            cases: 60,
+            cases,
             seed: 1,
             time_budget: Duration::from_secs(600),
             mutants: vec![LabMutant::Bosh(m)],
@@ -218,7 +224,7 @@ async fn explore_finds_csi_mutants_from_the_generic_csi_base() {
             .unwrap();
         let found = report
             .found
-            .unwrap_or_else(|| panic!("{m:?} not found in 60 schedules"));
+            .unwrap_or_else(|| panic!("{m:?} not found in {cases} schedules"));
         assert!(!found.failed.is_empty(), "{m:?}");
         let file = scenario::load(&found.path).unwrap();
         let reference = engine::run(&file, &RunOptions::default()).await.unwrap();

@@ -90,19 +90,32 @@ pub(super) fn faultable(from: Component, to: Component, op: &str) -> bool {
 
 /// The fault kinds that mean something at `t`. "Taken" (409) only where a
 /// real backend gives it without lying about state: another tenant owns the
-/// bucket name. Elsewhere it would be one more "unavailable".
+/// bucket name. Elsewhere it would be one more "unavailable". "Refused until
+/// healed" only at the node's mount table: a node's OS failing mounts for
+/// good is a real state (a full or read-only /var/lib/kubelet, a broken
+/// mount(8)); the Director has `director_down`, and a definite refusal from
+/// the sidecars' side would lie about a driver that never answered.
 pub(super) fn kinds_for(t: &FaultTarget) -> &'static [GenKind] {
-    const ALL: &[GenKind] = &[
+    const BASE: [GenKind; 4] = [
         GenKind::CrashAfter,
         GenKind::DropResponse,
         GenKind::CrashBefore,
         GenKind::Unavailable,
-        GenKind::Conflict,
+    ];
+    const WITH_CONFLICT: [GenKind; 5] = [BASE[0], BASE[1], BASE[2], BASE[3], GenKind::Conflict];
+    const WITH_REFUSAL: [GenKind; 5] = [
+        BASE[0],
+        BASE[1],
+        BASE[2],
+        BASE[3],
+        GenKind::RefusedUntilHealed,
     ];
     if takes_conflict(t) {
-        ALL
+        &WITH_CONFLICT
+    } else if t.component == Component::Mounts {
+        &WITH_REFUSAL
     } else {
-        &ALL[..4]
+        &BASE
     }
 }
 
@@ -303,6 +316,14 @@ impl Corpus {
             );
         }
         self.owed_deeper.extend(deeper_children);
+        // A lasting refusal's neighbours go first, ahead of every owed child:
+        // behind the hundreds the first kept schedules are owed they came
+        // too late for a 60 s budget (leak-mount-on-failed-stage's start
+        // at the read-back after the mount was drawn at case 7, and its
+        // neighbours were still queued at the budget).
+        for s in slid(&e.sched).into_iter().rev() {
+            self.owed_deeper.push_front(s);
+        }
         self.owed.extend(children);
         self.entries.push(e);
         new
@@ -393,6 +414,31 @@ fn mutate(
         _ => s.seed = rng.next_u64() % 1_000_000,
     }
     s
+}
+
+/// `s` with its lasting refusal started one occurrence earlier, and one
+/// later. Where a lasting refusal starts decides what it shows: started at
+/// the read-back after a mount it leaves that mount for the driver to undo;
+/// one read earlier, nothing was mounted; one later, the next step's mount
+/// is the one left. A kept schedule with one is owed both neighbours.
+fn slid(s: &Schedule) -> Vec<Schedule> {
+    let Some(i) = s
+        .faults
+        .iter()
+        .position(|f| f.kind == GenKind::RefusedUntilHealed)
+    else {
+        return Vec::new();
+    };
+    let nth = s.faults[i].nth;
+    [nth.checked_sub(1).filter(|n| *n >= 1), nth.checked_add(1)]
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            let mut t = s.clone();
+            t.faults[i].nth = n;
+            t
+        })
+        .collect()
 }
 
 /// `s` with one more fault (replacing a drawn one when it has the most it may).

@@ -58,7 +58,17 @@ pub enum GenKind {
     Unavailable,
     /// The callee answers "already exists / taken" (409 / ALREADY_EXISTS).
     Conflict,
+    /// The callee refuses this call and every later one at the point, with a
+    /// definite (not retryable) error, until the final convergence heals
+    /// the lab: a node whose mount(8)/findmnt fail for good. Only at the
+    /// node's mount table (see [`guide::kinds_for`]).
+    RefusedUntilHealed,
 }
+
+/// How many calls a [`GenKind::RefusedUntilHealed`] fault refuses: more than
+/// any run makes at one point, so it lasts until the final convergence
+/// disarms every fault (and `nth + times` cannot overflow).
+const UNTIL_HEALED: u32 = 100_000;
 
 /// One generated fault: index into the scenario's interception points.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -335,6 +345,7 @@ pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scen
             continue;
         };
         let driver = on.component == Component::Driver;
+        let mut times = 1;
         let (action, when) = match f.kind {
             GenKind::CrashAfter => (FaultAction::CrashDriver, When::AfterCommit),
             GenKind::CrashBefore => (FaultAction::CrashDriver, When::BeforeCommit),
@@ -361,6 +372,21 @@ pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scen
                 },
                 When::BeforeCommit,
             ),
+            // The mount table's definite refusal (400 → the driver's INTERNAL):
+            // a NodeStage that fails so is final to the kubelet, which then
+            // never unstages, so what the driver mounted before it failed
+            // is its own to take down (a 503 would be retried and unstaged).
+            GenKind::RefusedUntilHealed => {
+                times = UNTIL_HEALED;
+                (
+                    FaultAction::Error {
+                        status: 400,
+                        code: "InvalidRequest".into(),
+                        message: "injected by explore: refused until healed".into(),
+                    },
+                    When::BeforeCommit,
+                )
+            }
             GenKind::Conflict => (
                 FaultAction::Error {
                     status: 503,
@@ -381,7 +407,7 @@ pub fn apply(base: &Scenario, targets: &[FaultTarget], sched: &Schedule) -> Scen
                 action,
                 on,
                 nth: f.nth,
-                times: 1,
+                times,
                 when,
                 optional: true,
             },
@@ -419,6 +445,7 @@ fn failed_invariants(o: &RunOutcome) -> Vec<&'static str> {
 /// fault aimed at what it reached, or one more duplicate, merge or seed.
 pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<ExploreReport> {
     let started = Instant::now();
+    let (base, opts) = &hoist_mutants(base, opts);
     let baseline = engine::run(
         base,
         &RunOptions {
@@ -434,6 +461,11 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
         return Err(anyhow!(
             "the scenario's baseline run made no calls a fault could hit"
         ));
+    }
+    if std::env::var_os("DRIVELAB_EXPLORE_TRACE").is_some() {
+        for (i, t) in targets.iter().enumerate() {
+            eprintln!("target {i}: {t}");
+        }
     }
     let n_steps = base.steps.len().max(1);
     let strategy = fresh_schedules(base, &targets);
@@ -552,6 +584,22 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
         found,
         elapsed: started.elapsed(),
     })
+}
+
+/// The seeded bugs the base's driver declares (`--driver '{builtin: bosh-csi,
+/// mutants: [X]}'`, or a file that names them) are hunted as `--mutant X` is:
+/// left in the driver they would be on in the baseline and in the reference
+/// runs that tell a mutant's failure from one the correct driver shares, and
+/// written into the found file, which must pass with the correct driver.
+fn hoist_mutants(base: &Scenario, opts: &ExploreOptions) -> (Scenario, ExploreOptions) {
+    let mut base = base.clone();
+    let mut opts = opts.clone();
+    for m in std::mem::take(&mut base.driver.mutants) {
+        if !opts.mutants.contains(&m) {
+            opts.mutants.push(m);
+        }
+    }
+    (base, opts)
 }
 
 /// Every (step, duplicate kind) pair that makes a request, each once, deletes
