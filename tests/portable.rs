@@ -53,7 +53,9 @@ async fn run_with(scn: &Scenario, driver: Option<&str>) -> RunOutcome {
 fn policy_writes(o: &RunOutcome) -> usize {
     o.history
         .iter()
-        .filter(|e| matches!(&e.kind, EventKind::Call { op, .. } if op.as_str() == "add_canned_policy"))
+        .filter(
+            |e| matches!(&e.kind, EventKind::Call { op, .. } if op.as_str() == "add_canned_policy"),
+        )
         .count()
 }
 
@@ -70,7 +72,8 @@ async fn the_owner_marker_design_passes_every_stock_cosi_scenario() {
         );
         for n in &o.expect_not_exercised {
             assert!(
-                n.message.contains("not exercised (reference-design expectation)"),
+                n.message
+                    .contains("not exercised (reference-design expectation)"),
                 "{}: {}",
                 f.display(),
                 n.message
@@ -81,7 +84,10 @@ async fn the_owner_marker_design_passes_every_stock_cosi_scenario() {
         }
     }
     // The marked expectations exist and are shown, not passed.
-    assert!(marked.contains(&"cosi-happy-path".to_string()), "{marked:?}");
+    assert!(
+        marked.contains(&"cosi-happy-path".to_string()),
+        "{marked:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,7 +101,8 @@ async fn the_variant_really_runs_and_the_reference_is_still_judged() {
     assert_eq!(variant.expect_not_exercised.len(), 1);
     let console = drivelab::report::console(&variant);
     assert!(
-        console.contains("n/a  expect") && console.contains("policy_layout per-grant-with-owner-marker"),
+        console.contains("n/a  expect")
+            && console.contains("policy_layout per-grant-with-owner-marker"),
         "{console}"
     );
     // Two policies per grant, not one: the switch reached the driver.
@@ -115,9 +122,14 @@ async fn the_variant_really_runs_and_the_reference_is_still_judged() {
         }
     }
     let o = run_with(&as_reference, None).await;
-    assert!(!o.passed(), "the reference-design count must fail the variant when judged");
     assert!(
-        o.expect_failures.iter().any(|f| f.message.contains("policies, expected 1")),
+        !o.passed(),
+        "the reference-design count must fail the variant when judged"
+    );
+    assert!(
+        o.expect_failures
+            .iter()
+            .any(|f| f.message.contains("policies, expected 1")),
         "{:?}",
         o.expect_failures
     );

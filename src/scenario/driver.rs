@@ -515,7 +515,8 @@ mod tests {
         let d = parse_cli("builtin: cosi-s3").unwrap();
         assert_eq!(d.builtin(), Some(BuiltinDriver::CosiS3));
         assert!(d.is_reference_design());
-        let d = parse_cli("{builtin: cosi-s3, policy_layout: per-grant-with-owner-marker}").unwrap();
+        let d =
+            parse_cli("{builtin: cosi-s3, policy_layout: per-grant-with-owner-marker}").unwrap();
         assert_eq!(
             d.policy_layout,
             Some(cosi_s3::PolicyLayout::PerGrantWithOwnerMarker)
@@ -556,7 +557,10 @@ mod tests {
             ("{command: [x], env: {A: '{nope}'}}", "nope"),
             ("{command: [x], mutants: [rotate-on-retry]}", "builtin-only"),
             ("{builtin: cosi-s3, env: {A: b}}", "not `builtin`"),
-            ("{builtin: bosh-csi, policy_layout: per-grant}", "design switch of cosi-s3"),
+            (
+                "{builtin: bosh-csi, policy_layout: per-grant}",
+                "design switch of cosi-s3",
+            ),
             ("{command: [x], policy_layout: per-grant}", "own flags"),
             ("{builtin: cosi-s3, policy_layout: two}", "unknown variant"),
             ("{command: [x], args: [y]}", "`args` is for `image`"),

@@ -68,7 +68,10 @@ pub enum PolicyLayout {
 impl PolicyLayout {
     /// Every layout, the reference design first.
     pub fn all() -> &'static [PolicyLayout] {
-        &[PolicyLayout::PerGrant, PolicyLayout::PerGrantWithOwnerMarker]
+        &[
+            PolicyLayout::PerGrant,
+            PolicyLayout::PerGrantWithOwnerMarker,
+        ]
     }
 
     /// The kebab-case name used by `--policy-layout` and scenario files.
