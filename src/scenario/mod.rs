@@ -1447,6 +1447,28 @@ impl Validator<'_> {
         Ok(HealStep { between })
     }
 
+    /// A volume an earlier `create_volume` made; `hint` says what the step needed it for.
+    pub(crate) fn known_volume(
+        &self,
+        ctx: &Ctx,
+        here: &Spanned<()>,
+        namespace: &str,
+        name: &str,
+        hint: Option<&str>,
+    ) -> Result<(), ScenarioError> {
+        if ctx
+            .volumes
+            .contains(&(namespace.to_string(), name.to_string()))
+        {
+            return Ok(());
+        }
+        Err(self.err(
+            here,
+            format!("volume `{namespace}/{name}` is not created by an earlier step"),
+            hint,
+        ))
+    }
+
     pub(crate) fn known_node(
         &self,
         ctx: &Ctx,

@@ -139,19 +139,7 @@ impl Validator<'_> {
         here: &Spanned<()>,
         w: WriteBlocksStep,
     ) -> Result<BoshStep, ScenarioError> {
-        if !ctx
-            .volumes
-            .contains(&(w.namespace.clone(), w.volume.clone()))
-        {
-            return Err(self.err(
-                here,
-                format!(
-                    "volume `{}/{}` is not created by an earlier step",
-                    w.namespace, w.volume
-                ),
-                None,
-            ));
-        }
+        self.known_volume(ctx, here, &w.namespace, &w.volume, None)?;
         if w.ranges.is_empty() || w.ranges.iter().any(|[_, n]| *n == 0) {
             return Err(self.err(
                 here,

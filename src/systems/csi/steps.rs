@@ -163,16 +163,7 @@ impl Validator<'_> {
         here: &Spanned<()>,
         v: VolumeRef,
     ) -> Result<CsiStep, ScenarioError> {
-        if !ctx.volumes.contains(&(v.namespace.clone(), v.name.clone())) {
-            return Err(self.err(
-                here,
-                format!(
-                    "volume `{}/{}` is not created by an earlier step",
-                    v.namespace, v.name
-                ),
-                None,
-            ));
-        }
+        self.known_volume(ctx, here, &v.namespace, &v.name, None)?;
         Ok(CsiStep::DeleteVolume(v))
     }
 
@@ -257,16 +248,13 @@ impl Validator<'_> {
         here: &Spanned<()>,
         r: ResendStep,
     ) -> Result<CsiStep, ScenarioError> {
-        if !ctx.volumes.contains(&(r.namespace.clone(), r.name.clone())) {
-            return Err(self.err(
-                here,
-                format!(
-                    "volume `{}/{}` is not created by an earlier step",
-                    r.namespace, r.name
-                ),
-                Some("a resend repeats a request an earlier create_volume made"),
-            ));
-        }
+        self.known_volume(
+            ctx,
+            here,
+            &r.namespace,
+            &r.name,
+            Some("a resend repeats a request an earlier create_volume made"),
+        )?;
         if bosh::parse_quantity(&r.size).is_none() {
             return Err(self.err(
                 here,
@@ -284,19 +272,7 @@ impl Validator<'_> {
         here: &Spanned<()>,
         sn: SnapshotStep,
     ) -> Result<CsiStep, ScenarioError> {
-        if !ctx
-            .volumes
-            .contains(&(sn.namespace.clone(), sn.volume.clone()))
-        {
-            return Err(self.err(
-                here,
-                format!(
-                    "volume `{}/{}` is not created by an earlier step",
-                    sn.namespace, sn.volume
-                ),
-                None,
-            ));
-        }
+        self.known_volume(ctx, here, &sn.namespace, &sn.volume, None)?;
         check_dns(self, here, &sn.name)?;
         if !ctx
             .snapshots
