@@ -5,7 +5,7 @@
 
 use drivelab_fakes::history::CallId;
 use drivelab_fakes::secret::Secret;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::scenario::Invariant;
 
@@ -54,43 +54,76 @@ impl Verdict {
     }
 }
 
-/// no-secret-leak over any system's secrets and artifacts.
-pub(crate) fn secret_scan(all: &[Secret], artifacts: &[(String, String)]) -> Verdict {
+/// What the secret scan found. It runs where the run's raw secrets still
+/// are, at the end of the run; its findings are what a record keeps (a record
+/// holds no secret values), and no-secret-leak judges them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeakScan {
+    /// Secrets searched for.
+    pub secrets: usize,
+    /// Artifacts searched, by name.
+    pub artifacts: Vec<String>,
+    /// `artifact:line: contains secret #N of this run`, one per secret found.
+    pub findings: Vec<String>,
+    /// The scan could not run (then nothing was searched).
+    pub error: Option<String>,
+}
+
+impl LeakScan {
+    /// Search every artifact for every secret of the run.
+    pub fn run(all: &[Secret], artifacts: &[(String, String)]) -> Self {
+        // Very short values would match by accident; real secrets here are ≥ 16 chars.
+        let secrets: Vec<&Secret> = all.iter().filter(|s| s.expose().len() >= 8).collect();
+        let mut scan = LeakScan {
+            secrets: secrets.len(),
+            artifacts: artifacts.iter().map(|(name, _)| name.clone()).collect(),
+            ..Default::default()
+        };
+        // One automaton over every secret, one pass per artifact: searching each
+        // secret separately made this O(secrets × text), quadratic in a run's size.
+        let ac = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::Standard)
+            .build(secrets.iter().map(|s| s.expose()));
+        let ac = match ac {
+            Ok(ac) => ac,
+            Err(e) => {
+                scan.error = Some(format!("secret matcher could not be built: {e}"));
+                return scan;
+            }
+        };
+        for (name, text) in artifacts {
+            // First occurrence of each secret, reported in secret order.
+            let mut first = std::collections::BTreeMap::new();
+            for m in ac.find_overlapping_iter(text.as_str()) {
+                first.entry(m.pattern().as_usize()).or_insert(m.start());
+            }
+            for (i, pos) in first {
+                let line = text[..pos].matches('\n').count() + 1;
+                scan.findings.push(format!(
+                    "{name}:{line}: contains secret #{} of this run",
+                    i + 1
+                ));
+            }
+        }
+        scan
+    }
+}
+
+/// no-secret-leak, from what the scan found.
+pub(crate) fn no_secret_leak(scan: &LeakScan) -> Verdict {
     let mut v = Verdict::new(Invariant::NoSecretLeak);
-    // Very short values would match by accident; real secrets here are ≥ 16 chars.
-    let secrets: Vec<&Secret> = all.iter().filter(|s| s.expose().len() >= 8).collect();
-    // One automaton over every secret, one pass per artifact: searching each
-    // secret separately made this O(secrets × text), quadratic in a run's size.
-    let ac = aho_corasick::AhoCorasick::builder()
-        .match_kind(aho_corasick::MatchKind::Standard)
-        .build(secrets.iter().map(|s| s.expose()));
-    let ac = match ac {
-        Ok(ac) => ac,
-        Err(e) => {
-            v.fail(format!("secret matcher could not be built: {e}"), []);
-            return v.finish(0, String::new());
-        }
-    };
-    for (name, text) in artifacts {
-        // First occurrence of each secret, reported in secret order.
-        let mut first = std::collections::BTreeMap::new();
-        for m in ac.find_overlapping_iter(text.as_str()) {
-            first.entry(m.pattern().as_usize()).or_insert(m.start());
-        }
-        for (i, pos) in first {
-            let line = text[..pos].matches('\n').count() + 1;
-            v.fail(
-                format!("{name}:{line}: contains secret #{} of this run", i + 1),
-                [],
-            );
-        }
+    if let Some(e) = &scan.error {
+        v.fail(e.clone(), []);
+    }
+    for f in &scan.findings {
+        v.fail(f.clone(), []);
     }
     v.finish(
-        secrets.len(),
+        scan.secrets,
         format!(
             "{} secrets searched for in {} artifacts; none found",
-            secrets.len(),
-            artifacts.len()
+            scan.secrets,
+            scan.artifacts.len()
         ),
     )
 }

@@ -3,12 +3,15 @@
 //! `scenario` (parse + validate) → `engine` (the run loop, the driver, the
 //! fault hook, the virtual clock) driving one of `systems` (COSI, CSI; each
 //! with its lab, checks and ownership snapshot over the shared `checks` and
-//! `snapshot` vocabulary) → `runs` (the durable record) → `report`.
+//! `snapshot` vocabulary), producing an `outcome` and the record its checks
+//! judged → `runs` (the durable record; `drivelab report RUN` judges a stored
+//! record again) → `report`.
 
 pub mod checks;
 pub mod engine;
 pub mod explore;
 pub mod logcap;
+pub mod outcome;
 pub mod report;
 pub mod runs;
 pub mod scenario;

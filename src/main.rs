@@ -91,6 +91,10 @@ enum Command {
         /// Also write the scenario's report files under this directory.
         #[arg(long)]
         report_dir: Option<PathBuf>,
+        /// Show the verdicts the run gave, without judging its record again
+        /// with this drivelab's checks.
+        #[arg(long)]
+        as_recorded: bool,
     },
     /// Serve the fakes on 127.0.0.1 until Ctrl-C, for a driver or client pointed at them by hand.
     Serve {
@@ -314,7 +318,13 @@ fn main() -> ExitCode {
                 run,
                 runs_dir,
                 report_dir,
-            } => stored_report(RunStore::new(RunStore::resolve(runs_dir)), &run, report_dir),
+                as_recorded,
+            } => stored_report(
+                RunStore::new(RunStore::resolve(runs_dir)),
+                &run,
+                report_dir,
+                as_recorded,
+            ),
             Command::Serve {
                 system: ServeSystem::Csi,
                 config,
@@ -665,7 +675,7 @@ async fn run(
             .and_then(|store| begin_record(store, scn, &opts));
         let result = engine::run(scn, &opts).await;
         progress.clear();
-        let r = match result {
+        let r = match &result {
             Ok(o) => {
                 let text = if detail {
                     report::console(&o)
@@ -691,11 +701,7 @@ async fn run(
                 )
             }
         };
-        if let Some(rec) = opts.recorder.take() {
-            if let Err(e) = rec.complete(&r) {
-                eprintln!("drivelab: run record {}: {e}", rec.id());
-            }
-        }
+        complete_record(opts.recorder.take(), &r, result.as_ref().ok());
         if let Some(dir) = &report_dir {
             if let Err(e) = report::write_scenario(dir, &r) {
                 eprintln!("drivelab: writing the report for {}: {e}", r.scenario);
@@ -756,6 +762,24 @@ fn driver_flag(scenarios: &[scenario::Scenario]) -> String {
 
 /// Start the durable record of one scenario run; a runs dir that cannot be
 /// written costs the record, not the run.
+/// Close a run's record: its report, and for a run that produced an outcome
+/// the rest of its history and the record its checks were judged from.
+fn complete_record(
+    rec: Option<drivelab::runs::Recorder>,
+    r: &report::ScenarioReport,
+    outcome: Option<&engine::RunOutcome>,
+) {
+    let Some(rec) = rec else { return };
+    let end = outcome.map(|o| drivelab::runs::RunEnd {
+        events: &o.history,
+        record: &o.record,
+        secrets: &o.secrets,
+    });
+    if let Err(e) = rec.complete_run(r, end) {
+        eprintln!("drivelab: run record {}: {e}", rec.id());
+    }
+}
+
 fn begin_record(
     store: &RunStore,
     scn: &scenario::Scenario,
@@ -788,15 +812,34 @@ fn begin_record(
 }
 
 /// `drivelab report RUN`: Markdown on stdout, the report files under `report_dir`.
-fn stored_report(store: RunStore, id: &str, report_dir: Option<PathBuf>) -> ExitCode {
-    let (run, r) = match store.report(id) {
+/// `drivelab report RUN`: a stored run's report, its checks judged again from
+/// the run's record by this drivelab's checks (`--as-recorded`: the verdicts
+/// the run gave). Exit 0 when it passes, 1 when it fails, 2 when it cannot be read.
+fn stored_report(
+    store: RunStore,
+    id: &str,
+    report_dir: Option<PathBuf>,
+    as_recorded: bool,
+) -> ExitCode {
+    let (run, recorded) = match store.report(id) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("drivelab: report: {e}");
             return ExitCode::from(2);
         }
     };
-    let md = RunStore::markdown(&run, &r);
+    let (r, note) = if as_recorded || run.report.is_none() {
+        (recorded, None)
+    } else {
+        match rejudge(&store, id, &recorded) {
+            Ok((r, note)) => (r, Some(note)),
+            Err(why) => (recorded, Some(format!("not re-judged: {why}; the verdicts below are the ones the run gave"))),
+        }
+    };
+    let mut md = RunStore::markdown(&run, &r);
+    if let Some(note) = note {
+        md = format!("{note}\n\n{md}");
+    }
     drivelab::out!("{md}");
     if let Some(dir) = report_dir {
         let written = report::write_scenario(&dir, &r)
@@ -807,7 +850,41 @@ fn stored_report(store: RunStore, id: &str, report_dir: Option<PathBuf>) -> Exit
         }
         eprintln!("drivelab: report written to {}", dir.join(&r.dir).display());
     }
-    ExitCode::SUCCESS
+    if r.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// A stored run judged again: the report with today's verdicts, and a note
+/// saying which verdicts changed from the ones the run gave.
+fn rejudge(
+    store: &RunStore,
+    id: &str,
+    recorded: &report::ScenarioReport,
+) -> Result<(report::ScenarioReport, String), String> {
+    let record = store
+        .record(id)
+        .map_err(|e| e.to_string())?
+        .ok_or("the run kept no record of what its checks read (a lab error, or a drivelab older than records)")?;
+    let events = store.events(id).map_err(|e| e.to_string())?;
+    let verdicts = systems::judge_text(&record, &events).map_err(|e| e.to_string())?;
+    let now = recorded.rejudged(&verdicts, &events);
+    let changed = report::rejudge_changes(recorded, &now);
+    let note = if changed.is_empty() {
+        format!(
+            "Re-judged from the run's record by this drivelab's checks: every verdict as recorded ({}).",
+            if now.passed { "PASS" } else { "FAIL" }
+        )
+    } else {
+        let mut s = String::from("Re-judged from the run's record by this drivelab's checks; changed since the run:\n");
+        for c in changed {
+            s.push_str(&format!("\n- {c}"));
+        }
+        s
+    };
+    Ok((now, note))
 }
 
 /// Which scenarios a run or sweep takes, and the driver it drives them with.
@@ -850,7 +927,8 @@ async fn sweep(
             opts.recorder = runs
                 .as_ref()
                 .and_then(|store| begin_record(store, scn, &opts));
-            let r = match engine::run(scn, &opts).await {
+            let result = engine::run(scn, &opts).await;
+            let r = match &result {
                 Ok(o) if o.passed() => {
                     passed += 1;
                     report::ScenarioReport::from_outcome(&o)
@@ -877,11 +955,7 @@ async fn sweep(
                     )
                 }
             };
-            if let Some(rec) = opts.recorder.take() {
-                if let Err(e) = rec.complete(&r) {
-                    eprintln!("drivelab: run record {}: {e}", rec.id());
-                }
-            }
+            complete_record(opts.recorder.take(), &r, result.as_ref().ok());
             if !r.passed {
                 if let Some(dir) = &report_dir {
                     let mut r = r;

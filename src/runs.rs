@@ -39,6 +39,7 @@ const LIVE: &str = "live.json";
 const META: &[u8] = b"meta";
 const PROGRESS: &[u8] = b"progress";
 const REPORT: &[u8] = b"report";
+const RECORD: &[u8] = b"record";
 const EVENT_PREFIX: &str = "event/";
 
 /// What went wrong reading or writing the runs dir.
@@ -336,6 +337,18 @@ impl RunStore {
         Ok(out)
     }
 
+    /// The record a completed run's checks were judged from, if it kept one
+    /// (runs that ended in a lab error, or were cut short, have none).
+    pub fn record(&self, id: &str) -> Result<Option<String>, RunStoreError> {
+        let dir = self.run_dir(id)?;
+        let db = open(&dir, READ_WAIT)?;
+        let v = db.get(RECORD).map_err(|source| RunStoreError::Db {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(v.map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
     /// `drivelab runs`: one line per run.
     pub fn list_text(&self) -> Result<String, RunStoreError> {
         let mut s = String::new();
@@ -460,6 +473,17 @@ impl RunStore {
     }
 }
 
+/// The end of a run, as [`Recorder::complete_run`] stores it.
+#[derive(Clone, Copy, Debug)]
+pub struct RunEnd<'a> {
+    /// The whole history (what was flushed already is skipped).
+    pub events: &'a [Event],
+    /// The record its checks were judged from (`crate::systems::Record`, as written).
+    pub record: &'a str,
+    /// Secret values of the run, scrubbed from everything stored.
+    pub secrets: &'a [Secret],
+}
+
 /// Appends one run's history to its db; cheap to clone (the engine holds one,
 /// the command line completes it).
 #[derive(Clone, Debug)]
@@ -542,15 +566,46 @@ impl Recorder {
     /// labelled text (what `--report-dir` writes), so nothing new to redact;
     /// the known secrets are still scrubbed from it as a second guard.
     pub fn complete(&self, report: &ScenarioReport) -> Result<(), RunStoreError> {
+        self.complete_run(report, None)
+    }
+
+    /// Store the end of a run that produced an outcome: the events since the
+    /// last flush (the final convergence), the record its checks were judged
+    /// from, and the report. The record's secrets are fingerprints already;
+    /// known secret values are scrubbed from it too, as from everything stored.
+    pub fn complete_run(
+        &self,
+        report: &ScenarioReport,
+        end: Option<RunEnd<'_>>,
+    ) -> Result<(), RunStoreError> {
         let mut g = self.lock();
+        let mut batch = sled::Batch::default();
+        if let Some(end) = &end {
+            g.secrets.extend(
+                end.secrets
+                    .iter()
+                    .map(|s| s.expose().to_string())
+                    .filter(|s| !s.is_empty()),
+            );
+            let redact = Redactor::new(&g.secrets);
+            for e in end.events.iter().skip(g.stored) {
+                let json = serde_json::to_string(e).unwrap_or_default();
+                batch.insert(
+                    format!("{EVENT_PREFIX}{:012}", e.seq).as_bytes(),
+                    redact.apply(&json).as_bytes(),
+                );
+            }
+            batch.insert(RECORD, redact.apply(end.record).as_bytes());
+            g.stored = g.stored.max(end.events.len());
+        }
         let json = serde_json::to_string(report).unwrap_or_default();
-        let json = Redactor::new(&g.secrets).apply(&json);
+        batch.insert(REPORT, Redactor::new(&g.secrets).apply(&json).as_bytes());
         // Taken: the lock goes with the last handle, so readers get the db now.
         let Some(db) = g.db.take() else {
             return Ok(());
         };
-        db.insert(REPORT, json.as_bytes())
-            .and_then(|_| db.flush().map(|_| ()))
+        db.apply_batch(batch)
+            .and_then(|()| db.flush().map(|_| ()))
             .map_err(|source| RunStoreError::Db {
                 path: g.dir.clone(),
                 source,

@@ -38,7 +38,8 @@ fn wait_for_run_in_progress(
     None
 }
 
-fn drivelab(args: &[&str], runs: &Path) -> String {
+/// Run drivelab over `runs`; its stdout, once it exits with `code`.
+fn drivelab(args: &[&str], runs: &Path, code: i32) -> String {
     let out = Command::new(BIN)
         .args(args)
         .arg("--runs-dir")
@@ -46,13 +47,15 @@ fn drivelab(args: &[&str], runs: &Path) -> String {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("running drivelab");
-    assert!(
-        out.status.success(),
-        "drivelab {args:?}: {}\n{}",
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "drivelab {args:?}: {}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    stdout
 }
 
 #[test]
@@ -80,7 +83,7 @@ fn kill_9_mid_suite_leaves_a_listed_and_reportable_incomplete_run() {
         };
         assert!(seen_events > 0);
 
-        let listing = drivelab(&["runs"], &runs_dir);
+        let listing = drivelab(&["runs"], &runs_dir, 0);
         let lines: Vec<&str> = listing.lines().skip(1).collect();
         assert!(
             lines
@@ -114,6 +117,7 @@ fn kill_9_mid_suite_leaves_a_listed_and_reportable_incomplete_run() {
         let md = drivelab(
             &["report", id, "--report-dir", out.to_str().unwrap()],
             &runs_dir,
+            1,
         );
         let note = run.incomplete_note().unwrap();
         assert!(md.contains("— INCOMPLETE"), "{md}");
@@ -136,4 +140,68 @@ fn kill_9_mid_suite_leaves_a_listed_and_reportable_incomplete_run() {
         return;
     }
     panic!("every attempt killed the lab between two runs");
+}
+
+/// Every string under a key named `secret` (at any depth) in a JSON value.
+fn secret_fields(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match v {
+                    serde_json::Value::String(s) if k == "secret" => out.push(s.clone()),
+                    _ => secret_fields(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| secret_fields(v, out)),
+        _ => {}
+    }
+}
+
+/// Issue 16, item 7: a stored run is judged again from its record, which
+/// holds secrets only as fingerprints; a record that now reads differently
+/// (as after a change to the checks) is judged differently, and says so.
+#[test]
+fn a_stored_run_is_judged_again_from_its_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    drivelab(&["run", "scenarios/cosi/two-accesses-one-claim.yaml"], &runs, 0);
+    drivelab(&["run", "scenarios/hostpath/lifecycle.yaml"], &runs, 0);
+    let store = RunStore::new(&runs);
+    let ids = store.ids().unwrap();
+    let (cosi, csi) = (&ids[0], &ids[1]);
+    for id in [cosi, csi] {
+        let md = drivelab(&["report", id], &runs, 0);
+        assert!(md.starts_with("Re-judged from the run's record"), "{md}");
+        assert!(md.contains("every verdict as recorded (PASS)"), "{md}");
+    }
+
+    let text = store.record(cosi).unwrap().expect("a completed run keeps its record");
+    let mut record: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut secrets = Vec::new();
+    secret_fields(&record, &mut secrets);
+    assert!(!secrets.is_empty(), "the grants' secrets are in the record");
+    assert!(
+        secrets.iter().all(|s| s.starts_with("fp:") && s.len() == 35),
+        "secrets are kept only as fingerprints: {secrets:?}"
+    );
+
+    // Two live accesses with one account and key: unique-credentials breaks.
+    let live = record["observations"]["live"].as_array_mut().unwrap();
+    let mut twin = live[0].clone();
+    twin["name"] = "default/impostor".into();
+    live.push(twin);
+    let db = sled::open(runs.join(cosi)).unwrap();
+    db.insert("record", serde_json::to_vec(&record).unwrap()).unwrap();
+    db.flush().unwrap();
+    drop(db);
+
+    let md = drivelab(&["report", cosi], &runs, 1);
+    assert!(
+        md.contains("unique-credentials: PASS when recorded, FAIL now"),
+        "{md}"
+    );
+    assert!(md.contains("default/impostor"), "the new verdict's details: {md}");
+    let md = drivelab(&["report", cosi, "--as-recorded"], &runs, 0);
+    assert!(!md.contains("Re-judged"), "{md}");
 }

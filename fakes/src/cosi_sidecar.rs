@@ -136,7 +136,9 @@ pub enum Reconcile {
 }
 
 /// A COSI object the sidecar reconciles.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Target {
     /// A BucketClaim (namespace, name).
     Claim { namespace: String, name: String },
@@ -154,7 +156,9 @@ impl std::fmt::Display for Target {
 }
 
 /// The driver RPCs the sidecar makes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum DriverOp {
     /// Provisioner.DriverCreateBucket
     CreateBucket,
@@ -220,7 +224,7 @@ impl DriverOp {
 }
 
 /// A request as the sidecar sent it, kept so the lab can send it again.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DriverRequest {
     /// DriverCreateBucket
     Create {
@@ -269,7 +273,7 @@ impl DriverRequest {
 }
 
 /// S3 credentials as a driver handed them out.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct S3Credentials {
     /// `accessKeyID`
     pub access_key_id: String,
@@ -282,7 +286,7 @@ pub struct S3Credentials {
 }
 
 /// What the driver answered.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DriverReply {
     /// Create answered OK.
     Created { bucket_id: String },
@@ -295,7 +299,11 @@ pub enum DriverReply {
     /// Delete/Revoke answered OK.
     Empty,
     /// A gRPC error.
-    Failed { code: tonic::Code, message: String },
+    Failed {
+        #[serde(with = "crate::record::grpc_code")]
+        code: tonic::Code,
+        message: String,
+    },
 }
 
 impl DriverReply {
@@ -313,9 +321,9 @@ impl DriverReply {
     }
 }
 
-/// One sidecar→driver exchange, kept in memory for checks (it holds secrets, so
-/// it is never serialized; the history has the call without them).
-#[derive(Clone, Debug)]
+/// One sidecar→driver exchange, kept for checks (it holds secrets: it is
+/// written only into a run's record, its secrets as fingerprints).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Exchange {
     /// The history call id.
     pub call: CallId,
@@ -331,7 +339,7 @@ pub struct Exchange {
 
 /// Who gave an exchange's reply. A call the lab answered, cut, or crashed the
 /// driver under says nothing about what the driver would have answered.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AnsweredBy {
     /// The driver (including its own failures: a hang, a connection it dropped
     /// while the lab crashed nothing).

@@ -282,7 +282,7 @@ impl History {
 }
 
 /// A call paired with its reply, as read back from a history.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallRecord {
     /// The call's id.
     pub id: CallId,

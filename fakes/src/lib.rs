@@ -13,6 +13,7 @@ pub mod json;
 pub mod kube;
 pub mod misbehave;
 pub mod ops;
+pub mod record;
 pub mod s3;
 pub mod secret;
 pub mod serve;

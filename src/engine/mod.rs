@@ -3,24 +3,20 @@
 //! (in-process, spawned or in a container) and the scheduler. Each system's
 //! lab (`crate::systems`) plugs into it.
 
-use std::path::PathBuf;
-
-use drivelab_fakes::history::Event;
-use drivelab_fakes::secret::Secret;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
-use crate::checks::Verdict;
 use crate::scenario::{Mutant, Scenario};
 
 pub(crate) mod driver;
 pub(crate) mod external;
 pub use external::{write_kubeconfig, HEAD_LINES, MAX_LINE_BYTES, TAIL_LINES};
 pub(crate) mod hook;
-pub use hook::UnfiredFault;
 pub(crate) mod queue;
 pub(crate) mod schedule;
 pub(crate) mod system;
+
+pub use crate::outcome::{ExpectFailure, RunOutcome, StepSnapshot, UnfiredFault};
 
 /// How to run.
 #[derive(Clone, Debug, Default)]
@@ -50,71 +46,6 @@ pub enum StepSnapshots {
     FinalOnly,
 }
 
-/// A failed `expect:` step.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct ExpectFailure {
-    /// 1-based step number.
-    pub step: usize,
-    /// `file:line:col` of the step.
-    pub at: String,
-    /// What did not hold.
-    pub message: String,
-}
-
-/// Everything one run produced.
-#[derive(Debug)]
-pub struct RunOutcome {
-    /// Scenario name.
-    pub scenario: String,
-    /// Scenario file.
-    pub path: PathBuf,
-    /// The seed used.
-    pub seed: u64,
-    /// Mutants that were on.
-    pub mutants: Vec<Mutant>,
-    /// DriverGetInfo name.
-    pub driver_name: String,
-    /// Invariant verdicts.
-    pub verdicts: Vec<Verdict>,
-    /// Failed expectations.
-    pub expect_failures: Vec<ExpectFailure>,
-    /// Reference-design expectations not judged for this driver (neither pass nor fail).
-    pub expect_not_exercised: Vec<ExpectFailure>,
-    /// Faults and partitions the scenario set up that never acted (a failure
-    /// unless optional: the scenario did not test what it says).
-    pub unfired_faults: Vec<UnfiredFault>,
-    /// How many faults and partitions the scenario set up.
-    pub faults_armed: usize,
-    /// Objects that had not converged when their step's window closed.
-    pub not_converged: Vec<String>,
-    /// Measured figures for the report, one line each (e.g. attach throughput).
-    pub figures: Vec<String>,
-    /// The canonical ownership snapshot.
-    pub snapshot: String,
-    /// The full history.
-    pub history: Vec<Event>,
-    /// The history as JSON with ids labelled as in the snapshot (what reports write).
-    pub history_text: String,
-    /// The snapshot after each step, for before/after diffs.
-    pub step_snapshots: Vec<StepSnapshot>,
-    /// The scenario's own claims (decided by its verdicts).
-    pub claims: Vec<crate::scenario::Claim>,
-    /// The command that replays this run.
-    pub replay: String,
-    /// Every secret value the run created or handed out (what no-secret-leak
-    /// searched for); for leak scans of what a run wrote, never written itself.
-    pub secrets: Vec<Secret>,
-}
-
-impl RunOutcome {
-    /// All checks and expectations held.
-    pub fn passed(&self) -> bool {
-        self.verdicts.iter().all(|v| v.passed)
-            && self.expect_failures.is_empty()
-            && self.unfired_faults.iter().all(|f| f.optional)
-    }
-}
-
 /// The command line that replays a run of `scn`, naming the driver that ran
 /// whenever the file alone would not.
 pub fn replay_command(scn: &Scenario, seed: u64, mutants: &[Mutant]) -> String {
@@ -139,35 +70,7 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
         }
     }
     mutants.sort();
-    let mut outcome = crate::systems::run(scn, opts, seed, &mutants).await?;
-    require_exercised(scn, &mut outcome.verdicts);
-    Ok(outcome)
-}
-
-/// A check the scenario requires to be exercised that had nothing to judge
-/// fails: the scenario did not test the claim it was written for.
-fn require_exercised(scn: &Scenario, verdicts: &mut [Verdict]) {
-    for v in verdicts.iter_mut() {
-        let required = scn.require_exercised.iter().any(|i| i.id() == v.invariant);
-        if required && v.passed && !v.exercised {
-            v.passed = false;
-            v.details.push(
-                "required to be exercised (require_exercised), but it had nothing to judge in this run"
-                    .into(),
-            );
-        }
-    }
-}
-
-/// The ownership snapshot after one step (labels shared with the final one).
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct StepSnapshot {
-    /// 0-based step index.
-    pub step: usize,
-    /// The step, described.
-    pub name: String,
-    /// The snapshot text.
-    pub text: String,
+    crate::systems::run(scn, opts, seed, &mutants).await
 }
 
 /// `file:line` of a fault or a step, as a fault or partition it arms is

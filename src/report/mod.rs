@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::engine::RunOutcome;
+use crate::outcome::RunOutcome;
 
 pub mod cli;
 pub mod html;
@@ -281,4 +281,33 @@ fn with_newline(mut s: String) -> String {
         s.push('\n');
     }
     s
+}
+
+/// What differs between a stored run's verdicts and the same run judged
+/// again: one line per check whose outcome or details changed.
+pub fn rejudge_changes(recorded: &ScenarioReport, now: &ScenarioReport) -> Vec<String> {
+    let word = |v: &model::VerdictReport| match (v.passed, v.exercised) {
+        (false, _) => "FAIL",
+        (true, false) => "not exercised",
+        (true, true) => "PASS",
+    };
+    let mut out = Vec::new();
+    for n in &now.verdicts {
+        match recorded.verdicts.iter().find(|r| r.invariant == n.invariant) {
+            None => out.push(format!("{}: {} (not judged when recorded)", n.invariant, word(n))),
+            Some(r) if word(r) != word(n) => {
+                out.push(format!("{}: {} when recorded, {} now", n.invariant, word(r), word(n)))
+            }
+            Some(r) if r.details != n.details => {
+                out.push(format!("{}: {} as recorded, with other details", n.invariant, word(n)))
+            }
+            Some(_) => {}
+        }
+    }
+    for r in &recorded.verdicts {
+        if !now.verdicts.iter().any(|n| n.invariant == r.invariant) {
+            out.push(format!("{}: {} when recorded, not judged now", r.invariant, word(r)));
+        }
+    }
+    out
 }

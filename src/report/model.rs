@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use drivelab_fakes::history::{Event, EventKind};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::RunOutcome;
+use crate::outcome::RunOutcome;
+use crate::checks::Verdict;
 use crate::scenario::Invariant;
 
 /// Everything written about one scenario run; also what `run.json` holds, so
@@ -167,6 +168,32 @@ pub fn sanitize(name: &str) -> String {
 }
 
 impl ScenarioReport {
+    /// This report with `verdicts` in place of its own — a stored run judged
+    /// again from its record (`drivelab report RUN`) — and its claims and
+    /// pass/fail decided anew. `raw_history` is the run's stored history,
+    /// which names what the verdicts' details name.
+    pub fn rejudged(&self, verdicts: &[Verdict], raw_history: &[Event]) -> Self {
+        let labels = Relabel::from_histories(raw_history, &self.history);
+        let mut r = self.clone();
+        r.verdicts = verdict_reports(
+            verdicts,
+            &labels,
+            &self.history,
+            &self.step_snapshots,
+            &self.snapshot,
+        );
+        r.claims = self
+            .claims
+            .iter()
+            .map(|c| decide_claim(&c.says, c.by.clone(), &r.verdicts))
+            .collect();
+        r.passed = r.error.is_none()
+            && r.verdicts.iter().all(|v| v.passed)
+            && r.expect_failures.is_empty()
+            && r.unfired_faults.is_empty();
+        r
+    }
+
     /// Build the report of a finished run.
     pub fn from_outcome(o: &RunOutcome) -> Self {
         // Only the labelled history is used: raw events may carry random ids.
@@ -193,24 +220,13 @@ impl ScenarioReport {
                 text: s.text.clone(),
             })
             .collect();
-        let mut verdicts = Vec::new();
-        for v in &o.verdicts {
-            let mut r = VerdictReport {
-                invariant: v.invariant.to_string(),
-                claim: claim_of(v.invariant),
-                passed: v.passed,
-                exercised: v.exercised,
-                details: v.details.iter().map(|d| labels.apply(d)).collect(),
-                evidence: v.evidence.clone(),
-                ..Default::default()
-            };
-            if !v.passed {
-                r.slice = evidence_slice(&history, &v.evidence);
-                r.failing_steps = failing_steps(&history, &v.evidence);
-                r.diffs = snapshot_diffs(&step_snapshots, &o.snapshot, &r.failing_steps);
-            }
-            verdicts.push(r);
-        }
+        let verdicts = verdict_reports(
+            &o.verdicts,
+            &labels,
+            &history,
+            &step_snapshots,
+            &o.snapshot,
+        );
         let claims = o
             .claims
             .iter()
@@ -329,6 +345,38 @@ impl ScenarioReport {
         s.dedup();
         s
     }
+}
+
+/// Verdicts as reports: details in the history's labels, and for each
+/// failure the evidence cut out of the history with the snapshot diffs of
+/// the steps it happened in.
+fn verdict_reports(
+    verdicts: &[Verdict],
+    labels: &Relabel,
+    history: &[Event],
+    step_snapshots: &[StepSnapshotReport],
+    snapshot: &str,
+) -> Vec<VerdictReport> {
+    verdicts
+        .iter()
+        .map(|v| {
+            let mut r = VerdictReport {
+                invariant: v.invariant.to_string(),
+                claim: claim_of(v.invariant),
+                passed: v.passed,
+                exercised: v.exercised,
+                details: v.details.iter().map(|d| labels.apply(d)).collect(),
+                evidence: v.evidence.clone(),
+                ..Default::default()
+            };
+            if !v.passed {
+                r.slice = evidence_slice(history, &v.evidence);
+                r.failing_steps = failing_steps(history, &v.evidence);
+                r.diffs = snapshot_diffs(step_snapshots, snapshot, &r.failing_steps);
+            }
+            r
+        })
+        .collect()
 }
 
 fn decide_claim(says: &str, by: Vec<String>, verdicts: &[VerdictReport]) -> ClaimReport {

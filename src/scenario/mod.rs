@@ -112,7 +112,7 @@ pub struct Claim {
 /// code the driver must keep refusing it with (`rejected_on_purpose:` entry).
 /// The real sidecar retries it for ever; `converges` accepts that for this
 /// object and this code only.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct RejectedOnPurpose {
     /// The object as the sidecar names it (its reconcile target).
     pub target: drivelab_fakes::cosi_sidecar::Target,
@@ -497,7 +497,7 @@ pub struct BackendCounts {
 }
 
 /// gRPC status codes by their spec names.
-#[derive(Copy, Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[allow(missing_docs)]
 pub enum GrpcCode {

@@ -1,14 +1,19 @@
 //! The systems a scenario can stand up, one folder each: its scenario
 //! section, its lab (what it stands up and how it applies its steps), its
 //! observations and checks, and its ownership snapshot. The shared run loop
-//! (`crate::engine`) drives every one; [`run`] is where each is registered.
+//! (`crate::engine`) drives every one; [`run`] and [`Observed`] are where each
+//! is registered.
 
 pub mod bosh;
 pub mod cosi;
 pub mod csi;
 
+use drivelab_fakes::history::Event;
+use serde::{Deserialize, Serialize};
+
+use crate::checks::Verdict;
 use crate::engine::{RunOptions, RunOutcome};
-use crate::scenario::{Mutant, Scenario, System};
+use crate::scenario::{Invariant, Mutant, Scenario, System};
 
 /// Stand up the scenario's system, run its steps and judge it.
 pub(crate) async fn run(
@@ -20,5 +25,115 @@ pub(crate) async fn run(
     match scn.system() {
         System::Cosi => cosi::run(scn, opts, seed, mutants).await,
         System::Csi => csi::run(scn, opts, seed, mutants).await,
+    }
+}
+
+/// What one system's checks read at the end of a run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "system", content = "observations", rename_all = "lowercase")]
+pub enum Observed {
+    /// A COSI run.
+    Cosi(Box<cosi::checks::Observations>),
+    /// A CSI run (with or without the BOSH backend).
+    Csi(Box<csi::checks::CsiObservations>),
+}
+
+/// The version of [`Record`]'s form; a record of another form is not re-judged.
+pub const RECORD_FORMAT: u32 = 1;
+
+/// What a run's judgement rests on, besides its history: the checks asked
+/// for and the observations they read. Every run is judged from this record
+/// as written (secrets as keyed fingerprints), so `drivelab report RUN`
+/// judges a stored run exactly as the run did — or, after the checks
+/// change, as they now would.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Record {
+    /// [`RECORD_FORMAT`] when written.
+    pub format: u32,
+    /// The checks the scenario asks for, in its order.
+    pub invariants: Vec<Invariant>,
+    /// Checks that fail when they had nothing to judge (`require_exercised`).
+    pub require_exercised: Vec<Invariant>,
+    /// What they read.
+    #[serde(flatten)]
+    pub observed: Observed,
+}
+
+/// Why a stored record cannot be judged.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// It does not parse.
+    #[error("the run's record does not parse: {0}")]
+    Parse(#[from] serde_json::Error),
+    /// Another drivelab wrote it.
+    #[error("the run's record has form {0}; this drivelab reads form {RECORD_FORMAT}")]
+    Format(u32),
+}
+
+impl Record {
+    /// The record of a run of `scn`.
+    pub fn new(scn: &Scenario, observed: Observed) -> Self {
+        Self {
+            format: RECORD_FORMAT,
+            invariants: scn.invariants.clone(),
+            require_exercised: scn.require_exercised.clone(),
+            observed,
+        }
+    }
+
+    /// Write the record (secrets fingerprinted under a key drawn now and
+    /// never kept), read it back and judge what was read: the verdicts and
+    /// the text to store.
+    pub fn seal_and_judge(self, history: &[Event]) -> anyhow::Result<(String, Vec<Verdict>)> {
+        let key: [u8; 32] = rand::random();
+        let text = drivelab_fakes::secret::fingerprinting(key, || serde_json::to_string(&self))
+            .map_err(|e| anyhow::anyhow!("writing the run's record: {e}"))?;
+        let verdicts = judge_text(&text, history)?;
+        Ok((text, verdicts))
+    }
+
+    /// Judge: every invariant asked for, in order, over the observations and
+    /// the run's history.
+    pub fn judge(self, history: &[Event]) -> Vec<Verdict> {
+        let mut verdicts: Vec<Verdict> = match self.observed {
+            Observed::Cosi(obs) => self
+                .invariants
+                .iter()
+                .map(|i| cosi::checks::check(*i, &obs))
+                .collect(),
+            Observed::Csi(obs) => {
+                let obs = obs.with_history(history);
+                self.invariants
+                    .iter()
+                    .map(|i| csi::checks::check(*i, &obs))
+                    .collect()
+            }
+        };
+        require_exercised(&self.require_exercised, &mut verdicts);
+        verdicts
+    }
+}
+
+/// Judge a stored record's text (with the history stored beside it).
+pub fn judge_text(text: &str, history: &[Event]) -> Result<Vec<Verdict>, RecordError> {
+    let record: Record = serde_json::from_str(text)?;
+    if record.format != RECORD_FORMAT {
+        return Err(RecordError::Format(record.format));
+    }
+    Ok(record.judge(history))
+}
+
+/// A check the scenario requires to be exercised that had nothing to judge
+/// fails: the scenario did not test the claim it was written for.
+fn require_exercised(required: &[Invariant], verdicts: &mut [Verdict]) {
+    for v in verdicts.iter_mut() {
+        let required = required.iter().any(|i| i.id() == v.invariant);
+        if required && v.passed && !v.exercised {
+            v.passed = false;
+            v.details.push(
+                "required to be exercised (require_exercised), but it had nothing to judge in this run"
+                    .into(),
+            );
+        }
     }
 }

@@ -71,30 +71,30 @@ pub enum CsiError {
 
 /// A CSI request as a sidecar sent it (the generated message; sidecars never
 /// put secrets in them).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum DriverRequest {
     /// Controller.CreateVolume
-    CreateVolume(csi::CreateVolumeRequest),
+    CreateVolume(#[serde(with = "crate::record::message")] csi::CreateVolumeRequest),
     /// Controller.DeleteVolume
-    DeleteVolume(csi::DeleteVolumeRequest),
+    DeleteVolume(#[serde(with = "crate::record::message")] csi::DeleteVolumeRequest),
     /// Controller.ControllerPublishVolume
-    ControllerPublish(csi::ControllerPublishVolumeRequest),
+    ControllerPublish(#[serde(with = "crate::record::message")] csi::ControllerPublishVolumeRequest),
     /// Controller.ControllerUnpublishVolume
-    ControllerUnpublish(csi::ControllerUnpublishVolumeRequest),
+    ControllerUnpublish(#[serde(with = "crate::record::message")] csi::ControllerUnpublishVolumeRequest),
     /// Node.NodeStageVolume
-    NodeStage(csi::NodeStageVolumeRequest),
+    NodeStage(#[serde(with = "crate::record::message")] csi::NodeStageVolumeRequest),
     /// Node.NodeUnstageVolume
-    NodeUnstage(csi::NodeUnstageVolumeRequest),
+    NodeUnstage(#[serde(with = "crate::record::message")] csi::NodeUnstageVolumeRequest),
     /// Node.NodePublishVolume
-    NodePublish(csi::NodePublishVolumeRequest),
+    NodePublish(#[serde(with = "crate::record::message")] csi::NodePublishVolumeRequest),
     /// Node.NodeUnpublishVolume
-    NodeUnpublish(csi::NodeUnpublishVolumeRequest),
+    NodeUnpublish(#[serde(with = "crate::record::message")] csi::NodeUnpublishVolumeRequest),
     /// Node.NodeGetInfo
     NodeGetInfo,
     /// Controller.CreateSnapshot
-    CreateSnapshot(csi::CreateSnapshotRequest),
+    CreateSnapshot(#[serde(with = "crate::record::message")] csi::CreateSnapshotRequest),
     /// Controller.DeleteSnapshot
-    DeleteSnapshot(csi::DeleteSnapshotRequest),
+    DeleteSnapshot(#[serde(with = "crate::record::message")] csi::DeleteSnapshotRequest),
 }
 
 crate::declare_ops!(
@@ -165,22 +165,26 @@ impl DriverRequest {
 }
 
 /// What the driver answered.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum DriverReply {
     /// CreateVolume OK (the volume may be absent in a malformed reply).
-    Created(Option<csi::Volume>),
+    Created(#[serde(with = "crate::record::opt_message")] Option<csi::Volume>),
     /// ControllerPublishVolume OK.
     Published {
         publish_context: BTreeMap<String, String>,
     },
     /// NodeGetInfo OK.
-    Info(csi::NodeGetInfoResponse),
+    Info(#[serde(with = "crate::record::message")] csi::NodeGetInfoResponse),
     /// CreateSnapshot OK (the snapshot may be absent in a malformed reply).
-    Snapshot(Option<csi::Snapshot>),
+    Snapshot(#[serde(with = "crate::record::opt_message")] Option<csi::Snapshot>),
     /// Any other RPC answered OK.
     Empty,
     /// A gRPC error (or the lab's stand-in for a lost connection).
-    Failed { code: tonic::Code, message: String },
+    Failed {
+        #[serde(with = "crate::record::grpc_code")]
+        code: tonic::Code,
+        message: String,
+    },
 }
 
 impl DriverReply {
@@ -211,8 +215,8 @@ impl DriverReply {
     }
 }
 
-/// One sidecar→driver exchange, kept in memory for checks.
-#[derive(Clone, Debug)]
+/// One sidecar→driver exchange, kept for checks.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Exchange {
     /// The history call id.
     pub call: CallId,

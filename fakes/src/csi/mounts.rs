@@ -113,7 +113,7 @@ pub struct MountEntry {
 }
 
 /// A mount as checks and snapshots see it (not on the wire).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct MountView {
     /// The node this table belongs to.
     pub node: String,
@@ -131,7 +131,7 @@ pub struct MountView {
     /// empty for a bind of a host directory.
     pub disk_cid: String,
     /// The host directory this mount exposes (through binds too); empty for a disk.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub host_dir: String,
     /// False when what backs the mount is gone: the disk is no longer visible
     /// on the node (detached under a mount), or the host directory was removed.

@@ -182,7 +182,7 @@ pub struct InstanceView {
 }
 
 /// A dynamic disk, for snapshots and checks.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct DiskView {
     /// Disk name (unique across the Director).
     pub name: String,
@@ -203,7 +203,7 @@ pub struct DiskView {
 }
 
 /// A task, for snapshots and checks.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct TaskView {
     /// Task id.
     pub id: u64,

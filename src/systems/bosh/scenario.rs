@@ -540,7 +540,7 @@ pub struct SnapshotRef {
 }
 
 /// Which Kubernetes token a backup client presents to the snapshot-metadata sidecar.
-#[derive(Copy, Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum BackupToken {
     /// The backup service account's token for the service's audience.

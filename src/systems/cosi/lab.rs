@@ -37,6 +37,7 @@ use crate::scenario::{
 };
 
 use super::fakes::FakeSet;
+use crate::systems::{Observed, Record};
 use super::snapshot::{self, SnapshotInput};
 use super::ADMIN_SECRET_NAME;
 use super::{ADMIN_SECRET_NAMESPACE, CANARY_BUCKET, DRIVER_STATE_NAMESPACE};
@@ -1256,6 +1257,7 @@ impl Lab {
         if !driver_output.is_empty() {
             artifacts.push(("driver output".into(), driver_output));
         }
+        let secret_shapes = checks::lifecycle::secret_shapes(&exchanges);
         let obs = Observations {
             exchanges,
             retries: self.retries.clone(),
@@ -1272,14 +1274,12 @@ impl Lab {
             bucket_objects,
             ready_claims,
             twin_secrets: twin,
-            secrets,
-            artifacts,
+            secret_shapes,
+            leak_scan: crate::checks::LeakScan::run(&secrets, &artifacts),
         };
-        let verdicts = scn
-            .invariants
-            .iter()
-            .map(|i| checks::check(*i, &obs))
-            .collect();
+        let history = self.history.events();
+        let (record, verdicts) =
+            Record::new(scn, Observed::Cosi(Box::new(obs))).seal_and_judge(&history)?;
         let outcome = RunOutcome {
             scenario: scn.name.clone(),
             path: scn.path.clone(),
@@ -1287,6 +1287,7 @@ impl Lab {
             mutants: mutants.to_vec(),
             driver_name: self.sidecar.driver_name().to_string(),
             verdicts,
+            record,
             expect_failures: self.record.expect_failures.clone(),
             expect_not_exercised: self.record.expect_not_exercised.clone(),
             unfired_faults: self.hook.unfired(),
@@ -1294,12 +1295,12 @@ impl Lab {
             not_converged: self.not_converged.clone(),
             figures: Vec::new(),
             snapshot,
-            history: self.history.events(),
+            history,
             history_text,
             step_snapshots: std::mem::take(&mut self.record.step_snapshots),
             claims: scn.claims.clone(),
             replay: replay_command(scn, seed, mutants),
-            secrets: obs.secrets.clone(),
+            secrets,
         };
         Ok((outcome, handed_out))
     }

@@ -11,13 +11,14 @@ use drivelab_fakes::director::{DiskView, TaskView};
 use drivelab_fakes::history::{CallId, CallRecord, Component};
 use drivelab_fakes::json::str_at;
 use drivelab_fakes::secret::Secret;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::checks::Verdict;
+use crate::checks::{LeakScan, Verdict};
 use crate::scenario::Invariant;
 
 /// The state at one step boundary.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Sample {
     /// 0-based step (the final convergence is `steps.len()`).
     pub step: usize,
@@ -34,7 +35,7 @@ pub struct Sample {
 }
 
 /// One backup a scenario made, beside the ground truth.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BackupRecord {
     /// Its name in the scenario.
     pub name: String,
@@ -62,7 +63,7 @@ pub struct BackupRecord {
 
 /// One stretch of a backup's stream, from where it (re)started to where it
 /// ended, broke or paused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamSegment {
     /// `starting_offset` of the call (-1: the rest of a paused stream).
     pub starting_offset: i64,
@@ -73,7 +74,7 @@ pub struct StreamSegment {
 }
 
 /// One replay of an earlier backup's session.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ReplayRecord {
     /// 0-based step.
     pub step: usize,
@@ -85,12 +86,15 @@ pub struct ReplayRecord {
     pub code: String,
 }
 
-/// Everything the CSI checks read.
-#[derive(Clone, Debug, Default)]
+/// Everything the CSI checks read: what a run records, and all a
+/// re-judgement of it sees (secrets as fingerprints; see `crate::systems::Record`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CsiObservations {
     /// One sample per step, the final convergence last.
     pub samples: Vec<Sample>,
-    /// Every call in the history.
+    /// Every call in the history: not kept in the record, read again from the
+    /// recorded history (`with_history`).
+    #[serde(skip)]
     pub calls: Vec<CallRecord>,
     /// Every CSI sidecar → driver exchange.
     pub exchanges: Vec<Exchange>,
@@ -124,10 +128,8 @@ pub struct CsiObservations {
     pub backups: BTreeMap<String, BackupRecord>,
     /// Session replays, in order.
     pub replays: Vec<ReplayRecord>,
-    /// Secret values of the run.
-    pub secrets: Vec<Secret>,
-    /// Texts the run wrote or logged: (name, content).
-    pub artifacts: Vec<(String, String)>,
+    /// What the secret scan found in the run's artifacts (no-secret-leak).
+    pub leak_scan: LeakScan,
     /// Whether the BOSH backend stood behind the driver (its IaaS is then
     /// the ground truth of what the driver made).
     pub bosh_backend: bool,
@@ -145,6 +147,12 @@ pub struct CsiObservations {
 }
 
 impl CsiObservations {
+    /// The calls, from the run's history (what a record is judged with).
+    pub fn with_history(mut self, events: &[drivelab_fakes::history::Event]) -> Self {
+        self.calls = drivelab_fakes::history::calls(events);
+        self
+    }
+
     fn last(&self) -> Sample {
         self.samples.last().cloned().unwrap_or_default()
     }
@@ -171,7 +179,7 @@ pub fn check(inv: Invariant, obs: &CsiObservations) -> Verdict {
         Invariant::NoAttachDuringRecreate => no_attach_during_recreate(obs),
         Invariant::Converges => converges(obs),
         Invariant::SpecCodes => spec_codes(obs),
-        Invariant::NoSecretLeak => crate::checks::secret_scan(&obs.secrets, &obs.artifacts),
+        Invariant::NoSecretLeak => crate::checks::no_secret_leak(&obs.leak_scan),
         Invariant::DeltaExact => delta_exact(obs),
         Invariant::TokenBound => token_bound(obs),
         other => {

@@ -33,7 +33,8 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 
 use super::cbt::{Cbt, SESSION_TTL};
-use super::checks::{self, CsiObservations, Sample};
+use super::checks::{CsiObservations, Sample};
+use crate::systems::{Observed, Record};
 use super::snapshot;
 use crate::engine::driver::{self, Driver, InProcessDriver};
 use crate::engine::hook::{LabControl, LabHook};
@@ -1271,7 +1272,7 @@ impl CsiLab {
         }
         let obs = CsiObservations {
             samples: std::mem::take(&mut self.samples),
-            calls: drivelab_fakes::history::calls(&history),
+            calls: Vec::new(),
             exchanges: self.exchanges(),
             disk_names: self.disk_names.clone(),
             iaas_disks: self
@@ -1310,19 +1311,15 @@ impl CsiLab {
             pending: self.pending.clone(),
             backups: self.cbt.backups.clone(),
             replays: self.cbt.replays.clone(),
-            secrets: secrets.clone(),
-            artifacts,
+            leak_scan: crate::checks::LeakScan::run(&secrets, &artifacts),
             reference_orphans: self.reference_orphans(scn),
             bosh_backend: self.backend.is_some(),
             driver_name: self.driver_name.clone(),
             listed_volumes,
             listed_snapshots,
         };
-        let verdicts = scn
-            .invariants
-            .iter()
-            .map(|i| checks::check(*i, &obs))
-            .collect();
+        let (record, verdicts) =
+            Record::new(scn, Observed::Csi(Box::new(obs))).seal_and_judge(&history)?;
         let driver_name = self.driver_name.clone();
         let figures = attach_figures(&self.history.events());
         Ok(RunOutcome {
@@ -1332,6 +1329,7 @@ impl CsiLab {
             mutants: mutants.to_vec(),
             driver_name,
             verdicts,
+            record,
             expect_failures: self.record.expect_failures.clone(),
             expect_not_exercised: self.record.expect_not_exercised.clone(),
             unfired_faults: self.hook.unfired(),

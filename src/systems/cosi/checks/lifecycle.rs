@@ -10,6 +10,9 @@ use drivelab_fakes::cosi_sidecar::{
 };
 use drivelab_proto::cosi::AuthenticationType;
 
+use drivelab_fakes::history::CallId;
+use serde::{Deserialize, Serialize};
+
 use super::{Observations, Verdict};
 use crate::scenario::Invariant;
 
@@ -378,46 +381,90 @@ pub fn spec_codes(obs: &Observations) -> Verdict {
     )
 }
 
+/// What the lab saw of one handed-out secret while it still had the value:
+/// the facts unpredictable-secrets judges (a record keeps no secret values).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretShape {
+    /// The grant reply that handed it out.
+    pub call: CallId,
+    /// The grant's account name.
+    pub grant: String,
+    /// Its length in characters.
+    pub chars: usize,
+    /// Hex digits only.
+    pub hex: bool,
+    /// The name, account id or access key it is a SHA-256 of, if any.
+    pub derived_from: Option<String>,
+}
+
+/// The shape of every secret a grant reply handed out.
+pub fn secret_shapes(exchanges: &[Exchange]) -> Vec<SecretShape> {
+    exchanges
+        .iter()
+        .filter_map(|e| match (&e.request, &e.reply) {
+            (
+                DriverRequest::Grant { name, .. },
+                DriverReply::Granted {
+                    account_id,
+                    credentials: Some(c),
+                    ..
+                },
+            ) => {
+                let secret = c.secret.expose();
+                let derived_from = [name.as_str(), account_id.as_str(), c.access_key_id.as_str()]
+                    .into_iter()
+                    .find(|input| derived_from(secret, input))
+                    .map(str::to_string);
+                Some(SecretShape {
+                    call: e.call,
+                    grant: name.clone(),
+                    chars: secret.chars().count(),
+                    hex: secret.bytes().all(|b| b.is_ascii_hexdigit()),
+                    derived_from,
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Secrets are not derivable: long enough, not a hash of the names, different in a twin lab.
 pub fn unpredictable_secrets(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::UnpredictableSecrets);
-    let mut n = 0;
-    for e in &obs.exchanges {
-        let (
-            DriverRequest::Grant { name, .. },
-            DriverReply::Granted {
-                account_id,
-                credentials: Some(c),
-                ..
-            },
-        ) = (&e.request, &e.reply)
-        else {
-            continue;
-        };
-        n += 1;
-        let secret = c.secret.expose();
+    for s in &obs.secret_shapes {
+        let name = &s.grant;
         // 128 bits: at least 22 base62 characters or 32 hex digits.
-        let hex = secret.bytes().all(|b| b.is_ascii_hexdigit());
-        if (hex && secret.len() < 32) || secret.len() < 22 {
+        if (s.hex && s.chars < 32) || s.chars < 22 {
             v.fail(
                 format!(
                     "grant {name}: the secret is {} characters, under 128 bits",
-                    secret.len()
+                    s.chars
                 ),
-                [e.call],
+                [s.call],
             );
         }
-        for input in [name.as_str(), account_id.as_str(), c.access_key_id.as_str()] {
-            if derived_from(secret, input) {
-                v.fail(format!("grant {name}: the secret is a SHA-256 of {input:?} (computable by anyone who knows it)"), [e.call]);
-            }
+        if let Some(input) = &s.derived_from {
+            v.fail(format!("grant {name}: the secret is a SHA-256 of {input:?} (computable by anyone who knows it)"), [s.call]);
         }
-        if let Some(twin) = &obs.twin_secrets {
+    }
+    if let Some(twin) = &obs.twin_secrets {
+        for e in &obs.exchanges {
+            let (
+                DriverRequest::Grant { name, .. },
+                DriverReply::Granted {
+                    credentials: Some(c),
+                    ..
+                },
+            ) = (&e.request, &e.reply)
+            else {
+                continue;
+            };
             if twin.get(name).is_some_and(|t| t == &c.secret) {
                 v.fail(format!("grant {name}: a twin lab with the same names got the same secret — it is a function of the names"), [e.call]);
             }
         }
     }
+    let n = obs.secret_shapes.len();
     let twin = if obs.twin_secrets.is_some() {
         ", compared with a twin lab"
     } else {

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use drivelab_fakes::cosi_sidecar::{AnsweredBy, DriverOp, DriverReply, DriverRequest, Exchange};
 use drivelab_fakes::history::CallId;
 use drivelab_fakes::secret::Secret;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::checks::secret_scan;
+use crate::checks::LeakScan;
 pub use crate::checks::Verdict;
 use crate::scenario::Invariant;
 
@@ -17,8 +17,8 @@ pub mod lifecycle;
 #[cfg(test)]
 mod tests;
 
-/// The backend as the driver left it (secrets held in memory only).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The backend as the driver left it (in a record, secrets as fingerprints).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendState {
     /// access key → user.
     pub users: BTreeMap<String, UserState>,
@@ -40,7 +40,7 @@ impl BackendState {
 }
 
 /// One backend user.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserState {
     /// Its secret key.
     pub secret: Secret,
@@ -51,7 +51,7 @@ pub struct UserState {
 }
 
 /// A `retry` step: the same request again, and the backend around it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RetryObservation {
     /// Scenario step index.
     pub step: usize,
@@ -96,7 +96,7 @@ impl RetryObservation {
 }
 
 /// A BucketAccess that is granted and not deleted at the end of the run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LiveAccess {
     /// `namespace/name`.
     pub name: String,
@@ -113,7 +113,7 @@ pub struct LiveAccess {
 }
 
 /// A signed request the lab made with handed-out credentials.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probe {
     /// Whose credentials (`namespace/name`).
     pub access: String,
@@ -134,7 +134,7 @@ pub struct Probe {
 }
 
 /// Why a probe was made.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProbePurpose {
     /// Least-privilege: the credentials in the Secret.
@@ -143,8 +143,9 @@ pub enum ProbePurpose {
     HandedOut,
 }
 
-/// Everything the checks read.
-#[derive(Clone, Debug, Default)]
+/// Everything the checks read: what a run records, and all a re-judgement
+/// of it sees (secrets as fingerprints; see `crate::systems::Record`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Observations {
     /// Every sidecar→driver exchange.
     pub exchanges: Vec<Exchange>,
@@ -180,10 +181,10 @@ pub struct Observations {
     pub ready_claims: Vec<(String, String)>,
     /// The secret each account name got in a twin lab (same seed, same names).
     pub twin_secrets: Option<BTreeMap<String, Secret>>,
-    /// Every secret value the run created or handed out.
-    pub secrets: Vec<Secret>,
-    /// Texts written or logged by the run: (name, content).
-    pub artifacts: Vec<(String, String)>,
+    /// What each handed-out secret looked like (unpredictable-secrets judges these).
+    pub secret_shapes: Vec<lifecycle::SecretShape>,
+    /// What the secret scan found in the run's artifacts (no-secret-leak).
+    pub leak_scan: LeakScan,
 }
 
 /// Evaluate one invariant.
@@ -215,7 +216,7 @@ pub fn check(inv: Invariant, obs: &Observations) -> Verdict {
 }
 
 /// An object still pending after the final convergence.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stuck {
     /// `bucketaccess ns/name` or `bucketclaim ns/name`.
     pub target: String,
@@ -614,5 +615,5 @@ pub fn no_rotation(obs: &Observations) -> Verdict {
 
 /// No secret value in any artifact.
 pub fn no_secret_leak(obs: &Observations) -> Verdict {
-    secret_scan(&obs.secrets, &obs.artifacts)
+    crate::checks::no_secret_leak(&obs.leak_scan)
 }

@@ -98,8 +98,7 @@ fn good() -> Observations {
             probe("default/a", "b1", true, 200, None),
             probe("default/a", "canary", false, 403, Some("AccessDenied")),
         ],
-        secrets: vec![Secret::new("secret-one-aaaaaaaa")],
-        artifacts: vec![("snapshot".into(), "key <key-1> secret <secret-A>".into())],
+        leak_scan: LeakScan::run(&[Secret::new("secret-one-aaaaaaaa")], &artifacts()),
         lab_buckets: vec!["canary".into()],
         said_taken: Default::default(),
         bucket_objects: vec![("bucket-x".into(), "b1".into())],
@@ -253,13 +252,19 @@ fn no_rotation_fails_when_handed_out_credentials_stop_working() {
     assert!(!no_rotation(&obs).passed);
 }
 
+fn artifacts() -> Vec<(String, String)> {
+    vec![("snapshot".into(), "key <key-1> secret <secret-A>".into())]
+}
+
 #[test]
 fn no_secret_leak_fails_when_a_secret_is_written() {
     let mut obs = good();
-    obs.artifacts.push((
+    let mut written = artifacts();
+    written.push((
         "log".into(),
         "line one\nuser secret-one-aaaaaaaa created\n".into(),
     ));
+    obs.leak_scan = LeakScan::run(&[Secret::new("secret-one-aaaaaaaa")], &written);
     let v = no_secret_leak(&obs);
     assert!(!v.passed);
     assert!(v.details[0].starts_with("log:2:"), "{:?}", v.details);
@@ -517,6 +522,7 @@ fn unpredictable_secrets_fails_on_derived_short_or_twin_secrets() {
     let mut obs = with_canary(good());
     obs.exchanges.truncate(1);
     obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", &derived);
+    obs.secret_shapes = lifecycle::secret_shapes(&obs.exchanges);
     let v = lifecycle::unpredictable_secrets(&obs);
     assert!(!v.passed);
     assert!(
@@ -527,6 +533,7 @@ fn unpredictable_secrets_fails_on_derived_short_or_twin_secrets() {
 
     let random = "Zq3v9TnKp0W7xYb2Lm5Rc8Hd1Fg4Js6Ua0Vk3Ne";
     obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", random);
+    obs.secret_shapes = lifecycle::secret_shapes(&obs.exchanges);
     assert!(lifecycle::unpredictable_secrets(&obs).passed);
     obs.twin_secrets = Some(
         [("ba-a".to_string(), Secret::new(random))]
@@ -540,7 +547,43 @@ fn unpredictable_secrets_fails_on_derived_short_or_twin_secrets() {
 
     obs.twin_secrets = None;
     obs.exchanges[0] = grant(1, "ba-a", "KEY1", "KEY1", "short");
+    obs.secret_shapes = lifecycle::secret_shapes(&obs.exchanges);
     assert!(!lifecycle::unpredictable_secrets(&obs).passed);
+}
+
+/// A run is judged from its record as written: secrets fingerprinted, read
+/// back. Every check must judge that exactly as it judges the observations
+/// themselves — on a passing run and on each way of breaking one.
+#[test]
+fn a_sealed_record_is_judged_as_the_observations_are() {
+    use crate::scenario::Invariant;
+    use crate::systems::{Observed, Record};
+    let all: Vec<Invariant> = Invariant::all()
+        .iter()
+        .copied()
+        .filter(|i| !matches!(check(*i, &Observations::default()).details.first(), Some(d) if d.contains("BOSH/CSI")))
+        .collect();
+    let mut broken = with_canary(good());
+    broken.live.push(live("default/b", "KEY1", "KEY1", "secret-one-aaaaaaaa"));
+    broken.twin_secrets = Some(
+        [("ba-a".to_string(), Secret::new("secret-one-aaaaaaaa"))]
+            .into_iter()
+            .collect(),
+    );
+    broken.secret_shapes = lifecycle::secret_shapes(&broken.exchanges);
+    for obs in [good(), with_canary(good()), broken] {
+        let direct: Vec<Verdict> = all.iter().map(|i| check(*i, &obs)).collect();
+        let record = Record {
+            format: crate::systems::RECORD_FORMAT,
+            invariants: all.clone(),
+            require_exercised: vec![],
+            observed: Observed::Cosi(Box::new(obs)),
+        };
+        let (text, sealed) = record.seal_and_judge(&[]).unwrap();
+        assert_eq!(direct, sealed);
+        assert!(!text.contains("secret-one-aaaaaaaa"), "{text}");
+        assert!(text.contains("\"fp:"), "secrets are kept as fingerprints");
+    }
 }
 
 fn delete(call: u64, reply: DriverReply) -> Exchange {
