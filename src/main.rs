@@ -232,6 +232,10 @@ enum DriverCommand {
         /// Seeded bugs to switch on.
         #[arg(long = "mutant", value_parser = parse_mutant)]
         mutants: Vec<Mutant>,
+        /// per-grant (default) or per-grant-with-owner-marker: a second
+        /// correct policy design, not a bug (README, "Built in").
+        #[arg(long, value_parser = parse_policy_layout, default_value = "per-grant")]
+        policy_layout: cosi_s3::PolicyLayout,
     },
     /// TEST DRIVER (hidden): a COSI driver that hangs, speaks garbage, answers
     /// nonsense, exits mid-call or floods its logs, for tests/misbehaving.rs.
@@ -257,6 +261,13 @@ enum DriverCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+fn parse_policy_layout(s: &str) -> Result<cosi_s3::PolicyLayout, String> {
+    cosi_s3::PolicyLayout::parse(s).ok_or_else(|| {
+        let names: Vec<_> = cosi_s3::PolicyLayout::all().iter().map(|l| l.name()).collect();
+        format!("unknown policy layout {s:?}; known: {}", names.join(", "))
+    })
 }
 
 fn parse_mutant(s: &str) -> Result<Mutant, String> {
@@ -487,6 +498,7 @@ fn main() -> ExitCode {
                         kube_url,
                         state_namespace,
                         mutants,
+                        policy_layout,
                     },
             } => {
                 let endpoint = endpoint
@@ -507,7 +519,7 @@ fn main() -> ExitCode {
                     kube_url,
                     state_namespace,
                     mutants: Mutant::cosi(&mutants),
-                    policy_layout: Default::default(),
+                    policy_layout,
                 };
                 let shutdown = async {
                     let _ = tokio::signal::ctrl_c().await;
