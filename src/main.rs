@@ -265,7 +265,10 @@ enum DriverCommand {
 
 fn parse_policy_layout(s: &str) -> Result<cosi_s3::PolicyLayout, String> {
     cosi_s3::PolicyLayout::parse(s).ok_or_else(|| {
-        let names: Vec<_> = cosi_s3::PolicyLayout::all().iter().map(|l| l.name()).collect();
+        let names: Vec<_> = cosi_s3::PolicyLayout::all()
+            .iter()
+            .map(|l| l.name())
+            .collect();
         format!("unknown policy layout {s:?}; known: {}", names.join(", "))
     })
 }
@@ -845,7 +848,12 @@ fn stored_report(
     } else {
         match rejudge(&store, id, &recorded) {
             Ok((r, note)) => (r, Some(note)),
-            Err(why) => (recorded, Some(format!("not re-judged: {why}; the verdicts below are the ones the run gave"))),
+            Err(why) => (
+                recorded,
+                Some(format!(
+                    "not re-judged: {why}; the verdicts below are the ones the run gave"
+                )),
+            ),
         }
     };
     let mut md = RunStore::markdown(&run, &r);
@@ -890,7 +898,9 @@ fn rejudge(
             if now.passed { "PASS" } else { "FAIL" }
         )
     } else {
-        let mut s = String::from("Re-judged from the run's record by this drivelab's checks; changed since the run:\n");
+        let mut s = String::from(
+            "Re-judged from the run's record by this drivelab's checks; changed since the run:\n",
+        );
         for c in changed {
             s.push_str(&format!("\n- {c}"));
         }

@@ -110,4 +110,3 @@ impl UnfiredFault {
         format!("{} {} {}", self.origin, self.what, self.why)
     }
 }
-

@@ -165,7 +165,11 @@ fn secret_fields(v: &serde_json::Value, out: &mut Vec<String>) {
 fn a_stored_run_is_judged_again_from_its_record() {
     let tmp = tempfile::tempdir().unwrap();
     let runs = tmp.path().join("runs");
-    drivelab(&["run", "scenarios/cosi/two-accesses-one-claim.yaml"], &runs, 0);
+    drivelab(
+        &["run", "scenarios/cosi/two-accesses-one-claim.yaml"],
+        &runs,
+        0,
+    );
     drivelab(&["run", "scenarios/hostpath/lifecycle.yaml"], &runs, 0);
     let store = RunStore::new(&runs);
     let ids = store.ids().unwrap();
@@ -176,13 +180,18 @@ fn a_stored_run_is_judged_again_from_its_record() {
         assert!(md.contains("every verdict as recorded (PASS)"), "{md}");
     }
 
-    let text = store.record(cosi).unwrap().expect("a completed run keeps its record");
+    let text = store
+        .record(cosi)
+        .unwrap()
+        .expect("a completed run keeps its record");
     let mut record: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut secrets = Vec::new();
     secret_fields(&record, &mut secrets);
     assert!(!secrets.is_empty(), "the grants' secrets are in the record");
     assert!(
-        secrets.iter().all(|s| s.starts_with("fp:") && s.len() == 35),
+        secrets
+            .iter()
+            .all(|s| s.starts_with("fp:") && s.len() == 35),
         "secrets are kept only as fingerprints: {secrets:?}"
     );
 
@@ -192,7 +201,8 @@ fn a_stored_run_is_judged_again_from_its_record() {
     twin["name"] = "default/impostor".into();
     live.push(twin);
     let db = sled::open(runs.join(cosi)).unwrap();
-    db.insert("record", serde_json::to_vec(&record).unwrap()).unwrap();
+    db.insert("record", serde_json::to_vec(&record).unwrap())
+        .unwrap();
     db.flush().unwrap();
     drop(db);
 
@@ -201,7 +211,10 @@ fn a_stored_run_is_judged_again_from_its_record() {
         md.contains("unique-credentials: PASS when recorded, FAIL now"),
         "{md}"
     );
-    assert!(md.contains("default/impostor"), "the new verdict's details: {md}");
+    assert!(
+        md.contains("default/impostor"),
+        "the new verdict's details: {md}"
+    );
     let md = drivelab(&["report", cosi, "--as-recorded"], &runs, 0);
     assert!(!md.contains("Re-judged"), "{md}");
 }

@@ -115,6 +115,9 @@ mod tests {
         // Written again, a fingerprint keeps its value under any key.
         let rewritten = fingerprinting([2; 32], || serde_json::to_string(&back).unwrap());
         assert_eq!(rewritten, a);
-        assert!(serde_json::to_string(&s).is_err(), "the scope ends with the call");
+        assert!(
+            serde_json::to_string(&s).is_err(),
+            "the scope ends with the call"
+        );
     }
 }

@@ -293,20 +293,37 @@ pub fn rejudge_changes(recorded: &ScenarioReport, now: &ScenarioReport) -> Vec<S
     };
     let mut out = Vec::new();
     for n in &now.verdicts {
-        match recorded.verdicts.iter().find(|r| r.invariant == n.invariant) {
-            None => out.push(format!("{}: {} (not judged when recorded)", n.invariant, word(n))),
-            Some(r) if word(r) != word(n) => {
-                out.push(format!("{}: {} when recorded, {} now", n.invariant, word(r), word(n)))
-            }
-            Some(r) if r.details != n.details => {
-                out.push(format!("{}: {} as recorded, with other details", n.invariant, word(n)))
-            }
+        match recorded
+            .verdicts
+            .iter()
+            .find(|r| r.invariant == n.invariant)
+        {
+            None => out.push(format!(
+                "{}: {} (not judged when recorded)",
+                n.invariant,
+                word(n)
+            )),
+            Some(r) if word(r) != word(n) => out.push(format!(
+                "{}: {} when recorded, {} now",
+                n.invariant,
+                word(r),
+                word(n)
+            )),
+            Some(r) if r.details != n.details => out.push(format!(
+                "{}: {} as recorded, with other details",
+                n.invariant,
+                word(n)
+            )),
             Some(_) => {}
         }
     }
     for r in &recorded.verdicts {
         if !now.verdicts.iter().any(|n| n.invariant == r.invariant) {
-            out.push(format!("{}: {} when recorded, not judged now", r.invariant, word(r)));
+            out.push(format!(
+                "{}: {} when recorded, not judged now",
+                r.invariant,
+                word(r)
+            ));
         }
     }
     out

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use drivelab_fakes::history::{Event, EventKind};
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::RunOutcome;
 use crate::checks::Verdict;
+use crate::outcome::RunOutcome;
 use crate::scenario::Invariant;
 
 /// Everything written about one scenario run; also what `run.json` holds, so
@@ -220,13 +220,8 @@ impl ScenarioReport {
                 text: s.text.clone(),
             })
             .collect();
-        let verdicts = verdict_reports(
-            &o.verdicts,
-            &labels,
-            &history,
-            &step_snapshots,
-            &o.snapshot,
-        );
+        let verdicts =
+            verdict_reports(&o.verdicts, &labels, &history, &step_snapshots, &o.snapshot);
         let claims = o
             .claims
             .iter()

@@ -78,9 +78,13 @@ pub enum DriverRequest {
     /// Controller.DeleteVolume
     DeleteVolume(#[serde(with = "crate::record::message")] csi::DeleteVolumeRequest),
     /// Controller.ControllerPublishVolume
-    ControllerPublish(#[serde(with = "crate::record::message")] csi::ControllerPublishVolumeRequest),
+    ControllerPublish(
+        #[serde(with = "crate::record::message")] csi::ControllerPublishVolumeRequest,
+    ),
     /// Controller.ControllerUnpublishVolume
-    ControllerUnpublish(#[serde(with = "crate::record::message")] csi::ControllerUnpublishVolumeRequest),
+    ControllerUnpublish(
+        #[serde(with = "crate::record::message")] csi::ControllerUnpublishVolumeRequest,
+    ),
     /// Node.NodeStageVolume
     NodeStage(#[serde(with = "crate::record::message")] csi::NodeStageVolumeRequest),
     /// Node.NodeUnstageVolume

@@ -442,10 +442,7 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
         Route::Collection { kind, ns } => match method {
             Method::GET => {
                 if is_watch(req.uri().query()) {
-                    return Err(ApiError::method_not_allowed(format!(
-                        "watch is not supported by the drivelab kube fake; list {} instead",
-                        kind.plural()
-                    )));
+                    return watch(fake, kind, ns, &params);
                 }
                 list(fake, kind, ns.as_deref(), &params)
             }
@@ -494,6 +491,109 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
             }
         }
     }
+}
+
+/// A watch: JSON event lines on a chunked 200 response, until
+/// `timeoutSeconds`, the client going away, or the client falling so far
+/// behind that its changes are gone (then an ERROR 410 event ends it).
+fn watch(
+    fake: &KubeFake,
+    kind: Kind,
+    ns: Option<String>,
+    params: &Params,
+) -> Result<Response, ApiError> {
+    use super::watch::{bookmark, Filter, BOOKMARK_EVERY, DEFAULT_TIMEOUT};
+    let filter = Filter {
+        kind,
+        ns,
+        labels: LabelSelector::parse(params.get("labelSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        fields: FieldSelector::parse(params.get("fieldSelector").unwrap_or(""), kind)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?,
+    };
+    let flag = |k: &str| matches!(params.get(k), Some("true" | "1"));
+    let after = match params.get("resourceVersion") {
+        None | Some("" | "0") => None,
+        Some(v) => Some(
+            v.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}")))?,
+        ),
+    };
+    let timeout = match params.get("timeoutSeconds") {
+        None | Some("") => DEFAULT_TIMEOUT,
+        Some(t) => std::time::Duration::from_secs(
+            t.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
+    };
+    let initial_end = flag("sendInitialEvents");
+    let bookmarks = flag("allowWatchBookmarks") || initial_end;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::convert::Infallible>>(64);
+    let line = |v: &Value| bytes::Bytes::from(format!("{v}\n"));
+    let start = fake.watch_start(&filter, if initial_end { None } else { after });
+    tokio::spawn(async move {
+        let mut start = match start {
+            Ok(s) => s,
+            Err(gone) => {
+                let _ = tx
+                    .send(Ok(line(&super::watch::event("ERROR", &gone.status()))))
+                    .await;
+                return;
+            }
+        };
+        for e in &start.events {
+            if tx.send(Ok(line(e))).await.is_err() {
+                return;
+            }
+        }
+        let mut last_rv = start.rv;
+        if initial_end
+            && tx
+                .send(Ok(line(&bookmark(kind, last_rv, true))))
+                .await
+                .is_err()
+        {
+            return;
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut tick = tokio::time::interval(BOOKMARK_EVERY);
+        tick.tick().await;
+        loop {
+            let e = tokio::select! {
+                _ = &mut deadline => return,
+                _ = tick.tick(), if bookmarks => bookmark(kind, last_rv, false),
+                got = start.rx.recv() => match got {
+                    Ok(c) if c.rv <= start.rv => continue,
+                    Ok(c) => {
+                        last_rv = c.rv;
+                        match filter.event(&c) {
+                            Some(e) => e,
+                            None => continue,
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let status = super::watch::expired(
+                            "the watch fell too far behind; list again".into(),
+                        );
+                        let _ = tx.send(Ok(line(&super::watch::event("ERROR", &status)))).await;
+                        return;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tx.closed() => return,
+            };
+            if tx.send(Ok(line(&e))).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
 }
 
 fn list(

@@ -2,8 +2,9 @@
 //! kinds, the storage kinds CSI needs (PVC, PV, Pod, StorageClass,
 //! VolumeAttachment, CSINode), the snapshot.storage.k8s.io/v1 kinds and the
 //! SnapshotMetadataService of cbt.storage.k8s.io, served over plain HTTP faithfully enough for
-//! kube-rs, plus an in-process API over the same state for the engine and the
-//! fake sidecars.
+//! kube-rs — watches included, so informers, reflectors and `kubectl get -w`
+//! work (`watch`) — plus an in-process API over the same state for the engine
+//! and the fake sidecars.
 
 mod api;
 mod patch;
@@ -14,6 +15,7 @@ mod state;
 mod status;
 mod storage;
 mod validate;
+mod watch;
 
 use std::sync::Arc;
 

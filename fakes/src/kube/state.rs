@@ -25,6 +25,14 @@ const EPOCH_UNIX: i64 = 1_735_689_600;
 /// server retries on collision.
 const GENERATE_NAME_ATTEMPTS: u64 = 8;
 
+/// How a watch starts: its first events, the resourceVersion they are
+/// consistent at, and every change after.
+pub(crate) struct WatchStart {
+    pub events: Vec<Value>,
+    pub rv: u64,
+    pub rx: tokio::sync::broadcast::Receiver<std::sync::Arc<super::watch::Change>>,
+}
+
 /// The fake Kubernetes API: state, counters and the HTTP front end. Cheap to clone.
 #[derive(Clone)]
 pub struct KubeFake {
@@ -38,6 +46,8 @@ pub(crate) struct Inner {
     /// The last resourceVersion handed out. Holding this lock is what makes a
     /// read-check-write atomic.
     rv: Mutex<u64>,
+    /// Every committed change, to watches.
+    watch: super::watch::WatchHub,
 }
 
 /// How a write reaches the state (which rules apply).
@@ -229,6 +239,7 @@ impl KubeFake {
                 gate,
                 seed,
                 rv: Mutex::new(rv),
+                watch: Default::default(),
             }),
         })
     }
@@ -276,7 +287,9 @@ impl KubeFake {
         Ok(self.inner.store.get_json(&obj_key(kind, ns, name))?)
     }
 
-    /// Persist `obj` at `rv` (counter first, so a crash in between never reuses a version).
+    /// Persist `obj` at `rv` (counter first, so a crash in between never
+    /// reuses a version) and tell every watch. A deletion (`obj` None) is
+    /// watched with the object's final state at `rv`.
     fn commit(
         &self,
         guard: &mut MutexGuard<'_, u64>,
@@ -286,16 +299,71 @@ impl KubeFake {
         ns: &str,
         name: &str,
     ) -> Result<()> {
+        let key = obj_key(kind, ns, name);
+        let watched = self.inner.watch.active();
+        let old: Option<Value> = match watched {
+            true => self.inner.store.get_json(&key)?,
+            false => None,
+        };
         self.inner.store.put_json(RV_KEY, &rv)?;
         **guard = rv;
-        let key = obj_key(kind, ns, name);
         match obj {
             Some(o) => self.inner.store.put_json(&key, o)?,
             None => {
                 self.inner.store.remove(&key)?;
             }
         }
+        if !watched {
+            return Ok(());
+        }
+        let last = match (obj, &old) {
+            (None, Some(o)) => {
+                let mut o = o.clone();
+                meta_mut(&mut o).insert("resourceVersion".into(), json!(rv.to_string()));
+                Some(o)
+            }
+            _ => None,
+        };
+        self.inner.watch.publish(super::watch::Change {
+            rv,
+            kind,
+            old,
+            new: obj.cloned(),
+            last,
+        });
         Ok(())
+    }
+
+    /// Start a watch: the events it begins with and the receiver of every
+    /// later change, taken under the write lock so nothing falls between.
+    /// `after` None starts with an ADDED event per selected object.
+    pub(crate) fn watch_start(
+        &self,
+        filter: &super::watch::Filter,
+        after: Option<u64>,
+    ) -> std::result::Result<WatchStart, super::watch::Gone> {
+        let guard = self.lock();
+        let rv = *guard;
+        match after {
+            Some(from) => {
+                let (missed, rx) = self.inner.watch.resume(from, rv)?;
+                let events = missed.iter().filter_map(|c| filter.event(c)).collect();
+                Ok(WatchStart { events, rv, rx })
+            }
+            None => {
+                let rx = self.inner.watch.subscribe(rv);
+                let ns = filter.ns.as_deref();
+                let events = self
+                    .scan(filter.kind, ns)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|o| filter.labels.matches_object(o) && filter.fields.matches_object(o))
+                    .map(|o| super::watch::event("ADDED", o))
+                    .collect();
+                drop(guard);
+                Ok(WatchStart { events, rv, rx })
+            }
+        }
     }
 
     /// Namespace of a request: required for namespaced kinds, ignored otherwise.
@@ -1064,18 +1132,11 @@ impl KubeFake {
         labels: &LabelSelector,
         fields: &FieldSelector,
     ) -> Result<(Vec<Value>, u64)> {
-        let prefix = match ns.filter(|_| kind.namespaced()) {
-            Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
-            None => format!("{OBJ_PREFIX}{}/", kind.plural()),
-        };
         let guard = self.lock();
         let rv = *guard;
         let mut items: Vec<Value> = self
-            .inner
-            .store
-            .scan_json::<Value>(&prefix)?
+            .scan(kind, ns)?
             .into_iter()
-            .map(|(_, v)| v)
             .filter(|o| labels.matches_object(o) && fields.matches_object(o))
             .collect();
         drop(guard);
@@ -1084,6 +1145,21 @@ impl KubeFake {
                 .cmp(&(meta_str(b, "namespace"), meta_str(b, "name")))
         });
         Ok((items, rv))
+    }
+
+    /// Every stored object of `kind` (in `ns`, or everywhere).
+    fn scan(&self, kind: Kind, ns: Option<&str>) -> Result<Vec<Value>> {
+        let prefix = match ns.filter(|_| kind.namespaced()) {
+            Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
+            None => format!("{OBJ_PREFIX}{}/", kind.plural()),
+        };
+        Ok(self
+            .inner
+            .store
+            .scan_json::<Value>(&prefix)?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
     }
 
     // ---- in-process API -------------------------------------------------

@@ -37,7 +37,6 @@ use crate::scenario::{
 };
 
 use super::fakes::FakeSet;
-use crate::systems::{Observed, Record};
 use super::snapshot::{self, SnapshotInput};
 use super::ADMIN_SECRET_NAME;
 use super::{ADMIN_SECRET_NAMESPACE, CANARY_BUCKET, DRIVER_STATE_NAMESPACE};
@@ -51,6 +50,7 @@ use crate::engine::{
     StepSnapshots,
 };
 use crate::snapshot::Normalizer;
+use crate::systems::{Observed, Record};
 
 /// Stand up a COSI scenario's lab (twice, when a twin is needed), run it and judge it.
 pub(crate) async fn run(

@@ -34,7 +34,6 @@ use serde_json::{json, Value};
 
 use super::cbt::{Cbt, SESSION_TTL};
 use super::checks::{CsiObservations, Sample};
-use crate::systems::{Observed, Record};
 use super::snapshot;
 use crate::engine::driver::{self, Driver, InProcessDriver};
 use crate::engine::hook::{LabControl, LabHook};
@@ -45,6 +44,7 @@ use crate::scenario::{Bosh, Csi, Expectation, Mutant, NodeCallStep, Restartable,
 use crate::scenario::{BoshStep, CsiStep};
 use crate::snapshot::Normalizer;
 use crate::systems::bosh::backend::{operator_job, BoshBackend, DirectorServer, CLIENT_ID};
+use crate::systems::{Observed, Record};
 use drivelab_proto::csi;
 
 /// Resync rounds one convergence may take before the lab gives up on it.

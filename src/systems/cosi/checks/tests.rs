@@ -564,7 +564,9 @@ fn a_sealed_record_is_judged_as_the_observations_are() {
         .filter(|i| !matches!(check(*i, &Observations::default()).details.first(), Some(d) if d.contains("BOSH/CSI")))
         .collect();
     let mut broken = with_canary(good());
-    broken.live.push(live("default/b", "KEY1", "KEY1", "secret-one-aaaaaaaa"));
+    broken
+        .live
+        .push(live("default/b", "KEY1", "KEY1", "secret-one-aaaaaaaa"));
     broken.twin_secrets = Some(
         [("ba-a".to_string(), Secret::new("secret-one-aaaaaaaa"))]
             .into_iter()
