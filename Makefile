@@ -30,9 +30,18 @@ e2e: build
 # fake Kubernetes API through the KUBECONFIG the lab sets). Not committed.
 SPAWNED_REPORT_DIR ?= reports/spawned
 
-# Every seeded bug in the reference driver must be killed by some scenario.
+# Every seeded bug in the reference driver must be killed by some scenario;
+# then the single-fault sweep on the lifecycle bases: the correct drivers pass
+# every single fault, and the sweep finds each order-of-commit mutant by itself.
+SWEEP_FOUND_DIR ?= target/sweep-found
+SWEEP_MUTANTS ?= bucket-before-checkpoint policy-after-forget
 mutants: build
 	$(CARGO) run --locked --quiet -- mutate scenarios/
+	$(CARGO) run --locked --quiet -- sweep-faults scenarios/explore/cosi-lifecycle.yaml --out-dir $(SWEEP_FOUND_DIR)
+	for m in $(SWEEP_MUTANTS); do \
+	  $(CARGO) run --locked --quiet -- sweep-faults scenarios/explore/cosi-lifecycle.yaml \
+	    --mutant $$m --stop-at-first --expect-found --out-dir $(SWEEP_FOUND_DIR) || exit 1; \
+	done
 
 # The correct driver under 200 seeds (interleavings, fault placements).
 SEEDS ?= 200
