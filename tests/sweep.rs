@@ -63,21 +63,16 @@ async fn sweep_passes_the_correct_driver_and_finds_bucket_before_checkpoint() {
         "the found file fails when replayed"
     );
     let file = scenario::load(&found.path).unwrap();
-    let run = |mutants| {
-        engine::run(
-            &file,
-            &RunOptions {
-                mutants,
-                ..Default::default()
-            },
-        )
-    };
-    assert!(
-        !run(vec![m]).await.unwrap().passed(),
-        "the found file fails with the mutant"
-    );
-    assert!(
-        run(vec![]).await.unwrap().passed(),
-        "and passes the correct driver"
-    );
+    for (mutants, fails) in [(vec![m], true), (vec![], false)] {
+        let opts = RunOptions {
+            mutants,
+            ..Default::default()
+        };
+        let o = engine::run(&file, &opts).await.unwrap();
+        assert_eq!(
+            o.passed(),
+            !fails,
+            "fails with the mutant, passes the correct driver"
+        );
+    }
 }
