@@ -566,7 +566,8 @@ fn summary_line(r: &SweepReport) -> String {
         r.points.values().map(|p| p.occurrences).sum::<u32>(),
         r.depth1_space,
         if r.depth2_space > 0 {
-            format!(", {} pairs at depth 2", r.depth2_space)
+            let sampled = r.runs.iter().filter(|x| x.faults.len() == 2).count();
+            format!(", {sampled} of {} pairs at depth 2 (sampled by seed)", r.depth2_space)
         } else {
             String::new()
         },
