@@ -619,3 +619,40 @@ pub fn print(r: &SweepReport) {
         crate::outln!("no invariant failed");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn singles(n: usize) -> Vec<GenFault> {
+        (0..n)
+            .map(|i| GenFault {
+                target: i,
+                nth: 1,
+                kind: GenKind::CrashAfter,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pairs_are_distinct_bounded_and_seeded() {
+        let s = singles(20);
+        let a = sample_pairs(&s, 30, 7);
+        assert_eq!(a.len(), 30);
+        let keys: BTreeSet<(usize, usize)> = a.iter().map(|p| (p[0].target, p[1].target)).collect();
+        assert_eq!(keys.len(), 30, "no pair twice");
+        assert!(
+            keys.iter().all(|(x, y)| x < y),
+            "no fault paired with itself"
+        );
+        assert_eq!(a, sample_pairs(&s, 30, 7), "same seed, same sample");
+        assert_ne!(a, sample_pairs(&s, 30, 8));
+    }
+
+    #[test]
+    fn a_budget_over_the_space_takes_every_pair() {
+        let s = singles(5);
+        assert_eq!(sample_pairs(&s, 1000, 1).len(), 10);
+        assert!(sample_pairs(&singles(1), 10, 1).is_empty());
+    }
+}
