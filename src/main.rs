@@ -169,6 +169,49 @@ enum Command {
         #[arg(long)]
         driver: Option<String>,
     },
+    /// Systematic fault sweep: from a baseline run of a scenario, one run per
+    /// (interception point reached, occurrence, fault kind) — every single
+    /// fault at depth 1, a seeded sample of pairs at depth 2. Failures are
+    /// shrunk and written as scenario files. Exit 1 if any run fails.
+    SweepFaults {
+        /// The scenario to sweep (its steps; its faults and expectations are dropped).
+        scenario: PathBuf,
+        /// The driver under test, replacing the scenario's `driver:` (same YAML
+        /// as `run --driver`); found files name this driver.
+        #[arg(long)]
+        driver: Option<String>,
+        /// 1: every single fault; 2: also a seeded sample of pairs of faults.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+        depth: u8,
+        /// Most fault runs in all (depth 1 first; the rest are reported not run).
+        #[arg(long)]
+        budget: Option<usize>,
+        /// No new run starts after this much wall time (e.g. 60s, 5m).
+        #[arg(long, default_value = "30m")]
+        time_budget: String,
+        /// Seed of the depth-2 sample.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Switch on a seeded bug in every run (a failure the correct driver
+        /// shares is reported apart).
+        #[arg(long = "mutant", value_parser = parse_mutant)]
+        mutants: Vec<Mutant>,
+        /// Where found scenarios are written.
+        #[arg(long, default_value = "scenarios/found")]
+        out_dir: PathBuf,
+        /// Stop at the first failing run (it is still shrunk and written).
+        #[arg(long)]
+        stop_at_first: bool,
+        /// Most found files (one per distinct set of failed invariants).
+        #[arg(long, default_value_t = 5)]
+        max_found: usize,
+        /// Write sweep.md (every run's faults and verdict) here.
+        #[arg(long)]
+        report_dir: Option<PathBuf>,
+        /// Exit 0 only if a run fails (for `make mutants`: the sweep must find the mutant).
+        #[arg(long)]
+        expect_found: bool,
+    },
     /// Mutation test: run the scenarios against the correct driver and then
     /// against every mutant; print mutant → killing scenario → invariant; exit 1
     /// if the correct driver fails anything or any mutant survives.
@@ -490,6 +533,37 @@ fn main() -> ExitCode {
                     (detect_only, keep_going),
                 )
                 .await
+            }
+            Command::SweepFaults {
+                scenario,
+                driver,
+                depth,
+                budget,
+                time_budget,
+                seed,
+                mutants,
+                out_dir,
+                stop_at_first,
+                max_found,
+                report_dir,
+                expect_found,
+            } => {
+                let Some(time_budget) = scenario::parse_duration(&time_budget) else {
+                    eprintln!("drivelab: --time-budget `{time_budget}` is not a duration (e.g. 60s, 5m)");
+                    return ExitCode::from(2);
+                };
+                let opts = drivelab::explore::sweep::SweepOptions {
+                    depth,
+                    budget,
+                    time_budget,
+                    seed,
+                    mutants,
+                    out_dir,
+                    stop_at_first,
+                    max_found,
+                    jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                };
+                sweep_faults(scenario, driver, opts, report_dir, expect_found).await
             }
             Command::Cpi { state_dir, config } => {
                 drivelab_fakes::cpi::external::main(state_dir, config)
@@ -1253,6 +1327,53 @@ async fn explore(
             eprintln!("drivelab: explore: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// `drivelab sweep-faults`.
+async fn sweep_faults(
+    path: PathBuf,
+    driver: Option<String>,
+    opts: drivelab::explore::sweep::SweepOptions,
+    report_dir: Option<PathBuf>,
+    expect_found: bool,
+) -> ExitCode {
+    let mut scn = match scenario::load(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(c) = drive_with(std::slice::from_mut(&mut scn), driver.as_deref()) {
+        return c;
+    }
+    let r = match drivelab::explore::sweep::sweep(&scn, &opts).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("drivelab: sweep-faults: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    drivelab::explore::sweep::print(&r);
+    if let Some(dir) = report_dir {
+        let file = dir.join("sweep.md");
+        if let Err(e) = std::fs::create_dir_all(&dir)
+            .and_then(|_| std::fs::write(&file, drivelab::explore::sweep::markdown(&r)))
+        {
+            eprintln!("drivelab: writing {}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+        drivelab::outln!("report: {}", file.display());
+    }
+    let lab_errors = r
+        .runs
+        .iter()
+        .any(|x| matches!(x.verdict, drivelab::explore::sweep::RunVerdict::LabError(_)));
+    match (r.failures() > 0, expect_found) {
+        _ if lab_errors => ExitCode::from(2),
+        (true, false) | (false, true) => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
     }
 }
 

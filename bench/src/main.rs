@@ -8,7 +8,7 @@
 //!   drivelab-bench [--out reports/bench.json] [--max-n 10000] [--quick]
 //!   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
 //!   drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
-//!   drivelab-bench child (percall | csi-percall | suite DIR | virtual | growth N | csi-growth N | explore)   (internal)
+//!   drivelab-bench child (percall | csi-percall | suite DIR | virtual | growth N | csi-growth N | explore | sweep)   (internal)
 //!
 //! Sections are plain functions called from `bench`/`measure_ratios`; a new
 //! one adds a child command and a report key.
@@ -19,6 +19,7 @@ mod measure;
 mod percall;
 mod scenarios;
 mod stub;
+mod sweep;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +44,8 @@ const BUDGET: Duration = Duration::from_secs(270);
 const EXPLORE_TOTAL_S: u64 = 150;
 const EXPLORE_PER_RUN_S: u64 = 10;
 const WHOLE_BENCH: Duration = Duration::from_secs(290);
+/// The fault-sweep figures (bench/src/sweep.rs), taken from the explorer's share.
+const SWEEP_TOTAL_S: u64 = 90;
 /// A single growth size may take at most this long (the "~2 minutes").
 const SIZE_CAP: Duration = Duration::from_secs(120);
 /// Budget kept back from the BucketAccess growth for the sections after it.
@@ -152,6 +155,13 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
                 total: secs("--total-s", EXPLORE_TOTAL_S)?,
             };
             rt.block_on(explore::run(&plan))
+        }
+        Some("sweep") => {
+            let total: u64 = flag(args, "--total-s")
+                .map(|s| s.parse())
+                .transpose()?
+                .unwrap_or(SWEEP_TOTAL_S);
+            rt.block_on(sweep::run(Duration::from_secs(total)))
         }
         other => bail!("unknown child {other:?}"),
     }
@@ -337,6 +347,7 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
     let m = measure_ratios(max_n, started)?;
     let explore_total = WHOLE_BENCH
         .saturating_sub(started.elapsed())
+        .saturating_sub(Duration::from_secs(SWEEP_TOTAL_S))
         .min(Duration::from_secs(EXPLORE_TOTAL_S))
         .as_secs()
         .max(EXPLORE_PER_RUN_S + 20);
@@ -344,6 +355,15 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
     let explore = child(
         &["explore", "--total-s", &explore_total.to_string()],
         Duration::from_secs(explore_total + 60),
+    )?;
+
+    eprintln!(
+        "[bench] sweep-faults: runs/min and time to cover {} ({SWEEP_TOTAL_S} s) ...",
+        sweep::BASE
+    );
+    let sweep = child(
+        &["sweep", "--total-s", &SWEEP_TOTAL_S.to_string()],
+        Duration::from_secs(SWEEP_TOTAL_S + 60),
     )?;
 
     let report = json!({
@@ -358,6 +378,7 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
         "growth": m.growth,
         "volume_growth": m.volume_growth,
         "explore": explore,
+        "sweep": sweep,
     });
     print_table(&report);
     if let Some(dir) = out.parent() {
@@ -595,6 +616,9 @@ fn print_table(r: &Value) {
     growth_rows(&mut rows, &r["volume_growth"], "volume growth", "volumes");
 
     rows.extend(explore::rows(&r["explore"]));
+    if !r["sweep"].is_null() {
+        rows.extend(sweep::rows(&r["sweep"]));
+    }
 
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(10);

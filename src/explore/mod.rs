@@ -22,6 +22,7 @@ use crate::engine::{self, RunOptions, RunOutcome};
 use crate::scenario::{self, FaultAction, FaultSpec, FaultTarget, Located, Scenario, Step, When};
 
 mod guide;
+pub mod sweep;
 
 /// What to explore and how hard.
 #[derive(Clone, Debug)]
@@ -554,7 +555,8 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
             c.first_failure.get_or_insert(started.elapsed());
             if opts.keep_going {
                 if !opts.detect_only {
-                    let (path, _) = write_schedule(base, &targets, &sched, opts, "kept").await?;
+                    let (path, _) =
+                        write_schedule(base, &targets, &sched, opts, ("kept", "explore")).await?;
                     kept.push((path, failed));
                 }
                 continue;
@@ -566,7 +568,7 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
     let found = match failing {
         Some(sched) if !opts.detect_only => {
             let sched = finish_shrinking(base, &targets, sched, opts).await;
-            Some(write_found(base, &targets, &sched, opts).await?)
+            Some(write_found(base, &targets, &sched, opts, "explore").await?)
         }
         _ => None,
     };
@@ -778,13 +780,16 @@ async fn finish_shrinking(
     sched
 }
 
+/// Write the shrunk `sched` and replay the file; `by` is the command that
+/// found it (`explore`, `sweep-faults --depth 1`), for the file's header.
 async fn write_found(
     base: &Scenario,
     targets: &[FaultTarget],
     sched: &Schedule,
     opts: &ExploreOptions,
+    by: &str,
 ) -> anyhow::Result<Found> {
-    let (path, written) = write_schedule(base, targets, sched, opts, "found").await?;
+    let (path, written) = write_schedule(base, targets, sched, opts, ("found", by)).await?;
     // Replay from the file, exactly as a developer would.
     let outcome = engine::run(
         &written,
@@ -804,13 +809,14 @@ async fn write_found(
 }
 
 /// Write `sched` as a plain scenario file in `opts.out_dir` (`how`: `found`
-/// for a shrunk failure, `kept` for one collected as it ran) and load it back.
+/// for a shrunk failure, `kept` for one collected as it ran; `by`: the
+/// command, e.g. `explore`) and load it back.
 async fn write_schedule(
     base: &Scenario,
     targets: &[FaultTarget],
     sched: &Schedule,
     opts: &ExploreOptions,
-    how: &str,
+    (how, by): (&str, &str),
 ) -> anyhow::Result<(PathBuf, Scenario)> {
     let mut scn = apply(base, targets, sched);
     // Named after what it was hunting, so two hunts that shrink to one seed do not collide.
@@ -821,8 +827,10 @@ async fn write_schedule(
         .collect();
     // Collected schedules are many per hunt: the hash of the whole schedule
     // tells them apart where the seed alone may not.
-    let tag = match how {
-        "found" => sched.seed.to_string(),
+    let tag = match (how, by) {
+        ("found", "explore") => sched.seed.to_string(),
+        // A sweep's runs share one seed: the placement tells its files apart.
+        ("found", _) => format!("sweep-{:08x}", schedule_hash(sched) as u32),
         _ => format!("{}-{:016x}", sched.seed, schedule_hash(sched)),
     };
     scn.name = format!("{}{hunted}-{how}-{tag}", base.name);
@@ -839,7 +847,7 @@ async fn write_schedule(
         .collect();
     let header = vec![
         format!(
-            "{} by `drivelab explore {}{flags}{}` (explorer seed {}){}.",
+            "{} by `drivelab {by} {}{flags}{}` ({} seed {}){}.",
             if how == "found" {
                 "Found"
             } else {
@@ -847,6 +855,7 @@ async fn write_schedule(
             },
             base.path.display(),
             base.driver.replay_flag(),
+            if by == "explore" { "explorer" } else { "sweep" },
             opts.seed,
             if how == "found" {
                 ", shrunk"

@@ -114,6 +114,11 @@ pub enum Mutant {
     SharedPreferredKey,
     /// Every revoke is refused INVALID_ARGUMENT for a parameter the sidecar never sends.
     RevokeNeedsParameter,
+    // Order-of-commit bugs the single-fault sweep finds (issue 18 item 7).
+    /// The backend bucket is created before its ownership checkpoint is written.
+    BucketBeforeCheckpoint,
+    /// Revoke deletes the grant's checkpoint before it removes the grant's policy.
+    PolicyAfterForget,
 }
 
 impl Mutant {
@@ -130,6 +135,8 @@ impl Mutant {
             Mutant::IgnoreIncompatibleParams,
             Mutant::SharedPreferredKey,
             Mutant::RevokeNeedsParameter,
+            Mutant::BucketBeforeCheckpoint,
+            Mutant::PolicyAfterForget,
         ]
     }
 
@@ -146,6 +153,8 @@ impl Mutant {
             Mutant::IgnoreIncompatibleParams => "ignore-incompatible-params",
             Mutant::SharedPreferredKey => "shared-preferred-key",
             Mutant::RevokeNeedsParameter => "revoke-needs-parameter",
+            Mutant::BucketBeforeCheckpoint => "bucket-before-checkpoint",
+            Mutant::PolicyAfterForget => "policy-after-forget",
         }
     }
 
@@ -181,6 +190,12 @@ impl Mutant {
             }
             Mutant::RevokeNeedsParameter => {
                 "every revoke answers INVALID_ARGUMENT for a revoke_access_context key the sidecar never sends; the sidecar retries it for ever and the credentials stay (converges)"
+            }
+            Mutant::BucketBeforeCheckpoint => {
+                "the backend bucket is created before the ownership checkpoint is written; after a crash between the two every retry finds a bucket it holds no checkpoint for and refuses it, and the bucket is leaked (converges, no-orphans)"
+            }
+            Mutant::PolicyAfterForget => {
+                "revoke removes the user, deletes the grant's checkpoint, then removes the policy; after a crash or a lost reply between the two the retry finds no grant and answers OK, and the policy is leaked (no-orphans)"
             }
         }
     }

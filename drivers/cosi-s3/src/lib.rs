@@ -42,7 +42,10 @@
 //! `shared-preferred-key` (`preferredAccessKey` used with no reservation and no
 //! check, so a second grant's add-user replaces the first grant's secret), and
 //! `revoke-needs-parameter` (every revoke refused INVALID_ARGUMENT, which the
-//! sidecar retries for ever).
+//! sidecar retries for ever), and two order-of-commit bugs a crash exposes:
+//! `bucket-before-checkpoint` (the bucket PUT before its ownership checkpoint)
+//! and `policy-after-forget` (revoke deletes the grant's checkpoint before
+//! its policy).
 
 pub mod admin;
 pub mod checkpoint;

@@ -148,6 +148,8 @@ impl CosiS3Driver {
             conn: conn.clone(),
         };
 
+        // MUTANT bucket-before-checkpoint: set once the bucket was made ahead of its checkpoint.
+        let mut created_first = false;
         for _ in 0..MAX_CAS_ROUNDS {
             // `fresh`: this call wrote the checkpoint, so no earlier attempt of
             // ours can have created the bucket.
@@ -159,6 +161,12 @@ impl CosiS3Driver {
                         && backend.bucket_exists(name).await.map_err(be)?
                     {
                         return Err(not_ours(name, &conn));
+                    }
+                    // MUTANT bucket-before-checkpoint: the PUT before the
+                    // checkpoint that proves the bucket ours.
+                    if self.mutant(Mutant::BucketBeforeCheckpoint) && !created_first {
+                        backend.create_bucket(name).await.map_err(be)?;
+                        created_first = true;
                     }
                     match store.create_bucket(&want).await? {
                         Created::New(v) => (v, true),
@@ -179,7 +187,12 @@ impl CosiS3Driver {
                 return Ok(response);
             }
 
-            match backend.create_bucket(name).await {
+            let put = if created_first {
+                Ok(())
+            } else {
+                backend.create_bucket(name).await
+            };
+            match put {
                 Ok(()) => {}
                 Err(e) if e.is(&[BUCKET_ALREADY_OWNED_BY_YOU, BUCKET_ALREADY_EXISTS]) => {
                     if self.mutant(Mutant::AlreadyExistsIsSuccess) {
@@ -574,14 +587,12 @@ impl CosiS3Driver {
                 .remove_user(&v.record.access_key)
                 .await
                 .map_err(be)?;
-            if v.record.policy_kind == PolicyKind::Generated {
-                backend
-                    .remove_canned_policy(&v.record.policy_name)
+            // MUTANT policy-after-forget: the policies go after the checkpoint.
+            let forget_first = self.mutant(Mutant::PolicyAfterForget);
+            if !forget_first {
+                self.remove_policies(&backend, &v.record)
                     .await
                     .map_err(be)?;
-            }
-            if let Some(marker) = self.owner_marker(account_name) {
-                backend.remove_canned_policy(&marker).await.map_err(be)?;
             }
             match &v.record.preferred {
                 // The key must stay reserved until this checkpoint is gone: while
@@ -597,6 +608,11 @@ impl CosiS3Driver {
             }
             match store.delete_grant(&v).await? {
                 Swap::Done(_) => {
+                    if forget_first {
+                        self.remove_policies(&backend, &v.record)
+                            .await
+                            .map_err(be)?;
+                    }
                     if let PreferredKey::Reserved(k) = &v.record.preferred {
                         self.release_key(k, account_name).await?;
                     }
@@ -607,6 +623,22 @@ impl CosiS3Driver {
             }
         }
         Err(cas_exhausted(account))
+    }
+
+    /// Remove the policies a revoked grant made: its generated access policy
+    /// (an external one is not ours) and the owner marker of that layout.
+    async fn remove_policies(
+        &self,
+        backend: &Backend,
+        rec: &GrantRecord,
+    ) -> Result<(), BackendError> {
+        if rec.policy_kind == PolicyKind::Generated {
+            backend.remove_canned_policy(&rec.policy_name).await?;
+        }
+        if let Some(marker) = self.owner_marker(&rec.account_name) {
+            backend.remove_canned_policy(&marker).await?;
+        }
+        Ok(())
     }
 
     /// Choose the access key of a new grant, before its checkpoint is written.
