@@ -114,6 +114,18 @@ pub enum Mutant {
     SharedPreferredKey,
     /// Every revoke is refused INVALID_ARGUMENT for a parameter the sidecar never sends.
     RevokeNeedsParameter,
+    // -- issue 18: access modes, objects the driver does not own, secret sources --
+    /// A read-only grant gets the read-write policy document.
+    ReadOnlyGetsWrite,
+    /// A grant naming an external canned policy (`policy:`) rewrites its document.
+    RewriteExternalPolicy,
+    /// Delete also removes every bucket whose name starts with the bucket's.
+    DeletePrefixBuckets,
+    /// The secret comes from a PRNG seeded with the wall-clock time.
+    TimeSeededSecret,
+    /// One secret, drawn once per process, for every grant.
+    SameSecretEveryAccess,
+    // -- end issue 18 --
 }
 
 impl Mutant {
@@ -130,6 +142,12 @@ impl Mutant {
             Mutant::IgnoreIncompatibleParams,
             Mutant::SharedPreferredKey,
             Mutant::RevokeNeedsParameter,
+            // issue 18
+            Mutant::ReadOnlyGetsWrite,
+            Mutant::RewriteExternalPolicy,
+            Mutant::DeletePrefixBuckets,
+            Mutant::TimeSeededSecret,
+            Mutant::SameSecretEveryAccess,
         ]
     }
 
@@ -146,6 +164,12 @@ impl Mutant {
             Mutant::IgnoreIncompatibleParams => "ignore-incompatible-params",
             Mutant::SharedPreferredKey => "shared-preferred-key",
             Mutant::RevokeNeedsParameter => "revoke-needs-parameter",
+            // issue 18
+            Mutant::ReadOnlyGetsWrite => "read-only-gets-write",
+            Mutant::RewriteExternalPolicy => "rewrite-external-policy",
+            Mutant::DeletePrefixBuckets => "delete-prefix-buckets",
+            Mutant::TimeSeededSecret => "time-seeded-secret",
+            Mutant::SameSecretEveryAccess => "same-secret-every-access",
         }
     }
 
@@ -181,6 +205,22 @@ impl Mutant {
             }
             Mutant::RevokeNeedsParameter => {
                 "every revoke answers INVALID_ARGUMENT for a revoke_access_context key the sidecar never sends; the sidecar retries it for ever and the credentials stay (converges)"
+            }
+            // issue 18
+            Mutant::ReadOnlyGetsWrite => {
+                "an `accessMode: ReadOnly` grant gets the read-write policy document, so its credentials can write and delete objects (least-privilege)"
+            }
+            Mutant::RewriteExternalPolicy => {
+                "a grant whose class names an externally managed canned policy (`policy:`) \"ensures\" it by writing its own per-bucket document over it, changing it for every other user of that policy (owner-only-delete)"
+            }
+            Mutant::DeletePrefixBuckets => {
+                "deleting bucket B also deletes every bucket whose name starts with B (meant for its own `B-*` companions), whoever owns them (owner-only-delete)"
+            }
+            Mutant::TimeSeededSecret => {
+                "the secret comes from a PRNG seeded with the wall-clock second: two labs under the same clock hand out the same secrets (unpredictable-secrets, twin lab)"
+            }
+            Mutant::SameSecretEveryAccess => {
+                "one random secret is drawn when the driver starts and handed to every grant: accesses with different keys share a secret (unique-credentials)"
             }
         }
     }
@@ -558,7 +598,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 10);
+        assert_eq!(Mutant::all().len(), 15);
         assert_eq!(Mutant::parse("no-such-bug"), None);
         assert_eq!(Mutant::parse(""), None);
     }
