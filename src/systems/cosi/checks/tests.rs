@@ -732,3 +732,52 @@ fn unique_credentials_fails_when_two_keys_share_a_secret() {
         .push(live("default/b", "KEY2", "KEY2", "secret-two-bbbbbbbb"));
     assert!(unique_credentials(&obs).passed);
 }
+
+#[test]
+fn owner_only_delete_fails_when_a_planted_object_changes() {
+    let planted = |obs: &mut Observations| {
+        obs.lab_buckets.push("b1-archive".into());
+        obs.backend
+            .buckets
+            .insert("b1-archive".into(), vec!["ledger.csv".into()]);
+        obs.planted
+            .buckets
+            .insert("b1-archive".into(), vec!["ledger.csv".into()]);
+        let doc = serde_json::json!({"Statement": [{"Sid": "x", "Effect": "Allow"}]});
+        obs.backend.policies.insert("team".into(), doc.clone());
+        obs.planted.policies.insert("team".into(), doc);
+        obs.backend
+            .users
+            .insert("TEAM".into(), user("team-secret-cccccccc", &["team"]));
+        obs.planted
+            .users
+            .insert("TEAM".into(), user("team-secret-cccccccc", &["team"]));
+    };
+    let mut obs = with_canary(good());
+    planted(&mut obs);
+    assert!(lifecycle::owner_only_delete(&obs).passed);
+    assert!(lifecycle::no_orphans(&obs).passed, "planted objects are nobody's orphans");
+
+    let mut obs = with_canary(good());
+    planted(&mut obs);
+    obs.backend.buckets.insert("b1-archive".into(), vec![]);
+    let v = lifecycle::owner_only_delete(&obs);
+    assert!(!v.passed && v.details[0].contains("lost objects"), "{:?}", v.details);
+
+    let mut obs = with_canary(good());
+    planted(&mut obs);
+    obs.backend.policies.insert(
+        "team".into(),
+        serde_json::json!({"Statement": [{"Effect": "Allow"}]}),
+    );
+    let v = lifecycle::owner_only_delete(&obs);
+    assert!(!v.passed && v.details[0].contains("rewritten"), "{:?}", v.details);
+
+    let mut obs = with_canary(good());
+    planted(&mut obs);
+    obs.backend
+        .users
+        .insert("TEAM".into(), user("team-secret-cccccccc", &[]));
+    let v = lifecycle::owner_only_delete(&obs);
+    assert!(!v.passed && v.details[0].contains("policies"), "{:?}", v.details);
+}
