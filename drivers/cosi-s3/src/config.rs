@@ -217,7 +217,7 @@ impl Mutant {
                 "deleting bucket B also deletes every bucket whose name starts with B (meant for its own `B-*` companions), whoever owns them (owner-only-delete)"
             }
             Mutant::TimeSeededSecret => {
-                "the secret comes from a PRNG seeded with the wall-clock second: two labs under the same clock hand out the same secrets (unpredictable-secrets, twin lab)"
+                "the secret comes from a PRNG seeded with the wall-clock time in nanoseconds: two labs under the same frozen clock hand out the same secrets (unpredictable-secrets, twin lab)"
             }
             Mutant::SameSecretEveryAccess => {
                 "one random secret is drawn when the driver starts and handed to every grant: accesses with different keys share a secret (unique-credentials)"

@@ -804,13 +804,13 @@ impl CosiS3Driver {
             return Ok(predictable_secret(account_name));
         }
         if self.mutant(Mutant::TimeSeededSecret) {
-            // MUTANT time-seeded-secret: seeded with the wall-clock second.
-            let secs = self
+            // MUTANT time-seeded-secret: seeded with the wall-clock time (ns).
+            let nanos = self
                 .wall_now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
+                .map(|d| d.as_nanos())
                 .unwrap_or_default();
-            return Ok(time_seeded_secret(secs, account_name));
+            return Ok(time_seeded_secret(nanos, account_name));
         }
         if self.mutant(Mutant::SameSecretEveryAccess) {
             // MUTANT same-secret-every-access: one secret per process.
@@ -902,10 +902,11 @@ pub fn predictable_secret(account_name: &str) -> String {
 }
 
 /// The `time-seeded-secret` mutant's secret: a generator seeded with the
-/// wall-clock second (and the name, so two grants in one second differ):
-/// whoever knows roughly when a grant ran can enumerate it.
-pub fn time_seeded_secret(secs: u64, account_name: &str) -> String {
-    let mut h = hex::encode(Sha256::digest(format!("{secs}/{account_name}").as_bytes()));
+/// wall-clock time in nanoseconds (and the name): whoever knows roughly when
+/// a grant ran can enumerate it, and two processes under one frozen clock
+/// draw the same.
+pub fn time_seeded_secret(nanos: u128, account_name: &str) -> String {
+    let mut h = hex::encode(Sha256::digest(format!("{nanos}/{account_name}").as_bytes()));
     h.truncate(SECRET_KEY_LEN);
     h
 }

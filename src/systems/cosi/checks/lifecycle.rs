@@ -493,7 +493,7 @@ pub fn unpredictable_secrets(obs: &Observations) -> Verdict {
         }
         if let Some(twin) = &obs.twin_secrets {
             if twin.get(name).is_some_and(|t| t == &c.secret) {
-                v.fail(format!("grant {name}: a twin lab with the same names got the same secret — it is a function of the names"), [e.call]);
+                v.fail(format!("grant {name}: a twin lab with the same names (and the same frozen wall clock) got the same secret — it is a function of the names or the time"), [e.call]);
             }
         }
     }

@@ -756,13 +756,20 @@ fn owner_only_delete_fails_when_a_planted_object_changes() {
     let mut obs = with_canary(good());
     planted(&mut obs);
     assert!(lifecycle::owner_only_delete(&obs).passed);
-    assert!(lifecycle::no_orphans(&obs).passed, "planted objects are nobody's orphans");
+    assert!(
+        lifecycle::no_orphans(&obs).passed,
+        "planted objects are nobody's orphans"
+    );
 
     let mut obs = with_canary(good());
     planted(&mut obs);
     obs.backend.buckets.insert("b1-archive".into(), vec![]);
     let v = lifecycle::owner_only_delete(&obs);
-    assert!(!v.passed && v.details[0].contains("lost objects"), "{:?}", v.details);
+    assert!(
+        !v.passed && v.details[0].contains("lost objects"),
+        "{:?}",
+        v.details
+    );
 
     let mut obs = with_canary(good());
     planted(&mut obs);
@@ -771,7 +778,11 @@ fn owner_only_delete_fails_when_a_planted_object_changes() {
         serde_json::json!({"Statement": [{"Effect": "Allow"}]}),
     );
     let v = lifecycle::owner_only_delete(&obs);
-    assert!(!v.passed && v.details[0].contains("rewritten"), "{:?}", v.details);
+    assert!(
+        !v.passed && v.details[0].contains("rewritten"),
+        "{:?}",
+        v.details
+    );
 
     let mut obs = with_canary(good());
     planted(&mut obs);
@@ -779,5 +790,9 @@ fn owner_only_delete_fails_when_a_planted_object_changes() {
         .users
         .insert("TEAM".into(), user("team-secret-cccccccc", &[]));
     let v = lifecycle::owner_only_delete(&obs);
-    assert!(!v.passed && v.details[0].contains("policies"), "{:?}", v.details);
+    assert!(
+        !v.passed && v.details[0].contains("policies"),
+        "{:?}",
+        v.details
+    );
 }
