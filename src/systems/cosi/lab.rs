@@ -728,16 +728,13 @@ impl Lab {
     /// A planted object's name; `None` (and a failed expectation saying why,
     /// nothing planted) when it builds on a claim that never got a bucket.
     fn resolve(&mut self, step: usize, n: &BackendName, what: &str) -> Option<String> {
-        let BackendName::OfClaim {
-            claim,
-            prefix,
-            suffix,
-        } = n
-        else {
-            let BackendName::Absolute(a) = n else {
-                unreachable!()
-            };
-            return Some(a.clone());
+        let (claim, prefix, suffix) = match n {
+            BackendName::Absolute(a) => return Some(a.clone()),
+            BackendName::OfClaim {
+                claim,
+                prefix,
+                suffix,
+            } => (claim, prefix, suffix),
         };
         match self
             .bucket_of
