@@ -530,3 +530,36 @@ async fn spawned_hostpath_csi_matches_the_builtin_without_the_bosh_backend() {
         assert_eq!(spawned.snapshot, builtin.snapshot, "{}", scn.name);
     }
 }
+
+/// The twin lab for unpredictable-secrets freezes a spawned driver's wall
+/// clock at one instant in both labs (libfaketime): the cosi-s3 binary with
+/// `--mutant time-seeded-secret` then hands out the same secrets twice and
+/// fails; the correct binary passes the same scenario.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_seeded_secret_repeats_under_the_twin_labs_frozen_clock() {
+    let scn = scenario::load(&root().join("scenarios/cosi/read-only-access.yaml")).unwrap();
+    let cosi = workspace_bin("cosi-s3");
+    let driver = |extra: &str| {
+        format!(
+            r#"{{command: ["{}", --endpoint, "{{endpoint}}"{extra}]}}"#,
+            cosi.display()
+        )
+    };
+    let o = run_with(&scn, Some(&driver(", --mutant, time-seeded-secret")))
+        .await
+        .unwrap();
+    let failed: Vec<&str> = o
+        .verdicts
+        .iter()
+        .filter(|v| !v.passed)
+        .map(|v| v.invariant)
+        .collect();
+    assert_eq!(
+        failed,
+        ["unpredictable-secrets"],
+        "is libfaketime installed (make faketime-deps)? {:?}",
+        o.verdicts
+    );
+    let o = run_with(&scn, Some(&driver(""))).await.unwrap();
+    assert!(o.passed(), "{:?}", o.verdicts);
+}

@@ -44,6 +44,24 @@ impl InProcessDriver {
         Self::new(serve, socket)
     }
 
+    /// The reference COSI driver reading its wall clock from `clock` (a lab's virtual one).
+    pub fn cosi_clocked(
+        config: cosi_s3::DriverConfig,
+        socket: &Path,
+        clock: cosi_s3::service::WallClock,
+    ) -> Self {
+        let serve: ServeFn = std::sync::Arc::new(move |socket: PathBuf| {
+            let config = config.clone();
+            let clock = clock.clone();
+            Box::pin(async move {
+                let driver = cosi_s3::CosiS3Driver::new(config).await?;
+                driver.set_wall_clock(clock);
+                cosi_s3::serve_driver(driver, &socket, std::future::pending()).await
+            })
+        });
+        Self::new(serve, socket)
+    }
+
     /// The reference BOSH CSI driver whose session tokens expire on `clock`
     /// (milliseconds of virtual time), as its snapshot-metadata service needs.
     pub fn bosh_csi_clocked(
@@ -280,10 +298,18 @@ impl Driver {
                     mutants: Mutant::cosi(mutants),
                     policy_layout: spec.policy_layout.unwrap_or_default(),
                 };
-                Ok(Driver::InProcess(InProcessDriver::cosi(
-                    config,
-                    &params.host_socket,
-                )))
+                Ok(Driver::InProcess(match &params.frozen_wall {
+                    // The in-process driver's wall clock is the lab's virtual one.
+                    Some(frozen) => {
+                        let frozen = frozen.clone();
+                        InProcessDriver::cosi_clocked(
+                            config,
+                            &params.host_socket,
+                            std::sync::Arc::new(move || frozen.virtual_now()),
+                        )
+                    }
+                    None => InProcessDriver::cosi(config, &params.host_socket),
+                }))
             }
             DriverLaunch::Builtin(b @ (BuiltinDriver::BoshCsi | BuiltinDriver::HostpathCsi)) => {
                 Err(anyhow!(

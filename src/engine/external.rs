@@ -39,6 +39,86 @@ pub struct DriverParams {
     /// The lab's virtual clock, when a spawned driver's wall clock should
     /// follow it (see [`LabClock`]).
     pub clock: Option<SimClock>,
+    /// A wall clock frozen at one instant, shared by labs that must see the
+    /// same time (a twin; see [`FrozenWall`]).
+    pub frozen_wall: Option<FrozenWall>,
+}
+
+/// The wall clock two labs share so that a driver's time-seeded values repeat
+/// in both: a spawned driver's realtime clock is frozen at `at` (libfaketime,
+/// absolute form); the in-process driver reads `at` plus the lab's virtual time.
+#[derive(Clone, Debug)]
+pub struct FrozenWall {
+    /// The instant (whole seconds) every driver process is frozen at.
+    pub at: std::time::SystemTime,
+    /// The lab's virtual clock (the in-process driver's time moves with it).
+    pub clock: SimClock,
+}
+
+impl FrozenWall {
+    /// The instant now, to the whole second (libfaketime's absolute form has no fraction).
+    pub fn now_whole_second() -> std::time::SystemTime {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        std::time::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    /// What the in-process driver reads: `at` plus the virtual time so far.
+    pub fn virtual_now(&self) -> std::time::SystemTime {
+        self.at + Duration::from_millis(self.clock.now().0)
+    }
+
+    /// `FAKETIME` for `at`: "YYYY-MM-DD hh:mm:ss" (UTC, with `TZ=UTC`), which
+    /// libfaketime holds still rather than letting it tick.
+    pub fn faketime_value(&self) -> String {
+        let secs = self
+            .at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        let (days, rem) = (secs / 86_400, secs % 86_400);
+        let (y, m, d) = civil_from_days(days as i64);
+        format!(
+            "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        )
+    }
+
+    /// Environment freezing a spawned driver's realtime clock at `at`;
+    /// `None` (and a history note) without libfaketime.
+    fn environment(&self, history: &History) -> Option<Vec<(String, String)>> {
+        let Some(lib) = LabClock::library() else {
+            history.record(EventKind::Note {
+                component: Component::Lab,
+                text: "the driver's wall clock is not frozen: libfaketime not found (install Debian's faketime, or set DRIVELAB_LIBFAKETIME), so a twin lab cannot catch secrets seeded from the time".into(),
+            });
+            return None;
+        };
+        Some(vec![
+            ("LD_PRELOAD".into(), lib.display().to_string()),
+            ("FAKETIME".into(), self.faketime_value()),
+            ("TZ".into(), "UTC".into()),
+            ("FAKETIME_NO_CACHE".into(), "1".into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ])
+    }
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 impl DriverParams {
@@ -57,6 +137,7 @@ impl DriverParams {
             values: BTreeMap::new(),
             redact: Vec::new(),
             clock: None,
+            frozen_wall: None,
         }
     }
 
@@ -580,6 +661,12 @@ impl ProcessDriver {
             let file = params.host_socket.with_extension("faketime");
             if let Some(vars) = LabClock::environment(clock, &file, &history) {
                 // These win over `env:`: the clock is the lab's to set.
+                env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
+                env.extend(vars);
+            }
+        }
+        if let Some(frozen) = &params.frozen_wall {
+            if let Some(vars) = frozen.environment(&history) {
                 env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
                 env.extend(vars);
             }

@@ -292,6 +292,91 @@ pub enum BackendBucketStep {
     /// bucket is deleted another tenant may take its name; a late duplicate
     /// delete must then not touch it.
     NameOfClaim(ObjectRef),
+    /// A bucket the lab plants with objects, or under a name built from a
+    /// claim's bucket name (`prefix`/`suffix`): it must keep every object.
+    Planted(PlantedBucket),
+}
+
+/// A bucket planted with objects (`create_backend_bucket` with `objects`,
+/// `prefix` or `suffix`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlantedBucket {
+    /// Its name.
+    pub name: BackendName,
+    /// Keys of the objects put in it.
+    pub objects: Vec<String>,
+}
+
+/// The name of a backend object the lab plants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendName {
+    /// As written.
+    Absolute(String),
+    /// `prefix` + the backend name of claim's bucket + `suffix` (e.g. a bucket
+    /// whose name merely starts with a claim's bucket name).
+    OfClaim {
+        /// The claim whose bucket name it builds on.
+        claim: ObjectRef,
+        /// Put before it.
+        prefix: String,
+        /// Put after it.
+        suffix: String,
+    },
+}
+
+impl BackendName {
+    /// How the name reads, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            BackendName::Absolute(n) => n.clone(),
+            BackendName::OfClaim {
+                claim,
+                prefix,
+                suffix,
+            } => format!(
+                "{prefix}(claim {}/{}'s bucket){suffix}",
+                claim.namespace, claim.name
+            ),
+        }
+    }
+}
+
+/// `create_backend_policy:` — a canned policy someone else manages, allowing
+/// read and write on one bucket; it must end byte-identical.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendPolicyStep {
+    /// The policy's name (absolute: classes name it in `policy:`).
+    pub name: String,
+    /// The bucket it allows.
+    pub bucket: BackendName,
+}
+
+/// `create_backend_user:` — a backend user someone else manages; it must keep
+/// its secret, status and policies.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BackendUserStep {
+    /// Its access key.
+    pub access_key: String,
+    /// Canned policies attached to it (planted or built in).
+    #[serde(default)]
+    pub policies: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBackendPolicy {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) bucket: Option<String>,
+    #[serde(default)]
+    pub(crate) bucket_of_claim: Option<String>,
+    #[serde(default)]
+    pub(crate) namespace: Option<String>,
+    #[serde(default)]
+    pub(crate) prefix: String,
+    #[serde(default)]
+    pub(crate) suffix: String,
 }
 
 impl BackendBucketStep {
@@ -301,6 +386,9 @@ impl BackendBucketStep {
             BackendBucketStep::Named(n) => n.clone(),
             BackendBucketStep::NameOfClaim(c) => {
                 format!("(the name of claim {}/{}'s bucket)", c.namespace, c.name)
+            }
+            BackendBucketStep::Planted(p) => {
+                format!("{} with {} objects", p.name.describe(), p.objects.len())
             }
         }
     }
@@ -315,6 +403,12 @@ pub(crate) struct RawBackendBucket {
     pub(crate) name_of_claim: Option<String>,
     #[serde(default)]
     pub(crate) namespace: Option<String>,
+    #[serde(default)]
+    pub(crate) prefix: String,
+    #[serde(default)]
+    pub(crate) suffix: String,
+    #[serde(default)]
+    pub(crate) objects: Vec<String>,
 }
 
 /// `heal:` — the partitions between two components, or (`None`) every one.
@@ -616,6 +710,8 @@ enum RawStep {
     Concurrent(Vec<Spanned<RawStep>>),
     CreateBucket(StaticBucketStep),
     CreateBackendBucket(RawBackendBucket),
+    CreateBackendPolicy(RawBackendPolicy),
+    CreateBackendUser(BackendUserStep),
     CreateVolume(VolumeStep),
     DeleteVolume(VolumeRef),
     Publish(PublishStep),
@@ -655,7 +751,9 @@ impl RawStep {
             | R::DeleteBucketClaim(_)
             | R::Retry(_)
             | R::CreateBucket(_)
-            | R::CreateBackendBucket(_) => Some(StepOwner::Cosi),
+            | R::CreateBackendBucket(_)
+            | R::CreateBackendPolicy(_)
+            | R::CreateBackendUser(_) => Some(StepOwner::Cosi),
             R::CreateVolume(_)
             | R::DeleteVolume(_)
             | R::Publish(_)
@@ -979,6 +1077,16 @@ impl Validator<'_> {
             ));
         }
         let bucket_classes = self.unique(raw.bucket_classes, "bucket class", |c| &c.name)?;
+        for c in &raw.bucket_access_classes {
+            // The lab judges least-privilege by the mode the class asks for.
+            if let Err(m) = crate::systems::cosi::requested_mode(&c.value.parameters) {
+                return Err(self.err(
+                    c,
+                    format!("bucket access class `{}`: {m}", c.value.name),
+                    None,
+                ));
+            }
+        }
         let access_classes =
             self.unique(raw.bucket_access_classes, "bucket access class", |c| {
                 &c.name
@@ -1276,6 +1384,10 @@ impl Validator<'_> {
             RawStep::CreateBackendBucket(x) => {
                 Step::Cosi(self.create_backend_bucket(ctx, &here, x)?)
             }
+            RawStep::CreateBackendPolicy(x) => {
+                Step::Cosi(self.create_backend_policy(ctx, &here, x)?)
+            }
+            RawStep::CreateBackendUser(x) => Step::Cosi(self.create_backend_user(ctx, &here, x)?),
             RawStep::CreateVolume(x) => Step::Csi(self.create_volume(ctx, &here, x)?),
             RawStep::DeleteVolume(x) => Step::Csi(self.delete_volume(ctx, &here, x)?),
             RawStep::Publish(x) => Step::Csi(self.publish(ctx, &here, x)?),

@@ -415,6 +415,53 @@ fn create_backend_bucket_takes_a_name_or_a_claims_name_and_says_which_is_wrong()
 }
 
 #[test]
+fn planted_objects_and_access_modes_say_what_is_wrong() {
+    let with = |step: &str| GOOD.replace("  - expect: { code: OK }", step);
+    let s = p(&with(
+        "  - create_backend_bucket: { name_of_claim: photos, prefix: old-, objects: [a.csv] }",
+    ))
+    .unwrap();
+    assert_round_trips(&s);
+    for (step, says) in [
+        (
+            "  - create_backend_bucket: { name_of_claim: nosuch, suffix: -x }",
+            "no earlier step creates claim `default/nosuch`",
+        ),
+        (
+            "  - create_backend_bucket: { name: other, suffix: -x }",
+            "go with `name_of_claim`",
+        ),
+        (
+            "  - create_backend_bucket: { name_of_claim: photos, suffix: _X }",
+            "may hold only lowercase",
+        ),
+        (
+            "  - create_backend_policy: { name: team, bucket: a, bucket_of_claim: photos }",
+            "exactly one of `bucket` and `bucket_of_claim`",
+        ),
+        (
+            "  - create_backend_policy: { name: \"has space\", bucket: a }",
+            "not a canned policy name",
+        ),
+        (
+            "  - create_backend_user: { access_key: ab }",
+            "not a usable access key",
+        ),
+    ] {
+        let e = p(&with(step)).unwrap_err();
+        assert_eq!(e.line, 11, "{e}");
+        assert!(e.to_string().contains(says), "{step}: {e}");
+    }
+    let ro = GOOD.replace(
+        "authentication_type: Key }",
+        "authentication_type: Key, parameters: { accessMode: WriteOnly } }",
+    );
+    assert_ne!(ro, GOOD, "the fixture has an access class");
+    let e = p(&ro).unwrap_err();
+    assert!(e.to_string().contains("accessMode: WriteOnly"), "{e}");
+}
+
+#[test]
 fn the_writer_keeps_the_driver_that_ran() {
     // A found file must drive the driver that was explored, placeholders
     // intact — never the reference driver in its place.

@@ -221,6 +221,27 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&c.name),
             q(&c.namespace)
         ),
+        Step::Cosi(CosiStep::CreateBackendBucket(BackendBucketStep::Planted(p))) => {
+            let objects: Vec<String> = p.objects.iter().map(|o| q(o)).collect();
+            format!(
+                "create_backend_bucket: {{ {}, objects: [{}] }}",
+                backend_name_yaml(&p.name, "name", "name_of_claim"),
+                objects.join(", ")
+            )
+        }
+        Step::Cosi(CosiStep::CreateBackendPolicy(p)) => format!(
+            "create_backend_policy: {{ name: {}, {} }}",
+            q(&p.name),
+            backend_name_yaml(&p.bucket, "bucket", "bucket_of_claim")
+        ),
+        Step::Cosi(CosiStep::CreateBackendUser(u)) => {
+            let policies: Vec<String> = u.policies.iter().map(|p| q(p)).collect();
+            format!(
+                "create_backend_user: {{ access_key: {}, policies: [{}] }}",
+                q(&u.access_key),
+                policies.join(", ")
+            )
+        }
         Step::Csi(CsiStep::CreateVolume(v)) => format!(
             "create_volume: {{ name: {}, class: {}, namespace: {}, size: {}, access: {} }}",
             q(&v.name),
@@ -531,4 +552,22 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
         }
     }
     out
+}
+
+/// A planted object's name as the file writes it.
+fn backend_name_yaml(n: &super::BackendName, name_key: &str, claim_key: &str) -> String {
+    match n {
+        super::BackendName::Absolute(v) => format!("{name_key}: {}", q(v)),
+        super::BackendName::OfClaim {
+            claim,
+            prefix,
+            suffix,
+        } => format!(
+            "{claim_key}: {}, namespace: {}, prefix: {}, suffix: {}",
+            q(&claim.name),
+            q(&claim.namespace),
+            q(prefix),
+            q(suffix)
+        ),
+    }
 }

@@ -366,6 +366,21 @@ impl Backend {
         .map(drop)
     }
 
+    /// GET /: the names of every bucket the admin account sees.
+    pub async fn list_buckets(&self) -> Result<Vec<String>, BackendError> {
+        let body = self
+            .call(Method::GET, "ListBuckets", "/", &[], Vec::new())
+            .await?;
+        let text = String::from_utf8_lossy(&body);
+        // <ListAllMyBucketsResult><Buckets><Bucket><Name>n</Name>…: names only.
+        Ok(text
+            .split("<Name>")
+            .skip(1)
+            .filter_map(|rest| rest.split("</Name>").next())
+            .map(str::to_string)
+            .collect())
+    }
+
     /// HEAD /bucket: whether it exists.
     pub async fn bucket_exists(&self, bucket: &str) -> Result<bool, BackendError> {
         match self

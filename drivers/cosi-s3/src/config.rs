@@ -119,6 +119,18 @@ pub enum Mutant {
     BucketBeforeCheckpoint,
     /// Revoke deletes the grant's checkpoint before it removes the grant's policy.
     PolicyAfterForget,
+    // -- issue 18: access modes, objects the driver does not own, secret sources --
+    /// A read-only grant gets the read-write policy document.
+    ReadOnlyGetsWrite,
+    /// A grant naming an external canned policy (`policy:`) rewrites its document.
+    RewriteExternalPolicy,
+    /// Delete also removes every bucket whose name starts with the bucket's.
+    DeletePrefixBuckets,
+    /// The secret comes from a PRNG seeded with the wall-clock time.
+    TimeSeededSecret,
+    /// One secret, drawn once per process, for every grant.
+    SameSecretEveryAccess,
+    // -- end issue 18 --
 }
 
 impl Mutant {
@@ -137,6 +149,12 @@ impl Mutant {
             Mutant::RevokeNeedsParameter,
             Mutant::BucketBeforeCheckpoint,
             Mutant::PolicyAfterForget,
+            // issue 18
+            Mutant::ReadOnlyGetsWrite,
+            Mutant::RewriteExternalPolicy,
+            Mutant::DeletePrefixBuckets,
+            Mutant::TimeSeededSecret,
+            Mutant::SameSecretEveryAccess,
         ]
     }
 
@@ -155,6 +173,12 @@ impl Mutant {
             Mutant::RevokeNeedsParameter => "revoke-needs-parameter",
             Mutant::BucketBeforeCheckpoint => "bucket-before-checkpoint",
             Mutant::PolicyAfterForget => "policy-after-forget",
+            // issue 18
+            Mutant::ReadOnlyGetsWrite => "read-only-gets-write",
+            Mutant::RewriteExternalPolicy => "rewrite-external-policy",
+            Mutant::DeletePrefixBuckets => "delete-prefix-buckets",
+            Mutant::TimeSeededSecret => "time-seeded-secret",
+            Mutant::SameSecretEveryAccess => "same-secret-every-access",
         }
     }
 
@@ -196,6 +220,22 @@ impl Mutant {
             }
             Mutant::PolicyAfterForget => {
                 "revoke removes the user, deletes the grant's checkpoint, then removes the policy; after a crash or a lost reply between the two the retry finds no grant and answers OK, and the policy is leaked (no-orphans)"
+            }
+            // issue 18
+            Mutant::ReadOnlyGetsWrite => {
+                "an `accessMode: ReadOnly` grant gets the read-write policy document, so its credentials can write and delete objects (least-privilege)"
+            }
+            Mutant::RewriteExternalPolicy => {
+                "a grant whose class names an externally managed canned policy (`policy:`) \"ensures\" it by writing its own per-bucket document over it, changing it for every other user of that policy (owner-only-delete)"
+            }
+            Mutant::DeletePrefixBuckets => {
+                "deleting bucket B also deletes every bucket whose name starts with B (meant for its own `B-*` companions), whoever owns them (owner-only-delete)"
+            }
+            Mutant::TimeSeededSecret => {
+                "the secret comes from a PRNG seeded with the wall-clock time in nanoseconds: two labs under the same frozen clock hand out the same secrets (unpredictable-secrets, twin lab)"
+            }
+            Mutant::SameSecretEveryAccess => {
+                "one random secret is drawn when the driver starts and handed to every grant: accesses with different keys share a secret (unique-credentials)"
             }
         }
     }
@@ -573,7 +613,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 10);
+        assert_eq!(Mutant::all().len(), 17);
         assert_eq!(Mutant::parse("no-such-bug"), None);
         assert_eq!(Mutant::parse(""), None);
     }

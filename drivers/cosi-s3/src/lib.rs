@@ -12,7 +12,10 @@
 //!
 //! BucketAccessClass only:
 //! - `policy`: an existing canned policy to attach instead of generating one.
-//! - `accessMode`: `readwrite` (default) or `readonly`, for the generated policy.
+//! - `accessMode`: `ReadWrite` (default) or `ReadOnly` (case-insensitive), for
+//!   the generated policy: COSI v1alpha2's `BucketAccessMode` spelling, carried
+//!   as a class parameter because v1alpha1 has no field for it. A read-only
+//!   grant's policy has only `s3:GetObject`, `s3:ListBucket`, `s3:GetBucketLocation`.
 //! - `preferredAccessKey`: the access key the grant should get (3-20 of
 //!   `A-Z a-z 0-9 - _ .`). At most one access holds it at a time: the first
 //!   grant reserves it, every other grant asking for it gets a random key (and
@@ -42,10 +45,12 @@
 //! `shared-preferred-key` (`preferredAccessKey` used with no reservation and no
 //! check, so a second grant's add-user replaces the first grant's secret), and
 //! `revoke-needs-parameter` (every revoke refused INVALID_ARGUMENT, which the
-//! sidecar retries for ever), and two order-of-commit bugs a crash exposes:
+//! sidecar retries for ever); two order-of-commit bugs a crash exposes:
 //! `bucket-before-checkpoint` (the bucket PUT before its ownership checkpoint)
 //! and `policy-after-forget` (revoke deletes the grant's checkpoint before
-//! its policy).
+//! its policy); and, for access modes, objects the driver does not own and
+//! secret sources: `read-only-gets-write`, `rewrite-external-policy`,
+//! `delete-prefix-buckets`, `time-seeded-secret`, `same-secret-every-access`.
 
 pub mod admin;
 pub mod checkpoint;
@@ -75,7 +80,15 @@ pub async fn serve_unix(
     socket: &Path,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let driver = CosiS3Driver::new(config).await?;
+    serve_driver(CosiS3Driver::new(config).await?, socket, shutdown).await
+}
+
+/// Serve an already built driver (e.g. one given a wall clock) on a Unix socket.
+pub async fn serve_driver(
+    driver: CosiS3Driver,
+    socket: &Path,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let listener = bind_unix(socket)?;
     tracing::info!(socket = %socket.display(), driver = DRIVER_NAME, "serving COSI");
     tonic::transport::Server::builder()

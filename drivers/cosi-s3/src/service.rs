@@ -69,7 +69,14 @@ struct Inner {
     config: DriverConfig,
     store: Checkpoints,
     http: Client<HttpConnector, Full<Bytes>>,
+    /// The wall clock, when not the system's (a lab's virtual one).
+    wall_clock: std::sync::OnceLock<WallClock>,
+    /// The `same-secret-every-access` mutant's one secret, drawn on first use.
+    process_secret: std::sync::OnceLock<String>,
 }
+
+/// A source of wall-clock time (the system's unless [`CosiS3Driver::set_wall_clock`]).
+pub type WallClock = Arc<dyn Fn() -> std::time::SystemTime + Send + Sync>;
 
 impl CosiS3Driver {
     /// Build a driver. Does not contact Kubernetes or the backend yet (both are
@@ -106,8 +113,23 @@ impl CosiS3Driver {
                 config,
                 store,
                 http: admin::http_client(),
+                wall_clock: std::sync::OnceLock::new(),
+                process_secret: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Read wall-clock time from `clock` instead of the system (a lab's
+    /// virtual clock). Only the first call counts.
+    pub fn set_wall_clock(&self, clock: WallClock) {
+        let _ = self.inner.wall_clock.set(clock);
+    }
+
+    fn wall_now(&self) -> std::time::SystemTime {
+        match self.inner.wall_clock.get() {
+            Some(c) => c(),
+            None => std::time::SystemTime::now(),
+        }
     }
 
     /// The configuration the driver runs with.
@@ -251,6 +273,14 @@ impl CosiS3Driver {
                     )))
                 }
                 Err(e) => return Err(e.into_driver(&conn)),
+            }
+            if self.mutant(Mutant::DeletePrefixBuckets) {
+                // MUTANT delete-prefix-buckets: "companions" by name prefix, whoever owns them.
+                for other in backend.list_buckets().await.unwrap_or_default() {
+                    if other != id && other.starts_with(id) {
+                        let _ = backend.delete_bucket(&other).await;
+                    }
+                }
             }
             match store.delete_bucket(&v).await? {
                 Swap::Done(_) => {
@@ -505,7 +535,13 @@ impl CosiS3Driver {
         if info.is_none() || force_user {
             backend.add_user(&rec.access_key, &rec.secret_key).await?;
         }
-        let want = policy_document(&rec.bucket_id, rec.access_mode);
+        // MUTANT read-only-gets-write: the read-write document whatever the mode.
+        let mode = if self.mutant(Mutant::ReadOnlyGetsWrite) {
+            crate::config::AccessMode::ReadWrite
+        } else {
+            rec.access_mode
+        };
+        let want = policy_document(&rec.bucket_id, mode);
         match rec.policy_kind {
             PolicyKind::Generated => match backend.info_canned_policy(&rec.policy_name).await? {
                 Some(doc) if same_document(&doc, &want) => {}
@@ -513,6 +549,10 @@ impl CosiS3Driver {
             },
             // MUTANT shared-policy: replaces a document other grants rely on.
             PolicyKind::Shared => backend.add_canned_policy(&rec.policy_name, &want).await?,
+            // MUTANT rewrite-external-policy: writes over a policy someone else manages.
+            PolicyKind::External if self.mutant(Mutant::RewriteExternalPolicy) => {
+                backend.add_canned_policy(&rec.policy_name, &want).await?
+            }
             PolicyKind::External => {}
         }
         let mut wanted = vec![rec.policy_name.clone()];
@@ -795,6 +835,20 @@ impl CosiS3Driver {
             // MUTANT predictable-secret: derivable from the account name.
             return Ok(predictable_secret(account_name));
         }
+        if self.mutant(Mutant::TimeSeededSecret) {
+            // MUTANT time-seeded-secret: seeded with the wall-clock time (ns).
+            let nanos = self
+                .wall_now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default();
+            return Ok(time_seeded_secret(nanos, account_name));
+        }
+        if self.mutant(Mutant::SameSecretEveryAccess) {
+            // MUTANT same-secret-every-access: one secret per process.
+            let first = random_secret()?;
+            return Ok(self.inner.process_secret.get_or_init(|| first).clone());
+        }
         random_secret()
     }
 }
@@ -875,6 +929,16 @@ pub fn random_secret() -> Result<String, DriverError> {
 /// (XMinioAdminInvalidSecretKey). Still computable by anyone who knows the name.
 pub fn predictable_secret(account_name: &str) -> String {
     let mut h = hex::encode(Sha256::digest(format!("cosi-s3:{account_name}").as_bytes()));
+    h.truncate(SECRET_KEY_LEN);
+    h
+}
+
+/// The `time-seeded-secret` mutant's secret: a generator seeded with the
+/// wall-clock time in nanoseconds (and the name): whoever knows roughly when
+/// a grant ran can enumerate it, and two processes under one frozen clock
+/// draw the same.
+pub fn time_seeded_secret(nanos: u128, account_name: &str) -> String {
+    let mut h = hex::encode(Sha256::digest(format!("{nanos}/{account_name}").as_bytes()));
     h.truncate(SECRET_KEY_LEN);
     h
 }

@@ -28,12 +28,12 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 
 use super::checks::{
-    self, BackendState, LiveAccess, Observations, Probe, ProbePurpose, RetryObservation, Stuck,
-    UserState,
+    self, BackendState, GrantedMode, LiveAccess, Observations, Planted, Probe, ProbeOp,
+    ProbePurpose, RetryObservation, Stuck, UserState,
 };
 use crate::scenario::{
-    AccessStep, BackendBucketStep, ClaimStep, Expectation, Invariant, Restartable, RetryOp,
-    RetryStep, Scenario, Step,
+    AccessStep, BackendBucketStep, BackendName, BackendPolicyStep, BackendUserStep, ClaimStep,
+    Expectation, Invariant, Restartable, RetryOp, RetryStep, Scenario, Step,
 };
 
 use super::fakes::FakeSet;
@@ -61,9 +61,13 @@ pub(crate) async fn run(
 ) -> anyhow::Result<RunOutcome> {
     // The twin: the same scenario, seed and names in a second lab. A driver whose
     // secrets are a function of names hands out the same secrets in both.
-    let twin = if scn.invariants.contains(&Invariant::UnpredictableSecrets) {
+    // Both labs' drivers see one frozen wall clock, so secrets seeded from
+    // the time repeat too.
+    let twinned = scn.invariants.contains(&Invariant::UnpredictableSecrets);
+    let wall = twinned.then(external::FrozenWall::now_whole_second);
+    let twin = if twinned {
         Some(
-            run_once(scn, seed, mutants, opts.step_snapshots, None, None)
+            run_once(scn, seed, mutants, opts.step_snapshots, (None, wall), None)
                 .await?
                 .1,
         )
@@ -71,11 +75,16 @@ pub(crate) async fn run(
         None
     };
     let recorder = opts.recorder.as_ref();
-    Ok(
-        run_once(scn, seed, mutants, opts.step_snapshots, twin, recorder)
-            .await?
-            .0,
+    Ok(run_once(
+        scn,
+        seed,
+        mutants,
+        opts.step_snapshots,
+        (twin, wall),
+        recorder,
     )
+    .await?
+    .0)
 }
 
 async fn run_once(
@@ -83,11 +92,14 @@ async fn run_once(
     seed: u64,
     mutants: &[Mutant],
     step_snapshots: StepSnapshots,
-    twin: Option<BTreeMap<String, Secret>>,
+    (twin, wall): (
+        Option<BTreeMap<String, Secret>>,
+        Option<std::time::SystemTime>,
+    ),
     recorder: Option<&crate::runs::Recorder>,
 ) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
     let log_start = crate::logcap::position();
-    let mut lab = Lab::start(scn, seed, mutants).await?;
+    let mut lab = Lab::start(scn, seed, mutants, wall).await?;
     lab.recorder = recorder.cloned();
     let result = system::run_steps(&mut lab, scn, step_snapshots).await;
     lab.checkpoint(scn.steps.len());
@@ -176,7 +188,13 @@ struct Lab {
     account_of: BTreeMap<String, (String, String)>,
     bucket_of: BTreeMap<String, String>,
     lab_buckets: Vec<String>,
+    /// Backend objects the lab planted (someone else's), as planted.
+    planted: Planted,
+    /// Draws the secrets of planted users (by seed).
+    planting_rng: ChaCha20Rng,
     class_params: BTreeMap<String, Value>,
+    /// The access mode each BucketAccessClass asks for.
+    access_modes: BTreeMap<String, GrantedMode>,
     seen_buckets: std::collections::BTreeSet<String>,
     seen_users: std::collections::BTreeSet<String>,
     /// Where `observe_backend` stopped reading the S3 fake's write log.
@@ -237,6 +255,8 @@ impl system::SystemLab for Lab {
                 Step::Cosi(CosiStep::CreateBackendBucket(b)) => {
                     self.create_backend_bucket(i, b).await?
                 }
+                Step::Cosi(CosiStep::CreateBackendPolicy(p)) => self.plant_policy(i, p).await?,
+                Step::Cosi(CosiStep::CreateBackendUser(u)) => self.plant_user(u).await?,
                 Step::Cosi(CosiStep::CreateBucket(b)) => self.create_static_bucket(scn, b)?,
                 other => {
                     if let Some(target) = self.begin(other)? {
@@ -267,7 +287,12 @@ impl system::SystemLab for Lab {
 }
 
 impl Lab {
-    async fn start(scn: &Scenario, seed: u64, mutants: &[Mutant]) -> anyhow::Result<Self> {
+    async fn start(
+        scn: &Scenario,
+        seed: u64,
+        mutants: &[Mutant],
+        wall: Option<std::time::SystemTime>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("drivelab-")
             .tempdir()
@@ -293,6 +318,7 @@ impl Lab {
             region: "us-east-1".into(),
         };
         let fakes = FakeSet::start(db, s3_config, rng.random(), gate(), gate()).await?;
+        let planting_rng = ChaCha20Rng::seed_from_u64(rng.random());
         let s3_url = fakes.s3_url();
         let kube = fakes.kube();
 
@@ -314,8 +340,19 @@ impl Lab {
         create_lab_bucket(&probe, &admin_secret, CANARY_BUCKET).await?;
 
         // The driver first: classes carry the name it reports (DriverGetInfo).
-        let (driver, sidecar) =
-            start_driver(scn, mutants, &dir, &fakes, &admin_secret, &history).await?;
+        let frozen = wall.map(|at| external::FrozenWall {
+            at,
+            clock: clock.clone(),
+        });
+        let (driver, sidecar) = start_driver(
+            scn,
+            mutants,
+            &dir,
+            &fakes,
+            (&admin_secret, frozen),
+            &history,
+        )
+        .await?;
         hook.set_control(Arc::new(Control {
             crash: driver::DriverCrash {
                 driver: Arc::downgrade(&driver),
@@ -394,7 +431,18 @@ impl Lab {
             account_of: BTreeMap::new(),
             bucket_of: BTreeMap::new(),
             lab_buckets: vec![CANARY_BUCKET.to_string()],
+            planted: Planted::default(),
+            planting_rng,
             class_params,
+            access_modes: scn
+                .access_classes
+                .iter()
+                .map(|c| {
+                    // Validated with the scenario: a bad value never gets here.
+                    let mode = super::requested_mode(&c.parameters).unwrap_or_default();
+                    (c.name.clone(), mode)
+                })
+                .collect(),
             seen_buckets: Default::default(),
             seen_users: Default::default(),
             seen_cursor: Default::default(),
@@ -645,6 +693,7 @@ impl Lab {
                 self.lab_buckets.push(n.clone());
                 return Ok(());
             }
+            BackendBucketStep::Planted(p) => return self.plant_bucket(step, p).await,
             BackendBucketStep::NameOfClaim(c) => c,
         };
         // The driver's bucket id is the backend bucket's name (cosi-s3's is).
@@ -674,6 +723,161 @@ impl Lab {
         };
         create_lab_bucket(&self.probe, &self.admin_secret, &name).await?;
         self.lab_buckets.push(name);
+        Ok(())
+    }
+
+    /// A planted object's name; `None` (and a failed expectation saying why,
+    /// nothing planted) when it builds on a claim that never got a bucket.
+    fn resolve(&mut self, step: usize, n: &BackendName, what: &str) -> Option<String> {
+        let (claim, prefix, suffix) = match n {
+            BackendName::Absolute(a) => return Some(a.clone()),
+            BackendName::OfClaim {
+                claim,
+                prefix,
+                suffix,
+            } => (claim, prefix, suffix),
+        };
+        match self
+            .bucket_of
+            .get(&format!("{}/{}#id", claim.namespace, claim.name))
+        {
+            Some(id) => Some(format!("{prefix}{id}{suffix}")),
+            None => {
+                self.record.expect_failures.push(ExpectFailure {
+                    step: step + 1,
+                    at: String::new(),
+                    message: format!(
+                        "{what} {}: claim {}/{} never got a bucket; nothing created",
+                        n.describe(),
+                        claim.namespace,
+                        claim.name
+                    ),
+                });
+                None
+            }
+        }
+    }
+
+    /// One admin API call with the root key, as the lab's own request.
+    async fn admin_call(&self, path: &str, body: Value) -> anyhow::Result<()> {
+        let r = self
+            .probe
+            .send(
+                "PUT",
+                path,
+                "drivelab-admin",
+                self.admin_secret.expose(),
+                body.to_string().into_bytes(),
+            )
+            .await
+            .map_err(|e| anyhow!("PUT {path}: {e}"))?;
+        if !(200..300).contains(&r.status) {
+            return Err(anyhow!(
+                "PUT {path} answered {} {}",
+                r.status,
+                r.code.unwrap_or_default()
+            ));
+        }
+        Ok(())
+    }
+
+    /// A bucket someone else owns, with objects in it.
+    async fn plant_bucket(
+        &mut self,
+        step: usize,
+        p: &crate::scenario::PlantedBucket,
+    ) -> anyhow::Result<()> {
+        let Some(name) = self.resolve(step, &p.name, "create_backend_bucket") else {
+            return Ok(());
+        };
+        create_lab_bucket(&self.probe, &self.admin_secret, &name).await?;
+        for key in &p.objects {
+            let r = self
+                .probe
+                .put_object(
+                    "drivelab-admin",
+                    self.admin_secret.expose(),
+                    &name,
+                    key,
+                    b"planted by the lab".to_vec(),
+                )
+                .await
+                .map_err(|e| anyhow!("planting {name}/{key}: {e}"))?;
+            if !(200..300).contains(&r.status) {
+                return Err(anyhow!("planting {name}/{key} answered {}", r.status));
+            }
+        }
+        self.lab_buckets.push(name.clone());
+        self.planted.buckets.insert(name, p.objects.clone());
+        Ok(())
+    }
+
+    /// A canned policy someone else manages: read and write on one bucket,
+    /// with a statement id the driver's own documents never carry.
+    async fn plant_policy(&mut self, step: usize, p: &BackendPolicyStep) -> anyhow::Result<()> {
+        let Some(bucket) = self.resolve(step, &p.bucket, "create_backend_policy") else {
+            return Ok(());
+        };
+        let doc = json!({
+            "Version": "2012-10-17",
+            "Statement": [{
+                "Sid": "ManagedOutsideTheDriver",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "s3:GetBucketLocation"],
+                "Resource": [format!("arn:aws:s3:::{bucket}"), format!("arn:aws:s3:::{bucket}/*")],
+            }]
+        });
+        self.admin_call(
+            &format!("/rustfs/admin/v3/add-canned-policy?name={}", p.name),
+            doc,
+        )
+        .await
+        .with_context(|| format!("planting policy {}", p.name))?;
+        let stored = self
+            .fakes
+            .s3()
+            .policy(&p.name)
+            .ok_or_else(|| anyhow!("planted policy {} is not on the backend", p.name))?;
+        self.planted
+            .policies
+            .insert(p.name.clone(), stored.document);
+        Ok(())
+    }
+
+    /// A user someone else manages, with a random secret and its policies.
+    async fn plant_user(&mut self, u: &BackendUserStep) -> anyhow::Result<()> {
+        let secret = Secret::new(random_token(&mut self.planting_rng, 40));
+        self.admin_call(
+            &format!("/rustfs/admin/v3/add-user?accessKey={}", u.access_key),
+            json!({"secretKey": secret.expose(), "status": "enabled"}),
+        )
+        .await
+        .with_context(|| format!("planting user {}", u.access_key))?;
+        if !u.policies.is_empty() {
+            self.admin_call(
+                &format!(
+                    "/rustfs/admin/v3/set-user-or-group-policy?policyName={}&userOrGroup={}&isGroup=false",
+                    u.policies.join(","),
+                    u.access_key
+                ),
+                json!({}),
+            )
+            .await
+            .with_context(|| format!("attaching policies to planted user {}", u.access_key))?;
+        }
+        let v = self
+            .fakes
+            .s3()
+            .user(&u.access_key)
+            .ok_or_else(|| anyhow!("planted user {} is not on the backend", u.access_key))?;
+        self.planted.users.insert(
+            u.access_key.clone(),
+            UserState {
+                secret: Secret::new(v.secret_key),
+                status: v.status,
+                policies: v.policies,
+            },
+        );
         Ok(())
     }
 
@@ -992,13 +1196,18 @@ impl Lab {
                     .filter(|k| !self.lab_buckets.contains(k))
                     .count(),
             );
-            check(&mut fails, "users", counts.users, b.users.len());
-            check(
-                &mut fails,
-                "policies",
-                counts.policies,
-                b.driver_policies().count(),
-            );
+            // Planted users and policies are someone else's: not counted.
+            let users = b
+                .users
+                .keys()
+                .filter(|k| !self.planted.users.contains_key(*k))
+                .count();
+            check(&mut fails, "users", counts.users, users);
+            let policies = b
+                .driver_policies()
+                .filter(|(n, _)| !self.planted.policies.contains_key(*n))
+                .count();
+            check(&mut fails, "policies", counts.policies, policies);
         }
         if let Some(calls) = &e.driver_calls {
             for (rpc, want) in calls {
@@ -1105,6 +1314,11 @@ impl Lab {
                     .policies_at_grant
                     .get(&key)
                     .cloned()
+                    .unwrap_or_default(),
+                mode: self
+                    .access_modes
+                    .get(&str_at(a, &["spec", "bucketAccessClassName"]))
+                    .copied()
                     .unwrap_or_default(),
             });
         }
@@ -1276,6 +1490,7 @@ impl Lab {
             twin_secrets: twin,
             secret_shapes,
             leak_scan: crate::checks::LeakScan::run(&secrets, &artifacts),
+            planted: self.planted.clone(),
         };
         let history = self.history.events();
         let (record, verdicts) =
@@ -1360,24 +1575,45 @@ impl Lab {
             .collect()
     }
 
-    /// Signed PutObjects with handed-out credentials: own bucket, the canary and
-    /// every other live access's bucket with the current credentials; own bucket
-    /// with every credential an earlier reply handed out.
+    /// Signed reads (GetObject of an object the lab put there first) and
+    /// writes (PutObject) with handed-out credentials: own bucket, the canary
+    /// and every other live access's bucket with the current credentials; a
+    /// read of its own bucket with every credential an earlier reply handed out.
     async fn probe_all(&mut self, live: &[LiveAccess]) -> Vec<Probe> {
         let exchanges = self.sidecar.exchanges();
         let mut out = Vec::new();
         let mut targets: Vec<String> = live.iter().map(|a| a.bucket_id.clone()).collect();
         targets.push(CANARY_BUCKET.to_string());
+        // No credentials may reach a bucket someone else owns, least of all
+        // one whose name merely starts with a granted bucket's.
+        targets.extend(self.planted.buckets.keys().cloned());
         targets.sort();
         targets.dedup();
+        let backend = self.fakes.s3().buckets();
+        for bucket in &targets {
+            // A bucket gone by now gets NoSuchBucket from every probe: no seed to put.
+            if backend.iter().any(|b| b.name == *bucket) {
+                self.seed_object(bucket).await;
+            }
+        }
         for a in live {
             if let Some((key, secret)) = &a.credentials {
                 for bucket in &targets {
                     let granted = *bucket == a.bucket_id;
-                    out.push(
-                        self.one_probe(a, key, secret, bucket, granted, ProbePurpose::Current)
+                    for op in [ProbeOp::Read, ProbeOp::Write] {
+                        let allowed = granted && a.mode.allows(op);
+                        out.push(
+                            self.one_probe(
+                                a,
+                                key,
+                                secret,
+                                bucket,
+                                (op, granted, allowed),
+                                ProbePurpose::Current,
+                            )
                             .await,
-                    );
+                        );
+                    }
                 }
             }
             let handed: Vec<(String, Secret)> = exchanges
@@ -1400,7 +1636,7 @@ impl Lab {
                         &key,
                         &secret,
                         &a.bucket_id.clone(),
-                        true,
+                        (ProbeOp::Read, true, true),
                         ProbePurpose::HandedOut,
                     )
                     .await,
@@ -1410,27 +1646,55 @@ impl Lab {
         out
     }
 
+    /// The object read probes fetch, put with the admin key as the lab's own request.
+    async fn seed_object(&self, bucket: &str) {
+        let r = self
+            .probe
+            .put_object(
+                "drivelab-admin",
+                self.admin_secret.expose(),
+                bucket,
+                PROBE_SEED_OBJECT,
+                b"drivelab read probe".to_vec(),
+            )
+            .await;
+        if let Err(e) = r {
+            // The read probes then fail visibly (NoSuchKey), never pass silently.
+            tracing::warn!(bucket, error = %e, "could not put the read-probe object");
+        }
+    }
+
+    /// One signed request; `what` is (read or write, granted this bucket, must succeed).
     async fn one_probe(
         &mut self,
         a: &LiveAccess,
         key: &str,
         secret: &Secret,
         bucket: &str,
-        granted: bool,
+        what: (ProbeOp, bool, bool),
         purpose: ProbePurpose,
     ) -> Probe {
+        let (op, granted, allowed) = what;
         let object = format!("drivelab-probe/{}", a.name.replace('/', "-"));
         let calls_before = self.history.len();
-        let reply = self
-            .probe
-            .put_object(
-                key,
-                secret.expose(),
-                bucket,
-                &object,
-                b"drivelab probe".to_vec(),
-            )
-            .await;
+        let reply = match op {
+            ProbeOp::Write => {
+                self.probe
+                    .put_object(
+                        key,
+                        secret.expose(),
+                        bucket,
+                        &object,
+                        b"drivelab probe".to_vec(),
+                    )
+                    .await
+            }
+            ProbeOp::Read => {
+                self.probe
+                    .get_object(key, secret.expose(), bucket, PROBE_SEED_OBJECT)
+                    .await
+            }
+        };
         let call = drivelab_fakes::history::calls(&self.history.events_from(calls_before))
             .last()
             .map(|c| c.id);
@@ -1443,6 +1707,8 @@ impl Lab {
             access_key: key.to_string(),
             bucket: bucket.to_string(),
             granted_bucket: granted,
+            op,
+            allowed,
             purpose,
             status,
             code,
@@ -1450,6 +1716,9 @@ impl Lab {
         }
     }
 }
+
+/// The object the lab puts in every probed bucket for read probes to fetch.
+const PROBE_SEED_OBJECT: &str = "drivelab-probe/seed";
 
 /// Decoded data of a driver checkpoint object, for "is this id recorded anywhere".
 /// The COSI classes as a cluster admin would create them, connection
@@ -1518,7 +1787,7 @@ async fn start_driver(
     mutants: &[Mutant],
     dir: &tempfile::TempDir,
     fakes: &FakeSet,
-    admin_secret: &Secret,
+    (admin_secret, frozen): (&Secret, Option<external::FrozenWall>),
     history: &History,
 ) -> anyhow::Result<(Arc<Driver>, PathBuf)> {
     let host_dir = dir.path().join("driver");
@@ -1547,6 +1816,7 @@ async fn start_driver(
         .set("region", "us-east-1")
         .set_labelled("kube_url", fakes.kube_url(), "<kube-url>")
         .set("namespace", DRIVER_STATE_NAMESPACE);
+    params.frozen_wall = frozen;
     let driver = Arc::new(Driver::new(&scn.driver, mutants, &params, history.clone())?);
     driver.start().await?;
     Ok((driver, params.host_socket))

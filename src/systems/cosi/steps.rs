@@ -3,8 +3,9 @@
 //! each is checked against what earlier steps made.
 
 use crate::scenario::{
-    check_dns, default_namespace, AccessStep, BackendBucketStep, ClaimStep, Ctx, ObjectRef,
-    RawBackendBucket, RetryOp, RetryStep, ScenarioError, StaticBucketStep, Validator,
+    check_dns, default_namespace, AccessStep, BackendBucketStep, BackendName, BackendPolicyStep,
+    BackendUserStep, ClaimStep, Ctx, ObjectRef, PlantedBucket, RawBackendBucket, RawBackendPolicy,
+    RetryOp, RetryStep, ScenarioError, StaticBucketStep, Validator,
 };
 use serde_saphyr::Spanned;
 
@@ -25,6 +26,10 @@ pub enum CosiStep {
     CreateBucket(StaticBucketStep),
     /// Create a bucket directly in the backend, owned by someone other than the driver.
     CreateBackendBucket(BackendBucketStep),
+    /// Create a canned policy directly in the backend, managed by someone else.
+    CreateBackendPolicy(BackendPolicyStep),
+    /// Create a user directly in the backend, managed by someone else.
+    CreateBackendUser(BackendUserStep),
 }
 
 impl CosiStep {
@@ -38,6 +43,8 @@ impl CosiStep {
             CosiStep::Retry(_) => "retry",
             CosiStep::CreateBucket(_) => "create_bucket",
             CosiStep::CreateBackendBucket(_) => "create_backend_bucket",
+            CosiStep::CreateBackendPolicy(_) => "create_backend_policy",
+            CosiStep::CreateBackendUser(_) => "create_backend_user",
         }
     }
 
@@ -62,6 +69,16 @@ impl CosiStep {
                 b.name, b.existing_bucket_id
             ),
             CosiStep::CreateBackendBucket(b) => format!("create_backend_bucket {}", b.describe()),
+            CosiStep::CreateBackendPolicy(p) => format!(
+                "create_backend_policy {} (read-write on {})",
+                p.name,
+                p.bucket.describe()
+            ),
+            CosiStep::CreateBackendUser(u) => format!(
+                "create_backend_user {} (policies {})",
+                u.access_key,
+                u.policies.join(",")
+            ),
         }
     }
 
@@ -262,6 +279,101 @@ impl Validator<'_> {
         Ok(CosiStep::CreateBucket(b))
     }
 
+    /// The name of a planted object: absolute, or built on an earlier claim's bucket name.
+    fn backend_name(
+        &self,
+        ctx: &Ctx,
+        here: &Spanned<()>,
+        (name, of_claim, namespace): (Option<String>, Option<String>, Option<String>),
+        (prefix, suffix): (String, String),
+        keys: (&str, &str),
+    ) -> Result<BackendName, ScenarioError> {
+        let (name_key, claim_key) = keys;
+        match (name, of_claim) {
+            (Some(n), None) if prefix.is_empty() && suffix.is_empty() && namespace.is_none() => {
+                Ok(BackendName::Absolute(n))
+            }
+            (Some(_), None) => Err(self.err(
+                here,
+                format!("`namespace`, `prefix` and `suffix` go with `{claim_key}`, not with `{name_key}`"),
+                None,
+            )),
+            (None, Some(claim)) => {
+                let namespace = namespace.unwrap_or_else(default_namespace);
+                if !ctx.claims.contains(&(namespace.clone(), claim.clone())) {
+                    return Err(self.err(
+                        here,
+                        format!("`{claim_key}: {claim}`: no earlier step creates claim `{namespace}/{claim}`"),
+                        Some("the name builds on a claim's bucket name; put it after the claim's steps"),
+                    ));
+                }
+                let ok = |s: &str| s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'.');
+                if !ok(&prefix) || !ok(&suffix) {
+                    return Err(self.err(here, "`prefix` and `suffix` may hold only lowercase letters, digits, '-' and '.'", None));
+                }
+                Ok(BackendName::OfClaim {
+                    claim: ObjectRef { name: claim, namespace },
+                    prefix,
+                    suffix,
+                })
+            }
+            _ => Err(self.err(
+                here,
+                format!("give exactly one of `{name_key}` and `{claim_key}`"),
+                None,
+            )),
+        }
+    }
+
+    /// `create_backend_policy`: a policy name and the one bucket it allows (absolute or a claim's).
+    pub(crate) fn create_backend_policy(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        p: RawBackendPolicy,
+    ) -> Result<CosiStep, ScenarioError> {
+        let policy_ok = !p.name.is_empty()
+            && p.name.len() <= 128
+            && p.name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.=,@+".contains(c));
+        if !policy_ok {
+            return Err(self.err(
+                here,
+                format!("`{}` is not a canned policy name", p.name),
+                Some("letters, digits and -_.=,@+; at most 128 bytes"),
+            ));
+        }
+        let bucket = self.backend_name(
+            ctx,
+            here,
+            (p.bucket, p.bucket_of_claim, p.namespace),
+            (p.prefix, p.suffix),
+            ("bucket", "bucket_of_claim"),
+        )?;
+        Ok(CosiStep::CreateBackendPolicy(BackendPolicyStep {
+            name: p.name,
+            bucket,
+        }))
+    }
+
+    /// `create_backend_user`: an access key the backend accepts.
+    pub(crate) fn create_backend_user(
+        &self,
+        _ctx: &mut Ctx,
+        here: &Spanned<()>,
+        u: BackendUserStep,
+    ) -> Result<CosiStep, ScenarioError> {
+        if cosi_s3::config::validate_access_key("access_key", &u.access_key).is_err() {
+            return Err(self.err(
+                here,
+                format!("`{}` is not a usable access key", u.access_key),
+                Some("3-20 characters from A-Z a-z 0-9 - _ ."),
+            ));
+        }
+        Ok(CosiStep::CreateBackendUser(u))
+    }
+
     /// `create_backend_bucket`: exactly one of a valid bucket name or an earlier claim whose bucket name it takes.
     pub(crate) fn create_backend_bucket(
         &self,
@@ -269,6 +381,33 @@ impl Validator<'_> {
         here: &Spanned<()>,
         b: RawBackendBucket,
     ) -> Result<CosiStep, ScenarioError> {
+        if !b.objects.is_empty() || !b.prefix.is_empty() || !b.suffix.is_empty() {
+            if let Some(n) = &b.name {
+                if cosi_s3::config::validate_bucket_name("name", n).is_err() {
+                    return Err(self.err(
+                        here,
+                        format!("`{n}` is not a valid S3 bucket name"),
+                        None,
+                    ));
+                }
+            }
+            if b.objects.iter().any(|k| k.is_empty() || k.len() > 1024) {
+                return Err(self.err(here, "object keys are 1-1024 bytes", None));
+            }
+            let name = self.backend_name(
+                ctx,
+                here,
+                (b.name, b.name_of_claim, b.namespace),
+                (b.prefix, b.suffix),
+                ("name", "name_of_claim"),
+            )?;
+            return Ok(CosiStep::CreateBackendBucket(BackendBucketStep::Planted(
+                PlantedBucket {
+                    name,
+                    objects: b.objects,
+                },
+            )));
+        }
         Ok(match (b.name, b.name_of_claim) {
             (Some(name), None) => {
                 if b.namespace.is_some() {

@@ -25,7 +25,11 @@ fn recorded(obs: &Observations, id: &str) -> bool {
 pub fn no_orphans(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::NoOrphans);
     let b = &obs.backend;
-    for key in b.users.keys() {
+    for key in b
+        .users
+        .keys()
+        .filter(|k| !obs.planted.users.contains_key(*k))
+    {
         let live = obs
             .live
             .iter()
@@ -42,7 +46,10 @@ pub fn no_orphans(obs: &Observations) -> Verdict {
             );
         }
     }
-    for (name, _) in b.driver_policies() {
+    for (name, _) in b
+        .driver_policies()
+        .filter(|(n, _)| !obs.planted.policies.contains_key(*n))
+    {
         let attached = b.users.values().any(|u| u.policies.contains(name));
         if !attached && !recorded(obs, name) {
             v.fail(
@@ -134,6 +141,7 @@ pub fn owner_only_delete(obs: &Observations) -> Verdict {
             );
         }
     }
+    planted_intact(obs, &mut v);
     // A user may only go when its own account was revoked.
     let revoked: Vec<&str> = obs
         .exchanges
@@ -179,14 +187,85 @@ pub fn owner_only_delete(obs: &Observations) -> Verdict {
             )
         })
         .count();
-    let judged = obs.lab_buckets.len() + removals;
+    let p = &obs.planted;
+    let judged = obs.lab_buckets.len() + p.policies.len() + p.users.len() + removals;
     v.finish(
         judged,
         format!(
-            "{} lab-owned buckets intact; every removal was of the driver's own, on request",
-            obs.lab_buckets.len()
+            "{} lab-owned buckets, {} planted policies and {} planted users intact; every removal was of the driver's own, on request",
+            obs.lab_buckets.len(),
+            p.policies.len(),
+            p.users.len()
         ),
     )
+}
+
+/// Everything the lab planted is still there, unchanged: each bucket with
+/// every object put in it, each policy with the very document it had, each
+/// user with its secret, status and policies.
+fn planted_intact(obs: &Observations, v: &mut Verdict) {
+    let b = &obs.backend;
+    for (bucket, keys) in &obs.planted.buckets {
+        let Some(now) = b.buckets.get(bucket) else {
+            continue; // reported as a lab bucket that disappeared
+        };
+        let lost: Vec<&str> = keys
+            .iter()
+            .filter(|k| !now.contains(k))
+            .map(String::as_str)
+            .collect();
+        if !lost.is_empty() {
+            v.fail(
+                format!(
+                    "bucket {bucket}, which the driver never created, lost objects {}",
+                    lost.join(", ")
+                ),
+                [],
+            );
+        }
+    }
+    for (name, doc) in &obs.planted.policies {
+        match b.policies.get(name) {
+            None => v.fail(
+                format!("policy {name}, managed outside the driver, was deleted"),
+                [],
+            ),
+            Some(d) if d != doc => v.fail(
+                format!("policy {name}, managed outside the driver, had its document rewritten"),
+                [],
+            ),
+            _ => {}
+        }
+    }
+    for (key, user) in &obs.planted.users {
+        match b.users.get(key) {
+            None => v.fail(
+                format!("user {key}, managed outside the driver, was deleted"),
+                [],
+            ),
+            Some(u) => {
+                let mut changed = Vec::new();
+                if u.secret != user.secret {
+                    changed.push("secret".to_string());
+                }
+                if u.status != user.status {
+                    changed.push(format!("status {} -> {}", user.status, u.status));
+                }
+                if u.policies != user.policies {
+                    changed.push(format!("policies {:?} -> {:?}", user.policies, u.policies));
+                }
+                if !changed.is_empty() {
+                    v.fail(
+                        format!(
+                            "user {key}, managed outside the driver, changed: {}",
+                            changed.join(", ")
+                        ),
+                        [],
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// After faults heal, the sidecar is retrying nothing. Its rule is
@@ -460,7 +539,7 @@ pub fn unpredictable_secrets(obs: &Observations) -> Verdict {
                 continue;
             };
             if twin.get(name).is_some_and(|t| t == &c.secret) {
-                v.fail(format!("grant {name}: a twin lab with the same names got the same secret — it is a function of the names"), [e.call]);
+                v.fail(format!("grant {name}: a twin lab with the same names (and the same frozen wall clock) got the same secret — it is a function of the names or the time"), [e.call]);
             }
         }
     }

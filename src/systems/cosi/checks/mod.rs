@@ -110,6 +110,50 @@ pub struct LiveAccess {
     pub credentials: Option<(String, Secret)>,
     /// Documents of the policies attached to its user right after its grant converged.
     pub policies_at_grant: BTreeMap<String, serde_json::Value>,
+    /// What its BucketAccessClass asked for (`accessMode`).
+    pub mode: GrantedMode,
+}
+
+/// The access a BucketAccessClass asks for. COSI v1alpha2 names it
+/// `accessMode: ReadWrite | ReadOnly | WriteOnly` on a BucketAccess; v1alpha1
+/// has no field, so drivers take it as a class parameter (see
+/// [`crate::systems::cosi::ACCESS_MODE_PARAM`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GrantedMode {
+    /// Read and write objects (the default when the class says nothing).
+    #[default]
+    ReadWrite,
+    /// Read objects only: every write is denied.
+    ReadOnly,
+}
+
+impl GrantedMode {
+    /// Whether a probe of `op` on the granted bucket must succeed.
+    pub fn allows(self, op: ProbeOp) -> bool {
+        match (self, op) {
+            (_, ProbeOp::Read) | (GrantedMode::ReadWrite, ProbeOp::Write) => true,
+            (GrantedMode::ReadOnly, ProbeOp::Write) => false,
+        }
+    }
+}
+
+/// What a probe tries with the credentials.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeOp {
+    /// GetObject of an object the lab put there first.
+    Read,
+    /// PutObject of a new object.
+    Write,
+}
+
+impl ProbeOp {
+    fn verb(self) -> &'static str {
+        match self {
+            ProbeOp::Read => "read",
+            ProbeOp::Write => "write",
+        }
+    }
 }
 
 /// A signed request the lab made with handed-out credentials.
@@ -119,10 +163,14 @@ pub struct Probe {
     pub access: String,
     /// Access key used.
     pub access_key: String,
-    /// Bucket written to.
+    /// Bucket probed.
     pub bucket: String,
     /// Whether the access was granted this bucket.
     pub granted_bucket: bool,
+    /// Read or write.
+    pub op: ProbeOp,
+    /// Whether it must succeed: granted this bucket, in a mode that allows `op`.
+    pub allowed: bool,
     /// What it probes: `current` (the Secret's credentials) or `handed-out` (an earlier reply's).
     pub purpose: ProbePurpose,
     /// HTTP status.
@@ -185,6 +233,20 @@ pub struct Observations {
     pub secret_shapes: Vec<lifecycle::SecretShape>,
     /// What the secret scan found in the run's artifacts (no-secret-leak).
     pub leak_scan: LeakScan,
+    /// Backend objects the lab planted, as planted: none is the driver's.
+    pub planted: Planted,
+}
+
+/// What the lab planted in the backend (someone else's objects), as it was
+/// right after planting. Nothing here may disappear or change.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Planted {
+    /// Bucket name → the object keys put in it.
+    pub buckets: BTreeMap<String, Vec<String>>,
+    /// Canned policy name → its document as stored.
+    pub policies: BTreeMap<String, serde_json::Value>,
+    /// Access key → the user (secret, status, attached policies).
+    pub users: BTreeMap<String, UserState>,
 }
 
 /// Evaluate one invariant.
@@ -445,18 +507,22 @@ pub fn diff_backend(a: &BackendState, b: &BackendState) -> Vec<String> {
     out
 }
 
-/// No two live accesses share an account id or access key.
+/// No two live accesses share an account id, access key or secret value
+/// (compared for equality only: a shared secret means one access's secret
+/// is another's, whatever the keys say).
 pub fn unique_credentials(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::UniqueCredentials);
     let mut by_account: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut by_key: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut by_secret: BTreeMap<&Secret, Vec<&str>> = BTreeMap::new();
     for a in &obs.live {
         by_account
             .entry(a.account_id.as_str())
             .or_default()
             .push(&a.name);
-        if let Some((k, _)) = &a.credentials {
+        if let Some((k, secret)) = &a.credentials {
             by_key.entry(k.as_str()).or_default().push(&a.name);
+            by_secret.entry(secret).or_default().push(&a.name);
         }
     }
     let grant_calls = |names: &[&str]| -> Vec<CallId> {
@@ -478,10 +544,32 @@ pub fn unique_credentials(obs: &Observations) -> Verdict {
             grant_calls(names),
         );
     }
+    // Same key and same secret is one shared credential, already reported.
+    // Groups in access-name order: a record's secrets are fingerprints under a
+    // per-run key, so their own order differs from run to run.
+    let mut shared: Vec<&Vec<&str>> = by_secret.values().filter(|n| n.len() > 1).collect();
+    shared.sort();
+    for names in shared {
+        let keys: std::collections::BTreeSet<&str> = obs
+            .live
+            .iter()
+            .filter(|a| names.contains(&a.name.as_str()))
+            .filter_map(|a| a.credentials.as_ref().map(|c| c.0.as_str()))
+            .collect();
+        if keys.len() > 1 {
+            v.fail(
+                format!(
+                    "accesses {} have different access keys but the same secret key",
+                    names.join(", ")
+                ),
+                grant_calls(names),
+            );
+        }
+    }
     v.finish(
         obs.live.len(),
         format!(
-            "{} live accesses, all with distinct accounts and keys",
+            "{} live accesses, all with distinct accounts, keys and secrets",
             obs.live.len()
         ),
     )
@@ -497,7 +585,8 @@ pub(crate) fn grant_calls_for(obs: &Observations, account_name: &str) -> Vec<Cal
         .collect()
 }
 
-/// Own bucket reachable, every other bucket denied, no grant's policy rewritten by another.
+/// Own bucket reachable in the granted mode (read-only: reads work, writes
+/// are denied), every other bucket denied, no grant's policy rewritten by another.
 pub fn least_privilege(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::LeastPrivilege);
     let mut n = 0;
@@ -509,33 +598,31 @@ pub fn least_privilege(obs: &Observations) -> Verdict {
         n += 1;
         let ok = (200..300).contains(&p.status);
         let call = p.call.into_iter();
-        if p.granted_bucket && !ok {
+        let verb = p.op.verb();
+        let code = p.code.as_deref().unwrap_or("");
+        if p.allowed && !ok {
             v.fail(
                 format!(
-                    "{} could not write its own bucket {}: {} {}",
-                    p.access,
-                    p.bucket,
-                    p.status,
-                    p.code.as_deref().unwrap_or("")
+                    "{} could not {verb} its own bucket {}: {} {code}",
+                    p.access, p.bucket, p.status
                 ),
                 call,
             );
-        } else if !p.granted_bucket && ok {
+        } else if !p.allowed && ok {
+            let why = if p.granted_bucket {
+                "its grant is read-only"
+            } else {
+                "it was never granted that bucket"
+            };
             v.fail(
-                format!(
-                    "{} wrote bucket {}, which it was never granted",
-                    p.access, p.bucket
-                ),
+                format!("{} could {verb} bucket {}, but {why}", p.access, p.bucket),
                 call,
             );
-        } else if !p.granted_bucket && p.code.as_deref() != Some("AccessDenied") {
+        } else if !p.allowed && p.code.as_deref() != Some("AccessDenied") {
             v.fail(
                 format!(
-                    "{} on foreign bucket {} got {} {} instead of AccessDenied",
-                    p.access,
-                    p.bucket,
-                    p.status,
-                    p.code.as_deref().unwrap_or("")
+                    "{} {verb} on bucket {} it may not {verb} got {} {code} instead of AccessDenied",
+                    p.access, p.bucket, p.status
                 ),
                 call,
             );
@@ -567,7 +654,7 @@ pub fn least_privilege(obs: &Observations) -> Verdict {
             }
         }
     }
-    v.finish(n, format!("{n} probes: each access writes its own bucket and is denied elsewhere; granted policies unchanged"))
+    v.finish(n, format!("{n} probes: each access reads its own bucket, writes it only if granted read-write, and is denied elsewhere; granted policies unchanged"))
 }
 
 /// Every credential ever handed out for a live access still authenticates.

@@ -61,6 +61,7 @@ fn live(name: &str, account: &str, key: &str, secret: &str) -> LiveAccess {
         bucket_id: "b1".into(),
         credentials: Some((key.into(), Secret::new(secret))),
         policies_at_grant: b.policies.clone(),
+        mode: GrantedMode::ReadWrite,
     }
 }
 
@@ -70,6 +71,8 @@ fn probe(access: &str, bucket: &str, granted: bool, status: u16, code: Option<&s
         access_key: "KEY1".into(),
         bucket: bucket.into(),
         granted_bucket: granted,
+        op: ProbeOp::Write,
+        allowed: granted,
         purpose: ProbePurpose::Current,
         status,
         code: code.map(str::to_string),
@@ -718,4 +721,123 @@ fn a_changed_grant_may_answer_unavailable_only_when_the_lab_faulted_its_state_re
     assert!(!lifecycle::spec_codes(&obs).passed);
     obs.retries[0].backend_faulted = true;
     assert!(lifecycle::spec_codes(&obs).passed);
+}
+
+#[test]
+fn least_privilege_judges_reads_and_writes_by_the_granted_mode() {
+    let ro = |op, status: u16, code: Option<&str>| Probe {
+        op,
+        allowed: op == ProbeOp::Read,
+        ..probe("default/ro", "b1", true, status, code)
+    };
+    // A read-only grant that reads and is denied writes passes.
+    let mut obs = good();
+    obs.probes.push(ro(ProbeOp::Read, 200, None));
+    obs.probes
+        .push(ro(ProbeOp::Write, 403, Some("AccessDenied")));
+    assert!(least_privilege(&obs).passed);
+    // One that can write fails, naming the read-only grant.
+    let mut obs = good();
+    obs.probes.push(ro(ProbeOp::Write, 200, None));
+    let v = least_privilege(&obs);
+    assert!(!v.passed);
+    assert!(v.details[0].contains("read-only"), "{:?}", v.details);
+    // One that cannot read its own bucket fails.
+    let mut obs = good();
+    obs.probes
+        .push(ro(ProbeOp::Read, 403, Some("AccessDenied")));
+    assert!(!least_privilege(&obs).passed);
+    // A read of a foreign bucket that works fails.
+    let mut obs = good();
+    obs.probes.push(Probe {
+        op: ProbeOp::Read,
+        ..probe("default/a", "canary", false, 200, None)
+    });
+    assert!(!least_privilege(&obs).passed);
+    assert!(
+        GrantedMode::ReadOnly.allows(ProbeOp::Read)
+            && !GrantedMode::ReadOnly.allows(ProbeOp::Write)
+    );
+}
+
+#[test]
+fn unique_credentials_fails_when_two_keys_share_a_secret() {
+    let mut obs = good();
+    obs.live
+        .push(live("default/b", "KEY2", "KEY2", "secret-one-aaaaaaaa"));
+    let v = unique_credentials(&obs);
+    assert!(!v.passed);
+    assert!(v.details[0].contains("same secret"), "{:?}", v.details);
+    assert!(
+        !v.details[0].contains("secret-one"),
+        "no secret value in a verdict"
+    );
+    let mut obs = good();
+    obs.live
+        .push(live("default/b", "KEY2", "KEY2", "secret-two-bbbbbbbb"));
+    assert!(unique_credentials(&obs).passed);
+}
+
+#[test]
+fn owner_only_delete_fails_when_a_planted_object_changes() {
+    let planted = |obs: &mut Observations| {
+        obs.lab_buckets.push("b1-archive".into());
+        obs.backend
+            .buckets
+            .insert("b1-archive".into(), vec!["ledger.csv".into()]);
+        obs.planted
+            .buckets
+            .insert("b1-archive".into(), vec!["ledger.csv".into()]);
+        let doc = serde_json::json!({"Statement": [{"Sid": "x", "Effect": "Allow"}]});
+        obs.backend.policies.insert("team".into(), doc.clone());
+        obs.planted.policies.insert("team".into(), doc);
+        obs.backend
+            .users
+            .insert("TEAM".into(), user("team-secret-cccccccc", &["team"]));
+        obs.planted
+            .users
+            .insert("TEAM".into(), user("team-secret-cccccccc", &["team"]));
+    };
+    let mut obs = with_canary(good());
+    planted(&mut obs);
+    assert!(lifecycle::owner_only_delete(&obs).passed);
+    assert!(
+        lifecycle::no_orphans(&obs).passed,
+        "planted objects are nobody's orphans"
+    );
+
+    let mut obs = with_canary(good());
+    planted(&mut obs);
+    obs.backend.buckets.insert("b1-archive".into(), vec![]);
+    let v = lifecycle::owner_only_delete(&obs);
+    assert!(
+        !v.passed && v.details[0].contains("lost objects"),
+        "{:?}",
+        v.details
+    );
+
+    let mut obs = with_canary(good());
+    planted(&mut obs);
+    obs.backend.policies.insert(
+        "team".into(),
+        serde_json::json!({"Statement": [{"Effect": "Allow"}]}),
+    );
+    let v = lifecycle::owner_only_delete(&obs);
+    assert!(
+        !v.passed && v.details[0].contains("rewritten"),
+        "{:?}",
+        v.details
+    );
+
+    let mut obs = with_canary(good());
+    planted(&mut obs);
+    obs.backend
+        .users
+        .insert("TEAM".into(), user("team-secret-cccccccc", &[]));
+    let v = lifecycle::owner_only_delete(&obs);
+    assert!(
+        !v.passed && v.details[0].contains("policies"),
+        "{:?}",
+        v.details
+    );
 }
