@@ -500,6 +500,7 @@ fn s3_fake() -> S3Fake {
             admin_access_key: ROOT_AK.into(),
             admin_secret_key: ROOT_SK.into(),
             region: REGION.into(),
+            backend: Default::default(),
         },
     )
     .expect("fuzz S3 config is valid")
