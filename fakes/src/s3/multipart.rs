@@ -150,10 +150,11 @@ pub(crate) fn complete(r: &Req<'_>) -> Result<Response, ApiError> {
     };
     let mut data = Vec::new();
     let mut etags = Vec::new();
+    // The order is checked before any part is looked at, as MinIO does.
+    if wanted.windows(2).any(|w| w[1].0 <= w[0].0) {
+        return Err(ApiError::new(400, "InvalidPartOrder", "The list of parts was not in ascending order. The parts list must be specified in order by part number."));
+    }
     for (i, (n, etag)) in wanted.iter().enumerate() {
-        if i > 0 && *n <= wanted[i - 1].0 {
-            return Err(ApiError::new(400, "InvalidPartOrder", "The list of parts was not in ascending order. The parts list must be specified in order by part number."));
-        }
         let part = have
             .get(n)
             .filter(|p| &p.etag == etag)

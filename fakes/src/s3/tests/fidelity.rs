@@ -115,36 +115,36 @@ async fn ranges_metadata_and_integrity() {
 #[tokio::test]
 async fn copy_delete_objects_multipart_and_virtual_host() {
     let (f, _) = fake();
-    assert_eq!(call(&f, "PUT", "/mp", AK, SK, b"").await.status, 200);
+    assert_eq!(call(&f, "PUT", "/mpu", AK, SK, b"").await.status, 200);
     let (r, _) = call_h(
         &f,
         "PUT",
-        "/mp/copy",
+        "/mpu/copy",
         b"",
-        &[("x-amz-copy-source", "/mp/missing")],
+        &[("x-amz-copy-source", "/mpu/missing")],
     )
     .await;
     assert_eq!(r.code().as_deref(), Some("NoSuchKey"));
     assert_eq!(
-        call(&f, "PUT", "/mp/src", AK, SK, b"source").await.status,
+        call(&f, "PUT", "/mpu/src", AK, SK, b"source").await.status,
         200
     );
     let (r, _) = call_h(
         &f,
         "PUT",
-        "/mp/copy",
+        "/mpu/copy",
         b"",
-        &[("x-amz-copy-source", "mp/src")],
+        &[("x-amz-copy-source", "mpu/src")],
     )
     .await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(
-        call(&f, "GET", "/mp/copy", AK, SK, b"").await.body,
+        call(&f, "GET", "/mpu/copy", AK, SK, b"").await.body,
         b"source"
     );
 
     // Multipart: a 5 MiB part and a short last one; the ETag is md5-of-md5s "-2".
-    let r = call(&f, "POST", "/mp/big?uploads", AK, SK, b"").await;
+    let r = call(&f, "POST", "/mpu/big?uploads", AK, SK, b"").await;
     let xml = String::from_utf8(r.body).unwrap();
     let id = objects::xml_texts(&xml, "UploadId")[0].to_string();
     let p1 = vec![7u8; 5 * 1024 * 1024];
@@ -153,7 +153,7 @@ async fn copy_delete_objects_multipart_and_virtual_host() {
         let (r, h) = call_h(
             &f,
             "PUT",
-            &format!("/mp/big?partNumber={n}&uploadId={id}"),
+            &format!("/mpu/big?partNumber={n}&uploadId={id}"),
             data,
             &[],
         )
@@ -161,7 +161,7 @@ async fn copy_delete_objects_multipart_and_virtual_host() {
         assert_eq!(r.status, 200);
         etags.push(h["etag"].to_str().unwrap().trim_matches('"').to_string());
     }
-    let listed = call(&f, "GET", &format!("/mp/big?uploadId={id}"), AK, SK, b"").await;
+    let listed = call(&f, "GET", &format!("/mpu/big?uploadId={id}"), AK, SK, b"").await;
     assert_eq!(
         objects::xml_texts(std::str::from_utf8(&listed.body).unwrap(), "Part").len(),
         2
@@ -170,7 +170,7 @@ async fn copy_delete_objects_multipart_and_virtual_host() {
     let r = call(
         &f,
         "POST",
-        &format!("/mp/big?uploadId={id}"),
+        &format!("/mpu/big?uploadId={id}"),
         AK,
         SK,
         out_of_order.as_bytes(),
@@ -181,24 +181,32 @@ async fn copy_delete_objects_multipart_and_virtual_host() {
     let r = call(
         &f,
         "POST",
-        &format!("/mp/big?uploadId={id}"),
+        &format!("/mpu/big?uploadId={id}"),
         AK,
         SK,
         done.as_bytes(),
     )
     .await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    let (_, h) = call_h(&f, "HEAD", "/mp/big", b"", &[]).await;
+    let (_, h) = call_h(&f, "HEAD", "/mpu/big", b"", &[]).await;
     assert_eq!(
         h["etag"].to_str().unwrap(),
         format!("\"{}\"", integrity::multipart_etag(&etags))
     );
     assert_eq!(h["content-length"], (p1.len() + 4).to_string().as_str());
-    let r = call(&f, "DELETE", &format!("/mp/big?uploadId={id}"), AK, SK, b"").await;
+    let r = call(
+        &f,
+        "DELETE",
+        &format!("/mpu/big?uploadId={id}"),
+        AK,
+        SK,
+        b"",
+    )
+    .await;
     assert_eq!(r.code().as_deref(), Some("NoSuchUpload"));
 
     let del = b"<Delete><Object><Key>src</Key></Object><Object><Key>copy</Key></Object></Delete>";
-    let r = call(&f, "POST", "/mp?delete", AK, SK, del).await;
+    let r = call(&f, "POST", "/mpu?delete", AK, SK, del).await;
     assert_eq!(
         objects::xml_texts(std::str::from_utf8(&r.body).unwrap(), "Deleted").len(),
         2
@@ -208,7 +216,7 @@ async fn copy_delete_objects_multipart_and_virtual_host() {
     // Virtual-host style on BUCKET.localhost: the key is the whole path.
     let req = signed_request(
         "PUT",
-        "http://mp.localhost:9000/vh/key",
+        "http://mpu.localhost:9000/vh/key",
         "us-east-1",
         AK,
         SK,
