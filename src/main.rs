@@ -1469,7 +1469,12 @@ async fn serve(
     };
     drivelab::outln!("drivelab serve: the fakes are up (Ctrl-C to stop)");
     drivelab::outln!("s3_endpoint: {}", served.s3_url);
-    drivelab::outln!("admin_url: {}/rustfs/admin/v3/", served.s3_url);
+    let prefix = match config.backend {
+        drivelab_fakes::s3::Backend::Rustfs => "rustfs",
+        drivelab_fakes::s3::Backend::Minio => "minio",
+    };
+    drivelab::outln!("s3_backend: {}", config.backend);
+    drivelab::outln!("admin_url: {}/{prefix}/admin/v3/", served.s3_url);
     drivelab::outln!("kube_url: {}", served.kube_url);
     drivelab::outln!("kubeconfig: {}", served.kubeconfig.display());
     drivelab::outln!("admin_access_key: {}", served.admin_access_key);

@@ -8,13 +8,14 @@
 //!   drivelab-bench [--out reports/bench.json] [--max-n 10000] [--quick]
 //!   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
 //!   drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
-//!   drivelab-bench child (percall | csi-percall | suite DIR | virtual | growth N | csi-growth N | explore | sweep)   (internal)
+//!   drivelab-bench child (percall | csi-percall | suite DIR | virtual | growth N | csi-growth N | madmin-rss N | explore | sweep)   (internal)
 //!
 //! Sections are plain functions called from `bench`/`measure_ratios`; a new
 //! one adds a child command and a report key.
 
 mod csi;
 mod explore;
+mod madmin_rss;
 mod measure;
 mod percall;
 mod scenarios;
@@ -35,6 +36,10 @@ const TARGET_RATIO: f64 = 1.3;
 const TARGET_SUITE_S: f64 = 20.0;
 const TARGET_SUITE_MIB: f64 = 300.0;
 const TARGET_VIRTUAL_MS: f64 = 50.0;
+/// Issue 19: 48 concurrent encrypted admin calls in bounded memory (they took
+/// 2.5 GB unbounded; the bound allows `madmin::KDF_CONCURRENCY` x 64 MiB).
+const MADMIN_CALLS: usize = 48;
+const TARGET_MADMIN_MIB: f64 = 400.0;
 /// "Near-linear": a fitted exponent up to this counts.
 const TARGET_EXPONENT: f64 = 1.15;
 /// Whole `make bench` must stay under 5 minutes; keep a reserve for the rest.
@@ -135,6 +140,10 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
             rt.block_on(csi::growth(n, VOLUME_VMS))
         }
         Some("virtual") => rt.block_on(scenarios::virtual_clock(7)),
+        Some("madmin-rss") => {
+            let n: usize = args.get(1).context("madmin-rss N")?.parse()?;
+            rt.block_on(madmin_rss::run(n))
+        }
         Some("growth") => {
             let n: usize = args.get(1).context("growth N")?.parse()?;
             let every_step = args.iter().any(|a| a == "--step-snapshots");
@@ -344,6 +353,11 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
 
     eprintln!("[bench] suite: scenarios/ through drivelab::engine::run ...");
     let suite = child(&["suite", "scenarios"], Duration::from_secs(120))?;
+    eprintln!("[bench] admin: peak RSS of {MADMIN_CALLS} concurrent madmin-encrypted calls ...");
+    let madmin = child(
+        &["madmin-rss", &MADMIN_CALLS.to_string()],
+        Duration::from_secs(120),
+    )?;
     let m = measure_ratios(max_n, started)?;
     let explore_total = WHOLE_BENCH
         .saturating_sub(started.elapsed())
@@ -374,6 +388,7 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
         "per_call": m.per_call,
         "csi_per_call": m.csi_per_call,
         "suite": suite,
+        "madmin_rss": madmin,
         "virtual_clock": m.vc,
         "growth": m.growth,
         "volume_growth": m.volume_growth,
@@ -541,6 +556,16 @@ fn print_table(r: &Value) {
         format!("{:.0} MiB", f(&su["peak_rss_mib"])),
         format!("<= {TARGET_SUITE_MIB} MiB"),
         ok(f(&su["peak_rss_mib"]) <= TARGET_SUITE_MIB),
+    ));
+    let mr = &r["madmin_rss"];
+    rows.push((
+        format!(
+            "admin: {} concurrent encrypted calls, peak RSS",
+            mr["calls"]
+        ),
+        format!("{:.0} MiB", f(&mr["peak_rss_mib"])),
+        format!("<= {TARGET_MADMIN_MIB} MiB"),
+        ok(f(&mr["peak_rss_mib"]) <= TARGET_MADMIN_MIB),
     ));
     let vc = &r["virtual_clock"];
     rows.push((

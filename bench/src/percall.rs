@@ -186,6 +186,7 @@ impl LabFakes {
                 admin_access_key: ADMIN_KEY.into(),
                 admin_secret_key: ADMIN_SECRET_KEY.into(),
                 region: "us-east-1".into(),
+                backend: Default::default(),
             },
         )
         .map_err(|e| anyhow!("{e}"))?;

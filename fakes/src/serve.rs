@@ -75,8 +75,24 @@ impl Drop for Listener {
     }
 }
 
-/// Serve `router` on `addr` (use `127.0.0.1:0` for an OS-chosen port).
+/// How long a connection may sit without sending a complete request head —
+/// idle between keep-alive requests, or dribbling its headers — before it is
+/// closed. Every fake's listener has it, so idle clients cannot pin
+/// connections (and their tasks) for ever.
+pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serve `router` on `addr` (use `127.0.0.1:0` for an OS-chosen port), with
+/// the [`IDLE_TIMEOUT`].
 pub async fn serve_http(router: axum::Router, addr: SocketAddr) -> std::io::Result<Listener> {
+    serve_http_with_idle_timeout(router, addr, IDLE_TIMEOUT).await
+}
+
+/// [`serve_http`] with another idle/slow-header timeout (tests use a short one).
+pub async fn serve_http_with_idle_timeout(
+    router: axum::Router,
+    addr: SocketAddr,
+    idle: std::time::Duration,
+) -> std::io::Result<Listener> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let stop = Arc::new(Notify::new());
@@ -109,7 +125,11 @@ pub async fn serve_http(router: axum::Router, addr: SocketAddr) -> std::io::Resu
             // Reap finished connections so the set does not grow without bound.
             while set.try_join_next().is_some() {}
             set.spawn(async move {
+                // hyper restarts the header-read timer whenever it waits for a
+                // request head, so it bounds idle keep-alive connections too.
                 let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(idle)
                     .keep_alive(true)
                     .serve_connection(TokioIo::new(stream), svc);
                 tokio::select! {
@@ -125,6 +145,50 @@ pub async fn serve_http(router: axum::Router, addr: SocketAddr) -> std::io::Resu
         stop,
         task: Some(task),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An idle connection (before and after a request) and one dribbling its
+    /// headers are closed by the server instead of being held for ever.
+    #[tokio::test]
+    async fn idle_and_slow_connections_are_closed() {
+        let router = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let l =
+            serve_http_with_idle_timeout(router, loopback(), std::time::Duration::from_millis(200))
+                .await
+                .unwrap();
+        let closed = |mut c: tokio::net::TcpStream| async move {
+            let mut buf = vec![0u8; 4096];
+            // Generous bound: the assertion is "closed", not how fast.
+            let deadline = std::time::Duration::from_secs(20);
+            loop {
+                match tokio::time::timeout(deadline, c.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => return true,
+                    Ok(Ok(_)) => continue,
+                    Err(_) => return false,
+                }
+            }
+        };
+        let idle = tokio::net::TcpStream::connect(l.addr).await.unwrap();
+        assert!(closed(idle).await, "a silent connection was held");
+        let mut slow = tokio::net::TcpStream::connect(l.addr).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        assert!(
+            closed(slow).await,
+            "a connection dribbling headers was held"
+        );
+        let mut kept = tokio::net::TcpStream::connect(l.addr).await.unwrap();
+        kept.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(closed(kept).await, "an idle keep-alive connection was held");
+    }
 }
 
 /// The loopback address with an OS-chosen port.

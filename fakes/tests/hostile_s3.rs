@@ -32,6 +32,7 @@ async fn start() -> (S3Fake, drivelab_fakes::serve::Listener) {
             admin_access_key: harness::ROOT_AK.into(),
             admin_secret_key: harness::ROOT_SK.into(),
             region: "us-east-1".into(),
+            backend: Default::default(),
         },
     )
     .expect("fake");

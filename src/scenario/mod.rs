@@ -70,6 +70,10 @@ pub struct Scenario {
     /// The CSI system (`csi:`, or `bosh:` for it with the BOSH backend);
     /// without it the scenario drives a COSI driver.
     pub csi: Option<Csi>,
+    /// COSI: the real server the S3/admin fake follows (`s3_backend:`,
+    /// `rustfs` or `minio`; default `rustfs`, whose `/rustfs/admin/v3` the
+    /// reference driver calls).
+    pub s3_backend: drivelab_fakes::s3::Backend,
 }
 
 impl Scenario {
@@ -679,6 +683,8 @@ struct RawScenario {
     bosh: Option<Spanned<bosh::RawBosh>>,
     #[serde(default)]
     csi: Option<Spanned<csi::RawCsi>>,
+    #[serde(default)]
+    s3_backend: Option<Spanned<String>>,
 }
 
 /// One `rejected_on_purpose:` entry as written: a claim or an access, and a code.
@@ -1211,7 +1217,34 @@ impl Validator<'_> {
             require_exercised,
             rejected_on_purpose,
             converge_within,
+            s3_backend: self.s3_backend(raw.s3_backend.as_ref(), system)?,
             csi,
+        })
+    }
+
+    /// `s3_backend:` (COSI only): `rustfs` or `minio`.
+    fn s3_backend(
+        &self,
+        raw: Option<&Spanned<String>>,
+        system: System,
+    ) -> Result<drivelab_fakes::s3::Backend, ScenarioError> {
+        use drivelab_fakes::s3::Backend;
+        let Some(b) = raw else {
+            return Ok(Backend::default());
+        };
+        if system != System::Cosi {
+            return Err(self.err(
+                b,
+                "`s3_backend` applies to COSI scenarios only",
+                Some("remove it: CSI scenarios stand up no S3 backend"),
+            ));
+        }
+        Backend::parse(b.value.trim()).ok_or_else(|| {
+            self.err(
+                b,
+                format!("`{}` is not an S3 backend", b.value),
+                Some("write `rustfs` or `minio`"),
+            )
         })
     }
 

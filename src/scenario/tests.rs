@@ -85,6 +85,23 @@ fn references_are_checked_at_the_step() {
 }
 
 #[test]
+fn s3_backend_is_checked_where_written() {
+    assert_eq!(
+        p(GOOD).unwrap().s3_backend,
+        drivelab_fakes::s3::Backend::Rustfs
+    );
+    let s = p(&format!("{GOOD}s3_backend: minio\n")).unwrap();
+    assert_eq!(s.s3_backend, drivelab_fakes::s3::Backend::Minio);
+    assert_round_trips(&s);
+    let e = p(&format!("{GOOD}s3_backend: ceph\n")).unwrap_err();
+    assert_eq!((e.line, e.col), (14, 13), "{e}");
+    assert!(
+        e.message.contains("ceph") && e.hint.as_deref() == Some("write `rustfs` or `minio`"),
+        "{e}"
+    );
+}
+
+#[test]
 fn empty_expectations_and_durations_are_rejected() {
     let e = p(&GOOD.replace("expect: { code: OK }", "expect: { namespace: x }")).unwrap_err();
     assert!(e.message.contains("asserts nothing"), "{e}");

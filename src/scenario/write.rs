@@ -487,6 +487,9 @@ pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
         let _ = writeln!(out, "seed: {seed}");
     }
     let _ = writeln!(out, "converge_within: {}", duration(s.converge_within));
+    if s.s3_backend != drivelab_fakes::s3::Backend::default() {
+        let _ = writeln!(out, "s3_backend: {}", s.s3_backend);
+    }
     if !s.bucket_classes.is_empty() {
         let _ = writeln!(out, "bucket_classes:");
         for c in &s.bucket_classes {

@@ -60,6 +60,7 @@ impl Lab {
                 admin_access_key: ADMIN_AK.into(),
                 admin_secret_key: ADMIN_SK.into(),
                 region: REGION.into(),
+                backend: Default::default(),
             },
         )
         .unwrap();

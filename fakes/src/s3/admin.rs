@@ -51,6 +51,11 @@ pub mod ops {
             ATTACH_POLICY = "attach_policy",
             DETACH_POLICY = "detach_policy",
             SERVER_INFO = "server_info",
+            ADD_SERVICE_ACCOUNT = "add_service_account",
+            UPDATE_SERVICE_ACCOUNT = "update_service_account",
+            INFO_SERVICE_ACCOUNT = "info_service_account",
+            LIST_SERVICE_ACCOUNTS = "list_service_accounts",
+            DELETE_SERVICE_ACCOUNT = "delete_service_account",
             UNKNOWN_ADMIN_API = "unknown_admin_api",
         }
     );
@@ -77,6 +82,11 @@ pub(crate) fn classify(method: &Method, route: Option<&str>, q: &Query) -> (Op, 
         ("POST", "idp/builtin/policy/attach") => (ATTACH_POLICY, String::new()),
         ("POST", "idp/builtin/policy/detach") => (DETACH_POLICY, String::new()),
         ("GET", "info") => (SERVER_INFO, String::new()),
+        ("PUT", "add-service-account") => (ADD_SERVICE_ACCOUNT, String::new()),
+        ("POST", "update-service-account") => (UPDATE_SERVICE_ACCOUNT, arg("accessKey")),
+        ("GET", "info-service-account") => (INFO_SERVICE_ACCOUNT, arg("accessKey")),
+        ("GET", "list-service-accounts") => (LIST_SERVICE_ACCOUNTS, arg("user")),
+        ("DELETE", "delete-service-account") => (DELETE_SERVICE_ACCOUNT, arg("accessKey")),
         _ => (UNKNOWN_ADMIN_API, String::new()),
     }
 }
@@ -120,7 +130,7 @@ async fn serve(
     body: Body,
 ) -> Result<Response, ApiError> {
     let path = parts.uri.path().to_string();
-    let Surface::Admin { flavour, route } = surface(&path) else {
+    let Surface::Admin { flavour, route } = surface(&path, inner.config.backend) else {
         return Err(version_mismatch(""));
     };
     let Some(route) = route else {
@@ -129,7 +139,7 @@ async fn serve(
     };
     let query = parse_query(parts.uri.query())?;
     let body = read_body(&parts, body, BodyLimit::Admin).await?;
-    let (who, body) = authenticate(inner, &parts, &query, body)?;
+    let (who, (body, _trailers)) = authenticate(inner, &parts, &query, body)?;
     if !matches!(who, Principal::Root) {
         return Err(ApiError::access_denied());
     }
@@ -155,6 +165,19 @@ async fn serve(
         ops::ATTACH_POLICY => ctx.attach_detach(body, true).await,
         ops::DETACH_POLICY => ctx.attach_detach(body, false).await,
         ops::SERVER_INFO => ctx.info(),
+        ops::ADD_SERVICE_ACCOUNT
+        | ops::UPDATE_SERVICE_ACCOUNT
+        | ops::INFO_SERVICE_ACCOUNT
+        | ops::LIST_SERVICE_ACCOUNTS
+        | ops::DELETE_SERVICE_ACCOUNT => Err(ApiError::new(
+            501,
+            "NotImplemented",
+            format!(
+                "Service accounts ({} {route}) are not implemented by the drivelab admin API fake ({} profile).",
+                parts.method, inner.config.backend
+            ),
+        )),
+        // Both servers answer a route they do not have this way.
         _ => Err(version_mismatch("v3")),
     }
 }
@@ -225,12 +248,13 @@ impl Ctx {
         let plain = match self.flavour {
             Flavour::Rustfs => body.to_vec(),
             Flavour::Minio => {
-                let secret = self.secret.clone();
-                // Argon2id with 64 MiB is too heavy for the async workers.
-                tokio::task::spawn_blocking(move || madmin::decrypt(&secret, &body))
+                // Argon2id takes 64 MiB: bounded, off the async workers.
+                madmin::decrypt_bounded(self.secret.clone(), body)
                     .await
-                    .map_err(ApiError::internal)?
-                    .map_err(|_| ApiError::admin_bad_json())?
+                    .map_err(|e| match e {
+                        madmin::MadminError::Kdf(m) => ApiError::internal(m),
+                        _ => ApiError::admin_bad_json(),
+                    })?
             }
         };
         serde_json::from_slice(&plain).map_err(|_| ApiError::admin_bad_json())
@@ -243,10 +267,8 @@ impl Ctx {
         match self.flavour {
             Flavour::Rustfs => Ok(json_response(200, plain)),
             Flavour::Minio => {
-                let secret = self.secret.clone();
-                let ct = tokio::task::spawn_blocking(move || madmin::encrypt(&secret, &plain))
+                let ct = madmin::encrypt_bounded(self.secret.clone(), plain)
                     .await
-                    .map_err(ApiError::internal)?
                     .map_err(ApiError::internal)?;
                 let mut r = json_response(200, ct);
                 r.headers_mut().insert(
@@ -260,26 +282,15 @@ impl Ctx {
 
     async fn add_user(&self, body: bytes::Bytes) -> Result<Response, ApiError> {
         let ak = self.required("accessKey")?;
-        if ak.len() < 3 || ak.contains(['/', ',', '=', ' ']) {
-            return Err(ApiError::new(
-                400,
-                "XMinioAdminInvalidAccessKey",
-                "The access key is invalid.",
-            ));
-        }
+        let backend = self.inner.config.backend;
+        backend.check_user_access_key(&ak)?;
         if ak == self.inner.config.admin_access_key {
             return Err(ApiError::admin_invalid_argument(
                 "Adding a user with the same access key as the root credential is not allowed",
             ));
         }
         let req: AddUserReq = self.body_json(body).await?;
-        if req.secret_key.len() < 8 || req.secret_key.len() > 40 {
-            return Err(ApiError::new(
-                400,
-                "XMinioAdminInvalidSecretKey",
-                "The secret key is invalid.",
-            ));
-        }
+        backend.check_user_secret_key(&req.secret_key)?;
         let status = match req.status.as_str() {
             "" | "enabled" => "enabled",
             "disabled" => "disabled",
@@ -427,15 +438,20 @@ impl Ctx {
         let name = self.required("name")?;
         let st = &self.inner.state;
         let _g = st.lock();
-        if !st.remove_policy(&name)? {
-            return Err(ApiError::admin_no_such_policy());
-        }
-        for (ak, mut u) in st.users()? {
-            if u.policies.iter().any(|p| p == &name) {
-                u.policies.retain(|p| p != &name);
-                st.put_user(&ak, &u)?;
+        let backend = self.inner.config.backend;
+        let rec = st
+            .policy(&name)?
+            .ok_or_else(ApiError::admin_no_such_policy)?;
+        if rec.builtin {
+            if let Some(e) = backend.builtin_removal() {
+                return Err(e);
             }
         }
+        // Both servers refuse while a user still has it (see `Backend::policy_in_use`).
+        if st.users()?.iter().any(|(_, u)| u.policies.contains(&name)) {
+            return Err(backend.policy_in_use());
+        }
+        st.remove_policy(&name)?;
         st.flush()?;
         Ok(ok_empty())
     }
@@ -536,7 +552,7 @@ impl Ctx {
         }
         let body = json!({
             "mode": "online",
-            "region": self.inner.config.region,
+            "region": self.inner.config.reported_region(),
             "deploymentID": "drivelab",
             "buckets": {"count": buckets.len()},
             "objects": {"count": objects},

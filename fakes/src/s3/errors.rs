@@ -14,6 +14,8 @@ pub(crate) struct ApiError {
     pub status: u16,
     pub code: String,
     pub message: String,
+    /// A header the error answer carries (416's `Content-Range`).
+    pub extra_header: Option<(&'static str, String)>,
 }
 
 impl ApiError {
@@ -22,7 +24,24 @@ impl ApiError {
             status,
             code: code.to_string(),
             message: message.into(),
+            extra_header: None,
         }
+    }
+
+    /// 501 naming what is not implemented.
+    pub fn not_implemented(what: impl std::fmt::Display) -> Self {
+        Self::new(
+            501,
+            "NotImplemented",
+            format!("{what} is not implemented by the drivelab S3 fake."),
+        )
+    }
+    pub fn malformed_xml() -> Self {
+        Self::new(
+            400,
+            "MalformedXML",
+            "The XML you provided was not well-formed or did not validate against our published schema.",
+        )
     }
 
     pub fn access_denied() -> Self {
@@ -144,6 +163,16 @@ fn xml_escape(s: &str) -> String {
 
 /// S3's XML error. HEAD answers carry no body (as S3 does), only the status.
 pub(crate) fn s3_error_response(e: &ApiError, resource: &str, head: bool) -> Response {
+    let mut r = s3_error_body(e, resource, head);
+    if let Some((n, v)) = &e.extra_header {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            r.headers_mut().insert(*n, v);
+        }
+    }
+    r
+}
+
+fn s3_error_body(e: &ApiError, resource: &str, head: bool) -> Response {
     if head {
         return tagged(e.status, &e.code, "", Body::empty());
     }
@@ -180,6 +209,7 @@ pub(crate) fn render_s3_rejection(r: &Rejection) -> Response {
         status: r.http_status,
         code: r.code.clone(),
         message: r.message.clone(),
+        extra_header: None,
     };
     s3_error_response(&e, "", false)
 }
@@ -190,6 +220,7 @@ pub(crate) fn render_admin_rejection(r: &Rejection) -> Response {
         status: r.http_status,
         code: r.code.clone(),
         message: r.message.clone(),
+        extra_header: None,
     };
     admin_error_response(&e, "")
 }

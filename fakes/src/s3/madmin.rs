@@ -183,6 +183,37 @@ pub fn encrypt(secret: &str, plaintext: &[u8]) -> Result<Vec<u8>, MadminError> {
     encrypt_with(secret, plaintext, Scheme::Argon2idAesGcm, salt, nonce)
 }
 
+/// How many key derivations may run at once. Argon2id here takes 64 MiB
+/// each: unbounded, 48 concurrent encrypted admin calls took 2.5 GB; bounded,
+/// the rest wait their turn (a real server also serialises on its CPUs).
+pub const KDF_CONCURRENCY: usize = 2;
+
+static KDF_SLOTS: std::sync::LazyLock<tokio::sync::Semaphore> =
+    std::sync::LazyLock::new(|| tokio::sync::Semaphore::new(KDF_CONCURRENCY));
+
+/// Run `f` (which derives a key) on the blocking pool once a KDF slot is free.
+async fn with_kdf_slot<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, MadminError> + Send + 'static,
+) -> Result<T, MadminError> {
+    let _permit = KDF_SLOTS
+        .acquire()
+        .await
+        .map_err(|e| MadminError::Kdf(e.to_string()))?;
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| MadminError::Kdf(e.to_string()))?
+}
+
+/// [`decrypt`] off the async workers, at most [`KDF_CONCURRENCY`] at a time.
+pub async fn decrypt_bounded(secret: String, data: bytes::Bytes) -> Result<Vec<u8>, MadminError> {
+    with_kdf_slot(move || decrypt(&secret, &data)).await
+}
+
+/// [`encrypt`] off the async workers, at most [`KDF_CONCURRENCY`] at a time.
+pub async fn encrypt_bounded(secret: String, plain: Vec<u8>) -> Result<Vec<u8>, MadminError> {
+    with_kdf_slot(move || encrypt(&secret, &plain)).await
+}
+
 fn scheme_of(data: &[u8]) -> Result<Scheme, MadminError> {
     if data.len() < HEADER_LEN {
         return Err(MadminError::UnexpectedHeader);

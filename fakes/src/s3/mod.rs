@@ -1,10 +1,53 @@
-//! Fake S3 data plane (path-style, SigV4-verified, policy-checked) and the
-//! MinIO/RustFS admin API (`/minio/admin/v3/...`, `/rustfs/admin/v3/...`),
-//! over durable state, with every request passing the fake's gate.
+//! Fake S3 data plane (SigV4-verified, policy-checked) and the MinIO/RustFS
+//! admin API (`/minio/admin/v3/...`, `/rustfs/admin/v3/...`), over durable
+//! state, with every request passing the fake's gate.
+//!
+//! # Which server it follows
+//!
+//! A [`Backend`] profile picks the server where the two differ (see
+//! `backend.rs`, each rule citing the file and function it follows):
+//! **RustFS** (rustfs/rustfs, source read at commit `05ba13fa`: admin handlers
+//! in `rustfs/src/admin/handlers/{user,policies,iam_error}.rs`, IAM in
+//! `crates/iam/src/{sys,manager}.rs`) — the default, serving both prefixes
+//! as RustFS does (`rustfs/src/admin/utils.rs` `read_compatible_admin_body`:
+//! plain JSON on its own prefix, madmin-encrypted on `/minio/admin`); or
+//! **MinIO** (minio/minio, `cmd/iam.go` `IAMSys.CreateUser`,
+//! `internal/auth/credentials.go`, with madmin-go v3's encrypted bodies),
+//! which has no `/rustfs/admin` (there it is an ordinary S3 path). The S3
+//! data plane follows the S3 API as both serve it.
+//!
+//! # Known deviations (each answers 501 NotImplemented naming what, unless said)
+//!
+//! - Service accounts (add/update/info/list/delete) and groups: 501.
+//! - On the rustfs profile the admin errors keep MinIO's JSON shape and
+//!   `XMinioAdmin*` codes for not-found (real RustFS answers s3s XML errors,
+//!   `NoSuchResource`/`InvalidArgument`/`InternalError`, `iam_error.rs`
+//!   `iam_error_to_s3_error`), and info-canned-policy answers MinIO's shape
+//!   (RustFS always answers `{PolicyName, Policy: "<json string>", ...}`):
+//!   the reference driver reads MinIO's shapes and changing both at once is
+//!   a coordinated driver change. Key-rule and policy-in-use errors do use
+//!   RustFS's codes.
+//! - Virtual-host-style addressing is served for `BUCKET.localhost` hosts
+//!   only (no configurable domain); any other Host is path-style, as on a
+//!   server with no domain configured.
+//! - Not served: ListMultipartUploads, UploadPartCopy, ListParts paging,
+//!   versioning (`versionId`), GetObject `partNumber`, multiple byte ranges,
+//!   If-Modified-Since/If-Unmodified-Since, SSE, tagging, object lock, ACLs
+//!   other than `private`, bucket sub-resources (policy, lifecycle, cors, ...),
+//!   the signed-trailer and ECDSA streaming payloads, checksums other than
+//!   CRC32/CRC32C/SHA1/SHA256, composite (multipart) checksums.
+//! - Objects are limited to 64 MiB (the lab's own limit), in one store value.
+//! - With no region configured any signing region is accepted and
+//!   `us-east-1` is reported (HeadBucket's `x-amz-bucket-region`).
+//! - Listings carry the owner `drivelab`, not real owner IDs.
 
 mod admin;
+mod backend;
 mod errors;
+mod integrity;
 pub mod madmin;
+mod multipart;
+mod objects;
 mod policy;
 mod probe;
 mod s3api;
@@ -12,6 +55,7 @@ mod sigv4;
 mod state;
 
 pub use admin::ops as admin_ops;
+pub use backend::Backend;
 pub use s3api::ops as s3_ops;
 
 use std::sync::Arc;
@@ -43,15 +87,29 @@ pub enum S3Error {
     Config(String),
 }
 
-/// The fake's root credentials and region.
+/// The fake's root credentials, region and backend profile.
 #[derive(Clone, serde::Serialize)]
 pub struct S3Config {
     /// Root (admin) access key; allowed everything, including the admin API.
     pub admin_access_key: String,
     /// Root secret key.
     pub admin_secret_key: String,
-    /// The region requests must be signed for (MinIO's default is `us-east-1`).
+    /// The region requests must be signed for; empty: none configured, so any
+    /// region is accepted and `us-east-1` reported, as MinIO and RustFS do.
     pub region: String,
+    /// The real server whose rules the admin API follows.
+    pub backend: Backend,
+}
+
+impl S3Config {
+    /// The region the fake reports (HeadBucket, GetBucketLocation, info).
+    pub fn reported_region(&self) -> &str {
+        if self.region.is_empty() {
+            "us-east-1"
+        } else {
+            &self.region
+        }
+    }
 }
 
 impl std::fmt::Debug for S3Config {
@@ -60,6 +118,7 @@ impl std::fmt::Debug for S3Config {
             .field("admin_access_key", &self.admin_access_key)
             .field("admin_secret_key", &"<redacted>")
             .field("region", &self.region)
+            .field("backend", &self.backend)
             .finish()
     }
 }
@@ -150,6 +209,7 @@ pub struct S3Fake {
 struct RootKey {
     key: Arc<str>,
     lab_marker: Arc<str>,
+    backend: Backend,
 }
 
 impl S3Fake {
@@ -165,10 +225,14 @@ impl S3Fake {
                 "admin_secret_key must be at least 8 characters".into(),
             ));
         }
-        if config.region.is_empty() {
-            return Err(S3Error::Config(
-                "region must not be empty (MinIO's default is us-east-1)".into(),
-            ));
+        if config
+            .region
+            .contains(|c: char| c.is_whitespace() || c == '/')
+        {
+            return Err(S3Error::Config(format!(
+                "region {:?} is not a region name (empty accepts any region)",
+                config.region
+            )));
         }
         let state = State::open(store)?;
         // Random, never handed to a driver: a driver cannot pass for the lab.
@@ -213,16 +277,22 @@ impl S3Fake {
         let root = RootKey {
             key: Arc::from(self.inner.config.admin_access_key.as_str()),
             lab_marker: self.inner.lab_marker.clone(),
+            backend: self.inner.config.backend,
         };
         let admin_route =
             || any(admin::handle).layer(from_fn_with_state(admin_tap.clone(), http_gate));
         // `{*rest}` does not match an empty rest: the bare prefixes are routed
         // too, so every path `surface` calls admin gets the admin API's answer.
-        Router::new()
+        let mut router = Router::new()
             .route("/minio/admin/{*rest}", admin_route())
-            .route("/minio/admin/", admin_route())
-            .route("/rustfs/admin/{*rest}", admin_route())
-            .route("/rustfs/admin/", admin_route())
+            .route("/minio/admin/", admin_route());
+        // MinIO has no /rustfs/admin: there it is an S3 request like any other.
+        if self.inner.config.backend.serves_prefix("/rustfs/admin/") {
+            router = router
+                .route("/rustfs/admin/{*rest}", admin_route())
+                .route("/rustfs/admin/", admin_route());
+        }
+        router
             .fallback(any(s3api::handle).layer(from_fn_with_state(s3_tap, http_gate)))
             .layer(from_fn_with_state(root, mark_root))
             .with_state(self.inner.clone())
@@ -382,11 +452,14 @@ pub(crate) enum Surface<'a> {
     S3,
 }
 
-pub(crate) fn surface(path: &str) -> Surface<'_> {
+pub(crate) fn surface(path: &str, backend: Backend) -> Surface<'_> {
     for (prefix, flavour) in [
         ("/minio/admin/", admin::Flavour::Minio),
         ("/rustfs/admin/", admin::Flavour::Rustfs),
     ] {
+        if !backend.serves_prefix(prefix) {
+            continue;
+        }
         if let Some(rest) = path.strip_prefix(prefix) {
             return Surface::Admin {
                 flavour,
@@ -415,13 +488,14 @@ fn classify(parts: &Parts) -> CallSpec {
         _ => Component::Workload,
     };
     let query = sigv4::parse_query(parts.uri.query()).unwrap_or_default();
-    match surface(parts.uri.path()) {
+    let backend = root.map(|r| r.backend).unwrap_or_default();
+    match surface(parts.uri.path(), backend) {
         Surface::Admin { route, .. } => {
             let (op, subject) = admin::classify(&parts.method, route, &query);
             CallSpec::new(from, Component::S3Admin, op, subject)
         }
         Surface::S3 => {
-            let (op, bucket, key) = s3api::classify(&parts.method, parts.uri.path(), &query);
+            let (op, bucket, key) = s3api::classify(parts, &query);
             let subject = match (bucket.as_str(), key.as_str()) {
                 ("", _) => String::new(),
                 (b, "") => b.to_string(),
@@ -438,14 +512,14 @@ pub(crate) enum Principal {
     User { policies: Vec<String> },
 }
 
-/// Verify the request's signature and payload; returns the caller and the
-/// (decoded) body.
+/// Verify the request's signature and payload; returns the caller, the
+/// (decoded) body and its aws-chunked trailers.
 pub(crate) fn authenticate(
     inner: &Inner,
     parts: &Parts,
     query: &[(Vec<u8>, Vec<u8>)],
     body: bytes::Bytes,
-) -> Result<(Principal, bytes::Bytes), ApiError> {
+) -> Result<(Principal, sigv4::Payload), ApiError> {
     let auth = sigv4::parse_auth(parts, query)?.ok_or_else(ApiError::access_denied)?;
     let cfg = &inner.config;
     let (principal, secret) = if auth.access_key == cfg.admin_access_key {
@@ -474,11 +548,11 @@ pub(crate) fn authenticate(
         query,
         &auth,
         &secret,
-        &cfg.region,
+        (!cfg.region.is_empty()).then_some(cfg.region.as_str()),
         time::OffsetDateTime::now_utc(),
     )?;
-    let body = sigv4::resolve_payload(parts, &auth, &key, body)?;
-    Ok((principal, body))
+    let payload = sigv4::resolve_payload(parts, &auth, &key, body)?;
+    Ok((principal, payload))
 }
 
 /// The data plane's body limit: the lab's own, far below S3's 5 GiB single PUT
@@ -486,6 +560,8 @@ pub(crate) fn authenticate(
 pub(crate) const MAX_OBJECT_BODY: usize = 64 * 1024 * 1024;
 /// The admin API's body limit: MinIO's `maxEConfigJSONSize`.
 pub(crate) const MAX_ADMIN_BODY: usize = 262_272;
+/// How long a request body may take to arrive.
+pub(crate) const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// S3 refuses a request header section larger than 8 KiB.
 pub(crate) const MAX_HEADER_SECTION: usize = 8 * 1024;
 
@@ -553,7 +629,17 @@ pub(crate) async fn read_body(
     if declared.is_some_and(|n| n > limit.bytes() as u64) {
         return Err(limit.too_large());
     }
-    axum::body::to_bytes(body, limit.bytes()).await.map_err(|e| {
+    // A client that stops sending mid-body gets S3's RequestTimeout instead
+    // of holding the connection and its task for ever.
+    let read = tokio::time::timeout(BODY_READ_TIMEOUT, axum::body::to_bytes(body, limit.bytes()));
+    let read = read.await.map_err(|_| {
+        ApiError::new(
+            400,
+            "RequestTimeout",
+            "Your socket connection to the server was not read from or written to within the timeout period.",
+        )
+    })?;
+    read.map_err(|e| {
         let over = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if over {

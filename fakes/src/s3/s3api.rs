@@ -1,6 +1,7 @@
-//! The S3 data plane, path-style: buckets (create/delete/head/list) and
-//! objects (put/get/head/delete/list v1+v2), each request authenticated,
-//! then authorised by policy, then executed against the state.
+//! The S3 data plane, path-style and `BUCKET.localhost` virtual-host style:
+//! buckets (create/delete/head/list) and objects (put/get/head/delete/list
+//! v1+v2, copy, delete-objects, multipart), each request authenticated, then
+//! authorised by policy, then executed against the state.
 
 use std::sync::Arc;
 
@@ -8,12 +9,12 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use http::{HeaderValue, Method, StatusCode};
-use sha2::{Digest, Sha256};
 
 use super::errors::{s3_error_response, ApiError};
+use super::objects::Req;
 use super::policy::{arn, decide, Decision, Policy};
 use super::sigv4::{parse_query, percent_decode, query_value};
-use super::state::{BucketRec, ObjectMeta};
+use super::state::BucketRec;
 use super::{authenticate, check_header_section, read_body, BodyLimit, Inner, Principal};
 use crate::ops::Op;
 
@@ -21,6 +22,32 @@ type Query = [(Vec<u8>, Vec<u8>)];
 
 fn has(q: &Query, name: &str) -> bool {
     q.iter().any(|(k, _)| k == name.as_bytes())
+}
+
+/// Bucket and key of a request: path-style, or virtual-host style when the
+/// Host is `BUCKET.localhost` (RFC 6761 loopback names; any other Host is
+/// path-style, as on a server with no domain configured).
+pub(crate) fn locate(parts: &http::request::Parts) -> (String, String) {
+    let path = parts.uri.path();
+    match virtual_host_bucket(parts) {
+        Some(b) => {
+            let (first, rest) = split_path(path);
+            let key = if rest.is_empty() {
+                first
+            } else {
+                format!("{first}/{rest}")
+            };
+            (b, key)
+        }
+        None => split_path(path),
+    }
+}
+
+fn virtual_host_bucket(parts: &http::request::Parts) -> Option<String> {
+    let host = parts.headers.get(http::header::HOST)?.to_str().ok()?;
+    let name = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    let bucket = name.strip_suffix(".localhost")?;
+    (!bucket.is_empty()).then(|| bucket.to_ascii_lowercase())
 }
 
 /// Bucket and key of a path-style request path.
@@ -50,16 +77,34 @@ pub mod ops {
             GET_OBJECT = "get_object",
             HEAD_OBJECT = "head_object",
             DELETE_OBJECT = "delete_object",
+            COPY_OBJECT = "copy_object",
+            DELETE_OBJECTS = "delete_objects",
+            CREATE_MULTIPART_UPLOAD = "create_multipart_upload",
+            UPLOAD_PART = "upload_part",
+            COMPLETE_MULTIPART_UPLOAD = "complete_multipart_upload",
+            ABORT_MULTIPART_UPLOAD = "abort_multipart_upload",
+            LIST_PARTS = "list_parts",
+            LIST_MULTIPART_UPLOADS = "list_multipart_uploads",
             UNSUPPORTED = "unsupported",
         }
     );
 }
 
 /// The operation name the gate records, with bucket and key.
-pub(crate) fn classify(method: &Method, path: &str, q: &Query) -> (Op, String, String) {
+pub(crate) fn classify(parts: &http::request::Parts, q: &Query) -> (Op, String, String) {
     use ops::*;
-    let (bucket, key) = split_path(path);
+    let (bucket, key) = locate(parts);
+    let method = &parts.method;
+    let upload = has(q, "uploadId");
     let op = match (method.as_str(), bucket.is_empty(), key.is_empty()) {
+        ("POST", false, false) if has(q, "uploads") => CREATE_MULTIPART_UPLOAD,
+        ("POST", false, false) if upload => COMPLETE_MULTIPART_UPLOAD,
+        ("PUT", false, false) if upload => UPLOAD_PART,
+        ("DELETE", false, false) if upload => ABORT_MULTIPART_UPLOAD,
+        ("GET", false, false) if upload => LIST_PARTS,
+        ("GET", false, true) if has(q, "uploads") => LIST_MULTIPART_UPLOADS,
+        ("POST", false, true) if has(q, "delete") => DELETE_OBJECTS,
+        ("PUT", false, false) if parts.headers.contains_key("x-amz-copy-source") => COPY_OBJECT,
         ("GET", true, _) => LIST_BUCKETS,
         ("PUT", false, true) => CREATE_BUCKET,
         ("DELETE", false, true) => DELETE_BUCKET,
@@ -82,12 +127,9 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "policy",
     "versioning",
     "versions",
-    "uploads",
-    "uploadId",
     "tagging",
     "lifecycle",
     "cors",
-    "delete",
     "encryption",
     "notification",
     "replication",
@@ -110,7 +152,7 @@ fn valid_bucket_name(b: &str) -> bool {
     (3..=63).contains(&b.len()) && ok_chars && edges && !b.contains("..")
 }
 
-fn xml_escape(s: &str) -> String {
+pub(crate) fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -118,7 +160,7 @@ fn xml_escape(s: &str) -> String {
         .replace('\'', "&apos;")
 }
 
-fn iso_millis(rfc3339: &str) -> String {
+pub(crate) fn iso_millis(rfc3339: &str) -> String {
     let fmt = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
     );
@@ -128,7 +170,7 @@ fn iso_millis(rfc3339: &str) -> String {
         .unwrap_or_else(|| rfc3339.to_string())
 }
 
-fn http_date(rfc3339: &str) -> String {
+pub(crate) fn http_date(rfc3339: &str) -> String {
     let fmt = time::macros::format_description!(
         "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
     );
@@ -138,13 +180,13 @@ fn http_date(rfc3339: &str) -> String {
         .unwrap_or_default()
 }
 
-fn response(status: u16, body: Body) -> Response {
+pub(crate) fn response(status: u16, body: Body) -> Response {
     let mut r = Response::new(body);
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
     r
 }
 
-fn xml_response(xml: String) -> Response {
+pub(crate) fn xml_response(xml: String) -> Response {
     let mut r = response(200, Body::from(xml));
     r.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -153,7 +195,7 @@ fn xml_response(xml: String) -> Response {
     r
 }
 
-fn set_header(r: &mut Response, name: &'static str, value: &str) {
+pub(crate) fn set_header(r: &mut Response, name: &'static str, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
         r.headers_mut().insert(name, v);
     }
@@ -217,9 +259,9 @@ async fn serve(
     check_header_section(&parts)?;
     let query = parse_query(parts.uri.query())?;
     let body = read_body(&parts, body, BodyLimit::Object).await?;
-    let (who, body) = authenticate(inner, &parts, &query, body)?;
+    let (who, (body, trailers)) = authenticate(inner, &parts, &query, body)?;
     let access_key = super::sigv4::access_key_hint(&parts).unwrap_or_default();
-    let (op, bucket, key) = classify(&parts.method, parts.uri.path(), &query);
+    let (op, bucket, key) = classify(&parts, &query);
     // Keys are UTF-8 in S3; a lossy decode would let two keys collide.
     let decoded = percent_decode(parts.uri.path(), false).unwrap_or_default();
     if std::str::from_utf8(&decoded).is_err() {
@@ -339,17 +381,20 @@ async fn serve(
             authorize(inner, &who, "s3:ListBucket", &arn(&bucket, None))?;
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
             let mut r = response(200, Body::empty());
-            set_header(&mut r, "x-amz-bucket-region", &inner.config.region);
+            set_header(
+                &mut r,
+                "x-amz-bucket-region",
+                inner.config.reported_region(),
+            );
             Ok(r)
         }
         ops::GET_BUCKET_LOCATION => {
             authorize(inner, &who, "s3:GetBucketLocation", &arn(&bucket, None))?;
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
             // us-east-1 is reported as an empty constraint, as S3 does.
-            let region = if inner.config.region == "us-east-1" {
-                ""
-            } else {
-                inner.config.region.as_str()
+            let region = match inner.config.reported_region() {
+                "us-east-1" => "",
+                r => r,
             };
             Ok(xml_response(format!(
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<LocationConstraint xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">{}</LocationConstraint>",
@@ -361,73 +406,29 @@ async fn serve(
             st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
             list_objects(inner, &bucket, &query)
         }
-        ops::PUT_OBJECT => {
-            authorize(inner, &who, "s3:PutObject", &arn(&bucket, Some(&key)))?;
-            if parts.headers.contains_key("x-amz-copy-source") {
-                return Err(ApiError::new(
-                    501,
-                    "NotImplemented",
-                    "CopyObject is not implemented by the drivelab S3 fake.",
-                ));
-            }
-            if key.len() > 1024 {
-                return Err(ApiError::new(
-                    400,
-                    "KeyTooLongError",
-                    "Your key is too long",
-                ));
-            }
-            let _g = st.lock();
-            st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
-            let etag = hex::encode(&Sha256::digest(&body)[..16]);
-            let meta = ObjectMeta {
-                size: body.len() as u64,
-                etag: etag.clone(),
-                last_modified: super::state::now_rfc3339(),
-                content_type: parts
-                    .headers
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string),
+        ops::PUT_OBJECT
+        | ops::GET_OBJECT
+        | ops::HEAD_OBJECT
+        | ops::COPY_OBJECT
+        | ops::DELETE_OBJECTS
+        | ops::CREATE_MULTIPART_UPLOAD
+        | ops::UPLOAD_PART
+        | ops::COMPLETE_MULTIPART_UPLOAD
+        | ops::ABORT_MULTIPART_UPLOAD
+        | ops::LIST_PARTS => {
+            let r = Req {
+                inner,
+                who: &who,
+                parts: &parts,
+                query: &query,
+                bucket: &bucket,
+                key: &key,
+                body,
+                trailers,
             };
-            st.put_object(&bucket, &key, &meta, &body)?;
-            st.flush()?;
-            let mut r = response(200, Body::empty());
-            set_header(&mut r, "etag", &format!("\"{etag}\""));
-            Ok(r)
+            object_op(op, &r)
         }
-        ops::GET_OBJECT | ops::HEAD_OBJECT => {
-            authorize(inner, &who, "s3:GetObject", &arn(&bucket, Some(&key)))?;
-            st.bucket(&bucket)?.ok_or_else(ApiError::no_such_bucket)?;
-            let meta = st
-                .object(&bucket, &key)?
-                .ok_or_else(ApiError::no_such_key)?;
-            let data = if op == ops::GET_OBJECT {
-                st.object_data(&bucket, &key)?.unwrap_or_default()
-            } else {
-                vec![]
-            };
-            let mut r = response(
-                200,
-                if op == ops::GET_OBJECT {
-                    Body::from(data)
-                } else {
-                    Body::empty()
-                },
-            );
-            set_header(&mut r, "etag", &format!("\"{}\"", meta.etag));
-            set_header(&mut r, "last-modified", &http_date(&meta.last_modified));
-            set_header(&mut r, "content-length", &meta.size.to_string());
-            set_header(&mut r, "accept-ranges", "bytes");
-            set_header(
-                &mut r,
-                "content-type",
-                meta.content_type
-                    .as_deref()
-                    .unwrap_or("binary/octet-stream"),
-            );
-            Ok(r)
-        }
+        ops::LIST_MULTIPART_UPLOADS => Err(ApiError::not_implemented("ListMultipartUploads")),
         ops::DELETE_OBJECT => {
             authorize(inner, &who, "s3:DeleteObject", &arn(&bucket, Some(&key)))?;
             let _g = st.lock();
@@ -441,6 +442,30 @@ async fn serve(
             "MethodNotAllowed",
             "The specified method is not allowed against this resource.",
         )),
+    }
+}
+
+/// The object-level operations, served by `objects` and `multipart`.
+fn object_op(op: Op, r: &Req<'_>) -> Result<Response, ApiError> {
+    use super::{multipart, objects};
+    match op {
+        ops::PUT_OBJECT => objects::put_object(r),
+        ops::GET_OBJECT => objects::get_object(r, false),
+        ops::HEAD_OBJECT => objects::get_object(r, true),
+        ops::COPY_OBJECT => {
+            let source = r
+                .header("x-amz-copy-source")
+                .unwrap_or_default()
+                .to_string();
+            objects::copy_object(r, &source)
+        }
+        // Authorised per key inside, as S3 does.
+        ops::DELETE_OBJECTS => objects::delete_objects(r),
+        ops::CREATE_MULTIPART_UPLOAD => multipart::create(r),
+        ops::UPLOAD_PART => multipart::upload_part(r),
+        ops::COMPLETE_MULTIPART_UPLOAD => multipart::complete(r),
+        ops::ABORT_MULTIPART_UPLOAD => multipart::abort(r),
+        _ => multipart::list_parts(r),
     }
 }
 

@@ -391,7 +391,7 @@ pub(crate) fn verify(
     query: &[(Vec<u8>, Vec<u8>)],
     auth: &Auth,
     secret: &str,
-    expected_region: &str,
+    expected_region: Option<&str>,
     now: OffsetDateTime,
 ) -> Result<[u8; 32], ApiError> {
     if auth.service != "s3" {
@@ -400,7 +400,8 @@ pub(crate) fn verify(
             auth.service
         )));
     }
-    if auth.region != expected_region {
+    // No region configured: any region is accepted (MinIO's isValidRegion).
+    if let Some(expected_region) = expected_region.filter(|r| *r != auth.region) {
         return Err(ApiError::malformed_auth(format!(
             "The authorization header is malformed; the region '{}' is wrong; expecting '{expected_region}'",
             auth.region
@@ -460,21 +461,30 @@ pub(crate) fn verify(
     Ok(key)
 }
 
+/// A decoded body and the trailers of an aws-chunked one (`name`, `value`).
+pub(crate) type Payload = (bytes::Bytes, Vec<(String, String)>);
+
 /// Check the body against the signed payload hash and return the object
-/// bytes (aws-chunked bodies are decoded, their chunk signatures checked).
+/// bytes (aws-chunked bodies are decoded, their chunk signatures checked,
+/// their trailers returned for the handler to verify).
 pub(crate) fn resolve_payload(
     parts: &Parts,
     auth: &Auth,
     key: &[u8; 32],
     body: bytes::Bytes,
-) -> Result<bytes::Bytes, ApiError> {
+) -> Result<Payload, ApiError> {
     let claimed = claimed_payload_hash(parts, auth)?;
+    let chunked = |signing| {
+        let (data, trailers) = decode_chunked(&body, signing)?;
+        check_decoded_length(parts, data.len())?;
+        Ok((bytes::Bytes::from(data), trailers))
+    };
     match claimed.as_str() {
-        "UNSIGNED-PAYLOAD" => Ok(body),
-        "STREAMING-UNSIGNED-PAYLOAD-TRAILER" => decode_chunked(&body, None).map(bytes::Bytes::from),
+        "UNSIGNED-PAYLOAD" => Ok((body, vec![])),
+        "STREAMING-UNSIGNED-PAYLOAD-TRAILER" => chunked(None),
         "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" => {
             let seed = ChunkSigning { key, amz_date: &auth.amz_date, scope: auth.scope(), seed: auth.signature.clone() };
-            decode_chunked(&body, Some(seed)).map(bytes::Bytes::from)
+            chunked(Some(seed))
         }
         h if h.starts_with("STREAMING-") => Err(ApiError::new(
             501,
@@ -489,7 +499,7 @@ pub(crate) fn resolve_payload(
                     "The provided 'x-amz-content-sha256' header does not match what was computed.",
                 ));
             }
-            Ok(body)
+            Ok((body, vec![]))
         }
         _ => Err(ApiError::new(
             400,
@@ -506,7 +516,54 @@ struct ChunkSigning<'a> {
     seed: String,
 }
 
-fn decode_chunked(body: &[u8], mut signing: Option<ChunkSigning<'_>>) -> Result<Vec<u8>, ApiError> {
+/// `x-amz-decoded-content-length`, when given, must be what the chunks held.
+fn check_decoded_length(parts: &Parts, got: usize) -> Result<(), ApiError> {
+    match header_str(parts, "x-amz-decoded-content-length").map(|v| v.trim().parse::<usize>()) {
+        Some(Ok(n)) if n != got => Err(ApiError::new(
+            400,
+            "IncompleteBody",
+            format!("x-amz-decoded-content-length says {n} bytes; the chunks held {got}."),
+        )),
+        Some(Err(_)) => Err(ApiError::new(
+            400,
+            "InvalidArgument",
+            "x-amz-decoded-content-length is not a number.",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Trailer lines after the final chunk: `name:value` CRLF ..., then CRLF.
+fn parse_trailers(rest: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+    let text = std::str::from_utf8(rest).map_err(|_| {
+        ApiError::new(
+            400,
+            "IncompleteBody",
+            "The aws-chunked trailers are not text.",
+        )
+    })?;
+    let mut out = Vec::new();
+    for line in text.split("\r\n").filter(|l| !l.trim().is_empty()) {
+        let (n, v) = line.split_once(':').ok_or_else(|| {
+            ApiError::new(
+                400,
+                "IncompleteBody",
+                "An aws-chunked trailer is not `name:value`.",
+            )
+        })?;
+        let n = n.trim().to_ascii_lowercase();
+        // The signed-trailer variant's own signature line is not a checksum.
+        if n != "x-amz-trailer-signature" {
+            out.push((n, v.trim().to_string()));
+        }
+    }
+    Ok(out)
+}
+
+fn decode_chunked(
+    body: &[u8],
+    mut signing: Option<ChunkSigning<'_>>,
+) -> Result<(Vec<u8>, Vec<(String, String)>), ApiError> {
     let bad = |m: &str| {
         ApiError::new(
             400,
@@ -552,8 +609,8 @@ fn decode_chunked(body: &[u8], mut signing: Option<ChunkSigning<'_>>) -> Result<
         }
         out.extend_from_slice(data);
         if size == 0 {
-            // Trailers (checksums) may follow the last chunk; they are not verified.
-            return Ok(out);
+            // Trailers (checksums) may follow the last chunk: the handler verifies them.
+            return Ok((out, parse_trailers(rest)?));
         }
         rest = rest
             .strip_prefix(b"\r\n")
@@ -604,7 +661,7 @@ mod tests {
         let q = parse_query(p.uri.query()).unwrap();
         let auth = parse_auth(&p, &q).unwrap().unwrap();
         assert_eq!(auth.access_key, "AKIAIOSFODNN7EXAMPLE");
-        verify(&p, &q, &auth, DOC_SECRET, "us-east-1", doc_time()).unwrap();
+        verify(&p, &q, &auth, DOC_SECRET, Some("us-east-1"), doc_time()).unwrap();
     }
 
     #[test]
@@ -612,12 +669,20 @@ mod tests {
         let p = doc_get_object();
         let q = parse_query(p.uri.query()).unwrap();
         let auth = parse_auth(&p, &q).unwrap().unwrap();
-        let e = verify(&p, &q, &auth, "not-the-secret", "us-east-1", doc_time()).unwrap_err();
+        let e = verify(
+            &p,
+            &q,
+            &auth,
+            "not-the-secret",
+            Some("us-east-1"),
+            doc_time(),
+        )
+        .unwrap_err();
         assert_eq!(e.code, "SignatureDoesNotMatch");
         let late = doc_time() + time::Duration::minutes(20);
-        let e = verify(&p, &q, &auth, DOC_SECRET, "us-east-1", late).unwrap_err();
+        let e = verify(&p, &q, &auth, DOC_SECRET, Some("us-east-1"), late).unwrap_err();
         assert_eq!(e.code, "RequestTimeTooSkewed");
-        let e = verify(&p, &q, &auth, DOC_SECRET, "eu-west-1", doc_time()).unwrap_err();
+        let e = verify(&p, &q, &auth, DOC_SECRET, Some("eu-west-1"), doc_time()).unwrap_err();
         assert_eq!(e.code, "AuthorizationHeaderMalformed");
     }
 
@@ -632,10 +697,10 @@ mod tests {
         );
         let q = parse_query(p.uri.query()).unwrap();
         let auth = parse_auth(&p, &q).unwrap().unwrap();
-        verify(&p, &q, &auth, DOC_SECRET, "us-east-1", doc_time()).unwrap();
+        verify(&p, &q, &auth, DOC_SECRET, Some("us-east-1"), doc_time()).unwrap();
         let expired = doc_time() + time::Duration::days(2);
         assert_eq!(
-            verify(&p, &q, &auth, DOC_SECRET, "us-east-1", expired)
+            verify(&p, &q, &auth, DOC_SECRET, Some("us-east-1"), expired)
                 .unwrap_err()
                 .message,
             "Request has expired"
@@ -657,7 +722,7 @@ mod tests {
             let q = parse_query(p.uri.query());
             let q = q.unwrap_or_default();
             if let Ok(Some(a)) = parse_auth(&p, &q) {
-                assert!(verify(&p, &q, &a, "s", "us-east-1", doc_time()).is_err());
+                assert!(verify(&p, &q, &a, "s", Some("us-east-1"), doc_time()).is_err());
             }
             let _ = access_key_hint(&p);
         }
@@ -665,7 +730,10 @@ mod tests {
         assert!(decode_chunked(b"ffffffff\r\nab", None).is_err());
         assert_eq!(
             decode_chunked(b"3\r\nabc\r\n0\r\nx-amz-checksum-crc32:AAAA\r\n\r\n", None).unwrap(),
-            b"abc"
+            (
+                b"abc".to_vec(),
+                vec![("x-amz-checksum-crc32".to_string(), "AAAA".to_string())]
+            )
         );
     }
 

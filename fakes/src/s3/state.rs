@@ -15,6 +15,9 @@ const BUCKET: &str = "s3/bucket/";
 const OBJECT: &str = "s3/object/";
 const DATA: &str = "s3/data/";
 const SEEDED: &str = "s3/meta/seeded";
+const UPLOAD: &str = "s3/mpu/";
+const PART: &str = "s3/mpart/";
+const PART_DATA: &str = "s3/mpartdata/";
 
 #[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct UserRec {
@@ -46,6 +49,30 @@ pub(crate) struct ObjectMeta {
     pub etag: String,
     pub last_modified: String,
     pub content_type: Option<String>,
+    /// Entity headers and `x-amz-meta-*` as stored (lowercase names).
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Verified checksums by algorithm (base64), echoed on request.
+    #[serde(default)]
+    pub checksums: std::collections::BTreeMap<String, String>,
+}
+
+/// A multipart upload in progress.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct UploadRec {
+    pub bucket: String,
+    pub key: String,
+    pub initiated: String,
+    /// The headers given to CreateMultipartUpload (kept on the object).
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+/// One uploaded part (its bytes are stored beside it).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct PartRec {
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: String,
 }
 
 pub(crate) fn now_rfc3339() -> String {
@@ -202,6 +229,36 @@ impl State {
     pub fn objects(&self, bucket: &str) -> Result<Vec<(String, ObjectMeta)>, StoreError> {
         let prefix = format!("{OBJECT}{bucket}/");
         Ok(strip(&prefix, self.store.scan_json(&prefix)?))
+    }
+    pub fn upload(&self, id: &str) -> Result<Option<UploadRec>, StoreError> {
+        self.store.get_json(&format!("{UPLOAD}{id}"))
+    }
+    pub fn put_upload(&self, id: &str, u: &UploadRec) -> Result<(), StoreError> {
+        self.store.put_json(&format!("{UPLOAD}{id}"), u)
+    }
+    /// Parts of upload `id` in part-number order (the key is zero-padded).
+    pub fn parts(&self, id: &str) -> Result<Vec<(u32, PartRec)>, StoreError> {
+        let prefix = format!("{PART}{id}/");
+        Ok(strip(&prefix, self.store.scan_json(&prefix)?)
+            .into_iter()
+            .filter_map(|(n, p)| Some((n.parse().ok()?, p)))
+            .collect())
+    }
+    pub fn put_part(&self, id: &str, n: u32, p: &PartRec, data: &[u8]) -> Result<(), StoreError> {
+        self.store.put(&format!("{PART_DATA}{id}/{n:05}"), data)?;
+        self.store.put_json(&format!("{PART}{id}/{n:05}"), p)
+    }
+    pub fn part_data(&self, id: &str, n: u32) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get(&format!("{PART_DATA}{id}/{n:05}"))
+    }
+    /// Forget upload `id` and all its parts.
+    pub fn remove_upload(&self, id: &str) -> Result<(), StoreError> {
+        for (n, _) in self.parts(id)? {
+            self.store.remove(&format!("{PART_DATA}{id}/{n:05}"))?;
+            self.store.remove(&format!("{PART}{id}/{n:05}"))?;
+        }
+        self.store.remove(&format!("{UPLOAD}{id}"))?;
+        Ok(())
     }
     pub fn has_objects(&self, bucket: &str) -> Result<bool, StoreError> {
         Ok(!self.store.scan(&format!("{OBJECT}{bucket}/"))?.is_empty())

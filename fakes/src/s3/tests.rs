@@ -22,6 +22,7 @@ fn config() -> S3Config {
         admin_access_key: AK.into(),
         admin_secret_key: SK.into(),
         region: "us-east-1".into(),
+        backend: Default::default(),
     }
 }
 
@@ -859,3 +860,5 @@ async fn written_since_reads_only_what_is_new_and_still_there() {
     assert!(g.user("bob").is_none());
     assert!(g.policy("readwrite").is_some_and(|p| p.builtin));
 }
+
+mod fidelity;

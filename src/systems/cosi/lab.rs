@@ -315,7 +315,9 @@ impl Lab {
         let s3_config = S3Config {
             admin_access_key: "drivelab-admin".into(),
             admin_secret_key: admin_secret.expose().to_string(),
-            region: "us-east-1".into(),
+            // None configured: any signing region is accepted, as the servers do.
+            region: String::new(),
+            backend: scn.s3_backend,
         };
         let fakes = FakeSet::start(db, s3_config, rng.random(), gate(), gate()).await?;
         let planting_rng = ChaCha20Rng::seed_from_u64(rng.random());

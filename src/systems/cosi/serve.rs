@@ -12,7 +12,7 @@ use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, EventKind, History};
 use drivelab_fakes::kube::Kind;
-use drivelab_fakes::s3::{S3Config, S3Probe};
+use drivelab_fakes::s3::{Backend, S3Config, S3Probe};
 use drivelab_fakes::secret::Secret;
 use futures_util::future::BoxFuture;
 use rand::Rng;
@@ -37,7 +37,7 @@ pub const ADMIN_ACCESS_KEY: &str = "drivelab-admin";
 pub struct UserSpec {
     /// Access key id (3+ characters, no `/ , = space`).
     pub access_key: String,
-    /// Secret key (8-40 characters).
+    /// Secret key (8 or more characters; neither server has an upper bound).
     pub secret_key: String,
     /// A canned policy to create for the user: `readwrite` on these buckets.
     #[serde(default)]
@@ -57,6 +57,10 @@ pub struct ServeConfig {
     pub access_classes: Vec<AccessClassSpec>,
     /// `driverName` of those classes.
     pub driver_name: String,
+    /// The real server the S3/admin fake follows (`backend:`; default rustfs).
+    pub backend: Backend,
+    /// The signing region (`region:`); empty: any region is accepted.
+    pub region: String,
 }
 
 #[derive(Deserialize)]
@@ -72,6 +76,10 @@ struct RawConfig {
     bucket_access_classes: Vec<AccessClassSpec>,
     #[serde(default)]
     driver_name: Option<String>,
+    #[serde(default)]
+    backend: Option<Spanned<String>>,
+    #[serde(default)]
+    region: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -112,12 +120,12 @@ pub fn parse_config(path: &Path, text: &str) -> Result<ServeConfig, ScenarioErro
         if v.access_key == ADMIN_ACCESS_KEY {
             return Err(error_at(path, &u, "that is the admin's access key", None));
         }
-        if !(8..=40).contains(&v.secret_key.len()) {
+        if v.secret_key.len() < 8 {
             return Err(error_at(
                 path,
                 &u,
                 format!(
-                    "the secret key of `{}` must be 8-40 characters",
+                    "the secret key of `{}` must be at least 8 characters",
                     v.access_key
                 ),
                 None,
@@ -137,7 +145,34 @@ pub fn parse_config(path: &Path, text: &str) -> Result<ServeConfig, ScenarioErro
         }
         buckets.push(b.value);
     }
+    let backend = match &raw.backend {
+        None => Backend::default(),
+        Some(b) => Backend::parse(b.value.trim()).ok_or_else(|| {
+            error_at(
+                path,
+                b,
+                format!("`{}` is not an S3 backend", b.value),
+                Some("write `rustfs` or `minio`"),
+            )
+        })?,
+    };
+    let region = match &raw.region {
+        None => String::new(),
+        Some(r)
+            if r.value.is_empty() || r.value.contains(|c: char| c.is_whitespace() || c == '/') =>
+        {
+            return Err(error_at(
+                path,
+                r,
+                format!("`{}` is not a region name", r.value),
+                Some("e.g. us-east-1; leave `region:` out to accept any region"),
+            ))
+        }
+        Some(r) => r.value.clone(),
+    };
     Ok(ServeConfig {
+        backend,
+        region,
         users,
         buckets,
         bucket_classes: raw.bucket_classes,
@@ -295,7 +330,8 @@ pub async fn start(
     let s3_config = S3Config {
         admin_access_key: ADMIN_ACCESS_KEY.into(),
         admin_secret_key: admin_secret.expose().to_string(),
-        region: "us-east-1".into(),
+        region: config.region.clone(),
+        backend: config.backend,
     };
     let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
     let fakes = FakeSet::start_on(
@@ -325,22 +361,37 @@ pub async fn start(
         }),
     )
     .map_err(|e| anyhow!("creating the admin Secret: {e}"))?;
-    let probe = S3Probe::new(&s3_url, "us-east-1").as_lab(fakes.s3().lab_marker());
+    let region = if config.region.is_empty() {
+        "us-east-1"
+    } else {
+        &config.region
+    };
+    let probe = S3Probe::new(&s3_url, region).as_lab(fakes.s3().lab_marker());
     for b in &config.buckets {
         super::lab::create_lab_bucket(&probe, &admin_secret, b).await?;
     }
-    let admin = |method: &'static str, path: String, body: serde_json::Value| {
+    // RustFS's own prefix takes plain JSON; MinIO has only /minio/admin,
+    // where add-user's body is madmin-encrypted.
+    let prefix = match config.backend {
+        Backend::Rustfs => "/rustfs/admin/v3",
+        Backend::Minio => "/minio/admin/v3",
+    };
+    let admin = |method: &'static str, path: String, body: serde_json::Value, encrypt: bool| {
         let probe = &probe;
         let secret = admin_secret.expose().to_string();
+        let path = format!("{prefix}{path}");
         async move {
+            let mut bytes = body.to_string().into_bytes();
+            if encrypt && config.backend == Backend::Minio {
+                let s = secret.clone();
+                bytes = tokio::task::spawn_blocking(move || {
+                    drivelab_fakes::s3::madmin::encrypt(&s, &bytes)
+                })
+                .await?
+                .map_err(|e| anyhow!("encrypting the add-user body: {e}"))?;
+            }
             let r = probe
-                .send(
-                    method,
-                    &path,
-                    ADMIN_ACCESS_KEY,
-                    &secret,
-                    body.to_string().into_bytes(),
-                )
+                .send(method, &path, ADMIN_ACCESS_KEY, &secret, bytes)
                 .await
                 .map_err(|e| anyhow!("{method} {path}: {e}"))?;
             if !(200..300).contains(&r.status) {
@@ -356,8 +407,9 @@ pub async fn start(
     for u in &config.users {
         admin(
             "PUT",
-            format!("/rustfs/admin/v3/add-user?accessKey={}", u.access_key),
+            format!("/add-user?accessKey={}", u.access_key),
             json!({"secretKey": u.secret_key, "status": "enabled"}),
+            true,
         )
         .await
         .with_context(|| format!("creating user {}", u.access_key))?;
@@ -370,18 +422,20 @@ pub async fn start(
                 .collect();
             admin(
                 "PUT",
-                format!("/rustfs/admin/v3/add-canned-policy?name={name}"),
+                format!("/add-canned-policy?name={name}"),
                 json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:*"], "Resource": resources}]}),
+                false,
             )
             .await
             .with_context(|| format!("creating the policy of {}", u.access_key))?;
             admin(
                 "PUT",
                 format!(
-                    "/rustfs/admin/v3/set-user-or-group-policy?policyName={name}&userOrGroup={}&isGroup=false",
+                    "/set-user-or-group-policy?policyName={name}&userOrGroup={}&isGroup=false",
                     u.access_key
                 ),
                 json!({}),
+                false,
             )
             .await
             .with_context(|| format!("attaching the policy of {}", u.access_key))?;
@@ -451,7 +505,7 @@ mod tests {
             ),
             (
                 "users:\n  - { access_key: app, secret_key: short }\n",
-                "8-40",
+                "at least 8 characters",
                 2,
             ),
             (
