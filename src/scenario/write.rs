@@ -255,6 +255,10 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&n.namespace),
             n.read_only
         ),
+        Step::Csi(CsiStep::SpecSweep(sw)) => match &sw.node {
+            Some(n) => format!("spec_sweep: {{ node: {} }}", q(n)),
+            None => "spec_sweep: {}".to_string(),
+        },
         Step::Bosh(BoshStep::Deploy(d)) | Step::Bosh(BoshStep::RollingUpdate(d)) => {
             format!("{}: {{ deployment: {} }}", step.keyword(), q(&d.deployment))
         }

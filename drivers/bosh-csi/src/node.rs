@@ -210,7 +210,15 @@ impl BoshCsiDriver {
         check_name("volume_id", &req.volume_id)?;
         check_path("target_path", &req.target_path)?;
         let _claim = self.claim(&format!("publish:{}", req.target_path))?;
-        unmount_if_mounted(self.mounter()?, norm(&req.target_path)).await
+        let m = self.mounter()?;
+        let target = norm(&req.target_path);
+        unmount_if_mounted(m, target).await?;
+        if self.mutant(Mutant::UnpublishLeavesTarget) {
+            // Seeded bug: unmounted, but the directory the publish made stays.
+            return Ok(());
+        }
+        crate::mounter::remove_target(m, target).await?;
+        Ok(())
     }
 }
 

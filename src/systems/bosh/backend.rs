@@ -115,9 +115,16 @@ impl BoshBackend {
         let cpi = Cpi::new(
             store("cpi")?,
             gate(),
-            CpiConfig {
-                latency: spec.iaas_latency.clone(),
-                ..CpiConfig::default()
+            {
+                let mut c = CpiConfig {
+                    latency: spec.iaas_latency.clone(),
+                    ..CpiConfig::default()
+                };
+                // The node plugins' attach limit is the IaaS's slot count.
+                if spec.max_volumes_per_node > 0 {
+                    c.max_disks_per_vm = spec.max_volumes_per_node as usize;
+                }
+                c
             },
         );
         let config = director_config(spec, &client_secret, signing_key);
