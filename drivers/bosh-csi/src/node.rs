@@ -13,7 +13,9 @@ use drivelab_proto::csi::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::config::{access_mode, check_capability, check_name, fs_type, is_reader_only, Mutant};
+use crate::config::{
+    access_mode, check_capability, check_name, fs_type, is_our_volume_id, is_reader_only, Mutant,
+};
 use crate::controller::CTX_DISK_CID;
 use crate::driver::{answer, BoshCsiDriver};
 use crate::error::DriverError;
@@ -179,6 +181,13 @@ impl BoshCsiDriver {
         let _claim = self.claim(&format!("publish:{target}"))?;
         let m = self.mounter()?;
 
+        if !is_our_volume_id(&req.volume_id) {
+            // No disk of ours has this name: the volume does not exist.
+            return Err(DriverError::NotFound(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
+        }
         let mounts = m.mounts().await?;
         if !mounts.iter().any(|e| e.target == staging) {
             return Err(DriverError::FailedPrecondition(format!(
