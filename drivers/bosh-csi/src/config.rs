@@ -626,7 +626,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 9);
+        assert_eq!(Mutant::all().len(), 14);
         assert_eq!(Mutant::parse("nope"), None);
     }
 

@@ -440,7 +440,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 4);
+        assert_eq!(Mutant::all().len(), 6);
         assert_eq!(Mutant::parse("nope"), None);
     }
 

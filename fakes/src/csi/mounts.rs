@@ -886,6 +886,21 @@ mod tests {
     }
 
     #[test]
+    fn a_mount_makes_its_target_and_only_rmdir_removes_it() {
+        let (t, _) = table(&[]);
+        let host = tempfile::tempdir().unwrap();
+        let dir = host.path().to_str().unwrap().to_string();
+        t.mount(&bind(&dir, "/p", false)).unwrap();
+        assert!(t.path_exists("/p"));
+        assert_eq!(t.remove_dir("/p").unwrap_err().code(), "Busy");
+        t.unmount("/p").unwrap();
+        assert!(t.path_exists("/p"), "umount leaves the directory");
+        t.remove_dir("/p").unwrap();
+        assert!(!t.path_exists("/p"));
+        assert_eq!(t.remove_dir("/p").unwrap_err().code(), "NoSuchPath");
+    }
+
+    #[test]
     fn bind_of_an_existing_host_directory() {
         let (t, _) = table(&[]);
         let host = tempfile::tempdir().unwrap();
