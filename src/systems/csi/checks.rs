@@ -1022,14 +1022,20 @@ fn csi_spec(obs: &CsiObservations) -> Verdict {
     for c in cases {
         let calls = c.calls.iter().map(|n| CallId(*n));
         match c.outcome {
-            CaseOutcome::Fail => v.fail(format!("FAIL {}: {} — spec: {}", c.id, c.detail, c.rule), calls),
+            CaseOutcome::Fail => v.fail(
+                format!("FAIL {}: {} — spec: {}", c.id, c.detail, c.rule),
+                calls,
+            ),
             CaseOutcome::Pass => {
                 pass += 1;
                 lines.push(format!("pass {}: {} — spec: {}", c.id, c.detail, c.rule));
             }
             CaseOutcome::NotApplicable => {
                 na += 1;
-                lines.push(format!("not applicable {}: {} — spec: {}", c.id, c.detail, c.rule));
+                lines.push(format!(
+                    "not applicable {}: {} — spec: {}",
+                    c.id, c.detail, c.rule
+                ));
             }
         }
     }

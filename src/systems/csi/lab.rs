@@ -1750,9 +1750,7 @@ fn csi_process(
                 anyhow!("bosh-csi drives the BOSH Director: its scenarios need `bosh:`, not `csi:`")
             })?;
             let limit = i64::from(b.max_volumes_per_node);
-            Driver::InProcess(builtin_bosh_csi(
-                role, bosh, &socket, clock, mutants, limit,
-            ))
+            Driver::InProcess(builtin_bosh_csi(role, bosh, &socket, clock, mutants, limit))
         }
         Some(crate::scenario::BuiltinDriver::HostpathCsi) => {
             Driver::InProcess(builtin_hostpath(role, b, &socket, mutants))

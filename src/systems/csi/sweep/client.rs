@@ -101,12 +101,7 @@ impl Sweeper {
     }
 
     /// One Identity RPC (to the controller; `node_side` for the node plugin's).
-    pub(crate) async fn identity<T, F, Fut>(
-        &mut self,
-        op: Op,
-        node_side: bool,
-        f: F,
-    ) -> Reply<T>
+    pub(crate) async fn identity<T, F, Fut>(&mut self, op: Op, node_side: bool, f: F) -> Reply<T>
     where
         F: FnOnce(IdentityClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
