@@ -358,6 +358,9 @@ fn bosh_yaml(b: &super::Bosh, out: &mut String) {
             .collect();
         let _ = writeln!(out, "  iaas_latency: {{ {} }}", items.join(", "));
     }
+    if b.max_volumes_per_node > 0 {
+        let _ = writeln!(out, "  max_volumes_per_node: {}", b.max_volumes_per_node);
+    }
     let ds: Vec<String> = b.client_deployments.iter().map(|d| q(d)).collect();
     let _ = writeln!(out, "  client_deployments: [{}]", ds.join(", "));
     let _ = writeln!(out, "  deployments:");
@@ -409,6 +412,8 @@ fn csi_yaml(c: &super::Csi, out: &mut String) {
             map(&sc.parameters),
             q(&sc.reclaim_policy)
         );
+    }    if c.max_volumes_per_node > 0 {
+        let _ = writeln!(out, "  max_volumes_per_node: {}", c.max_volumes_per_node);
     }
 }
 
