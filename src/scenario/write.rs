@@ -412,7 +412,8 @@ fn csi_yaml(c: &super::Csi, out: &mut String) {
             map(&sc.parameters),
             q(&sc.reclaim_policy)
         );
-    }    if c.max_volumes_per_node > 0 {
+    }
+    if c.max_volumes_per_node > 0 {
         let _ = writeln!(out, "  max_volumes_per_node: {}", c.max_volumes_per_node);
     }
 }
