@@ -19,8 +19,12 @@ fn root() -> &'static Path {
 
 /// Every scenario of the BOSH/CSI system.
 fn bosh_scenarios() -> Vec<Scenario> {
-    let files =
-        scenario::discover(&[root().join("scenarios/bosh"), root().join("scenarios/csi")]).unwrap();
+    let files = scenario::discover(&[
+        root().join("scenarios/bosh"),
+        root().join("scenarios/csi"),
+        root().join("scenarios/csi-spec/bosh-csi.yaml"),
+    ])
+    .unwrap();
     assert!(files.len() >= 20, "{files:?}");
     files
         .iter()
@@ -36,7 +40,8 @@ fn spawned_bosh_csi(extra: &str) -> String {
             --director-url, "{{director_url}}", --client-id, "{{client_id}}",
             --node-id, "{{node_id}}", --mounter-url, "{{mounter_url}}",
             --block-api-url, "{{block_api_url}}", --task-timeout, "{{task_timeout}}",
-            --poll-interval, "{{poll_interval}}", --http-timeout, 2s{extra}],
+            --poll-interval, "{{poll_interval}}", --http-timeout, 2s,
+            --max-volumes-per-node, "{{max_volumes_per_node}}"{extra}],
           env: {{BOSH_CLIENT_SECRET: "{{client_secret}}", BLOCK_API_CREDENTIAL: "{{block_api_credential}}"}},
           protocol: csi}}"#,
         workspace_bin("bosh-csi").display()

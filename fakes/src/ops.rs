@@ -118,6 +118,11 @@ pub fn registry() -> Vec<OpGroup> {
         ),
         g(
             Component::Driver,
+            "CSI driver (further RPCs the lab's spec sweep makes)",
+            crate::csi::SWEEP_RPCS,
+        ),
+        g(
+            Component::Driver,
             "CSI driver (SnapshotMetadata RPCs the snapshot-metadata sidecar makes)",
             crate::csi::snapshot_metadata::DRIVER_RPCS,
         ),

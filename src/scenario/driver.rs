@@ -231,6 +231,10 @@ pub const CSI_PLACEHOLDERS: &[(&str, &str)] = &[
         "mounter_url",
         "node: the node's mount table, http://127.0.0.1:PORT; empty for the controller",
     ),
+    (
+        "max_volumes_per_node",
+        "the attach limit the scenario deploys the plugins with (`max_volumes_per_node:`), 0 when none",
+    ),
     ("director_url", "BOSH backend: the Director, http://127.0.0.1:PORT"),
     ("uaa_url", "BOSH backend: UAA (served by the Director fake)"),
     ("client_id", "BOSH backend: the UAA client id"),

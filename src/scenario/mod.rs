@@ -733,6 +733,7 @@ enum RawStep {
     WriteBlocks(WriteBlocksStep),
     Snapshot(SnapshotStep),
     DeleteSnapshot(SnapshotRef),
+    SpecSweep(crate::systems::csi::steps::SpecSweepStep),
     Backup(BackupStep),
     ReplaySession(ReplayStep),
     ResumeBackup(ResumeStep),
@@ -768,7 +769,8 @@ impl RawStep {
             | R::NodePublish(_)
             | R::ResendCreateVolume(_)
             | R::Snapshot(_)
-            | R::DeleteSnapshot(_) => Some(StepOwner::Csi),
+            | R::DeleteSnapshot(_)
+            | R::SpecSweep(_) => Some(StepOwner::Csi),
             // What only the BOSH backend has: its VMs and Director, and the
             // IaaS block API changed-block backups read.
             R::Deploy(_)
@@ -1434,6 +1436,7 @@ impl Validator<'_> {
             RawStep::WriteBlocks(x) => Step::Bosh(self.write_blocks(ctx, &here, x)?),
             RawStep::Snapshot(x) => Step::Csi(self.snapshot(ctx, &here, x)?),
             RawStep::DeleteSnapshot(x) => Step::Csi(self.delete_snapshot(ctx, &here, x)?),
+            RawStep::SpecSweep(x) => Step::Csi(self.spec_sweep(ctx, &here, x)?),
             RawStep::Backup(x) => Step::Bosh(self.backup(ctx, &here, x)?),
             RawStep::ReplaySession(x) => Step::Bosh(self.replay_session(ctx, &here, x)?),
             RawStep::ResumeBackup(x) => Step::Bosh(self.resume_backup(ctx, &here, x)?),
@@ -1461,7 +1464,7 @@ impl Validator<'_> {
             (Some(StepOwner::Cosi), Some(_)) => Err(self.err(
                 here,
                 "this is a COSI step, but the scenario drives the CSI system",
-                Some("CSI steps: create_volume, delete_volume, publish, unpublish, node_stage, node_publish, resend_create_volume, snapshot, delete_snapshot; with `bosh:` also deploy, recreate_vm, rolling_update, director_down, director_up, write_blocks, backup, replay_session, resume_backup"),
+                Some("CSI steps: create_volume, delete_volume, publish, unpublish, node_stage, node_publish, resend_create_volume, snapshot, delete_snapshot, spec_sweep; with `bosh:` also deploy, recreate_vm, rolling_update, director_down, director_up, write_blocks, backup, replay_session, resume_backup"),
             )),
             _ => Ok(()),
         }

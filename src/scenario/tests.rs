@@ -589,6 +589,11 @@ fn bosh_only_steps_and_checks_are_refused_without_the_backend() {
             "no node `node-9`",
         ),
         (
+            CSI.replace("  - snapshot: { name: s1, volume: data }", "  - spec_sweep: { node: node-9 }"),
+            10,
+            "no node `node-9`",
+        ),
+        (
             CSI.replace("{ name: data }", "{ name: data, class: slow }"),
             8,
             "storage class `slow`",

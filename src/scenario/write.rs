@@ -276,6 +276,10 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&n.namespace),
             n.read_only
         ),
+        Step::Csi(CsiStep::SpecSweep(sw)) => match &sw.node {
+            Some(n) => format!("spec_sweep: {{ node: {} }}", q(n)),
+            None => "spec_sweep: {}".to_string(),
+        },
         Step::Bosh(BoshStep::Deploy(d)) | Step::Bosh(BoshStep::RollingUpdate(d)) => {
             format!("{}: {{ deployment: {} }}", step.keyword(), q(&d.deployment))
         }
@@ -375,6 +379,9 @@ fn bosh_yaml(b: &super::Bosh, out: &mut String) {
             .collect();
         let _ = writeln!(out, "  iaas_latency: {{ {} }}", items.join(", "));
     }
+    if b.max_volumes_per_node > 0 {
+        let _ = writeln!(out, "  max_volumes_per_node: {}", b.max_volumes_per_node);
+    }
     let ds: Vec<String> = b.client_deployments.iter().map(|d| q(d)).collect();
     let _ = writeln!(out, "  client_deployments: [{}]", ds.join(", "));
     let _ = writeln!(out, "  deployments:");
@@ -426,6 +433,9 @@ fn csi_yaml(c: &super::Csi, out: &mut String) {
             map(&sc.parameters),
             q(&sc.reclaim_policy)
         );
+    }
+    if c.max_volumes_per_node > 0 {
+        let _ = writeln!(out, "  max_volumes_per_node: {}", c.max_volumes_per_node);
     }
 }
 

@@ -242,6 +242,17 @@ pub enum Mutant {
     /// A snapshot-metadata session token is accepted for any client, volume,
     /// snapshot pair and after its expiry.
     ReplayableToken,
+    /// NodeUnpublish unmounts but leaves the target directory behind.
+    UnpublishLeavesTarget,
+    /// ControllerPublish does not check the node's attach limit; the IaaS's
+    /// refusal comes back as ABORTED instead of RESOURCE_EXHAUSTED.
+    WrongCodeAtAttachLimit,
+    /// ValidateVolumeCapabilities without capabilities answers OK.
+    MissingFieldAccepted,
+    /// ValidateVolumeCapabilities of an unknown volume answers OK (unconfirmed).
+    NotFoundAsOk,
+    /// ListSnapshots ignores max_entries and returns everything in one page.
+    PagingIgnored,
 }
 
 impl Mutant {
@@ -257,6 +268,11 @@ impl Mutant {
             Mutant::AdminToken,
             Mutant::StaleDelta,
             Mutant::ReplayableToken,
+            Mutant::UnpublishLeavesTarget,
+            Mutant::WrongCodeAtAttachLimit,
+            Mutant::MissingFieldAccepted,
+            Mutant::NotFoundAsOk,
+            Mutant::PagingIgnored,
         ]
     }
 
@@ -272,6 +288,11 @@ impl Mutant {
             Mutant::AdminToken => "admin-token",
             Mutant::StaleDelta => "stale-delta",
             Mutant::ReplayableToken => "replayable-token",
+            Mutant::UnpublishLeavesTarget => "unpublish-leaves-target",
+            Mutant::WrongCodeAtAttachLimit => "wrong-code-at-attach-limit",
+            Mutant::MissingFieldAccepted => "missing-field-accepted",
+            Mutant::NotFoundAsOk => "not-found-as-ok",
+            Mutant::PagingIgnored => "paging-ignored",
         }
     }
 
@@ -304,6 +325,21 @@ impl Mutant {
             }
             Mutant::ReplayableToken => {
                 "the snapshot-metadata session token is not checked against its client, volume, snapshot pair or expiry, so a replayed token resumes any stream (token-bound)"
+            }
+            Mutant::UnpublishLeavesTarget => {
+                "NodeUnpublishVolume unmounts the target but leaves the directory NodePublishVolume made there (csi-spec: unpublish removes the target path)"
+            }
+            Mutant::WrongCodeAtAttachLimit => {
+                "ControllerPublishVolume does not count the node's attachments against its limit, so the IaaS's refusal comes back ABORTED instead of RESOURCE_EXHAUSTED (csi-spec: attach limit)"
+            }
+            Mutant::MissingFieldAccepted => {
+                "ValidateVolumeCapabilities without volume_capabilities answers OK instead of INVALID_ARGUMENT (csi-spec: missing required fields)"
+            }
+            Mutant::NotFoundAsOk => {
+                "ValidateVolumeCapabilities of a volume that does not exist answers OK (unconfirmed) instead of NOT_FOUND (csi-spec: unknown volume)"
+            }
+            Mutant::PagingIgnored => {
+                "ListSnapshots ignores max_entries and answers every snapshot in one page (csi-spec: paging)"
             }
         }
     }
@@ -590,7 +626,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 9);
+        assert_eq!(Mutant::all().len(), 14);
         assert_eq!(Mutant::parse("nope"), None);
     }
 

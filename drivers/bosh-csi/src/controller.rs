@@ -212,6 +212,20 @@ impl BoshCsiDriver {
         if d.attached_to(node) {
             return Ok(ctx(&d));
         }
+        let limit = self.inner.config.max_volumes_per_node;
+        if limit > 0 && !self.mutant(Mutant::WrongCodeAtAttachLimit) {
+            let attached = director
+                .list()
+                .await?
+                .iter()
+                .filter(|x| x.attached_to(node))
+                .count();
+            if attached as i64 >= limit {
+                return Err(DriverError::ResourceExhausted(format!(
+                    "node {node} already has {attached} volumes attached, its limit (max_volumes_per_node {limit})"
+                )));
+            }
+        }
         if let Some(other) = d.attached_instance() {
             if !self.mutant(Mutant::PublishStealsAttachment) {
                 return Err(DriverError::FailedPrecondition(format!(
@@ -278,22 +292,25 @@ impl BoshCsiDriver {
     ) -> Result<ValidateVolumeCapabilitiesResponse, DriverError> {
         let id = req.volume_id.as_str();
         check_name("volume_id", id)?;
-        if req.volume_capabilities.is_empty() {
+        let unconfirmed = |message: String| ValidateVolumeCapabilitiesResponse {
+            confirmed: None,
+            message,
+        };
+        if req.volume_capabilities.is_empty() && !self.mutant(Mutant::MissingFieldAccepted) {
             return Err(DriverError::InvalidArgument(
                 "`volume_capabilities` is required".into(),
             ));
         }
-        if !is_our_volume_id(id) {
+        let found = if is_our_volume_id(id) {
+            self.director()?.find(id).await?
+        } else {
+            None
+        };
+        let Some(d) = found else {
+            if self.mutant(Mutant::NotFoundAsOk) {
+                return Ok(unconfirmed(format!("volume {id} does not exist")));
+            }
             return Err(DriverError::NotFound(format!("volume {id} does not exist")));
-        }
-        let d = self
-            .director()?
-            .find(id)
-            .await?
-            .ok_or_else(|| DriverError::NotFound(format!("volume {id} does not exist")))?;
-        let unconfirmed = |message: String| ValidateVolumeCapabilitiesResponse {
-            confirmed: None,
-            message,
         };
         if let Some(why) = req
             .volume_capabilities

@@ -22,6 +22,9 @@ pub enum DriverError {
     /// The capacity range cannot be met.
     #[error("{0}")]
     OutOfRange(String),
+    /// The node already has as many volumes attached as its limit allows.
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// An operation on the same volume is already in flight, or a Director task
     /// failed or was cancelled; retry.
     #[error("{0}")]
@@ -55,6 +58,7 @@ impl DriverError {
             DriverError::AlreadyExists(_) => Code::AlreadyExists,
             DriverError::FailedPrecondition(_) => Code::FailedPrecondition,
             DriverError::OutOfRange(_) => Code::OutOfRange,
+            DriverError::ResourceExhausted(_) => Code::ResourceExhausted,
             DriverError::Aborted(_) => Code::Aborted,
             DriverError::Unavailable(_) => Code::Unavailable,
             DriverError::DeadlineExceeded(_) => Code::DeadlineExceeded,

@@ -31,6 +31,8 @@ pub const NO_SUCH_DEVICE: &str = "NoSuchDevice";
 pub const NO_SUCH_SOURCE: &str = "NoSuchSource";
 /// Mount-table error code: a read-write bind of a read-only source.
 pub const READ_ONLY_SOURCE: &str = "ReadOnlySource";
+/// Mount-table error code: `rmdir` of a path that does not exist.
+pub const NO_SUCH_PATH: &str = "NoSuchPath";
 
 /// A block device visible on this node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +163,8 @@ pub trait Mounter: Send + Sync {
     fn mount<'a>(&'a self, req: &'a MountRequest) -> BoxFut<'a, Result<(), MountError>>;
     /// Unmount whatever is at `target`.
     fn unmount<'a>(&'a self, target: &'a str) -> BoxFut<'a, Result<(), MountError>>;
+    /// Remove the (empty, unmounted) directory at `path` (rmdir(2)).
+    fn remove_dir<'a>(&'a self, path: &'a str) -> BoxFut<'a, Result<(), MountError>>;
 
     /// The device of IaaS disk `disk_cid`, if visible (like udev's by-id link).
     fn device_for<'a>(
@@ -174,6 +178,15 @@ pub trait Mounter: Send + Sync {
                 .into_iter()
                 .find(|d| d.disk_cid == disk_cid))
         })
+    }
+}
+
+/// Remove the target path a publish created (the CSI spec: NodeUnpublishVolume
+/// deletes what NodePublishVolume made at target_path); already gone is done.
+pub async fn remove_target(m: &dyn Mounter, path: &str) -> Result<(), MountError> {
+    match m.remove_dir(path).await {
+        Err(e) if e.code() == Some(NO_SUCH_PATH) => Ok(()),
+        other => other,
     }
 }
 
@@ -294,6 +307,15 @@ impl Mounter for HttpMounter {
         Box::pin(async move {
             let body = serde_json::json!({ "target": target });
             self.call("unmount", Method::POST, "/unmount", Some(body))
+                .await
+                .map(drop)
+        })
+    }
+
+    fn remove_dir<'a>(&'a self, path: &'a str) -> BoxFut<'a, Result<(), MountError>> {
+        Box::pin(async move {
+            let body = serde_json::json!({ "path": path });
+            self.call("rmdir", Method::POST, "/rmdir", Some(body))
                 .await
                 .map(drop)
         })
@@ -463,6 +485,23 @@ impl Mounter for SystemMounter {
 
     fn unmount<'a>(&'a self, target: &'a str) -> BoxFut<'a, Result<(), MountError>> {
         Box::pin(async move { Self::run("unmount", "umount", &[target]).await.map(drop) })
+    }
+
+    fn remove_dir<'a>(&'a self, path: &'a str) -> BoxFut<'a, Result<(), MountError>> {
+        Box::pin(async move {
+            match tokio::fs::remove_dir(path).await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(MountError::Refused {
+                    op: "rmdir",
+                    status: 0,
+                    code: match e.kind() {
+                        std::io::ErrorKind::NotFound => NO_SUCH_PATH.into(),
+                        _ => BUSY.into(),
+                    },
+                    message: format!("rmdir {path}: {e}"),
+                }),
+            }
+        })
     }
 }
 

@@ -13,7 +13,9 @@ use drivelab_proto::csi::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::config::{access_mode, check_capability, check_name, fs_type, is_reader_only, Mutant};
+use crate::config::{
+    access_mode, check_capability, check_name, fs_type, is_our_volume_id, is_reader_only, Mutant,
+};
 use crate::controller::CTX_DISK_CID;
 use crate::driver::{answer, BoshCsiDriver};
 use crate::error::DriverError;
@@ -179,6 +181,13 @@ impl BoshCsiDriver {
         let _claim = self.claim(&format!("publish:{target}"))?;
         let m = self.mounter()?;
 
+        if !is_our_volume_id(&req.volume_id) {
+            // No disk of ours has this name: the volume does not exist.
+            return Err(DriverError::NotFound(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
+        }
         let mounts = m.mounts().await?;
         if !mounts.iter().any(|e| e.target == staging) {
             return Err(DriverError::FailedPrecondition(format!(
@@ -210,7 +219,15 @@ impl BoshCsiDriver {
         check_name("volume_id", &req.volume_id)?;
         check_path("target_path", &req.target_path)?;
         let _claim = self.claim(&format!("publish:{}", req.target_path))?;
-        unmount_if_mounted(self.mounter()?, norm(&req.target_path)).await
+        let m = self.mounter()?;
+        let target = norm(&req.target_path);
+        unmount_if_mounted(m, target).await?;
+        if self.mutant(Mutant::UnpublishLeavesTarget) {
+            // Seeded bug: unmounted, but the directory the publish made stays.
+            return Ok(());
+        }
+        crate::mounter::remove_target(m, target).await?;
+        Ok(())
     }
 }
 

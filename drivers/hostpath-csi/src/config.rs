@@ -156,6 +156,10 @@ pub enum Mutant {
     AttachSteals,
     /// DeleteVolume forgets the volume but leaves its directory.
     DeleteLeavesData,
+    /// ControllerGetCapabilities advertises GET_CAPACITY, which answers UNIMPLEMENTED.
+    AdvertisedUnimplemented,
+    /// A volume restored from a snapshot does not name it as its content_source.
+    RestoreIgnoresSource,
 }
 
 impl Mutant {
@@ -166,6 +170,8 @@ impl Mutant {
             Mutant::PublishIgnoresReadonly,
             Mutant::AttachSteals,
             Mutant::DeleteLeavesData,
+            Mutant::AdvertisedUnimplemented,
+            Mutant::RestoreIgnoresSource,
         ]
     }
 
@@ -176,6 +182,8 @@ impl Mutant {
             Mutant::PublishIgnoresReadonly => "publish-ignores-readonly",
             Mutant::AttachSteals => "attach-steals",
             Mutant::DeleteLeavesData => "delete-leaves-data",
+            Mutant::AdvertisedUnimplemented => "advertised-unimplemented",
+            Mutant::RestoreIgnoresSource => "restore-ignores-source",
         }
     }
 
@@ -193,6 +201,12 @@ impl Mutant {
             }
             Mutant::DeleteLeavesData => {
                 "DeleteVolume answers OK and forgets the volume but leaves its directory and data behind (no-orphans)"
+            }
+            Mutant::AdvertisedUnimplemented => {
+                "ControllerGetCapabilities advertises GET_CAPACITY while GetCapacity answers UNIMPLEMENTED (csi-spec: advertised means implemented)"
+            }
+            Mutant::RestoreIgnoresSource => {
+                "CreateVolume from a snapshot answers a volume whose content_source is unset (csi-spec: restore)"
             }
         }
     }
@@ -426,7 +440,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 4);
+        assert_eq!(Mutant::all().len(), 6);
         assert_eq!(Mutant::parse("nope"), None);
     }
 

@@ -253,7 +253,12 @@ impl HostPathDriver {
             txn.state.volumes.insert(req.name.clone(), rec.clone());
             txn.save()?;
             tracing::info!(name = %req.name, volume = %rec.id, dir = %dir.display(), bytes = rec.capacity_bytes, "created volume directory");
-            Ok(CreateVolumeResponse { volume: Some(volume_of(&rec)) })
+            let mut volume = volume_of(&rec);
+            if self.mutant(Mutant::RestoreIgnoresSource) {
+                // Seeded bug: the answer forgets where the data came from.
+                volume.content_source = None;
+            }
+            Ok(CreateVolumeResponse { volume: Some(volume) })
         })
     }
 
@@ -642,6 +647,10 @@ impl Controller for HostPathDriver {
             Type::SingleNodeMultiWriter,
         ]
         .into_iter()
+        .chain(
+            self.mutant(Mutant::AdvertisedUnimplemented)
+                .then_some(Type::GetCapacity),
+        )
         .map(|t| ControllerServiceCapability {
             r#type: Some(Cap::Rpc(Rpc { r#type: t as i32 })),
         })

@@ -198,7 +198,10 @@ impl HostPathDriver {
         check_path("target_path", &req.target_path)?;
         let target = norm(&req.target_path);
         let _claim = self.claim(&format!("publish:{target}"))?;
-        unmount_if_mounted(self.mounter()?, target).await
+        let m = self.mounter()?;
+        unmount_if_mounted(m, target).await?;
+        bosh_csi::mounter::remove_target(m, target).await?;
+        Ok(())
     }
 }
 

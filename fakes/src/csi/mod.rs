@@ -122,6 +122,23 @@ crate::declare_ops!(
     }
 );
 
+crate::declare_ops!(
+    /// The further CSI RPCs only the lab's spec sweep (`spec_sweep:`) sends a
+    /// driver, through the same gate (from `lab`).
+    pub SWEEP_RPCS {
+        PROBE = "Probe",
+        GET_PLUGIN_CAPABILITIES = "GetPluginCapabilities",
+        VALIDATE_VOLUME_CAPABILITIES = "ValidateVolumeCapabilities",
+        LIST_VOLUMES = "ListVolumes",
+        LIST_SNAPSHOTS = "ListSnapshots",
+        GET_CAPACITY = "GetCapacity",
+        CONTROLLER_EXPAND_VOLUME = "ControllerExpandVolume",
+        CONTROLLER_GET_VOLUME = "ControllerGetVolume",
+        NODE_GET_VOLUME_STATS = "NodeGetVolumeStats",
+        NODE_EXPAND_VOLUME = "NodeExpandVolume",
+    }
+);
+
 impl DriverRequest {
     /// The RPC, as the gate records it.
     pub fn op(&self) -> Op {

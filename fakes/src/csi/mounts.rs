@@ -172,6 +172,9 @@ pub enum MountError {
     /// 409: the device already has another filesystem.
     #[error("{device} already has a {have} filesystem")]
     AlreadyFormatted { device: String, have: String },
+    /// 404: `rmdir` of a path that does not exist.
+    #[error("no such path: {0}")]
+    NoSuchPath(String),
     /// 501: something the kernel would do that this table does not model.
     #[error("not implemented by the lab's mount table: {0}")]
     NotImplemented(String),
@@ -190,6 +193,7 @@ impl MountError {
             MountError::NotMounted(_) => "NotMounted",
             MountError::Busy { .. } => "Busy",
             MountError::AlreadyFormatted { .. } => "AlreadyFormatted",
+            MountError::NoSuchPath(_) => "NoSuchPath",
             MountError::NotImplemented(_) => "NotImplemented",
         }
     }
@@ -202,7 +206,8 @@ impl MountError {
             | MountError::WrongFsType { .. } => 400,
             MountError::NoSuchDevice(_)
             | MountError::NoSuchSource(_)
-            | MountError::NotMounted(_) => 404,
+            | MountError::NotMounted(_)
+            | MountError::NoSuchPath(_) => 404,
             MountError::AlreadyMounted { .. }
             | MountError::Busy { .. }
             | MountError::AlreadyFormatted { .. } => 409,
@@ -252,6 +257,10 @@ struct Inner {
     filesystems: Filesystems,
     gate: Gate,
     mounts: Mutex<BTreeMap<String, Mount>>,
+    /// Mount points that exist as directories: a mount creates its target
+    /// (as `mkdir -p` before mount(8) does) and only `rmdir` removes it, so
+    /// a target path left behind after its unmount is visible.
+    dirs: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// A path must be absolute and plain: no `..`, `.`, or empty components.
@@ -327,6 +336,7 @@ impl MountTable {
                 filesystems,
                 gate,
                 mounts: Mutex::default(),
+                dirs: Mutex::default(),
             }),
         }
     }
@@ -459,10 +469,35 @@ impl MountTable {
                 source_path: m.source.clone(),
             }),
             None => {
+                lock(&self.inner.dirs).insert(target.clone());
                 mounts.insert(target, want);
                 Ok(())
             }
         }
+    }
+
+    /// `rmdir` of a mount point: refused while anything is mounted at or
+    /// under it; a path that does not exist is `NoSuchPath`.
+    pub fn remove_dir(&self, path: &str) -> Result<(), MountError> {
+        let path = clean_path(path, "path")?;
+        let mounts = self.mounts_lock();
+        if let Some((t, _)) = mounts.iter().find(|(t, _)| under(t, &path)) {
+            return Err(MountError::Busy {
+                target: path.clone(),
+                by: t.clone(),
+            });
+        }
+        if !lock(&self.inner.dirs).remove(&path) {
+            return Err(MountError::NoSuchPath(path));
+        }
+        Ok(())
+    }
+
+    /// Whether `path` exists on the node: a mount point made and not removed.
+    pub fn path_exists(&self, path: &str) -> bool {
+        let p = path.trim_end_matches('/');
+        let mounted = self.mounts_lock().contains_key(p);
+        mounted || lock(&self.inner.dirs).contains(p)
     }
 
     /// `umount`: refused while another mount uses the target.
@@ -544,6 +579,7 @@ impl MountTable {
             .route("/format", post(format).get(get_format))
             .route("/mount", post(mount))
             .route("/unmount", post(unmount))
+            .route("/rmdir", post(rmdir))
             .fallback(not_found)
             .with_state(self.clone())
             .layer(axum::middleware::from_fn_with_state(tap, http_gate))
@@ -573,6 +609,7 @@ crate::declare_ops!(
         GET_FORMAT = "get_format",
         MOUNT = "mount",
         UNMOUNT = "unmount",
+        REMOVE_DIR = "remove_dir",
         UNKNOWN = "unknown",
     }
 );
@@ -585,6 +622,7 @@ fn classify(parts: &http::request::Parts) -> CallSpec {
         ("GET", "/format") => GET_FORMAT,
         ("POST", "/mount") => MOUNT,
         ("POST", "/unmount") => UNMOUNT,
+        ("POST", "/rmdir") => REMOVE_DIR,
         _ => UNKNOWN,
     };
     let node = parts
@@ -654,6 +692,17 @@ struct UnmountBody {
 async fn unmount(State(t): State<MountTable>, b: Bytes) -> Result<Response, MountError> {
     let req: UnmountBody = body(&b)?;
     t.unmount(&req.target)?;
+    Ok(ok())
+}
+
+#[derive(Deserialize)]
+struct RmdirBody {
+    path: String,
+}
+
+async fn rmdir(State(t): State<MountTable>, b: Bytes) -> Result<Response, MountError> {
+    let req: RmdirBody = body(&b)?;
+    t.remove_dir(&req.path)?;
     Ok(ok())
 }
 
@@ -834,6 +883,21 @@ mod tests {
         t.unmount("/g").unwrap();
         assert!(t.mounts().is_empty());
         assert_eq!(t.unmount("/g").unwrap_err().code(), "NotMounted");
+    }
+
+    #[test]
+    fn a_mount_makes_its_target_and_only_rmdir_removes_it() {
+        let (t, _) = table(&[]);
+        let host = tempfile::tempdir().unwrap();
+        let dir = host.path().to_str().unwrap().to_string();
+        t.mount(&bind(&dir, "/p", false)).unwrap();
+        assert!(t.path_exists("/p"));
+        assert_eq!(t.remove_dir("/p").unwrap_err().code(), "Busy");
+        t.unmount("/p").unwrap();
+        assert!(t.path_exists("/p"), "umount leaves the directory");
+        t.remove_dir("/p").unwrap();
+        assert!(!t.path_exists("/p"));
+        assert_eq!(t.remove_dir("/p").unwrap_err().code(), "NoSuchPath");
     }
 
     #[test]

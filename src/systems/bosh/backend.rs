@@ -112,14 +112,17 @@ impl BoshBackend {
     ) -> anyhow::Result<Self> {
         let client_secret = Secret::new(crate::engine::random_token(rng, 40));
         let signing_key = Secret::new(crate::engine::random_token(rng, 48));
-        let cpi = Cpi::new(
-            store("cpi")?,
-            gate(),
-            CpiConfig {
+        let cpi = Cpi::new(store("cpi")?, gate(), {
+            let mut c = CpiConfig {
                 latency: spec.iaas_latency.clone(),
                 ..CpiConfig::default()
-            },
-        );
+            };
+            // The node plugins' attach limit is the IaaS's slot count.
+            if spec.max_volumes_per_node > 0 {
+                c.max_disks_per_vm = spec.max_volumes_per_node as usize;
+            }
+            c
+        });
         let config = director_config(spec, &client_secret, signing_key);
         let director_store = store("director")?;
         let rebuild = (director_store.clone(), gate(), cpi.clone(), config.clone());

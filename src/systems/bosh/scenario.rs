@@ -29,6 +29,9 @@ pub struct Bosh {
     pub task_timeout: Duration,
     /// Virtual time each successful CPI method takes (`attach_disk: 3s`).
     pub iaas_latency: std::collections::BTreeMap<String, Duration>,
+    /// The attach limit the node plugins are deployed with (NodeGetInfo's
+    /// max_volumes_per_node; 0: none) — also the IaaS's disk slots per VM.
+    pub max_volumes_per_node: u32,
 }
 
 /// A deployment with one instance group.
@@ -106,6 +109,8 @@ pub(crate) struct RawBosh {
     task_timeout: Option<String>,
     #[serde(default)]
     iaas_latency: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    max_volumes_per_node: u32,
 }
 
 fn two() -> u32 {
@@ -312,6 +317,7 @@ impl RawBosh {
             disk_jobs_take_deployment_lock: self.disk_jobs_take_deployment_lock,
             per_deployment_scoping: self.per_deployment_scoping,
             task_timeout,
+            max_volumes_per_node: self.max_volumes_per_node,
         })
     }
 }
@@ -661,6 +667,7 @@ impl Default for RawBosh {
             per_deployment_scoping: true,
             task_timeout: None,
             iaas_latency: Default::default(),
+            max_volumes_per_node: 0,
         }
     }
 }

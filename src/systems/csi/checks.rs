@@ -140,6 +140,8 @@ pub struct CsiObservations {
     pub listed_snapshots: Option<Vec<String>>,
     /// The driver's name (GetPluginInfo): the kubelet's staging paths carry it.
     pub driver_name: String,
+    /// The spec sweep's cases, when a `spec_sweep:` step ran (plain data).
+    pub sweep: Option<Vec<super::sweep::SweepCase>>,
     /// Reference-driver specific: what the linked-in hostpath-csi's own state
     /// directory holds that no volume or snapshot record names (the lab reads
     /// that directory; for any other driver this view does not exist).
@@ -182,6 +184,7 @@ pub fn check(inv: Invariant, obs: &CsiObservations) -> Verdict {
         Invariant::NoSecretLeak => crate::checks::no_secret_leak(&obs.leak_scan),
         Invariant::DeltaExact => delta_exact(obs),
         Invariant::TokenBound => token_bound(obs),
+        Invariant::CsiSpec => csi_spec(obs),
         other => {
             let mut v = Verdict::new(other);
             v.fail("a COSI invariant asked of a CSI run".into(), []);
@@ -1012,4 +1015,47 @@ fn spec_codes(obs: &CsiObservations) -> Verdict {
         obs.exchanges.len(),
         format!("{n} error replies, none where the spec requires OK"),
     )
+}
+
+/// csi-spec: every case of the sweep, one detail line each — failures with
+/// their calls as evidence, passes and not-applicable cases listed too.
+fn csi_spec(obs: &CsiObservations) -> Verdict {
+    use super::sweep::CaseOutcome;
+    let mut v = Verdict::new(Invariant::CsiSpec);
+    let Some(cases) = &obs.sweep else {
+        return v.finish(0, "no `spec_sweep:` step ran: nothing to judge".into());
+    };
+    let mut lines = Vec::new();
+    let (mut pass, mut na) = (0, 0);
+    for c in cases {
+        let calls = c.calls.iter().map(|n| CallId(*n));
+        match c.outcome {
+            CaseOutcome::Fail => v.fail(
+                format!("FAIL {}: {} — spec: {}", c.id, c.detail, c.rule),
+                calls,
+            ),
+            CaseOutcome::Pass => {
+                pass += 1;
+                lines.push(format!("pass {}: {} — spec: {}", c.id, c.detail, c.rule));
+            }
+            CaseOutcome::NotApplicable => {
+                na += 1;
+                lines.push(format!(
+                    "not applicable {}: {} — spec: {}",
+                    c.id, c.detail, c.rule
+                ));
+            }
+        }
+    }
+    let summary = format!(
+        "{pass} of {} sweep cases pass, {na} not applicable (not exercised)",
+        cases.len()
+    );
+    if v.passed {
+        v.details.extend(lines);
+    } else {
+        v.details.push(summary.clone());
+        v.details.extend(lines);
+    }
+    v.finish(pass, summary)
 }

@@ -82,6 +82,8 @@ struct Node {
     table: MountTable,
     _table_l: Listener,
     plugin: Arc<Driver>,
+    /// The node plugin's socket.
+    socket: PathBuf,
 }
 
 /// What the fault hook may ask of this lab: crash the controller, restart the Director.
@@ -170,6 +172,8 @@ struct CsiLab {
     driver_name: String,
     /// The controller's socket (the lab's own end-of-run listing dials it).
     ctl_sock: PathBuf,
+    /// The spec sweep's cases, once a `spec_sweep:` step ran.
+    sweep: Option<Vec<super::sweep::SweepCase>>,
 }
 
 impl SystemLab for CsiLab {
@@ -264,6 +268,7 @@ impl SystemLab for CsiLab {
                     let code = self.cbt.resume(r, &self.history).await;
                     self.last_step_code = Some(code);
                 }
+                Step::Csi(CsiStep::SpecSweep(sw)) => self.spec_sweep(_scn, sw).await?,
                 Step::Csi(CsiStep::NodeStage(n)) => self.node_call(true, n, i, &at).await?,
                 Step::Csi(CsiStep::NodePublish(n)) => self.node_call(false, n, i, &at).await?,
                 other => {
@@ -333,6 +338,7 @@ impl CsiLab {
             bosh: backend.as_ref(),
             sockets: sockets.clone(),
             run_dir: dir.path().to_path_buf(),
+            max_volumes_per_node: csi.max_volumes_per_node,
         };
         let (controller, ctl_sock) =
             csi_process(scn, mutants, &CsiRole::Controller, &refs, &clock, &history)?;
@@ -441,6 +447,7 @@ impl CsiLab {
             last_step_code: None,
             driver_name,
             ctl_sock,
+            sweep: None,
         })
     }
 
@@ -772,6 +779,54 @@ impl CsiLab {
         };
         agent.replay(request).await;
         Ok(())
+    }
+
+    /// The CSI spec sweep against the controller and one node plugin, over
+    /// their sockets through a gate of the lab's (so the calls are in the
+    /// history, and armed faults apply); its cases are kept for csi-spec.
+    async fn spec_sweep(
+        &mut self,
+        scn: &Scenario,
+        sw: &crate::systems::csi::steps::SpecSweepStep,
+    ) -> anyhow::Result<()> {
+        let node = match &sw.node {
+            Some(n) => self.nodes.iter().find(|x| &x.name == n),
+            None => self.nodes.first(),
+        }
+        .ok_or_else(|| anyhow!("spec_sweep: no such node"))?;
+        let class = scn.csi.as_ref().and_then(|c| c.storage_classes.first());
+        const PREFIX: &str = "csi.storage.k8s.io/";
+        // As the external-provisioner passes them: its own keys stripped.
+        let parameters = class
+            .map(|c| {
+                c.parameters
+                    .iter()
+                    .filter(|(k, _)| !k.starts_with(PREFIX))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let fs_type = class
+            .and_then(|c| c.parameters.get("csi.storage.k8s.io/fstype").cloned())
+            .unwrap_or_default();
+        let table = node.table.clone();
+        let target = super::sweep::SweepTarget {
+            controller: self.ctl_sock.clone(),
+            node: super::sweep::SweepNode {
+                socket: node.socket.clone(),
+                path_exists: Box::new(move |p| table.path_exists(p)),
+            },
+            driver_name: self.driver_name.clone(),
+            parameters,
+            fs_type,
+            call_timeout: scn.driver.call_timeout,
+        };
+        let gate = Gate::new(self.history.clone());
+        gate.set_hook(self.hook.clone());
+        let cases = super::sweep::run(&target, gate).await;
+        self.hook.until_idle().await;
+        self.sweep.get_or_insert_with(Vec::new).extend(cases);
+        self.converge().await
     }
 
     /// Start the steps at once. Their first-hop requests (sidecar → driver) and
@@ -1317,6 +1372,7 @@ impl CsiLab {
             driver_name: self.driver_name.clone(),
             listed_volumes,
             listed_snapshots,
+            sweep: self.sweep.clone(),
         };
         let (record, verdicts) =
             Record::new(scn, Observed::Csi(Box::new(obs))).seal_and_judge(&history)?;
@@ -1483,6 +1539,7 @@ async fn start_node(
         table,
         _table_l: table_l,
         plugin,
+        socket: sock,
     };
     Ok((node, agent))
 }
@@ -1661,6 +1718,8 @@ struct BackendRefs<'a> {
     bosh: Option<&'a BoshBackend>,
     sockets: PathBuf,
     run_dir: PathBuf,
+    /// The scenario's attach limit for the node plugins (0: none).
+    max_volumes_per_node: u32,
 }
 
 /// The driver under test in `role`, and its socket: the linked-in bosh-csi
@@ -1688,7 +1747,8 @@ fn csi_process(
             let bosh = b.bosh.ok_or_else(|| {
                 anyhow!("bosh-csi drives the BOSH Director: its scenarios need `bosh:`, not `csi:`")
             })?;
-            Driver::InProcess(builtin_bosh_csi(role, bosh, &socket, clock, mutants))
+            let limit = i64::from(b.max_volumes_per_node);
+            Driver::InProcess(builtin_bosh_csi(role, bosh, &socket, clock, mutants, limit))
         }
         Some(crate::scenario::BuiltinDriver::HostpathCsi) => {
             Driver::InProcess(builtin_hostpath(role, b, &socket, mutants))
@@ -1712,6 +1772,7 @@ fn csi_params(
         socket_name,
         b.run_dir.clone(),
     );
+    params.set("max_volumes_per_node", b.max_volumes_per_node.to_string());
     // The driver's wall clock follows the lab's: a token lifetime the
     // scenario lets pass on the virtual clock passes for it too.
     params.clock = Some(clock.clone());
@@ -1789,6 +1850,7 @@ fn builtin_hostpath(
             mounter_url,
             state_dir: hostpath_state(b),
             mutants: Mutant::hostpath(mutants),
+            max_volumes_per_node: i64::from(b.max_volumes_per_node),
             ..Default::default()
         },
         socket,
@@ -1802,6 +1864,7 @@ fn builtin_bosh_csi(
     socket: &std::path::Path,
     clock: &SimClock,
     mutants: &[Mutant],
+    max_volumes_per_node: i64,
 ) -> InProcessDriver {
     let mutants = Mutant::bosh(mutants);
     let task_timeout = b.spec.task_timeout;
@@ -1826,6 +1889,7 @@ fn builtin_bosh_csi(
                     block_api_url: b.block_url.clone(),
                     block_api_credential: bosh_csi::Secret::new(b.block_secret.expose()),
                     session_ttl: SESSION_TTL,
+                    max_volumes_per_node,
                     ..Default::default()
                 },
                 socket,
@@ -1843,6 +1907,7 @@ fn builtin_bosh_csi(
                 mounter_url: mounter_url.clone(),
                 http_timeout: Duration::from_secs(2),
                 mutants,
+                max_volumes_per_node,
                 ..Default::default()
             },
             socket,

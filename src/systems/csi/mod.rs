@@ -9,6 +9,7 @@ mod lab;
 pub mod scenario;
 pub mod snapshot;
 pub mod steps;
+pub mod sweep;
 
 pub use lab::ServedCsi;
 

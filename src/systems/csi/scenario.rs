@@ -17,6 +17,9 @@ pub struct Csi {
     pub storage_classes: Vec<CsiStorageClass>,
     /// The BOSH backend (`bosh:`), or none when the driver brings its own.
     pub bosh: Option<Bosh>,
+    /// The attach limit the node plugins are deployed with (what NodeGetInfo
+    /// reports as max_volumes_per_node; 0: none configured).
+    pub max_volumes_per_node: u32,
 }
 
 /// A StorageClass of the driver under test.
@@ -56,6 +59,7 @@ impl Csi {
         Csi {
             nodes: bosh.nodes.iter().map(|n| n.name.clone()).collect(),
             storage_classes,
+            max_volumes_per_node: bosh.max_volumes_per_node,
             bosh: Some(bosh),
         }
     }
@@ -69,6 +73,8 @@ pub(crate) struct RawCsi {
     nodes: Vec<String>,
     #[serde(default)]
     storage_classes: Vec<RawCsiClass>,
+    #[serde(default)]
+    max_volumes_per_node: u32,
 }
 
 /// A StorageClass as written under `csi: storage_classes:`.
@@ -150,6 +156,7 @@ impl RawCsi {
             nodes,
             storage_classes,
             bosh: None,
+            max_volumes_per_node: self.max_volumes_per_node,
         })
     }
 }

@@ -29,6 +29,18 @@ pub enum CsiStep {
     Snapshot(SnapshotStep),
     /// Delete a VolumeSnapshot (DeleteSnapshot).
     DeleteSnapshot(SnapshotRef),
+    /// The CSI spec sweep against the controller and one node plugin.
+    SpecSweep(SpecSweepStep),
+}
+
+/// `spec_sweep:` — the lab calls the driver case by case as the CSI spec
+/// rules it (see `sweep`); the `csi-spec` invariant reports the cases.
+#[derive(Clone, Debug, Default, serde::Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SpecSweepStep {
+    /// The node whose plugin the node cases call (default: the first node).
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 impl CsiStep {
@@ -44,6 +56,7 @@ impl CsiStep {
             CsiStep::ResendCreateVolume(_) => "resend_create_volume",
             CsiStep::Snapshot(_) => "snapshot",
             CsiStep::DeleteSnapshot(_) => "delete_snapshot",
+            CsiStep::SpecSweep(_) => "spec_sweep",
         }
     }
 
@@ -86,6 +99,10 @@ impl CsiStep {
                 format!("snapshot {}/{} of {}", s.namespace, s.name, s.volume)
             }
             CsiStep::DeleteSnapshot(s) => format!("delete_snapshot {}/{}", s.namespace, s.name),
+            CsiStep::SpecSweep(s) => match &s.node {
+                Some(n) => format!("spec_sweep (node {n})"),
+                None => "spec_sweep".into(),
+            },
         }
     }
 
@@ -308,5 +325,18 @@ impl Validator<'_> {
             ));
         }
         Ok(CsiStep::DeleteSnapshot(sn))
+    }
+
+    /// `spec_sweep`: its node, when named, is one of the scenario's.
+    pub(crate) fn spec_sweep(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        sw: SpecSweepStep,
+    ) -> Result<CsiStep, ScenarioError> {
+        if let Some(n) = &sw.node {
+            self.known_node(ctx, here, n)?;
+        }
+        Ok(CsiStep::SpecSweep(sw))
     }
 }

@@ -269,7 +269,8 @@ pub fn check(inv: Invariant, obs: &Observations) -> Verdict {
         | Invariant::ReadOnlyEnforced
         | Invariant::NoAttachDuringRecreate
         | Invariant::DeltaExact
-        | Invariant::TokenBound => {
+        | Invariant::TokenBound
+        | Invariant::CsiSpec => {
             let mut v = Verdict::new(inv);
             v.fail("a BOSH/CSI invariant asked of a COSI run".into(), []);
             v
