@@ -59,6 +59,17 @@ struct TestDriver {
     mounts: MountTable,
 }
 
+/// The n-th volume id the in-test controller hands out: `disk-N`, or, when it
+/// stands in for bosh-csi's controller, a disk name in bosh-csi's own form
+/// (its node plugin answers NOT_FOUND for ids it could never have issued).
+fn volume_id_of(driver_name: &str, n: u64) -> String {
+    if driver_name == bosh_csi::DRIVER_NAME {
+        format!("csi-{n:032x}")
+    } else {
+        format!("disk-{n}")
+    }
+}
+
 fn st(d: &TestDriver) -> std::sync::MutexGuard<'_, DriverState> {
     d.st.lock().unwrap()
 }
@@ -112,7 +123,7 @@ impl Controller for TestDriver {
             Some(_) => return Err(Status::already_exists("incompatible volume")),
             None => {
                 s.next_id += 1;
-                let id = format!("disk-{}", s.next_id);
+                let id = volume_id_of(&self.name, s.next_id);
                 s.volumes.insert(r.name, (id.clone(), bytes, params));
                 id
             }
@@ -1216,12 +1227,19 @@ async fn end_to_end_with_the_bosh_csi_node_plugin() {
         get(l, Kind::Pod, Some("app"), "web").unwrap()["status"]["phase"],
         "Running"
     );
-    let staging = staging_path(bosh_csi::DRIVER_NAME, "disk-1");
+    let staging = staging_path(
+        bosh_csi::DRIVER_NAME,
+        &volume_id_of(bosh_csi::DRIVER_NAME, 1),
+    );
     let target = target_path(&uid, &pv);
     let m = l.mounts.mounts();
     assert_eq!(m.len(), 2, "{m:?}");
     let stage = m.iter().find(|m| m.target == staging).expect("staged");
-    assert!(!stage.bind && stage.disk_cid == "disk-1" && stage.fstype == "ext4");
+    assert!(
+        !stage.bind
+            && stage.disk_cid == volume_id_of(bosh_csi::DRIVER_NAME, 1)
+            && stage.fstype == "ext4"
+    );
     let publish = m.iter().find(|m| m.target == target).expect("published");
     assert!(publish.bind && publish.read_only, "{publish:?}");
     // Teardown through the real node plugin leaves nothing mounted.

@@ -450,6 +450,33 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
+/// A watch request (`?watch=1`, `watch=true`, `watch`), as the kube fake reads one.
+fn is_watch(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "watch=true" || p == "watch=1" || p == "watch")
+    })
+}
+
+/// What a watch stream sent until it went quiet for a moment (bounded in size).
+async fn watch_events(body: axum::body::Body) -> bytes::Bytes {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut out = Vec::new();
+    while out.len() < MAX_RESPONSE {
+        let quiet = std::time::Duration::from_millis(100);
+        match tokio::time::timeout(quiet, body.frame()).await {
+            Ok(Some(Ok(f))) => {
+                if let Ok(data) = f.into_data() {
+                    out.extend_from_slice(&data);
+                }
+            }
+            _ => break,
+        }
+    }
+    out.into()
+}
+
 /// Send every request of `data` through `router`; `check` judges each answer.
 fn run_script(
     router: Router,
@@ -464,12 +491,19 @@ fn run_script(
             let Some(req) = build(r) else { continue };
             let method = req.method().clone();
             let path = req.uri().path().to_string();
+            let watch = is_watch(req.uri().query());
             let fut = async {
                 let resp = router.clone().oneshot(req).await.expect("infallible");
                 let (parts, body) = resp.into_parts();
-                let body = axum::body::to_bytes(body, MAX_RESPONSE)
-                    .await
-                    .expect("answer body readable");
+                // A served watch streams until its timeout: take what it has
+                // sent once it goes quiet, as a client reading events would.
+                let body = if watch && parts.status.is_success() {
+                    watch_events(body).await
+                } else {
+                    axum::body::to_bytes(body, MAX_RESPONSE)
+                        .await
+                        .expect("answer body readable")
+                };
                 Answer {
                     status: parts.status.as_u16(),
                     headers: parts.headers,

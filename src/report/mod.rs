@@ -218,7 +218,13 @@ pub fn load_reports(dirs: &[PathBuf]) -> Result<(Vec<ScenarioReport>, Vec<RunMet
             }
         }
     }
-    out.sort_by(|a, b| a.path.cmp(&b.path).then(a.dir.cmp(&b.dir)));
+    // Component-wise, as the suite walks directories: scenarios/csi/… before
+    // scenarios/csi-spec/… (as strings, '-' sorts before '/').
+    out.sort_by(|a, b| {
+        Path::new(&a.path)
+            .cmp(Path::new(&b.path))
+            .then(a.dir.cmp(&b.dir))
+    });
     Ok((out, metas))
 }
 
