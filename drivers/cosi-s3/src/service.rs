@@ -925,8 +925,10 @@ pub fn random_secret() -> Result<String, DriverError> {
 }
 
 /// The `predictable-secret` mutant's secret: hex(sha256("cosi-s3:" + name)),
-/// cut to 40 characters because MinIO-style backends reject longer secret keys
-/// (XMinioAdminInvalidSecretKey). Still computable by anyone who knows the name.
+/// cut to [`SECRET_KEY_LEN`] like every secret this driver makes (neither
+/// RustFS nor MinIO caps an add-user secret at 40; 40 is MinIO's length for
+/// the credentials it generates itself). Still computable by anyone who knows
+/// the name.
 pub fn predictable_secret(account_name: &str) -> String {
     let mut h = hex::encode(Sha256::digest(format!("cosi-s3:{account_name}").as_bytes()));
     h.truncate(SECRET_KEY_LEN);
