@@ -450,14 +450,6 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// A watch request (`?watch=1`, `watch=true`, `watch`), as the kube fake reads one.
-fn is_watch(query: Option<&str>) -> bool {
-    query.is_some_and(|q| {
-        q.split('&')
-            .any(|p| p == "watch=true" || p == "watch=1" || p == "watch")
-    })
-}
-
 /// What a watch stream sent until it went quiet for a moment (bounded in size).
 async fn watch_events(body: axum::body::Body) -> bytes::Bytes {
     use http_body_util::BodyExt;
@@ -491,7 +483,7 @@ fn run_script(
             let Some(req) = build(r) else { continue };
             let method = req.method().clone();
             let path = req.uri().path().to_string();
-            let watch = is_watch(req.uri().query());
+            let watch = drivelab_fakes::kube::is_watch(req.uri().query());
             let fut = async {
                 let resp = router.clone().oneshot(req).await.expect("infallible");
                 let (parts, body) = resp.into_parts();

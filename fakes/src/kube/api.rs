@@ -132,7 +132,8 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
     }
 }
 
-fn is_watch(query: Option<&str>) -> bool {
+/// A watch request (`?watch=1`, `watch=true`, `watch`), by its query.
+pub fn is_watch(query: Option<&str>) -> bool {
     query.is_some_and(|q| {
         q.split('&')
             .any(|p| p == "watch=true" || p == "watch=1" || p == "watch")

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use crate::gate::Gate;
 use crate::store::{Store, StoreError};
 
-pub use api::{all_ops, op, Verb};
+pub use api::{all_ops, is_watch, op, Verb};
 pub use patch::{json_patch, merge_patch, PatchError};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use snapshot::{SNAPSHOT_API_VERSION, SNAPSHOT_GROUP};

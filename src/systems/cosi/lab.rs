@@ -1494,7 +1494,6 @@ impl Lab {
             leak_scan: crate::checks::LeakScan::run(&secrets, &artifacts),
             planted: self.planted.clone(),
         };
-        let history = self.history.events();
         let (record, verdicts) =
             Record::new(scn, Observed::Cosi(Box::new(obs))).seal_and_judge(&history)?;
         let outcome = RunOutcome {
