@@ -1442,6 +1442,9 @@ impl Lab {
         let exchanges: Vec<Exchange> = self.sidecar.exchanges();
         let handed_out = handed_out(&exchanges);
         let secrets = self.run_secrets(&backend, &exchanges, &live);
+        // An external driver's own output is searched for leaks too (a builtin
+        // has none). Read before the history: it notes what it held back of a flood.
+        let driver_output = self.driver.output();
         let history = self.history.events();
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
         // What reports write: ids labelled like the snapshot, so two runs diff cleanly.
@@ -1468,8 +1471,6 @@ impl Lab {
             ("history (normalised)".into(), history_text.clone()),
             ("log".into(), logs),
         ];
-        // An external driver's own output is searched for leaks too (a builtin has none).
-        let driver_output = self.driver.output();
         if !driver_output.is_empty() {
             artifacts.push(("driver output".into(), driver_output));
         }

@@ -1299,6 +1299,14 @@ impl CsiLab {
         self.converge().await?;
         self.sample(scn.steps.len());
         let snapshot = self.render_snapshot();
+        // External driver processes' own output is searched for leaks too. Read
+        // before the history: reading notes what was held back of a flood.
+        let plugins = self.nodes.iter().map(|n| &n.plugin);
+        let driver_outputs: Vec<String> = std::iter::once(&self.controller)
+            .chain(plugins)
+            .map(|d| d.output())
+            .filter(|out| !out.is_empty())
+            .collect();
         let history = self.history.events();
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
         let history_text = self.norm.text_all(&history_json);
@@ -1317,14 +1325,11 @@ impl CsiLab {
             ("history (normalised)".into(), history_text.clone()),
             ("log".into(), logs),
         ];
-        // External driver processes' own output is searched for leaks too.
-        let plugins = self.nodes.iter().map(|n| &n.plugin);
-        for d in std::iter::once(&self.controller).chain(plugins) {
-            let out = d.output();
-            if !out.is_empty() {
-                artifacts.push(("driver output".into(), out));
-            }
-        }
+        artifacts.extend(
+            driver_outputs
+                .into_iter()
+                .map(|out| ("driver output".into(), out)),
+        );
         let obs = CsiObservations {
             samples: std::mem::take(&mut self.samples),
             calls: Vec::new(),
