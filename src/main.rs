@@ -269,6 +269,9 @@ enum DriverCommand {
         /// Kubernetes API URL for checkpoints.
         #[arg(long, env = "KUBE_URL")]
         kube_url: String,
+        /// File holding the bearer token for that API (a pod's service-account token).
+        #[arg(long, env = "KUBE_TOKEN_FILE", default_value = "")]
+        kube_token_file: String,
         /// Namespace for checkpoints.
         #[arg(long, default_value = systems::cosi::DRIVER_STATE_NAMESPACE)]
         state_namespace: String,
@@ -573,6 +576,7 @@ fn main() -> ExitCode {
                     DriverCommand::CosiS3 {
                         endpoint,
                         kube_url,
+                        kube_token_file,
                         state_namespace,
                         mutants,
                         policy_layout,
@@ -594,6 +598,7 @@ fn main() -> ExitCode {
                 }
                 let config = cosi_s3::DriverConfig {
                     kube_url,
+                    kube_token_file,
                     state_namespace,
                     mutants: Mutant::cosi(&mutants),
                     policy_layout,
@@ -1477,6 +1482,8 @@ async fn serve(
     drivelab::outln!("admin_url: {}/{prefix}/admin/v3/", served.s3_url);
     drivelab::outln!("kube_url: {}", served.kube_url);
     drivelab::outln!("kubeconfig: {}", served.kubeconfig.display());
+    drivelab::outln!("kube_token: {}", served.kube_token.expose());
+    drivelab::outln!("admin_kubeconfig: {}", served.admin_kubeconfig.display());
     drivelab::outln!("admin_access_key: {}", served.admin_access_key);
     drivelab::outln!("admin_secret_key: {}", served.admin_secret.expose());
     drivelab::outln!(

@@ -53,6 +53,8 @@ pub struct LabContainer {
     pub admin_access_key: String,
     /// Admin secret key.
     pub admin_secret: Secret,
+    /// The driver's bearer token for the Kubernetes API (`serve`'s `kube_token`).
+    pub kube_token: Secret,
     container: ContainerAsync<GenericImage>,
 }
 
@@ -95,13 +97,15 @@ impl LabContainer {
             kube_url: get("kube_url")?,
             admin_access_key: get("admin_access_key")?,
             admin_secret: Secret::new(get("admin_secret_key")?),
+            kube_token: Secret::new(get("kube_token")?),
             container,
         })
     }
 
-    /// Write a kubeconfig for the lab's Kubernetes API (for KUBECONFIG).
+    /// Write a kubeconfig for the lab's Kubernetes API (for KUBECONFIG), as
+    /// the driver's service account (`kube_token`).
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), LabError> {
-        crate::engine::write_kubeconfig(path, &self.kube_url, "default")?;
+        crate::engine::write_kubeconfig(path, &self.kube_url, "default", &self.kube_token)?;
         Ok(())
     }
 

@@ -294,12 +294,14 @@ fn read_serve_banner(
     out
 }
 
-fn http_get(url: &str, path: &str) -> (u16, String) {
+/// GET `path` from `url`, with `token` as a bearer token if given.
+fn http_get(url: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let addr = url.trim_start_matches("http://");
     let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut body = String::new();
@@ -387,17 +389,34 @@ async fn serve_exposes_the_fakes_until_sigint() {
         200
     );
 
-    // The Kubernetes API: the admin Secret and the class; the kubeconfig points at it.
-    let (status, body) = http_get(&kube, "/api/v1/namespaces/drivelab-system/secrets/s3-admin");
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("\"secretKey\""), "{body}");
-    let (status, body) = http_get(
-        &kube,
-        "/apis/objectstorage.k8s.io/v1alpha1/bucketclasses/standard",
-    );
-    assert_eq!(status, 200, "{body}");
+    // The Kubernetes API authenticates: a token it never issued is 401; a
+    // request without credentials is the driver (client-go sends none over
+    // plain http), and the driver's token (the one in `kubeconfig`) too: it
+    // reads the admin Secret, as a COSI driver's RBAC allows, but not the
+    // BucketClass it does not manage.
+    let secret_path = "/api/v1/namespaces/drivelab-system/secrets/s3-admin";
+    let class_path = "/apis/objectstorage.k8s.io/v1alpha1/bucketclasses/standard";
+    assert_eq!(http_get(&kube, secret_path, Some("made-up")).0, 401);
+    let driver_token = banner["kube_token"].clone();
+    for token in [Some(driver_token.as_str()), None] {
+        let (status, body) = http_get(&kube, secret_path, token);
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("\"secretKey\""), "{body}");
+        let (status, body) = http_get(&kube, class_path, token);
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("cannot get resource \\\"bucketclasses\\\""), "{body}");
+    }
     let kc = std::fs::read_to_string(&banner["kubeconfig"]).unwrap();
     assert!(kc.contains(&format!("server: {kube}")), "{kc}");
+    assert!(kc.contains(&format!("token: {driver_token}")), "{kc}");
+    // The operator's kubeconfig is cluster-admin.
+    let admin_kc = std::fs::read_to_string(&banner["admin_kubeconfig"]).unwrap();
+    let admin_token = admin_kc
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .expect("a token in the admin kubeconfig");
+    let (status, body) = http_get(&kube, class_path, Some(admin_token));
+    assert_eq!(status, 200, "{body}");
 
     // SIGINT: a clean stop.
     unsafe {
@@ -476,7 +495,7 @@ async fn container_image_driver_and_lab_container() {
 
     // The reference driver as an image, through scenarios with and without a crash.
     let driver = format!(
-        r#"{{image: "drivelab-cosi-s3:{tag}", args: [--endpoint, "{{endpoint}}", --kube-url, "{{kube_url}}"], start_timeout: 30s}}"#
+        r#"{{image: "drivelab-cosi-s3:{tag}", args: [--endpoint, "{{endpoint}}", --kube-url, "{{kube_url}}", --kube-token-file, "{{kube_token_file}}"], start_timeout: 30s}}"#
     );
     for rel in [
         "cosi/happy-path.yaml",
@@ -553,6 +572,7 @@ async fn container_image_driver_and_lab_container() {
     let (status, _) = http_get(
         &lab.kube_url,
         "/api/v1/namespaces/drivelab-system/secrets/s3-admin",
+        Some(lab.kube_token.expose()),
     );
     assert_eq!(status, 200);
     lab.stop().await.unwrap();

@@ -17,7 +17,7 @@ use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cosi_sidecar::{connect_unix, CosiSidecar, DriverReply, DriverRequest};
 use drivelab_fakes::gate::{CallSpec, Delivery, Gate, GateHook, Verdict};
 use drivelab_fakes::history::{CallId, Component, History, Outcome};
-use drivelab_fakes::kube::{Kind, KubeFake};
+use drivelab_fakes::kube::{Grant, Kind, KubeFake};
 use drivelab_fakes::s3::{S3Config, S3Fake};
 use drivelab_fakes::serve::{loopback, Listener};
 use drivelab_fakes::store::{MemStore, SledStore, Store, StoreError};
@@ -45,7 +45,7 @@ struct DriverRt {
 }
 
 impl DriverRt {
-    async fn start(kube_url: String, socket: &Path) -> anyhow::Result<Self> {
+    async fn start(kube_url: String, kube_token_file: String, socket: &Path) -> anyhow::Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("driver")
@@ -53,6 +53,7 @@ impl DriverRt {
             .build()?;
         let config = DriverConfig {
             kube_url,
+            kube_token_file,
             state_namespace: STATE_NS.into(),
             mutants: vec![],
             policy_layout: Default::default(),
@@ -157,6 +158,8 @@ struct LabFakes {
     hook: Arc<IdleHook>,
     s3_url: String,
     kube_url: String,
+    /// A file holding the driver's bearer token for `kube_url`.
+    token_file: String,
     _listeners: Vec<Listener>,
 }
 
@@ -196,6 +199,8 @@ impl LabFakes {
         let kube_l = kube.serve(loopback()).await?;
         kube.create(Kind::Secret, admin_secret())
             .map_err(|e| anyhow!("admin secret: {e}"))?;
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, kube.access().issue(Grant::cosi_driver(STATE_NS, "cosi-driver")))?;
         Ok(Self {
             _dir: dir,
             kube,
@@ -203,6 +208,7 @@ impl LabFakes {
             hook,
             s3_url: s3_l.url(),
             kube_url: kube_l.url(),
+            token_file: token_file.display().to_string(),
             _listeners: vec![s3_l, kube_l],
         })
     }
@@ -361,7 +367,7 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
 
     // The lab's full path, and the same driver reached without the sidecar.
     let lab = LabFakes::start(Backing::Sled).await?;
-    let lab_driver = DriverRt::start(lab.kube_url.clone(), &dir.path().join("lab.sock")).await?;
+    let lab_driver = DriverRt::start(lab.kube_url.clone(), lab.token_file.clone(), &dir.path().join("lab.sock")).await?;
     let slot = Arc::new(RwLock::new(lab.kube.clone()));
     let sidecar =
         CosiSidecar::connect(&lab_driver.socket, slot, gate(&lab.history, &lab.hook)).await?;
@@ -376,7 +382,7 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
 
     // The lab's full path with the old store (fsync per request): the "before".
     let old = LabFakes::start(Backing::SledFsyncEachWrite).await?;
-    let old_driver = DriverRt::start(old.kube_url.clone(), &dir.path().join("old.sock")).await?;
+    let old_driver = DriverRt::start(old.kube_url.clone(), old.token_file.clone(), &dir.path().join("old.sock")).await?;
     let old_slot = Arc::new(RwLock::new(old.kube.clone()));
     let old_sidecar =
         CosiSidecar::connect(&old_driver.socket, old_slot, gate(&old.history, &old.hook)).await?;
@@ -387,7 +393,7 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
 
     // The same fakes over memory instead of sled, reached directly.
     let mem = LabFakes::start(Backing::Mem).await?;
-    let mem_driver = DriverRt::start(mem.kube_url.clone(), &dir.path().join("mem.sock")).await?;
+    let mem_driver = DriverRt::start(mem.kube_url.clone(), mem.token_file.clone(), &dir.path().join("mem.sock")).await?;
     let mem_direct = Path_::Bare {
         client: ProvisionerClient::new(connect_unix(&mem_driver.socket).await?),
         endpoint: mem.s3_url.clone(),
@@ -397,7 +403,10 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
     let stub = Stub::default();
     let stub_url = stub.serve().await?;
     stub.put_object("secrets", ADMIN_NS, ADMIN_SECRET, admin_secret());
-    let bare_driver = DriverRt::start(stub_url.clone(), &dir.path().join("bare.sock")).await?;
+    // The stub does not authenticate; the driver still sends a token, as on the lab's paths.
+    let stub_token = dir.path().join("stub-token");
+    std::fs::write(&stub_token, "stub")?;
+    let bare_driver = DriverRt::start(stub_url.clone(), stub_token.display().to_string(), &dir.path().join("bare.sock")).await?;
     let bare = Path_::Bare {
         client: ProvisionerClient::new(connect_unix(&bare_driver.socket).await?),
         endpoint: stub_url,

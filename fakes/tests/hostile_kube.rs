@@ -17,9 +17,12 @@ use drivelab_fakes::history::History;
 use drivelab_fakes::serve::loopback;
 use serde_json::json;
 
+/// The bearer token every request below carries (cluster-admin).
+const TOKEN: &str = "hostile-kube-test-token";
+
 fn http(method: &str, path: &str, ctype: &str, body: &[u8]) -> Vec<u8> {
     let mut r = format!(
-        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -59,9 +62,19 @@ async fn hostile_kube_requests() {
     let before = panics();
     let fake =
         drivelab_fakes::kube::in_memory(Gate::new(History::new(SimClock::new())), 1).unwrap();
+    fake.access()
+        .register(TOKEN, drivelab_fakes::kube::Grant::cluster_admin("hostile"));
     let l = fake.serve(loopback()).await.unwrap();
     let a = l.addr;
     assert_eq!(create(a, "ckpt").await.status, 201);
+
+    // No credentials, or a token nobody issued: 401 before the body is looked at.
+    let anonymous = format!("GET {CM} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    status(&raw(a, anonymous.as_bytes()).await, 401, "Unauthorized");
+    let forged = String::from_utf8(http("GET", CM, "application/json", b""))
+        .unwrap()
+        .replace(TOKEN, "forged");
+    status(&raw(a, forged.as_bytes()).await, 401, "Unauthorized");
 
     // Stale resourceVersion: 409 Conflict naming the object.
     let upd = |rv: &str| {

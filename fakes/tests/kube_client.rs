@@ -38,8 +38,7 @@ async fn lab() -> Lab {
     let listener = fake.serve(loopback()).await.expect("listen");
     let mut config = Config::new(listener.url().parse().expect("url"));
     config.default_namespace = "drv".into();
-    // The fake ignores credentials, but a driver will send them.
-    config.auth_info.token = Some("not-a-real-token".to_string().into());
+    config.auth_info.token = Some(fake.admin_token().into());
     let client = Client::try_from(config).expect("client");
     Lab {
         fake,

@@ -628,9 +628,20 @@ pub fn admin_http(data: &[u8]) {
 /// Target `kube_http`: the Kubernetes API (routes, JSON bodies, the three
 /// patch formats, preconditions) over a fresh fake.
 pub fn kube_http(data: &[u8]) {
+    const TOKEN: &str = "fuzz-admin-token";
+    // A script's request carries the admin token unless it sets its own
+    // Authorization, so inputs reach the API and still probe authentication.
+    fn as_admin(r: &mut RawRequest) {
+        if !r.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(b"authorization")) {
+            r.headers
+                .push((b"authorization".to_vec(), format!("Bearer {TOKEN}").into_bytes()));
+        }
+    }
     let fake = drivelab_fakes::kube::in_memory(Gate::new(History::new(SimClock::new())), 7)
         .expect("in-memory kube fake");
-    run_script(fake.router(), data, |_| {}, check_kube_answer);
+    fake.access()
+        .register(TOKEN, drivelab_fakes::kube::Grant::cluster_admin("fuzz"));
+    run_script(fake.router(), data, as_admin, check_kube_answer);
 }
 
 /// Target `madmin`: the encrypted-body decoder on arbitrary bytes. The key

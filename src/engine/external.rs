@@ -193,6 +193,7 @@ impl DriverParams {
         v.insert("socket_dir", dir.display().to_string());
         if self.protocol == DriverProtocol::Cosi {
             v.insert("kubeconfig", dir.join("kubeconfig").display().to_string());
+            v.insert("kube_token_file", dir.join("token").display().to_string());
         }
         v
     }
@@ -300,13 +301,33 @@ impl LabClock {
     }
 }
 
-/// Write a kubeconfig for the fake Kubernetes API (plain http, no credentials:
-/// the fake does not authenticate) with one context, `drivelab`.
-pub fn write_kubeconfig(path: &Path, kube_url: &str, namespace: &str) -> std::io::Result<()> {
+/// Write a kubeconfig for the fake Kubernetes API (plain http) with one
+/// context, `drivelab`, whose user authenticates with bearer `token`. The file
+/// holds a secret, so only its owner may read it.
+pub fn write_kubeconfig(
+    path: &Path,
+    kube_url: &str,
+    namespace: &str,
+    token: &Secret,
+) -> std::io::Result<()> {
     let text = format!(
-        "apiVersion: v1\nkind: Config\npreferences: {{}}\nclusters:\n- name: drivelab\n  cluster:\n    server: {kube_url}\nusers:\n- name: drivelab\n  user: {{}}\ncontexts:\n- name: drivelab\n  context:\n    cluster: drivelab\n    user: drivelab\n    namespace: {namespace}\ncurrent-context: drivelab\n"
+        "apiVersion: v1\nkind: Config\npreferences: {{}}\nclusters:\n- name: drivelab\n  cluster:\n    server: {kube_url}\nusers:\n- name: drivelab\n  user:\n    token: {}\ncontexts:\n- name: drivelab\n  context:\n    cluster: drivelab\n    user: drivelab\n    namespace: {namespace}\ncurrent-context: drivelab\n",
+        token.expose()
     );
-    std::fs::write(path, text)
+    write_private(path, &text)
+}
+
+/// Write `text` to a new file only its owner may read (a token, a kubeconfig).
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
 }
 
 /// Replaces known secrets, paths and endpoints with labels.

@@ -194,7 +194,15 @@ pub const COSI_PLACEHOLDERS: &[(&str, &str)] = &[
     ("kube_url", "Kubernetes API base URL, http://127.0.0.1:PORT"),
     (
         "kubeconfig",
-        "path of a kubeconfig for the fake Kubernetes API (socket_dir/kubeconfig)",
+        "path of a kubeconfig for the fake Kubernetes API (socket_dir/kubeconfig), with the driver's token",
+    ),
+    (
+        "kube_token",
+        "bearer token of the driver's service account (redacted in every output)",
+    ),
+    (
+        "kube_token_file",
+        "path of a file holding that token (socket_dir/token), as a pod's service-account token",
     ),
     ("s3_endpoint", "S3 base URL, http://127.0.0.1:PORT"),
     (

@@ -23,6 +23,10 @@ pub const MAX_MAP_BYTES: usize = 4096;
 pub struct DriverConfig {
     /// Base URL of the Kubernetes API, e.g. `http://127.0.0.1:PORT`.
     pub kube_url: String,
+    /// With `kube_url`: a file holding the bearer token to send (a pod's
+    /// service-account token); empty sends none.
+    #[serde(default)]
+    pub kube_token_file: String,
     /// Namespace holding the checkpoints; empty means [`DEFAULT_STATE_NAMESPACE`].
     pub state_namespace: String,
     /// Seeded bugs switched on; empty is the correct driver.

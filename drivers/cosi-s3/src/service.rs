@@ -100,7 +100,12 @@ impl CosiS3Driver {
                     config.kube_url
                 );
             }
-            kube::Config::new(uri)
+            let mut kc = kube::Config::new(uri);
+            if !config.kube_token_file.is_empty() {
+                // Read (and re-read when it changes) by kube-rs, as in a pod.
+                kc.auth_info.token_file = Some(config.kube_token_file.clone());
+            }
+            kc
         };
         kc.default_namespace = config.state_namespace().to_string();
         kc.connect_timeout = Some(CALL_TIMEOUT);

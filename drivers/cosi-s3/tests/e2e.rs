@@ -40,6 +40,8 @@ struct Lab {
     channel: Channel,
     _kube_l: Listener,
     _s3_l: Listener,
+    /// The driver's service-account token, for a spawned binary.
+    token_file: PathBuf,
     _dir: tempfile::TempDir,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -79,8 +81,12 @@ impl Lab {
 
         let dir = tempfile::tempdir().unwrap();
         let socket: PathBuf = dir.path().join("cosi.sock");
+        let token_file = dir.path().join("token");
+        let grant = drivelab_fakes::kube::Grant::cosi_driver(STATE_NS, "cosi-driver");
+        std::fs::write(&token_file, kube.access().issue(grant)).unwrap();
         let config = DriverConfig {
             kube_url: kube_l.url(),
+            kube_token_file: token_file.display().to_string(),
             state_namespace: STATE_NS.into(),
             mutants: mutants.to_vec(),
             policy_layout: Default::default(),
@@ -104,6 +110,7 @@ impl Lab {
             channel,
             _kube_l: kube_l,
             _s3_l: s3_l,
+            token_file,
             _dir: dir,
             _stop: stop,
         }
@@ -618,6 +625,8 @@ async fn binary_serves_and_survives_sigkill() {
             .arg(format!("unix://{}", socket.display()))
             .arg("--kube-url")
             .arg(lab.kube_url())
+            .arg("--kube-token-file")
+            .arg(&lab.token_file)
             .env("RUST_LOG", "warn")
             .kill_on_drop(true)
             .spawn()

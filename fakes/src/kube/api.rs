@@ -177,17 +177,28 @@ impl Verb {
     /// The operation's name: verb, kind (plural for collections), `_status`.
     fn name(self, kind: Kind, status: bool) -> String {
         let (verb, noun) = match self {
-            Verb::Watch => ("watch", kind.plural()),
-            Verb::List => ("list", kind.plural()),
-            Verb::Create => ("create", kind.singular()),
-            Verb::DeleteCollection => ("deletecollection", kind.plural()),
-            Verb::Get => ("get", kind.singular()),
+            Verb::Watch | Verb::List | Verb::DeleteCollection => (self.rbac_name(), kind.plural()),
             Verb::Replace => ("replace", kind.singular()),
-            Verb::Patch => ("patch", kind.singular()),
-            Verb::Delete => ("delete", kind.singular()),
+            Verb::Create | Verb::Get | Verb::Patch | Verb::Delete => {
+                (self.rbac_name(), kind.singular())
+            }
         };
         let suffix = if status { "_status" } else { "" };
         format!("{verb}_{noun}{suffix}")
+    }
+
+    /// The verb as RBAC rules and the authorizer name it (`update` for a PUT).
+    pub fn rbac_name(self) -> &'static str {
+        match self {
+            Verb::Watch => "watch",
+            Verb::List => "list",
+            Verb::Create => "create",
+            Verb::DeleteCollection => "deletecollection",
+            Verb::Get => "get",
+            Verb::Replace => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+        }
     }
 
     /// Whether `/status` takes this verb.
@@ -249,18 +260,34 @@ pub fn op(verb: Verb, kind: Kind, status: bool) -> Op {
         .unwrap_or(ops::UNKNOWN)
 }
 
+/// The verb a request on `route` is (None: a method the route does not take).
+fn verb_of(method: &Method, route: &Route, query: Option<&str>) -> Option<Verb> {
+    match route {
+        Route::Collection { .. } => match *method {
+            Method::GET if is_watch(query) => Some(Verb::Watch),
+            Method::GET => Some(Verb::List),
+            Method::POST => Some(Verb::Create),
+            Method::DELETE => Some(Verb::DeleteCollection),
+            _ => None,
+        },
+        Route::Item { status, .. } => match *method {
+            Method::GET => Some(Verb::Get),
+            Method::PUT => Some(Verb::Replace),
+            Method::PATCH => Some(Verb::Patch),
+            Method::DELETE if !status => Some(Verb::Delete),
+            _ => None,
+        },
+        Route::Discovery(_) | Route::Unknown => None,
+    }
+}
+
 /// Names an HTTP request for the history: `<verb>_<kind>` and `<namespace>/<name>`.
 pub(crate) fn classify(parts: &http::request::Parts) -> CallSpec {
     let path = parts.uri.path();
-    let (op, subject) = match parse_route(path) {
+    let route = parse_route(path);
+    let verb = verb_of(&parts.method, &route, parts.uri.query());
+    let (op, subject) = match route {
         Route::Collection { kind, ns } => {
-            let verb = match parts.method {
-                Method::GET if is_watch(parts.uri.query()) => Some(Verb::Watch),
-                Method::GET => Some(Verb::List),
-                Method::POST => Some(Verb::Create),
-                Method::DELETE => Some(Verb::DeleteCollection),
-                _ => None,
-            };
             // The name of a created object is in the body, which the gate does not see.
             let op = verb.map_or(ops::UNKNOWN, |v| op(v, kind, false));
             (op, ns.unwrap_or_default())
@@ -271,13 +298,6 @@ pub(crate) fn classify(parts: &http::request::Parts) -> CallSpec {
             name,
             status,
         } => {
-            let verb = match parts.method {
-                Method::GET => Some(Verb::Get),
-                Method::PUT => Some(Verb::Replace),
-                Method::PATCH => Some(Verb::Patch),
-                Method::DELETE if !status => Some(Verb::Delete),
-                _ => None,
-            };
             let op = verb.map_or(ops::UNKNOWN, |v| op(v, kind, status));
             (op, subject_of(ns.as_deref(), &name))
         }
@@ -285,6 +305,39 @@ pub(crate) fn classify(parts: &http::request::Parts) -> CallSpec {
         Route::Unknown => (ops::UNKNOWN, path.to_string()),
     };
     CallSpec::new(Component::Driver, Component::Kube, op, subject)
+}
+
+/// Authenticate the caller (401 without a token this fake issued) and, for a
+/// resource request, authorize it (403 without a rule for it). Discovery is open
+/// to every authenticated user, as `system:discovery` is.
+fn admit(fake: &KubeFake, req: &Request, route: &Route) -> Result<(), ApiError> {
+    let header = req.headers().get(header::AUTHORIZATION).map(|h| h.as_bytes());
+    let Some(grant) = fake.access().authenticate(header) else {
+        return Err(ApiError::new(401, "Unauthorized", "Unauthorized"));
+    };
+    let (kind, ns, name, status) = match route {
+        Route::Collection { kind, ns } => (*kind, ns.as_deref(), None, false),
+        Route::Item {
+            kind,
+            ns,
+            name,
+            status,
+        } => (*kind, ns.as_deref(), Some(name.as_str()), *status),
+        Route::Discovery(_) | Route::Unknown => return Ok(()),
+    };
+    let Some(verb) = verb_of(req.method(), route, req.uri().query()) else {
+        return Ok(()); // dispatch answers 405
+    };
+    if grant.allows(verb, kind, ns) {
+        return Ok(());
+    }
+    let mut e = ApiError::new(
+        403,
+        "Forbidden",
+        super::auth::forbidden_message(&grant.user, verb, kind, status, ns, name),
+    );
+    e.details = Some(serde_json::json!({"name": name.unwrap_or_default(), "kind": kind.plural()}));
+    Err(e)
 }
 
 fn subject_of(ns: Option<&str>, name: &str) -> String {
@@ -297,6 +350,7 @@ fn subject_of(ns: Option<&str>, name: &str) -> String {
 impl KubeFake {
     /// The HTTP API, with the gate layer applied.
     pub fn router(&self) -> Router {
+        self.keep_watch_history();
         let tap = HttpTap {
             gate: self.inner.gate.clone(),
             classify,
@@ -422,9 +476,12 @@ fn require_json_body(req: &Request) -> Result<(), ApiError> {
 
 async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
     let path = req.uri().path().to_string();
+    let route = parse_route(&path);
+    // Who is asking comes first: a stranger learns nothing, not even that a query is malformed.
+    admit(fake, &req, &route)?;
     let params = Params::parse(req.uri())?;
     let method = req.method().clone();
-    match parse_route(&path) {
+    match route {
         Route::Unknown => Err(ApiError::not_found_path(&path)),
         Route::Discovery(d) => {
             if method != Method::GET {

@@ -3,10 +3,11 @@
 //! VolumeAttachment, CSINode), the snapshot.storage.k8s.io/v1 kinds and the
 //! SnapshotMetadataService of cbt.storage.k8s.io, served over plain HTTP faithfully enough for
 //! kube-rs — watches included, so informers, reflectors and `kubectl get -w`
-//! work (`watch`) — plus an in-process API over the same state for the engine
+//! work (`watch`), and every caller authenticated and authorized (`auth`) — plus an in-process API over the same state for the engine
 //! and the fake sidecars.
 
 mod api;
+pub mod auth;
 mod patch;
 pub mod review;
 mod selector;
@@ -23,6 +24,7 @@ use crate::gate::Gate;
 use crate::store::{Store, StoreError};
 
 pub use api::{all_ops, is_watch, op, Verb};
+pub use auth::{Access, Grant, Rule};
 pub use patch::{json_patch, merge_patch, PatchError};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use snapshot::{SNAPSHOT_API_VERSION, SNAPSHOT_GROUP};

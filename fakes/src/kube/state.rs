@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     rv: Mutex<u64>,
     /// Every committed change, to watches.
     watch: super::watch::WatchHub,
+    /// The tokens HTTP callers authenticate with (shared across restarts).
+    access: super::auth::Access,
 }
 
 /// How a write reaches the state (which rules apply).
@@ -231,7 +233,19 @@ fn name_suffix(seed: u64, n: u64, attempt: u64) -> String {
 impl KubeFake {
     /// A fake over `store` (state survives a restart over the same sled tree),
     /// recording HTTP calls through `gate`; `seed` drives uids and generated names.
+    /// HTTP callers need a token from [`KubeFake::access`].
     pub fn new(store: Arc<dyn Store>, gate: Gate, seed: u64) -> Result<Self> {
+        Self::with_access(store, gate, seed, Default::default())
+    }
+
+    /// As [`KubeFake::new`], authenticating HTTP callers against `access` (a lab
+    /// keeps one across restarts of the fake, as a cluster keeps its signing key).
+    pub fn with_access(
+        store: Arc<dyn Store>,
+        gate: Gate,
+        seed: u64,
+        access: super::auth::Access,
+    ) -> Result<Self> {
         let rv: u64 = store.get_json(RV_KEY)?.unwrap_or(0);
         Ok(Self {
             inner: Arc::new(Inner {
@@ -240,8 +254,20 @@ impl KubeFake {
                 seed,
                 rv: Mutex::new(rv),
                 watch: Default::default(),
+                access,
             }),
         })
+    }
+
+    /// The tokens HTTP callers authenticate with.
+    pub fn access(&self) -> &super::auth::Access {
+        &self.inner.access
+    }
+
+    /// Issue a `cluster-admin` token (tests, tools, `serve`'s operator kubeconfig).
+    pub fn admin_token(&self) -> String {
+        self.access()
+            .issue(super::auth::Grant::cluster_admin("kubernetes-admin"))
     }
 
     /// The gate HTTP requests pass through.
@@ -332,6 +358,14 @@ impl KubeFake {
             last,
         });
         Ok(())
+    }
+
+    /// Keep changes for watches from now on. Called when the HTTP API is
+    /// served: a client can then list, write and watch from the list's
+    /// resourceVersion, which a real server (etcd's history) serves, not 410s.
+    pub(crate) fn keep_watch_history(&self) {
+        let guard = self.lock();
+        self.inner.watch.keep_from(*guard);
     }
 
     /// Start a watch: the events it begins with and the receiver of every

@@ -46,7 +46,8 @@ pub(crate) struct Change {
 }
 
 /// Every change, to every watcher; and the recent ones, for resuming. Idle
-/// until the first watch starts, so runs nobody watches pay nothing for it.
+/// until the HTTP API is served or the first watch starts (whichever is
+/// first), so in-process runs nobody watches pay nothing for it.
 pub(crate) struct WatchHub {
     window: Mutex<Window>,
     tx: broadcast::Sender<Arc<Change>>,
@@ -97,11 +98,16 @@ impl WatchHub {
         let _ = self.tx.send(change);
     }
 
+    /// Keep changes from `current` (the state's resourceVersion) on, if not
+    /// already. Call with the state's write lock held.
+    pub(crate) fn keep_from(&self, current: u64) {
+        self.lock().complete_after.get_or_insert(current);
+    }
+
     /// Subscribe from now; `current` is the state's resourceVersion. Call
     /// with the state's write lock held.
     pub(crate) fn subscribe(&self, current: u64) -> broadcast::Receiver<Arc<Change>> {
-        let mut w = self.lock();
-        w.complete_after.get_or_insert(current);
+        self.keep_from(current);
         self.tx.subscribe()
     }
 

@@ -8,7 +8,8 @@ use anyhow::{anyhow, Context};
 use drivelab_fakes::cosi_sidecar::KubeSlot;
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::Component;
-use drivelab_fakes::kube::KubeFake;
+use drivelab_fakes::kube::{Access, Grant, KubeFake};
+use drivelab_fakes::secret::Secret;
 use drivelab_fakes::s3::{S3Config, S3Fake};
 use drivelab_fakes::serve::{loopback, Listener};
 use drivelab_fakes::store::{SledStore, Store};
@@ -20,6 +21,8 @@ pub struct FakeSet {
     kube_seed: u64,
     s3_gate: Gate,
     kube_gate: Gate,
+    /// The tokens the Kubernetes API accepts, kept across its restarts.
+    kube_access: Access,
     s3: RwLock<S3Fake>,
     kube: KubeSlot,
     s3_listener: tokio::sync::Mutex<Option<Listener>>,
@@ -60,7 +63,8 @@ impl FakeSet {
         (s3_addr, kube_addr): (SocketAddr, SocketAddr),
     ) -> anyhow::Result<Arc<Self>> {
         let s3 = Self::new_s3(&db, &s3_config, &s3_gate)?;
-        let kube = Self::new_kube(&db, kube_seed, &kube_gate)?;
+        let kube_access = Access::default();
+        let kube = Self::new_kube(&db, kube_seed, &kube_gate, &kube_access)?;
         let s3_listener = s3
             .serve(s3_addr)
             .await
@@ -77,6 +81,7 @@ impl FakeSet {
             kube_seed,
             s3_gate,
             kube_gate,
+            kube_access,
             s3: RwLock::new(s3),
             kube: Arc::new(RwLock::new(kube)),
             s3_listener: tokio::sync::Mutex::new(Some(s3_listener)),
@@ -90,9 +95,14 @@ impl FakeSet {
             .map_err(|e| anyhow!("starting the S3 fake: {e}"))
     }
 
-    fn new_kube(db: &sled::Db, seed: u64, gate: &Gate) -> anyhow::Result<KubeFake> {
+    fn new_kube(
+        db: &sled::Db,
+        seed: u64,
+        gate: &Gate,
+        access: &Access,
+    ) -> anyhow::Result<KubeFake> {
         let store: Arc<dyn Store> = Arc::new(SledStore::open(db, "kube")?);
-        KubeFake::new(store, gate.clone(), seed)
+        KubeFake::with_access(store, gate.clone(), seed, access.clone())
             .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))
     }
 
@@ -114,6 +124,20 @@ impl FakeSet {
     /// `http://127.0.0.1:PORT` of the S3 server.
     pub fn s3_url(&self) -> String {
         format!("http://{}", self.s3_addr)
+    }
+
+    /// The driver's identity on the Kubernetes API: a bearer token for
+    /// `grant`'s user, who is also whoever sends no credentials — client-go
+    /// sends none over plain http, and the driver must not be refused for the
+    /// lab's lack of TLS (see `drivelab_fakes::kube::auth`).
+    pub fn driver_kube_token(&self, grant: Grant) -> Secret {
+        self.kube_access.set_anonymous(Some(grant.clone()));
+        self.kube_token(grant)
+    }
+
+    /// A bearer token the Kubernetes API accepts as `grant`'s user.
+    pub fn kube_token(&self, grant: Grant) -> Secret {
+        Secret::new(self.kube_access.issue(grant))
     }
 
     /// `http://127.0.0.1:PORT` of the Kubernetes API.
@@ -141,7 +165,8 @@ impl FakeSet {
                     old.stop().await;
                 }
                 let _ = self.kube().flush();
-                let kube = Self::new_kube(&self.db, self.kube_seed, &self.kube_gate)?;
+                let kube =
+                    Self::new_kube(&self.db, self.kube_seed, &self.kube_gate, &self.kube_access)?;
                 *l = Some(bind_again(|a| kube.serve(a), self.kube_addr).await?);
                 *self.kube.write().unwrap_or_else(|p| p.into_inner()) = kube;
             }

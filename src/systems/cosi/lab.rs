@@ -19,7 +19,7 @@ use drivelab_fakes::cosi_sidecar::{
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, EventKind, History};
 use drivelab_fakes::json::{bool_at, str_at};
-use drivelab_fakes::kube::{Kind, KubeFake};
+use drivelab_fakes::kube::{Grant, Kind, KubeFake};
 use drivelab_fakes::s3::{S3Config, S3Probe};
 use drivelab_fakes::secret::Secret;
 use futures_util::future::BoxFuture;
@@ -39,7 +39,7 @@ use crate::scenario::{
 use super::fakes::FakeSet;
 use super::snapshot::{self, SnapshotInput};
 use super::ADMIN_SECRET_NAME;
-use super::{ADMIN_SECRET_NAMESPACE, CANARY_BUCKET, DRIVER_STATE_NAMESPACE};
+use super::{ADMIN_SECRET_NAMESPACE, CANARY_BUCKET, DRIVER_ACCOUNT, DRIVER_STATE_NAMESPACE};
 use crate::engine::driver::{self, Driver};
 use crate::engine::external::{self, write_kubeconfig};
 use crate::engine::hook::{self, LabControl, LabHook};
@@ -181,6 +181,8 @@ struct Lab {
     queue: WorkQueue,
     probe: S3Probe,
     admin_secret: Secret,
+    /// The driver's bearer token for the Kubernetes API.
+    kube_token: Secret,
     converge_within: Duration,
     uids: Vec<String>,
     retries: Vec<RetryObservation>,
@@ -346,12 +348,14 @@ impl Lab {
             at,
             clock: clock.clone(),
         });
+        // The driver's service account, bound to what a COSI driver's RBAC grants.
+        let kube_token = fakes.driver_kube_token(Grant::cosi_driver(DRIVER_STATE_NAMESPACE, DRIVER_ACCOUNT));
         let (driver, sidecar) = start_driver(
             scn,
             mutants,
             &dir,
             &fakes,
-            (&admin_secret, frozen),
+            (&admin_secret, &kube_token, frozen),
             &history,
         )
         .await?;
@@ -426,6 +430,7 @@ impl Lab {
             queue: WorkQueue::default(),
             probe,
             admin_secret,
+            kube_token,
             converge_within: scn.converge_within,
             uids: Vec::new(),
             retries: Vec::new(),
@@ -468,7 +473,7 @@ impl Lab {
         let Some(rec) = &self.recorder else {
             return;
         };
-        let mut secrets = vec![self.admin_secret.clone()];
+        let mut secrets = vec![self.admin_secret.clone(), self.kube_token.clone()];
         secrets.extend(
             self.fakes
                 .s3()
@@ -1352,7 +1357,7 @@ impl Lab {
         exchanges: &[Exchange],
         live: &[LiveAccess],
     ) -> Vec<Secret> {
-        let mut secrets: Vec<Secret> = vec![self.admin_secret.clone()];
+        let mut secrets: Vec<Secret> = vec![self.admin_secret.clone(), self.kube_token.clone()];
         secrets.extend(backend.users.values().map(|u| u.secret.clone()));
         for r in &self.retries {
             secrets.extend(
@@ -1789,7 +1794,7 @@ async fn start_driver(
     mutants: &[Mutant],
     dir: &tempfile::TempDir,
     fakes: &FakeSet,
-    (admin_secret, frozen): (&Secret, Option<external::FrozenWall>),
+    (admin_secret, kube_token, frozen): (&Secret, &Secret, Option<external::FrozenWall>),
     history: &History,
 ) -> anyhow::Result<(Arc<Driver>, PathBuf)> {
     let host_dir = dir.path().join("driver");
@@ -1798,8 +1803,11 @@ async fn start_driver(
         &host_dir.join("kubeconfig"),
         &fakes.kube_url(),
         DRIVER_STATE_NAMESPACE,
+        kube_token,
     )
     .context("writing the kubeconfig")?;
+    external::write_private(&host_dir.join("token"), kube_token.expose())
+        .context("writing the driver's token file")?;
     let mut params = external::DriverParams::new(
         crate::scenario::DriverProtocol::Cosi,
         host_dir,
@@ -1817,6 +1825,7 @@ async fn start_driver(
         .set("admin_secret_namespace", ADMIN_SECRET_NAMESPACE)
         .set("region", "us-east-1")
         .set_labelled("kube_url", fakes.kube_url(), "<kube-url>")
+        .set_secret("kube_token", kube_token, "<kube-token>")
         .set("namespace", DRIVER_STATE_NAMESPACE);
     params.frozen_wall = frozen;
     let driver = Arc::new(Driver::new(&scn.driver, mutants, &params, history.clone())?);

@@ -17,6 +17,8 @@ pub const ADMIN_SECRET_NAMESPACE: &str = "drivelab-system";
 pub const ADMIN_SECRET_NAME: &str = "s3-admin";
 /// Namespace the reference driver keeps its checkpoints in.
 pub const DRIVER_STATE_NAMESPACE: &str = "cosi-s3-system";
+/// The driver pod's service account (in [`DRIVER_STATE_NAMESPACE`]), which its token names.
+pub const DRIVER_ACCOUNT: &str = "cosi-driver";
 /// A bucket the lab owns, which no grant may reach (least-privilege probe target).
 pub const CANARY_BUCKET: &str = "drivelab-canary";
 

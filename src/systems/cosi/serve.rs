@@ -11,7 +11,7 @@ use base64::Engine as _;
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, EventKind, History};
-use drivelab_fakes::kube::Kind;
+use drivelab_fakes::kube::{Grant, Kind};
 use drivelab_fakes::s3::{Backend, S3Config, S3Probe};
 use drivelab_fakes::secret::Secret;
 use futures_util::future::BoxFuture;
@@ -242,8 +242,13 @@ pub struct Served {
     pub admin_access_key: String,
     /// The admin secret key.
     pub admin_secret: Secret,
-    /// A kubeconfig for the Kubernetes API.
+    /// A kubeconfig for the driver: its service account (`default/cosi-driver`)
+    /// with what a COSI driver's RBAC grants.
     pub kubeconfig: PathBuf,
+    /// The driver's bearer token (the one in `kubeconfig`).
+    pub kube_token: Secret,
+    /// A kubeconfig for the operator (kubectl, a conformance tool): cluster-admin.
+    pub admin_kubeconfig: PathBuf,
     /// The session's history (every call the fakes saw).
     pub history: History,
     fakes: Arc<FakeSet>,
@@ -465,8 +470,13 @@ pub async fn start(
         &params,
     )?;
     let kubeconfig = dir.path().join("kubeconfig");
-    crate::engine::write_kubeconfig(&kubeconfig, &kube_url, "default")
+    let kube_token = fakes.driver_kube_token(Grant::cosi_driver("default", super::DRIVER_ACCOUNT));
+    crate::engine::write_kubeconfig(&kubeconfig, &kube_url, "default", &kube_token)
         .context("writing the kubeconfig")?;
+    let admin_kubeconfig = dir.path().join("admin.kubeconfig");
+    let admin_token = fakes.kube_token(Grant::cluster_admin("kubernetes-admin"));
+    crate::engine::write_kubeconfig(&admin_kubeconfig, &kube_url, "default", &admin_token)
+        .context("writing the admin kubeconfig")?;
     for (f, at) in faults {
         hook.arm(f, &at);
     }
@@ -476,6 +486,8 @@ pub async fn start(
         admin_access_key: ADMIN_ACCESS_KEY.into(),
         admin_secret,
         kubeconfig,
+        kube_token,
+        admin_kubeconfig,
         history,
         fakes,
         _hook: hook,

@@ -1,0 +1,89 @@
+"""The official Kubernetes Python client against the drivelab kube fake.
+
+Run by fakes/tests/kube_clients.rs, which starts the fake and writes one
+kubeconfig per identity: cluster-admin, a COSI driver's service account, a
+service account bound to nothing, and a token the cluster never issued.
+"""
+
+import os
+import uuid
+
+import pytest
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+DRIVER_NS = os.environ.get("DRIVER_NAMESPACE", "")
+
+if not os.environ.get("KUBECONFIG_ADMIN"):
+    pytest.exit("KUBECONFIG_ADMIN is not set: run this through `cargo test -p drivelab-fakes --test kube_clients`", 2)
+
+
+def api(who):
+    return config.new_client_from_config(config_file=os.environ[f"KUBECONFIG_{who}"])
+
+
+def core(who):
+    return client.CoreV1Api(api(who))
+
+
+def name(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def refused(fn, status):
+    with pytest.raises(ApiException) as e:
+        fn()
+    assert e.value.status == status, e.value.body
+    return e.value
+
+
+def test_no_credentials_and_a_foreign_token_are_401():
+    anonymous = client.Configuration()
+    anonymous.host = os.environ["KUBE_URL"]
+    bare = client.CoreV1Api(client.ApiClient(anonymous))
+    e = refused(lambda: bare.list_namespaced_secret("drivelab-system"), 401)
+    assert "Unauthorized" in e.body
+    refused(lambda: core("ANONYMOUS").read_namespaced_secret("s3-admin", "drivelab-system"), 401)
+
+
+def test_the_driver_reads_the_admin_secret_and_keeps_state_in_its_namespace():
+    drv = core("DRIVER")
+    s = drv.read_namespaced_secret("s3-admin", "drivelab-system")
+    assert "secretKey" in s.data
+    cm = name("ckpt")
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=cm), data={"k": "v"})
+    drv.create_namespaced_config_map(DRIVER_NS, body)
+    got = drv.read_namespaced_config_map(cm, DRIVER_NS)
+    assert got.data == {"k": "v"}
+    drv.delete_namespaced_config_map(cm, DRIVER_NS)
+
+
+def test_what_the_role_does_not_grant_is_403_worded_as_rbac():
+    drv = core("DRIVER")
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name("x")))
+    e = refused(lambda: drv.create_namespaced_config_map("kube-system", body), 403)
+    assert 'cannot create resource \\"configmaps\\"' in e.body, e.body
+    e = refused(lambda: core("NOBODY").read_namespaced_secret("s3-admin", "drivelab-system"), 403)
+    assert "system:serviceaccount:default:nobody" in e.body
+    custom = client.CustomObjectsApi(api("DRIVER"))
+    refused(lambda: custom.list_cluster_custom_object("objectstorage.k8s.io", "v1alpha1", "bucketclasses"), 403)
+    # Buckets are the driver's to manage.
+    custom.list_cluster_custom_object("objectstorage.k8s.io", "v1alpha1", "buckets")
+
+
+def test_admin_watches_what_the_driver_writes():
+    admin = core("ADMIN")
+    cm = name("watched")
+    start = admin.list_namespaced_config_map(DRIVER_NS).metadata.resource_version
+    core("DRIVER").create_namespaced_config_map(
+        DRIVER_NS, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=cm))
+    )
+    seen = []
+    w = watch.Watch()
+    for ev in w.stream(
+        admin.list_namespaced_config_map, DRIVER_NS, resource_version=start, timeout_seconds=5
+    ):
+        seen.append((ev["type"], ev["object"].metadata.name))
+        if ev["object"].metadata.name == cm:
+            w.stop()
+    assert ("ADDED", cm) in seen, seen
