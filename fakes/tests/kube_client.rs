@@ -160,7 +160,7 @@ async fn configmap_checkpoint_round_trip_with_cas() {
         "v2"
     );
 
-    // Patches: merge, strategic (as merge), apply, and a merge patch used as CAS.
+    // Patches: merge, strategic, apply, and a merge patch used as CAS.
     let patched = cms
         .patch(
             "ckpt",
@@ -179,6 +179,42 @@ async fn configmap_checkpoint_round_trip_with_cas() {
         .await
         .expect("strategic patch");
     assert_eq!(patched.metadata.labels.as_ref().unwrap()["tier"], "a");
+    // Strategic merge adds to finalizers (patchStrategy=merge), where a JSON
+    // merge patch would replace them; an unmodelled list is 501, not replaced.
+    for f in ["one", "two"] {
+        cms.patch(
+            "ckpt",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"finalizers": [f]}})),
+        )
+        .await
+        .expect("strategic patch of finalizers");
+    }
+    let patched = cms
+        .patch(
+            "ckpt",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["one"]}})),
+        )
+        .await
+        .expect("strategic delete from finalizers");
+    assert_eq!(patched.metadata.finalizers, Some(vec!["two".to_string()]));
+    cms.patch(
+        "ckpt",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["two"]}})),
+    )
+    .await
+    .expect("strategic delete of the last finalizer");
+    let err = cms
+        .patch(
+            "ckpt",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"unmodelled": ["x"]}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(err), (501, "NotImplemented".into()));
     let err = cms
         .patch(
             "ckpt",
@@ -585,7 +621,17 @@ async fn watch_streams_changes_and_a_reflector_follows() {
         .expect("an event")
         .expect("parses");
     assert!(matches!(first, Some(WatchEvent::Modified(o)) if name(&o) == "ckpt"));
-    // A resourceVersion older than what the server keeps: 410, list again.
+    // A resourceVersion older than what the server keeps (the window has
+    // moved past it): 410, list again.
+    for i in 0..drivelab_fakes::kube::WATCH_WINDOW {
+        lab.fake
+            .create(
+                Kind::ConfigMap,
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": format!("churn-{i}"), "namespace": "other"}}),
+            )
+            .expect("churn");
+    }
     let mut stale = cms
         .watch(&WatchParams::default().timeout(20), &old_rv)
         .await

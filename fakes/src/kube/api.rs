@@ -736,6 +736,7 @@ async fn patch(
     #[derive(PartialEq)]
     enum Format {
         Merge,
+        Strategic,
         Json,
         Apply,
     }
@@ -744,7 +745,7 @@ async fn patch(
     let format = match mt.as_str() {
         "application/merge-patch+json" => Format::Merge,
         // Only built-in kinds have strategic-merge metadata; custom resources refuse it.
-        "application/strategic-merge-patch+json" if !kind.is_custom() => Format::Merge,
+        "application/strategic-merge-patch+json" if !kind.is_custom() => Format::Strategic,
         "application/json-patch+json" => Format::Json,
         "application/apply-patch+yaml" => Format::Apply,
         other => return Err(unsupported_media(other, ACCEPTED)),
@@ -758,6 +759,7 @@ async fn patch(
     let existed = format == Format::Apply && fake.get_in(kind, ns, name)?.is_some();
     let patch = match format {
         Format::Merge => PatchBody::Merge(body),
+        Format::Strategic => PatchBody::Strategic(body),
         Format::Json => {
             // Counted before anything is applied, as the real server does (413).
             let n = body.as_array().map_or(0, Vec::len);

@@ -11,6 +11,7 @@ pub mod auth;
 mod patch;
 pub mod review;
 mod selector;
+mod strategic;
 mod snapshot;
 mod state;
 mod status;
@@ -27,6 +28,7 @@ pub use api::{all_ops, is_watch, op, Verb};
 pub use auth::{Access, Grant, Rule};
 pub use patch::{json_patch, merge_patch, PatchError};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
+pub use watch::WINDOW as WATCH_WINDOW;
 pub use snapshot::{SNAPSHOT_API_VERSION, SNAPSHOT_GROUP};
 pub use state::KubeFake;
 pub use status::render_rejection;
@@ -333,6 +335,9 @@ pub enum KubeError {
     /// 400 BadRequest (malformed object, namespace/name mismatch with the request).
     #[error("{message}")]
     BadRequest { message: String },
+    /// A request this fake does not implement (501), named in the message.
+    #[error("{message}")]
+    NotImplemented { message: String },
     /// The backing store failed (500 InternalError).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -347,6 +352,7 @@ impl KubeError {
             KubeError::Conflict { .. } => "Conflict",
             KubeError::Invalid { .. } => "Invalid",
             KubeError::BadRequest { .. } => "BadRequest",
+            KubeError::NotImplemented { .. } => "NotImplemented",
             KubeError::Store(_) => "InternalError",
         }
     }
@@ -358,6 +364,7 @@ impl KubeError {
             KubeError::AlreadyExists { .. } | KubeError::Conflict { .. } => 409,
             KubeError::Invalid { .. } => 422,
             KubeError::BadRequest { .. } => 400,
+            KubeError::NotImplemented { .. } => 501,
             KubeError::Store(_) => 500,
         }
     }

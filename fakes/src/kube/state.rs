@@ -75,8 +75,10 @@ impl WriteOpts {
 /// The patch formats the state understands.
 #[derive(Debug, Clone)]
 pub(crate) enum PatchBody {
-    /// RFC 7386 (also used for strategic merge on the core kinds).
+    /// RFC 7386.
     Merge(Value),
+    /// Strategic merge (built-in kinds only).
+    Strategic(Value),
     /// RFC 6902.
     Json(Value),
     /// Server-side apply, approximated as merge-or-create.
@@ -958,6 +960,15 @@ impl KubeFake {
                     return Err(bad("a merge patch must be a JSON object"));
                 }
                 merge_patch(&old, p)
+            }
+            PatchBody::Strategic(p) => {
+                use super::strategic::StrategicError;
+                super::strategic::strategic_merge_patch(kind, &old, p).map_err(|e| match e {
+                    StrategicError::Malformed(m) => bad(m),
+                    e @ StrategicError::NotImplemented(_) => KubeError::NotImplemented {
+                        message: e.to_string(),
+                    },
+                })?
             }
             PatchBody::Json(p) => json_patch(&old, p).map_err(|e| match e {
                 PatchError::Malformed(m) => bad(m),

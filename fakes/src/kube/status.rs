@@ -93,7 +93,9 @@ impl From<KubeError> for ApiError {
                 }
                 Some(d)
             }
-            KubeError::BadRequest { .. } | KubeError::Store(_) => None,
+            KubeError::BadRequest { .. }
+            | KubeError::NotImplemented { .. }
+            | KubeError::Store(_) => None,
         };
         if let KubeError::Store(err) = &e {
             tracing::warn!(error = %err, "kube fake store failure");
