@@ -274,6 +274,18 @@ pub enum Driver {
 }
 
 impl Driver {
+    /// Whether virtual time the lab lets pass passes for the driver's wall
+    /// clock too: linked in, it reads the lab's clock; spawned, only through
+    /// libfaketime; a container's clock is the host's.
+    pub fn wall_clock_follows(&self) -> bool {
+        match self {
+            Driver::InProcess(_) => true,
+            Driver::Process(p) => p.clock_follows(),
+            #[cfg(feature = "containers")]
+            Driver::Container(_) => false,
+        }
+    }
+
     /// Build the driver `spec` declares; nothing runs until [`Driver::start`].
     pub fn new(
         spec: &crate::scenario::DriverSpec,

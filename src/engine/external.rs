@@ -667,6 +667,8 @@ pub struct ProcessDriver {
     start_timeout: Duration,
     child: Mutex<Option<tokio::process::Child>>,
     output: Arc<Output>,
+    /// Whether its wall clock follows the lab's virtual clock (libfaketime).
+    clock_follows: bool,
 }
 
 impl ProcessDriver {
@@ -678,12 +680,14 @@ impl ProcessDriver {
         history: History,
     ) -> Self {
         let (argv, mut env) = params.expand(ext, &params.host_dir);
+        let mut clock_follows = false;
         if let Some(clock) = &params.clock {
             let file = params.host_socket.with_extension("faketime");
             if let Some(vars) = LabClock::environment(clock, &file, &history) {
                 // These win over `env:`: the clock is the lab's to set.
                 env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
                 env.extend(vars);
+                clock_follows = true;
             }
         }
         if let Some(frozen) = &params.frozen_wall {
@@ -702,7 +706,13 @@ impl ProcessDriver {
             start_timeout,
             child: Mutex::new(None),
             output: Output::new(history, redactor),
+            clock_follows,
         }
+    }
+
+    /// Whether virtual time the lab lets pass passes for this process too.
+    pub fn clock_follows(&self) -> bool {
+        self.clock_follows
     }
 
     /// What it printed, unredacted (for the leak check only); notes what was

@@ -261,6 +261,15 @@ impl SystemLab for CsiLab {
                     self.last_step_code = Some(code);
                 }
                 Step::Bosh(BoshStep::ReplaySession(r)) => {
+                    // A token's expiry is judged on the driver's wall clock:
+                    // if time cannot pass for it, expiry cannot be tested,
+                    // and answering for the driver would be a false alarm.
+                    if r.after.is_some() && !self.controller.wall_clock_follows() {
+                        anyhow::bail!(
+                            "step {}: replay_session with `after:` lets virtual time pass, but the driver's wall clock cannot follow the lab's (a spawned driver needs libfaketime: install Debian's faketime or set DRIVELAB_LIBFAKETIME; a container's clock is the host's), so token expiry cannot be tested",
+                            i + 1
+                        );
+                    }
                     let code = self.cbt.replay(i, r, &self.history, &self.clock).await;
                     self.last_step_code = Some(code);
                 }
