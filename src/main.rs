@@ -272,6 +272,9 @@ enum DriverCommand {
         /// File holding the bearer token for that API (a pod's service-account token).
         #[arg(long, env = "KUBE_TOKEN_FILE", default_value = "")]
         kube_token_file: String,
+        /// PEM file of the CA that API's certificate is signed by (a pod's ca.crt).
+        #[arg(long, env = "KUBE_CA_FILE", default_value = "")]
+        kube_ca_file: String,
         /// Namespace for checkpoints.
         #[arg(long, default_value = systems::cosi::DRIVER_STATE_NAMESPACE)]
         state_namespace: String,
@@ -577,6 +580,7 @@ fn main() -> ExitCode {
                         endpoint,
                         kube_url,
                         kube_token_file,
+                        kube_ca_file,
                         state_namespace,
                         mutants,
                         policy_layout,
@@ -599,6 +603,7 @@ fn main() -> ExitCode {
                 let config = cosi_s3::DriverConfig {
                     kube_url,
                     kube_token_file,
+                    kube_ca_file,
                     state_namespace,
                     mutants: Mutant::cosi(&mutants),
                     policy_layout,
@@ -1484,6 +1489,11 @@ async fn serve(
     drivelab::outln!("kubeconfig: {}", served.kubeconfig.display());
     drivelab::outln!("kube_token: {}", served.kube_token.expose());
     drivelab::outln!("admin_kubeconfig: {}", served.admin_kubeconfig.display());
+    drivelab::outln!("kube_ca_file: {}", served.kube_ca_file.display());
+    drivelab::outln!(
+        "kube_ca_data: {}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &served.kube_ca_pem)
+    );
     drivelab::outln!("admin_access_key: {}", served.admin_access_key);
     drivelab::outln!("admin_secret_key: {}", served.admin_secret.expose());
     drivelab::outln!(

@@ -55,6 +55,8 @@ pub struct LabContainer {
     pub admin_secret: Secret,
     /// The driver's bearer token for the Kubernetes API (`serve`'s `kube_token`).
     pub kube_token: Secret,
+    /// The CA the Kubernetes API's certificate is signed by, PEM.
+    pub kube_ca_pem: String,
     container: ContainerAsync<GenericImage>,
 }
 
@@ -98,6 +100,14 @@ impl LabContainer {
             admin_access_key: get("admin_access_key")?,
             admin_secret: Secret::new(get("admin_secret_key")?),
             kube_token: Secret::new(get("kube_token")?),
+            kube_ca_pem: {
+                use base64::Engine as _;
+                let data = get("kube_ca_data")?;
+                let pem = base64::engine::general_purpose::STANDARD
+                    .decode(data.trim())
+                    .map_err(|_| LabError::Banner("kube_ca_data"))?;
+                String::from_utf8(pem).map_err(|_| LabError::Banner("kube_ca_data"))?
+            },
             container,
         })
     }
@@ -105,7 +115,8 @@ impl LabContainer {
     /// Write a kubeconfig for the lab's Kubernetes API (for KUBECONFIG), as
     /// the driver's service account (`kube_token`).
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), LabError> {
-        crate::engine::write_kubeconfig(path, &self.kube_url, "default", &self.kube_token)?;
+        let server = (self.kube_url.as_str(), self.kube_ca_pem.as_str());
+        crate::engine::write_kubeconfig(path, server, "default", &self.kube_token)?;
         Ok(())
     }
 

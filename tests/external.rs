@@ -3,7 +3,7 @@
 //! that exit at start, never open their socket, or hang on DriverGetInfo;
 //! `drivelab serve` end to end; and, with a Docker engine, `image:` drivers.
 
-use std::io::{BufRead, Read, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -294,26 +294,6 @@ fn read_serve_banner(
     out
 }
 
-/// GET `path` from `url`, with `token` as a bearer token if given.
-fn http_get(url: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let addr = url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    let status = body
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, body)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_exposes_the_fakes_until_sigint() {
     let dir = tempfile::tempdir().unwrap();
@@ -389,23 +369,31 @@ async fn serve_exposes_the_fakes_until_sigint() {
         200
     );
 
-    // The Kubernetes API authenticates: a token it never issued is 401; a
-    // request without credentials is the driver (client-go sends none over
-    // plain http), and the driver's token (the one in `kubeconfig`) too: it
-    // reads the admin Secret, as a COSI driver's RBAC allows, but not the
-    // BucketClass it does not manage.
+    // The Kubernetes API is https under the session's CA, and authenticates:
+    // no token or one it never issued is 401; the driver's token (the one in
+    // `kubeconfig`) reads the admin Secret, as a COSI driver's RBAC allows,
+    // but not the BucketClass it does not manage.
+    assert!(kube.starts_with("https://127.0.0.1:"), "{banner:?}");
+    let ca = std::fs::read_to_string(&banner["kube_ca_file"]).unwrap();
+    let get = |path: &'static str, token: Option<String>| {
+        let (kube, ca) = (kube.clone(), ca.clone());
+        async move {
+            drivelab_fakes::tls::get(&kube, path, token.as_deref(), &ca)
+                .await
+                .unwrap()
+        }
+    };
     let secret_path = "/api/v1/namespaces/drivelab-system/secrets/s3-admin";
     let class_path = "/apis/objectstorage.k8s.io/v1alpha1/bucketclasses/standard";
-    assert_eq!(http_get(&kube, secret_path, Some("made-up")).0, 401);
+    assert_eq!(get(secret_path, None).await.0, 401);
+    assert_eq!(get(secret_path, Some("made-up".into())).await.0, 401);
     let driver_token = banner["kube_token"].clone();
-    for token in [Some(driver_token.as_str()), None] {
-        let (status, body) = http_get(&kube, secret_path, token);
-        assert_eq!(status, 200, "{body}");
-        assert!(body.contains("\"secretKey\""), "{body}");
-        let (status, body) = http_get(&kube, class_path, token);
-        assert_eq!(status, 403, "{body}");
-        assert!(body.contains("cannot get resource \\\"bucketclasses\\\""), "{body}");
-    }
+    let (status, body) = get(secret_path, Some(driver_token.clone())).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"secretKey\""), "{body}");
+    let (status, body) = get(class_path, Some(driver_token.clone())).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("cannot get resource \\\"bucketclasses\\\""), "{body}");
     let kc = std::fs::read_to_string(&banner["kubeconfig"]).unwrap();
     assert!(kc.contains(&format!("server: {kube}")), "{kc}");
     assert!(kc.contains(&format!("token: {driver_token}")), "{kc}");
@@ -415,7 +403,7 @@ async fn serve_exposes_the_fakes_until_sigint() {
         .lines()
         .find_map(|l| l.trim().strip_prefix("token: "))
         .expect("a token in the admin kubeconfig");
-    let (status, body) = http_get(&kube, class_path, Some(admin_token));
+    let (status, body) = get(class_path, Some(admin_token.to_string())).await;
     assert_eq!(status, 200, "{body}");
 
     // SIGINT: a clean stop.
@@ -495,7 +483,7 @@ async fn container_image_driver_and_lab_container() {
 
     // The reference driver as an image, through scenarios with and without a crash.
     let driver = format!(
-        r#"{{image: "drivelab-cosi-s3:{tag}", args: [--endpoint, "{{endpoint}}", --kube-url, "{{kube_url}}", --kube-token-file, "{{kube_token_file}}"], start_timeout: 30s}}"#
+        r#"{{image: "drivelab-cosi-s3:{tag}", args: [--endpoint, "{{endpoint}}", --kube-url, "{{kube_url}}", --kube-token-file, "{{kube_token_file}}", --kube-ca-file, "{{kube_ca_file}}"], start_timeout: 30s}}"#
     );
     for rel in [
         "cosi/happy-path.yaml",
@@ -569,11 +557,14 @@ async fn container_image_driver_and_lab_container() {
         .await
         .unwrap();
     assert_eq!(r.status, 200);
-    let (status, _) = http_get(
+    let (status, _) = drivelab_fakes::tls::get(
         &lab.kube_url,
         "/api/v1/namespaces/drivelab-system/secrets/s3-admin",
         Some(lab.kube_token.expose()),
-    );
+        &lab.kube_ca_pem,
+    )
+    .await
+    .unwrap();
     assert_eq!(status, 200);
     lab.stop().await.unwrap();
     println!(

@@ -54,6 +54,8 @@ impl DriverRt {
         let config = DriverConfig {
             kube_url,
             kube_token_file,
+            // The bench's fakes serve plain http: the same for every path it compares.
+            kube_ca_file: String::new(),
             state_namespace: STATE_NS.into(),
             mutants: vec![],
             policy_layout: Default::default(),

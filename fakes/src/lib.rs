@@ -18,3 +18,4 @@ pub mod s3;
 pub mod secret;
 pub mod serve;
 pub mod store;
+pub mod tls;

@@ -47,14 +47,16 @@ impl CutSwitch {
 pub struct Listener {
     /// The bound address (port chosen by the OS when asked for port 0).
     pub addr: SocketAddr,
+    /// `http` or `https`.
+    scheme: &'static str,
     stop: Arc<Notify>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Listener {
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (`https://` when served over TLS)
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// Stop accepting, break every connection, and wait for the accept loop.
@@ -93,6 +95,30 @@ pub async fn serve_http_with_idle_timeout(
     addr: SocketAddr,
     idle: std::time::Duration,
 ) -> std::io::Result<Listener> {
+    serve_on(router, addr, idle, None).await
+}
+
+/// Serve `router` over TLS as `identity` (HTTP/1.1), with the [`IDLE_TIMEOUT`],
+/// which also bounds the handshake.
+pub async fn serve_https(
+    router: axum::Router,
+    addr: SocketAddr,
+    identity: &crate::tls::TlsIdentity,
+) -> std::io::Result<Listener> {
+    serve_on(router, addr, IDLE_TIMEOUT, Some(identity.acceptor())).await
+}
+
+/// A connection's byte stream, plain or TLS.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+async fn serve_on(
+    router: axum::Router,
+    addr: SocketAddr,
+    idle: std::time::Duration,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> std::io::Result<Listener> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let stop = Arc::new(Notify::new());
@@ -124,14 +150,27 @@ pub async fn serve_http_with_idle_timeout(
             let mut set = conns.lock().unwrap_or_else(|p| p.into_inner());
             // Reap finished connections so the set does not grow without bound.
             while set.try_join_next().is_some() {}
+            let tls = tls.clone();
             set.spawn(async move {
+                let io: Box<dyn Io> = match tls {
+                    None => Box::new(stream),
+                    // A handshake that fails or stalls ends the connection.
+                    Some(acceptor) => match tokio::time::timeout(idle, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => Box::new(s),
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    },
+                };
                 // hyper restarts the header-read timer whenever it waits for a
                 // request head, so it bounds idle keep-alive connections too.
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(idle)
                     .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), svc);
+                    .serve_connection(TokioIo::new(io), svc);
                 tokio::select! {
                     r = conn => if let Err(e) = r { tracing::debug!(error = %e, "connection ended with an error") },
                     _ = cut.fired() => {}
@@ -142,6 +181,7 @@ pub async fn serve_http_with_idle_timeout(
     });
     Ok(Listener {
         addr,
+        scheme,
         stop,
         task: Some(task),
     })

@@ -1,9 +1,11 @@
 //! Runs Kubernetes clients nobody here wrote against the kube fake on a real
-//! loopback listener, each through a kubeconfig as a user would hold one: the
+//! loopback TLS listener, each through a kubeconfig as a user would hold one
+//! (server, CA, bearer token): the
 //! official Python client (`tests/python/test_kube_client.py`; a missing
 //! package fails this test) and kubectl (where the machine has it; a plain
-//! SKIPPED line where not). Three identities: cluster-admin, a COSI driver's
-//! service account, and a service account bound to nothing.
+//! SKIPPED line where not). Identities: cluster-admin, a COSI driver's
+//! service account, a service account bound to nothing, a token the cluster
+//! never issued, and no credentials at all.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,6 +16,7 @@ use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::History;
 use drivelab_fakes::kube::{Grant, Kind, KubeFake};
 use drivelab_fakes::serve::{loopback, Listener};
+use drivelab_fakes::tls::TlsIdentity;
 use serde_json::json;
 
 /// The driver's namespace (its Role covers ConfigMaps here only).
@@ -23,23 +26,32 @@ fn python() -> String {
     std::env::var("DRIVELAB_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }
 
-/// A kubeconfig as `drivelab serve` writes one: plain http, a bearer token.
-fn kubeconfig(dir: &Path, name: &str, url: &str, token: &str) -> PathBuf {
+/// A kubeconfig as `drivelab serve` writes one: https, the lab's CA, a
+/// bearer token (none when `token` is empty).
+fn kubeconfig(dir: &Path, name: &str, url: &str, ca: &TlsIdentity, token: &str) -> PathBuf {
+    use base64::Engine as _;
     let path = dir.join(format!("{name}.kubeconfig"));
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca.ca_pem());
+    let user = if token.is_empty() {
+        " {}".to_string()
+    } else {
+        format!("\n    token: {token}")
+    };
     let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: {url}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: lab\n  context:\n    cluster: lab\n    user: {name}\n    namespace: {DRIVER_NS}\ncurrent-context: lab\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:{user}\ncontexts:\n- name: lab\n  context:\n    cluster: lab\n    user: {name}\n    namespace: {DRIVER_NS}\ncurrent-context: lab\n"
     );
     std::fs::write(&path, text).unwrap();
     path
 }
 
 struct Lab {
-    fake: KubeFake,
+    _fake: KubeFake,
     listener: Listener,
     dir: tempfile::TempDir,
     admin: PathBuf,
     driver: PathBuf,
     nobody: PathBuf,
+    forged: PathBuf,
     anonymous: PathBuf,
 }
 
@@ -53,36 +65,32 @@ async fn lab() -> Lab {
                "data": {"secretKey": "c2VjcmV0"}}),
     )
     .unwrap();
-    let listener = fake.serve(loopback()).await.unwrap();
+    let tls = TlsIdentity::generate().unwrap();
+    let listener = fake.serve_tls(loopback(), &tls).await.unwrap();
     let url = listener.url();
+    assert!(url.starts_with("https://"), "{url}");
     let dir = tempfile::tempdir().unwrap();
     let access = fake.access();
-    let admin = kubeconfig(
-        dir.path(),
+    let config = |name: &str, token: &str| kubeconfig(dir.path(), name, &url, &tls, token);
+    let admin = config(
         "admin",
-        &url,
         &access.issue(Grant::cluster_admin("kubernetes-admin")),
     );
-    let driver = kubeconfig(
-        dir.path(),
+    let driver = config(
         "driver",
-        &url,
         &access.issue(Grant::cosi_driver(DRIVER_NS, "cosi-driver")),
     );
-    let nobody = kubeconfig(
-        dir.path(),
-        "nobody",
-        &url,
-        &access.issue(Grant::nothing("default", "nobody")),
-    );
-    let anonymous = kubeconfig(dir.path(), "anonymous", &url, "not-issued-by-this-cluster");
+    let nobody = config("nobody", &access.issue(Grant::nothing("default", "nobody")));
+    let forged = config("forged", "not-issued-by-this-cluster");
+    let anonymous = config("anonymous", "");
     Lab {
-        fake,
+        _fake: fake,
         listener,
         dir,
         admin,
         driver,
         nobody,
+        forged,
         anonymous,
     }
 }
@@ -117,6 +125,7 @@ async fn the_official_python_client_authenticates_and_is_authorized_by_role() {
         .env("KUBECONFIG_ADMIN", &lab.admin)
         .env("KUBECONFIG_DRIVER", &lab.driver)
         .env("KUBECONFIG_NOBODY", &lab.nobody)
+        .env("KUBECONFIG_FORGED", &lab.forged)
         .env("KUBECONFIG_ANONYMOUS", &lab.anonymous)
         .env("KUBE_URL", lab.listener.url())
         .env("DRIVER_NAMESPACE", DRIVER_NS)
@@ -153,39 +162,40 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_is_refused_without_credentials_and_authorized_as_the_lab_names_it() {
+async fn kubectl_authenticates_and_is_authorized_by_role() {
     if Command::new("kubectl")
         .args(["version", "--client"])
         .output()
         .map_or(true, |o| !o.status.success())
     {
-        println!("SKIPPED: kubectl_is_refused_without_credentials_and_authorized_as_the_lab_names_it: kubectl is not installed; the kubectl probes were NOT run");
+        println!("SKIPPED: kubectl_authenticates_and_is_authorized_by_role: kubectl is not installed; the kubectl probes were NOT run");
         return;
     }
     let lab = lab().await;
     let lab = tokio::task::spawn_blocking(move || {
         let secret = ["get", "secret", "s3-admin", "-n", "drivelab-system", "-o", "json"];
-        // client-go sends a kubeconfig's token only over TLS; over this plain
-        // http API kubectl is anonymous, and anonymous is refused...
-        let (ok, _, err) = kubectl(&lab.admin, &secret);
-        assert!(!ok && err.contains("provide credentials"), "{err}");
-        // ...until the lab names who a credential-less caller is (in a run:
-        // the driver's service account), whose role then decides.
-        lab.fake
-            .access()
-            .set_anonymous(Some(Grant::cosi_driver(DRIVER_NS, "cosi-driver")));
         let (ok, out, err) = kubectl(&lab.admin, &secret);
-        assert!(ok, "the driver reads its admin Secret: {err}");
+        assert!(ok, "admin: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["metadata"]["name"], "s3-admin", "{out}");
-        let (ok, _, err) = kubectl(&lab.admin, &["get", "configmaps", "-n", "kube-system", "-o", "json"]);
-        assert!(!ok, "the driver listed ConfigMaps outside its namespace");
+        let (ok, out, err) = kubectl(&lab.driver, &secret);
+        assert!(ok, "the driver reads its admin Secret: {err}");
+        assert!(out.contains("secretKey"), "{out}");
+
+        // (With no credentials at all kubectl asks for a username on stdin;
+        // the Python client covers that case.)
+        let (ok, _, err) = kubectl(&lab.forged, &secret);
+        assert!(!ok && err.contains("Unauthorized"), "a forged token: {err}");
+        let (ok, _, err) = kubectl(&lab.nobody, &secret);
+        assert!(!ok, "a service account bound to nothing read a Secret");
         assert!(
             err.contains("Forbidden")
-                && err.contains("User \"system:serviceaccount:cosi-system:cosi-driver\" cannot list resource \"configmaps\""),
+                && err.contains("User \"system:serviceaccount:default:nobody\" cannot get resource \"secrets\""),
             "{err}"
         );
-        let (ok, out, err) = kubectl(&lab.admin, &["get", "configmaps", "-o", "json"]);
+        let (ok, _, err) = kubectl(&lab.driver, &["get", "configmaps", "-n", "kube-system", "-o", "json"]);
+        assert!(!ok && err.contains("cannot list resource \"configmaps\""), "{err}");
+        let (ok, out, err) = kubectl(&lab.driver, &["get", "configmaps", "-o", "json"]);
         assert!(ok, "the driver lists ConfigMaps in its own namespace: {err}");
         assert!(out.contains("\"items\""), "{out}");
         lab

@@ -307,6 +307,7 @@ impl Driver {
                 let config = cosi_s3::DriverConfig {
                     kube_url: params.get("kube_url").to_string(),
                     kube_token_file: params.host_dir.join("token").display().to_string(),
+                    kube_ca_file: params.host_dir.join("ca.crt").display().to_string(),
                     state_namespace: params.get("namespace").to_string(),
                     mutants: Mutant::cosi(mutants),
                     policy_layout: spec.policy_layout.unwrap_or_default(),

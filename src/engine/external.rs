@@ -194,6 +194,7 @@ impl DriverParams {
         if self.protocol == DriverProtocol::Cosi {
             v.insert("kubeconfig", dir.join("kubeconfig").display().to_string());
             v.insert("kube_token_file", dir.join("token").display().to_string());
+            v.insert("kube_ca_file", dir.join("ca.crt").display().to_string());
         }
         v
     }
@@ -301,17 +302,19 @@ impl LabClock {
     }
 }
 
-/// Write a kubeconfig for the fake Kubernetes API (plain http) with one
-/// context, `drivelab`, whose user authenticates with bearer `token`. The file
-/// holds a secret, so only its owner may read it.
+/// Write a kubeconfig for the fake Kubernetes API at `kube_url` (https,
+/// trusting `ca_pem`) with one context, `drivelab`, whose user authenticates
+/// with bearer `token`. The file holds a secret, so only its owner may read it.
 pub fn write_kubeconfig(
     path: &Path,
-    kube_url: &str,
+    (kube_url, ca_pem): (&str, &str),
     namespace: &str,
     token: &Secret,
 ) -> std::io::Result<()> {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let text = format!(
-        "apiVersion: v1\nkind: Config\npreferences: {{}}\nclusters:\n- name: drivelab\n  cluster:\n    server: {kube_url}\nusers:\n- name: drivelab\n  user:\n    token: {}\ncontexts:\n- name: drivelab\n  context:\n    cluster: drivelab\n    user: drivelab\n    namespace: {namespace}\ncurrent-context: drivelab\n",
+        "apiVersion: v1\nkind: Config\npreferences: {{}}\nclusters:\n- name: drivelab\n  cluster:\n    server: {kube_url}\n    certificate-authority-data: {ca}\nusers:\n- name: drivelab\n  user:\n    token: {}\ncontexts:\n- name: drivelab\n  context:\n    cluster: drivelab\n    user: drivelab\n    namespace: {namespace}\ncurrent-context: drivelab\n",
         token.expose()
     );
     write_private(path, &text)

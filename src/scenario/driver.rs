@@ -191,7 +191,11 @@ const COMMON_PLACEHOLDERS: &[(&str, &str)] = &[
 /// Placeholders of a COSI driver, with what each becomes. For `image:`
 /// drivers paths are the ones inside the container.
 pub const COSI_PLACEHOLDERS: &[(&str, &str)] = &[
-    ("kube_url", "Kubernetes API base URL, http://127.0.0.1:PORT"),
+    ("kube_url", "Kubernetes API base URL, https://127.0.0.1:PORT"),
+    (
+        "kube_ca_file",
+        "path of the CA certificate (PEM) the Kubernetes API's certificate is signed by (socket_dir/ca.crt)",
+    ),
     (
         "kubeconfig",
         "path of a kubeconfig for the fake Kubernetes API (socket_dir/kubeconfig), with the driver's token",

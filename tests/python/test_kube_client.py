@@ -1,8 +1,9 @@
 """The official Kubernetes Python client against the drivelab kube fake.
 
-Run by fakes/tests/kube_clients.rs, which starts the fake and writes one
-kubeconfig per identity: cluster-admin, a COSI driver's service account, a
-service account bound to nothing, and a token the cluster never issued.
+Run by fakes/tests/kube_clients.rs, which starts the fake over TLS and writes
+one kubeconfig (server, CA, token) per identity: cluster-admin, a COSI
+driver's service account, a service account bound to nothing, a token the
+cluster never issued, and no credentials.
 """
 
 import os
@@ -38,12 +39,9 @@ def refused(fn, status):
 
 
 def test_no_credentials_and_a_foreign_token_are_401():
-    anonymous = client.Configuration()
-    anonymous.host = os.environ["KUBE_URL"]
-    bare = client.CoreV1Api(client.ApiClient(anonymous))
-    e = refused(lambda: bare.list_namespaced_secret("drivelab-system"), 401)
+    e = refused(lambda: core("ANONYMOUS").list_namespaced_secret("drivelab-system"), 401)
     assert "Unauthorized" in e.body
-    refused(lambda: core("ANONYMOUS").read_namespaced_secret("s3-admin", "drivelab-system"), 401)
+    refused(lambda: core("FORGED").read_namespaced_secret("s3-admin", "drivelab-system"), 401)
 
 
 def test_the_driver_reads_the_admin_secret_and_keeps_state_in_its_namespace():

@@ -27,6 +27,10 @@ pub struct DriverConfig {
     /// service-account token); empty sends none.
     #[serde(default)]
     pub kube_token_file: String,
+    /// With an https `kube_url`: a PEM file of the CA to trust (a pod's
+    /// service-account `ca.crt`); empty trusts the system's roots.
+    #[serde(default)]
+    pub kube_ca_file: String,
     /// Namespace holding the checkpoints; empty means [`DEFAULT_STATE_NAMESPACE`].
     pub state_namespace: String,
     /// Seeded bugs switched on; empty is the correct driver.

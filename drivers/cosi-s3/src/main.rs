@@ -8,10 +8,11 @@ use std::path::PathBuf;
 use anyhow::{bail, Context as _};
 use cosi_s3::{DriverConfig, Mutant, PolicyLayout};
 
-const USAGE: &str = "usage: cosi-s3 [--endpoint unix:///path.sock] [--kube-url http://host:port [--kube-token-file PATH]] [--state-namespace NS] [--policy-layout LAYOUT] [--mutant NAME]...
+const USAGE: &str = "usage: cosi-s3 [--endpoint unix:///path.sock] [--kube-url https://host:port [--kube-token-file PATH] [--kube-ca-file PATH]] [--state-namespace NS] [--policy-layout LAYOUT] [--mutant NAME]...
   --endpoint         Unix socket to serve COSI on (env COSI_ENDPOINT; default unix:///var/lib/cosi/cosi.sock)
   --kube-url         Kubernetes API base URL (env KUBE_URL; else the cluster of $KUBECONFIG)
   --kube-token-file  with --kube-url: file holding the bearer token (env KUBE_TOKEN_FILE)
+  --kube-ca-file     with an https --kube-url: PEM file of the CA to trust (env KUBE_CA_FILE)
   --state-namespace  namespace for checkpoints (default cosi-s3-system)
   --policy-layout    per-grant (default: one access policy per grant) or
                      per-grant-with-owner-marker (plus an owner-marker policy per grant);
@@ -63,6 +64,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<A
             "--endpoint" => endpoint = Some(value("--endpoint")?),
             "--kube-url" => kube_url = Some(value("--kube-url")?),
             "--kube-token-file" => config.kube_token_file = value("--kube-token-file")?,
+            "--kube-ca-file" => config.kube_ca_file = value("--kube-ca-file")?,
             "--state-namespace" => config.state_namespace = value("--state-namespace")?,
             "--policy-layout" => {
                 let v = value("--policy-layout")?;
@@ -93,6 +95,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<A
         .unwrap_or_else(|| "unix:///var/lib/cosi/cosi.sock".to_string());
     if config.kube_token_file.is_empty() {
         config.kube_token_file = std::env::var("KUBE_TOKEN_FILE").unwrap_or_default();
+    }
+    if config.kube_ca_file.is_empty() {
+        config.kube_ca_file = std::env::var("KUBE_CA_FILE").unwrap_or_default();
     }
     let kubeconfig = std::env::var_os("KUBECONFIG").filter(|s| !s.is_empty());
     config.kube_url = match kube_url.or_else(|| std::env::var("KUBE_URL").ok().filter(|s| !s.is_empty())) {

@@ -75,6 +75,33 @@ struct Inner {
     process_secret: std::sync::OnceLock<String>,
 }
 
+/// The certificates (DER) of a PEM file: the CA a pod's `ca.crt` holds.
+fn read_ca(path: &str) -> anyhow::Result<Vec<Vec<u8>>> {
+    use base64::Engine as _;
+    let pem = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the Kubernetes API's CA file {path:?}"))?;
+    let mut certs = Vec::new();
+    let mut body: Option<String> = None;
+    for line in pem.lines().map(str::trim) {
+        match (line, &mut body) {
+            ("-----BEGIN CERTIFICATE-----", b) => *b = Some(String::new()),
+            ("-----END CERTIFICATE-----", b) => {
+                let b64 = b.take().unwrap_or_default();
+                let der = base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .with_context(|| format!("{path:?}: a certificate is not valid base64"))?;
+                certs.push(der);
+            }
+            (l, Some(b)) => b.push_str(l),
+            (_, None) => {}
+        }
+    }
+    if certs.is_empty() {
+        anyhow::bail!("{path:?} holds no PEM certificate");
+    }
+    Ok(certs)
+}
+
 /// A source of wall-clock time (the system's unless [`CosiS3Driver::set_wall_clock`]).
 pub type WallClock = Arc<dyn Fn() -> std::time::SystemTime + Send + Sync>;
 
@@ -90,13 +117,13 @@ impl CosiS3Driver {
         } else {
             let uri: http::Uri = config.kube_url.parse().with_context(|| {
                 format!(
-                    "--kube-url {:?} is not a URL; use http://host:port",
+                    "--kube-url {:?} is not a URL; use https://host:port",
                     config.kube_url
                 )
             })?;
-            if uri.scheme_str() != Some("http") {
+            if !matches!(uri.scheme_str(), Some("http" | "https")) {
                 anyhow::bail!(
-                    "--kube-url {:?}: only http:// is supported (this build has no TLS stack)",
+                    "--kube-url {:?}: use https://host:port (or http:// for a test server)",
                     config.kube_url
                 );
             }
@@ -104,6 +131,9 @@ impl CosiS3Driver {
             if !config.kube_token_file.is_empty() {
                 // Read (and re-read when it changes) by kube-rs, as in a pod.
                 kc.auth_info.token_file = Some(config.kube_token_file.clone());
+            }
+            if !config.kube_ca_file.is_empty() {
+                kc.root_cert = Some(read_ca(&config.kube_ca_file)?);
             }
             kc
         };

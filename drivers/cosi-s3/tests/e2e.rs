@@ -42,6 +42,8 @@ struct Lab {
     _s3_l: Listener,
     /// The driver's service-account token, for a spawned binary.
     token_file: PathBuf,
+    /// The CA of the Kubernetes API's certificate, for a spawned binary.
+    ca_file: PathBuf,
     _dir: tempfile::TempDir,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -66,7 +68,9 @@ impl Lab {
             },
         )
         .unwrap();
-        let kube_l = kube.serve(loopback()).await.unwrap();
+        // Over TLS, as a cluster serves it: the driver trusts the lab's CA file.
+        let tls = drivelab_fakes::tls::TlsIdentity::generate().unwrap();
+        let kube_l = kube.serve_tls(loopback(), &tls).await.unwrap();
         let s3_l = s3.serve(loopback()).await.unwrap();
         kube.create(
             Kind::Secret,
@@ -82,11 +86,14 @@ impl Lab {
         let dir = tempfile::tempdir().unwrap();
         let socket: PathBuf = dir.path().join("cosi.sock");
         let token_file = dir.path().join("token");
+        let ca_file = dir.path().join("ca.crt");
+        std::fs::write(&ca_file, tls.ca_pem()).unwrap();
         let grant = drivelab_fakes::kube::Grant::cosi_driver(STATE_NS, "cosi-driver");
         std::fs::write(&token_file, kube.access().issue(grant)).unwrap();
         let config = DriverConfig {
             kube_url: kube_l.url(),
             kube_token_file: token_file.display().to_string(),
+            kube_ca_file: ca_file.display().to_string(),
             state_namespace: STATE_NS.into(),
             mutants: mutants.to_vec(),
             policy_layout: Default::default(),
@@ -111,6 +118,7 @@ impl Lab {
             _kube_l: kube_l,
             _s3_l: s3_l,
             token_file,
+            ca_file,
             _dir: dir,
             _stop: stop,
         }
@@ -627,6 +635,8 @@ async fn binary_serves_and_survives_sigkill() {
             .arg(lab.kube_url())
             .arg("--kube-token-file")
             .arg(&lab.token_file)
+            .arg("--kube-ca-file")
+            .arg(&lab.ca_file)
             .env("RUST_LOG", "warn")
             .kill_on_drop(true)
             .spawn()

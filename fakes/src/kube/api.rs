@@ -369,6 +369,16 @@ impl KubeFake {
     ) -> std::io::Result<crate::serve::Listener> {
         crate::serve::serve_http(self.router(), addr).await
     }
+
+    /// Serve the API over TLS as `identity` on `addr`, as a real API server
+    /// is reached: client-go sends credentials only over https.
+    pub async fn serve_tls(
+        &self,
+        addr: std::net::SocketAddr,
+        identity: &crate::tls::TlsIdentity,
+    ) -> std::io::Result<crate::serve::Listener> {
+        crate::serve::serve_https(self.router(), addr, identity).await
+    }
 }
 
 async fn handle(State(fake): State<KubeFake>, req: Request) -> Response {

@@ -4,12 +4,9 @@
 //! no token or an unknown one → 401 Unauthorized; a known user without a rule
 //! for the request → 403 Forbidden, worded as the RBAC authorizer words it.
 //!
-//! Deviations: the API is plain http, and client-go (kubectl, every Go
-//! driver reading a kubeconfig) sends no credentials unless the transport is
-//! TLS — so a lab may name an identity for requests that carry none
-//! ([`Access::set_anonymous`]: the driver's own service account, as its pod
-//! would present); a real server would answer them 401. A token that was
-//! never issued is 401 either way. A rule on a kind covers its `/status`
+//! A lab serves the API over TLS (`KubeFake::serve_tls`): client-go (kubectl,
+//! every Go driver reading a kubeconfig) sends a kubeconfig's credentials
+//! only over https. Deviations: a rule on a kind covers its `/status`
 //! subresource (the roles below grant both anyway); no `resourceNames`, no
 //! aggregation, no impersonation; tokens are opaque (not JWTs, no
 //! TokenReview of them). The in-process API is the lab itself and is not checked.
@@ -144,8 +141,6 @@ impl Grant {
 #[derive(Clone, Default)]
 pub struct Access {
     tokens: Arc<RwLock<BTreeMap<String, Arc<Grant>>>>,
-    /// Who a request without credentials is (None: nobody, 401).
-    anonymous: Arc<RwLock<Option<Arc<Grant>>>>,
 }
 
 impl Access {
@@ -169,19 +164,9 @@ impl Access {
             .insert(token.to_string(), Arc::new(grant));
     }
 
-    /// Treat requests that carry no credentials as `grant` (None: refuse them,
-    /// 401, as a real server does). See the module doc for why a lab may.
-    pub fn set_anonymous(&self, grant: Option<Grant>) {
-        *self.anonymous.write().unwrap_or_else(|p| p.into_inner()) = grant.map(Arc::new);
-    }
-
-    /// The grant behind an `Authorization` header value, if it names a token
-    /// issued here (no header: the anonymous grant, if one is set).
+    /// The grant behind an `Authorization` header value, if it names a token issued here.
     pub(crate) fn authenticate(&self, authorization: Option<&[u8]>) -> Option<Arc<Grant>> {
-        let Some(authorization) = authorization else {
-            return self.anonymous.read().unwrap_or_else(|p| p.into_inner()).clone();
-        };
-        let value = std::str::from_utf8(authorization).ok()?;
+        let value = std::str::from_utf8(authorization?).ok()?;
         let (scheme, token) = value.trim().split_once(' ')?;
         if !scheme.eq_ignore_ascii_case("bearer") {
             return None;
@@ -240,13 +225,6 @@ mod tests {
         assert!(a.authenticate(Some(b"Bearer nope")).is_none());
         assert!(a.authenticate(None).is_none());
         assert_ne!(t, a.issue(Grant::cluster_admin("admin")), "tokens repeat");
-        // No credentials: nobody, unless the lab names who that is.
-        a.set_anonymous(Some(Grant::nothing("ns", "drv")));
-        assert_eq!(
-            a.authenticate(None).unwrap().user,
-            "system:serviceaccount:ns:drv"
-        );
-        assert!(a.authenticate(Some(b"Bearer nope")).is_none(), "a forged token is still 401");
     }
 
     #[test]

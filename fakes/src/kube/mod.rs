@@ -1,10 +1,11 @@
 //! Fake Kubernetes API subset: Secrets, ConfigMaps, Leases, the COSI v1alpha1
 //! kinds, the storage kinds CSI needs (PVC, PV, Pod, StorageClass,
 //! VolumeAttachment, CSINode), the snapshot.storage.k8s.io/v1 kinds and the
-//! SnapshotMetadataService of cbt.storage.k8s.io, served over plain HTTP faithfully enough for
-//! kube-rs — watches included, so informers, reflectors and `kubectl get -w`
-//! work (`watch`), and every caller authenticated and authorized (`auth`) — plus an in-process API over the same state for the engine
-//! and the fake sidecars.
+//! SnapshotMetadataService of cbt.storage.k8s.io, served over https (as a lab
+//! serves it: `serve_tls`) or plain http, faithfully enough for kube-rs,
+//! client-go (kubectl) and the Python client: watches (`watch`), every caller
+//! authenticated and authorized (`auth`), strategic merge (`strategic`) — plus
+//! an in-process API over the same state for the engine and the fake sidecars.
 
 mod api;
 pub mod auth;

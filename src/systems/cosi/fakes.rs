@@ -13,6 +13,7 @@ use drivelab_fakes::secret::Secret;
 use drivelab_fakes::s3::{S3Config, S3Fake};
 use drivelab_fakes::serve::{loopback, Listener};
 use drivelab_fakes::store::{SledStore, Store};
+use drivelab_fakes::tls::TlsIdentity;
 
 /// The S3 server (data plane + admin API) and the Kubernetes API of one run.
 pub struct FakeSet {
@@ -23,6 +24,8 @@ pub struct FakeSet {
     kube_gate: Gate,
     /// The tokens the Kubernetes API accepts, kept across its restarts.
     kube_access: Access,
+    /// The Kubernetes API's certificate and CA (it is served over https).
+    kube_tls: TlsIdentity,
     s3: RwLock<S3Fake>,
     kube: KubeSlot,
     s3_listener: tokio::sync::Mutex<Option<Listener>>,
@@ -69,8 +72,9 @@ impl FakeSet {
             .serve(s3_addr)
             .await
             .with_context(|| format!("binding the S3 fake on {s3_addr}"))?;
+        let kube_tls = TlsIdentity::generate()?;
         let kube_listener = kube
-            .serve(kube_addr)
+            .serve_tls(kube_addr, &kube_tls)
             .await
             .with_context(|| format!("binding the Kubernetes fake on {kube_addr}"))?;
         Ok(Arc::new(Self {
@@ -82,6 +86,7 @@ impl FakeSet {
             s3_gate,
             kube_gate,
             kube_access,
+            kube_tls,
             s3: RwLock::new(s3),
             kube: Arc::new(RwLock::new(kube)),
             s3_listener: tokio::sync::Mutex::new(Some(s3_listener)),
@@ -126,13 +131,9 @@ impl FakeSet {
         format!("http://{}", self.s3_addr)
     }
 
-    /// The driver's identity on the Kubernetes API: a bearer token for
-    /// `grant`'s user, who is also whoever sends no credentials — client-go
-    /// sends none over plain http, and the driver must not be refused for the
-    /// lab's lack of TLS (see `drivelab_fakes::kube::auth`).
-    pub fn driver_kube_token(&self, grant: Grant) -> Secret {
-        self.kube_access.set_anonymous(Some(grant.clone()));
-        self.kube_token(grant)
+    /// The CA that signed the Kubernetes API's certificate, PEM.
+    pub fn kube_ca_pem(&self) -> &str {
+        self.kube_tls.ca_pem()
     }
 
     /// A bearer token the Kubernetes API accepts as `grant`'s user.
@@ -140,9 +141,9 @@ impl FakeSet {
         Secret::new(self.kube_access.issue(grant))
     }
 
-    /// `http://127.0.0.1:PORT` of the Kubernetes API.
+    /// `https://127.0.0.1:PORT` of the Kubernetes API.
     pub fn kube_url(&self) -> String {
-        format!("http://{}", self.kube_addr)
+        format!("https://{}", self.kube_addr)
     }
 
     /// Restart a fake as a process restart would: connections break, the
@@ -167,7 +168,8 @@ impl FakeSet {
                 let _ = self.kube().flush();
                 let kube =
                     Self::new_kube(&self.db, self.kube_seed, &self.kube_gate, &self.kube_access)?;
-                *l = Some(bind_again(|a| kube.serve(a), self.kube_addr).await?);
+                let tls = &self.kube_tls;
+                *l = Some(bind_again(|a| kube.serve_tls(a, tls), self.kube_addr).await?);
                 *self.kube.write().unwrap_or_else(|p| p.into_inner()) = kube;
             }
             other => return Err(anyhow!("{other} is not a fake that can restart")),

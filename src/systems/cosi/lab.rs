@@ -349,7 +349,7 @@ impl Lab {
             clock: clock.clone(),
         });
         // The driver's service account, bound to what a COSI driver's RBAC grants.
-        let kube_token = fakes.driver_kube_token(Grant::cosi_driver(DRIVER_STATE_NAMESPACE, DRIVER_ACCOUNT));
+        let kube_token = fakes.kube_token(Grant::cosi_driver(DRIVER_STATE_NAMESPACE, DRIVER_ACCOUNT));
         let (driver, sidecar) = start_driver(
             scn,
             mutants,
@@ -1801,11 +1801,13 @@ async fn start_driver(
     std::fs::create_dir_all(&host_dir).context("creating the driver's socket directory")?;
     write_kubeconfig(
         &host_dir.join("kubeconfig"),
-        &fakes.kube_url(),
+        (&fakes.kube_url(), fakes.kube_ca_pem()),
         DRIVER_STATE_NAMESPACE,
         kube_token,
     )
     .context("writing the kubeconfig")?;
+    std::fs::write(host_dir.join("ca.crt"), fakes.kube_ca_pem())
+        .context("writing the Kubernetes API's CA certificate")?;
     external::write_private(&host_dir.join("token"), kube_token.expose())
         .context("writing the driver's token file")?;
     let mut params = external::DriverParams::new(

@@ -236,7 +236,7 @@ impl std::str::FromStr for Ports {
 pub struct Served {
     /// `http://127.0.0.1:PORT` of S3 and the admin API.
     pub s3_url: String,
-    /// `http://127.0.0.1:PORT` of the Kubernetes API.
+    /// `https://127.0.0.1:PORT` of the Kubernetes API.
     pub kube_url: String,
     /// The admin access key id.
     pub admin_access_key: String,
@@ -249,6 +249,10 @@ pub struct Served {
     pub kube_token: Secret,
     /// A kubeconfig for the operator (kubectl, a conformance tool): cluster-admin.
     pub admin_kubeconfig: PathBuf,
+    /// The CA the Kubernetes API's certificate is signed by (PEM file).
+    pub kube_ca_file: PathBuf,
+    /// The same CA, PEM.
+    pub kube_ca_pem: String,
     /// The session's history (every call the fakes saw).
     pub history: History,
     fakes: Arc<FakeSet>,
@@ -470,13 +474,17 @@ pub async fn start(
         &params,
     )?;
     let kubeconfig = dir.path().join("kubeconfig");
-    let kube_token = fakes.driver_kube_token(Grant::cosi_driver("default", super::DRIVER_ACCOUNT));
-    crate::engine::write_kubeconfig(&kubeconfig, &kube_url, "default", &kube_token)
+    let kube_token = fakes.kube_token(Grant::cosi_driver("default", super::DRIVER_ACCOUNT));
+    let server = (kube_url.as_str(), fakes.kube_ca_pem());
+    crate::engine::write_kubeconfig(&kubeconfig, server, "default", &kube_token)
         .context("writing the kubeconfig")?;
     let admin_kubeconfig = dir.path().join("admin.kubeconfig");
     let admin_token = fakes.kube_token(Grant::cluster_admin("kubernetes-admin"));
-    crate::engine::write_kubeconfig(&admin_kubeconfig, &kube_url, "default", &admin_token)
+    crate::engine::write_kubeconfig(&admin_kubeconfig, server, "default", &admin_token)
         .context("writing the admin kubeconfig")?;
+    let kube_ca_file = dir.path().join("ca.crt");
+    std::fs::write(&kube_ca_file, fakes.kube_ca_pem()).context("writing the CA certificate")?;
+    let kube_ca_pem = fakes.kube_ca_pem().to_string();
     for (f, at) in faults {
         hook.arm(f, &at);
     }
@@ -488,6 +496,8 @@ pub async fn start(
         kubeconfig,
         kube_token,
         admin_kubeconfig,
+        kube_ca_file,
+        kube_ca_pem,
         history,
         fakes,
         _hook: hook,
