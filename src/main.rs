@@ -168,6 +168,23 @@ enum Command {
         /// as `run --driver`); a found file names this driver.
         #[arg(long)]
         driver: Option<String>,
+        /// Campaign shard k of n (1-based): only stream numbers s with
+        /// s mod n = k-1; the coverage guide is off, so the n shards together
+        /// explore exactly what one `--no-guide` run with the same seed and
+        /// --cases does (--cases counts stream numbers).
+        #[arg(long, value_parser = report::cli::parse_partition, conflicts_with = "completion_index")]
+        partition: Option<report::cli::Partition>,
+        /// As --partition, 0-based as a Kubernetes Indexed Job numbers its
+        /// pods: `i/n` is shard i+1 of n (`$(JOB_COMPLETION_INDEX)/n`).
+        #[arg(long, value_parser = parse_completion_index)]
+        completion_index: Option<report::cli::Partition>,
+        /// Coverage guide off: draw only the fresh schedule stream (what
+        /// --partition does), --cases counting stream numbers.
+        #[arg(long)]
+        no_guide: bool,
+        /// Write one line per case run here: stream number, schedule hash, verdict.
+        #[arg(long)]
+        manifest: Option<PathBuf>,
     },
     /// Systematic fault sweep: from a baseline run of a scenario, one run per
     /// (interception point reached, occurrence, fault kind) — every single
@@ -320,6 +337,19 @@ fn parse_policy_layout(s: &str) -> Result<cosi_s3::PolicyLayout, String> {
             .collect();
         format!("unknown policy layout {s:?}; known: {}", names.join(", "))
     })
+}
+
+/// `i/n` with 0 ≤ i < n (a Kubernetes Indexed Job's completion index) as
+/// the partition `i+1/n`.
+fn parse_completion_index(s: &str) -> Result<report::cli::Partition, String> {
+    let bad = || format!("--completion-index wants i/n with 0 ≤ i < n (e.g. 0/4), got `{s}`");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let i: usize = i.trim().parse().map_err(|_| bad())?;
+    let n: usize = n.trim().parse().map_err(|_| bad())?;
+    if i >= n {
+        return Err(bad());
+    }
+    Ok(report::cli::Partition { k: i + 1, n })
 }
 
 fn parse_mutant(s: &str) -> Result<Mutant, String> {
@@ -527,7 +557,16 @@ fn main() -> ExitCode {
                 detect_only,
                 keep_going,
                 driver,
+                partition,
+                completion_index,
+                no_guide,
+                manifest,
             } => {
+                let stream = drivelab::explore::StreamMode {
+                    unguided: no_guide,
+                    partition: partition.or(completion_index),
+                    manifest,
+                };
                 explore(
                     scenario,
                     driver,
@@ -537,6 +576,7 @@ fn main() -> ExitCode {
                     mutants,
                     out_dir,
                     (detect_only, keep_going),
+                    stream,
                 )
                 .await
             }
@@ -1300,6 +1340,7 @@ async fn explore(
     mutants: Vec<Mutant>,
     out_dir: PathBuf,
     (detect_only, keep_going): (bool, bool),
+    stream: drivelab::explore::StreamMode,
 ) -> ExitCode {
     let mut scn = match scenario::load(&path) {
         Ok(s) => s,
@@ -1323,10 +1364,11 @@ async fn explore(
         out_dir,
         detect_only,
         keep_going,
+        stream,
     };
     match drivelab::explore::explore(&scn, &opts).await {
         Ok(r) => {
-            drivelab::explore::print(&r);
+            drivelab::explore::print(&r, &opts.stream);
             if r.found.is_some() || r.first_failure_after.is_some() {
                 ExitCode::from(1)
             } else {

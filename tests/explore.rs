@@ -33,6 +33,7 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
         out_dir: dir.path().to_path_buf(),
         detect_only: false,
         keep_going: false,
+        stream: Default::default(),
     };
     let report = explore::explore(&base("cosi/happy-path.yaml"), &opts)
         .await
@@ -89,6 +90,7 @@ async fn explore_finds_delete_unowned_by_a_late_delete_after_the_name_was_reused
         out_dir: dir.path().to_path_buf(),
         detect_only: false,
         keep_going: false,
+        stream: Default::default(),
     };
     let report = explore::explore(&base("explore/cosi-lifecycle.yaml"), &opts)
         .await
@@ -218,6 +220,7 @@ async fn explore_finds_csi_mutants_from_the_generic_csi_base() {
             out_dir: dir.path().to_path_buf(),
             detect_only: false,
             keep_going: false,
+            stream: Default::default(),
         };
         let report = explore::explore(&base("explore/csi-lifecycle.yaml"), &opts)
             .await

@@ -46,6 +46,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Value> {
         out_dir: out_dir.path().to_path_buf(),
         detect_only: true,
         keep_going: false,
+        stream: Default::default(),
     };
 
     let mut rate_opts = opts(vec![], 1, plan.rate_for);

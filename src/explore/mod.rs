@@ -19,6 +19,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 use crate::engine::{self, RunOptions, RunOutcome};
+use crate::report::cli::Partition;
 use crate::scenario::{self, FaultAction, FaultSpec, FaultTarget, Located, Scenario, Step, When};
 
 mod guide;
@@ -44,6 +45,35 @@ pub struct ExploreOptions {
     /// shrunk, and each failing schedule is written as it ran only when
     /// `detect_only` is off.
     pub keep_going: bool,
+    /// Guided, or a partition of the unguided stream (campaigns).
+    pub stream: StreamMode,
+}
+
+/// Which schedules an exploration draws. Guided (the default), each case may
+/// be a child of an earlier one that reached something new, so what runs
+/// depends on earlier results; unguided, only the fresh stream, where stream
+/// number `s` is proptest's `s`th draw from the seed, so disjoint partitions
+/// of it are deterministic, independent, and together one unguided run.
+#[derive(Clone, Debug, Default)]
+pub struct StreamMode {
+    /// Draw only the fresh stream (`--no-guide`).
+    pub unguided: bool,
+    /// Take only the stream numbers of shard k of n (implies unguided).
+    pub partition: Option<Partition>,
+    /// Write one line per case run here: stream number, schedule hash, verdict.
+    pub manifest: Option<PathBuf>,
+}
+
+impl StreamMode {
+    /// Is the coverage guide on?
+    pub fn guided(&self) -> bool {
+        !self.unguided && self.partition.is_none()
+    }
+
+    /// The share of the stream this run takes (all of it unpartitioned).
+    fn share(&self) -> Partition {
+        self.partition.unwrap_or(Partition { k: 1, n: 1 })
+    }
 }
 
 /// The kinds of fault the explorer places.
@@ -241,6 +271,10 @@ pub struct ExploreReport {
     pub kept: Vec<(PathBuf, Vec<&'static str>)>,
     /// The shrunk failure.
     pub found: Option<Found>,
+    /// Unguided: stream numbers drawn (this partition took its share of them).
+    pub streams: Option<u64>,
+    /// The command that runs this exploration (this partition) again.
+    pub replay: String,
     /// Total wall time.
     pub elapsed: Duration,
 }
@@ -440,10 +474,12 @@ fn failed_invariants(o: &RunOutcome) -> Vec<&'static str> {
 
 /// Explore `base`. Must be called on a multi-thread tokio runtime.
 ///
-/// Each case is either fresh (drawn by proptest from the whole schedule
-/// space) or a child of a kept schedule (see [`guide`]): one that reached an
-/// (interception point, occurrence, answer) tuple no earlier run had, with a
-/// fault aimed at what it reached, or one more duplicate, merge or seed.
+/// Guided (the default): each case is either fresh (drawn by proptest from
+/// the whole schedule space) or a child of a kept schedule (see [`guide`]):
+/// one that reached an (interception point, occurrence, answer) tuple no
+/// earlier run had, with a fault aimed at what it reached, or one more
+/// duplicate, merge or seed. Unguided ([`StreamMode`]): only the fresh
+/// stream, numbered, so that partitions of it are independent.
 pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<ExploreReport> {
     let started = Instant::now();
     let (base, opts) = &hoist_mutants(base, opts);
@@ -457,7 +493,7 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
     )
     .await
     .context("the baseline run")?;
-    let mut targets = targets_of(&baseline);
+    let targets = targets_of(&baseline);
     if targets.is_empty() {
         return Err(anyhow!(
             "the scenario's baseline run made no calls a fault could hit"
@@ -468,12 +504,9 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
             eprintln!("target {i}: {t}");
         }
     }
-    let n_steps = base.steps.len().max(1);
-    let strategy = fresh_schedules(base, &targets);
-    let dups = dup_choices(base);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&opts.seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
+    let runner = TestRunner::new_with_rng(
         Config {
             failure_persistence: None,
             ..Config::default()
@@ -483,109 +516,290 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
     // The guide draws from its own stream, so that how many children were
     // made does not shift which fresh schedules proptest draws.
     seed_bytes[8] = 1;
-    let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
-    let mut corpus = guide::Corpus::default();
-    let mut c = Coverage::default();
-    let mut failing: Option<Schedule> = None;
-    let mut kept = Vec::new();
-    let mut misses = 0u32;
-    while c.runs < opts.cases as usize && started.elapsed() <= opts.time_budget {
-        let sched = match corpus.child(&mut rng, &targets, &dups, n_steps) {
-            Some(s) => s,
-            None => strategy
-                .new_tree(&mut runner)
-                .map_err(|e| anyhow!("generating a schedule: {e}"))?
-                .current(),
-        };
-        if !c.seen.insert(sched.clone()) {
-            c.duplicates += 1;
-            misses += 1;
-            // A space this small is exhausted: stop rather than spin.
-            if misses > 10_000 {
+    let mut ex = Explorer {
+        strategy: fresh_schedules(base, &targets),
+        dups: dup_choices(base),
+        n_steps: base.steps.len().max(1),
+        base,
+        opts,
+        targets,
+        runner,
+        rng: TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+        corpus: guide::Corpus::default(),
+        c: Coverage::default(),
+        kept: Vec::new(),
+        manifest: Vec::new(),
+        streams: 0,
+        started,
+    };
+    let failing = if opts.stream.guided() {
+        ex.guided().await?
+    } else {
+        ex.stream().await?
+    };
+    ex.finish(failing).await
+}
+
+/// What ends a case: go on, or stop at this failing schedule.
+enum Next {
+    Go,
+    Stop(Schedule),
+}
+
+/// The state of one exploration: generators, coverage, what was kept.
+struct Explorer<'a> {
+    base: &'a Scenario,
+    opts: &'a ExploreOptions,
+    targets: Vec<FaultTarget>,
+    strategy: BoxedStrategy<Schedule>,
+    dups: Vec<(usize, Dup)>,
+    n_steps: usize,
+    runner: TestRunner,
+    rng: TestRng,
+    corpus: guide::Corpus,
+    c: Coverage,
+    kept: Vec<(PathBuf, Vec<&'static str>)>,
+    /// One line per case run: stream number, schedule hash, verdict.
+    manifest: Vec<String>,
+    /// Stream numbers drawn (unguided).
+    streams: u64,
+    started: Instant,
+}
+
+/// Consecutive duplicate draws after which the schedule space counts as exhausted.
+const MAX_MISSES: u32 = 10_000;
+
+impl Explorer<'_> {
+    fn fresh(&mut self) -> anyhow::Result<Schedule> {
+        Ok(self
+            .strategy
+            .new_tree(&mut self.runner)
+            .map_err(|e| anyhow!("generating a schedule: {e}"))?
+            .current())
+    }
+
+    fn in_budget(&self, drawn: usize) -> bool {
+        drawn < self.opts.cases as usize && self.started.elapsed() <= self.opts.time_budget
+    }
+
+    /// Guided: fresh schedules and children of kept ones; `--cases` counts runs.
+    async fn guided(&mut self) -> anyhow::Result<Option<Schedule>> {
+        let mut misses = 0u32;
+        while self.in_budget(self.c.runs) {
+            let sched = match self.corpus.child(
+                &mut self.rng,
+                &self.targets,
+                &self.dups,
+                self.n_steps,
+            ) {
+                Some(s) => s,
+                None => self.fresh()?,
+            };
+            if !self.c.seen.insert(sched.clone()) {
+                self.c.duplicates += 1;
+                misses += 1;
+                // A space this small is exhausted: stop rather than spin.
+                if misses > MAX_MISSES {
+                    break;
+                }
+                continue;
+            }
+            misses = 0;
+            if let Next::Stop(s) = self.case(sched, None).await? {
+                return Ok(Some(s));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Unguided: stream number `s` is the `s`th fresh draw (0-based); this
+    /// run takes those of its partition and `--cases` counts stream numbers.
+    /// Every draw is made and remembered, whoever's it is, so a schedule
+    /// that repeats an earlier stream number is skipped by every partition,
+    /// as the unpartitioned run skips it.
+    async fn stream(&mut self) -> anyhow::Result<Option<Schedule>> {
+        let share = self.opts.stream.share();
+        let mut seen_anywhere: HashSet<Schedule> = HashSet::new();
+        let mut misses = 0u32;
+        while self.in_budget(self.streams as usize) {
+            let s = self.streams;
+            self.streams += 1;
+            let sched = self.fresh()?;
+            let first = seen_anywhere.insert(sched.clone());
+            misses = if first { 0 } else { misses + 1 };
+            if misses > MAX_MISSES {
                 break;
             }
-            continue;
+            if !share.takes(s) {
+                continue;
+            }
+            if !first {
+                self.c.duplicates += 1;
+                continue;
+            }
+            self.c.seen.insert(sched.clone());
+            if let Next::Stop(sched) = self.case(sched, Some(s)).await? {
+                return Ok(Some(sched));
+            }
         }
-        misses = 0;
+        Ok(None)
+    }
+
+    /// Run one case (and, hunting a mutant, the correct driver on a failure).
+    async fn case(&mut self, sched: Schedule, stream: Option<u64>) -> anyhow::Result<Next> {
+        let opts = self.opts;
         for f in &sched.faults {
-            c.placements.insert((f.target, f.nth, f.kind));
+            self.c.placements.insert((f.target, f.nth, f.kind));
         }
-        let scn = apply(base, &targets, &sched);
-        let outcome = engine::run(
-            &scn,
-            &RunOptions {
-                seed: scn.seed,
-                mutants: opts.mutants.clone(),
-                ..Default::default()
-            },
-        )
-        .await
-        .with_context(|| format!("lab error on schedule {sched:?}"))?;
+        let scn = apply(self.base, &self.targets, &sched);
+        let run = |mutants: Vec<Mutant>| {
+            let scn = &scn;
+            async move {
+                engine::run(
+                    scn,
+                    &RunOptions {
+                        seed: scn.seed,
+                        mutants,
+                        ..Default::default()
+                    },
+                )
+                .await
+            }
+        };
+        let outcome = run(opts.mutants.clone())
+            .await
+            .with_context(|| format!("lab error on schedule {sched:?}"))?;
         let mut failed = failed_invariants(&outcome);
         // Hunting a mutant: a schedule that breaks the correct driver too says
         // nothing about the mutant (it is a finding of its own, reported apart).
         if !failed.is_empty() && !opts.mutants.is_empty() {
-            let reference = engine::run(
-                &scn,
-                &RunOptions {
-                    seed: scn.seed,
-                    mutants: vec![],
-                    ..Default::default()
-                },
-            )
-            .await
-            .with_context(|| format!("lab error on schedule {sched:?}"))?;
+            let reference = run(vec![])
+                .await
+                .with_context(|| format!("lab error on schedule {sched:?}"))?;
             if !failed_invariants(&reference).is_empty() {
-                c.reference_failures += 1;
+                self.c.reference_failures += 1;
                 failed.clear();
             }
         }
         if std::env::var_os("DRIVELAB_EXPLORE_TRACE").is_some() {
             eprintln!(
                 "case {} {:.2}s {failed:?} {sched:?}",
-                c.runs,
-                started.elapsed().as_secs_f64()
+                self.c.runs,
+                self.started.elapsed().as_secs_f64()
             );
         }
-        c.runs += 1;
-        c.orders.insert(call_order_hash(&outcome));
-        corpus.observe(&sched, &outcome, &mut targets, &mut rng, &dups, n_steps);
-        if !failed.is_empty() {
-            c.failing += 1;
-            c.first_failure.get_or_insert(started.elapsed());
-            if opts.keep_going {
-                if !opts.detect_only {
-                    let (path, _) =
-                        write_schedule(base, &targets, &sched, opts, ("kept", "explore")).await?;
-                    kept.push((path, failed));
-                }
-                continue;
+        self.manifest.push(format!(
+            "{}\t{:016x}\t{}",
+            stream.map_or_else(|| "-".to_string(), |s| s.to_string()),
+            schedule_hash(&sched),
+            if failed.is_empty() {
+                "pass".to_string()
+            } else {
+                failed.join(",")
             }
-            failing = Some(sched);
-            break;
+        ));
+        self.c.runs += 1;
+        self.c.orders.insert(call_order_hash(&outcome));
+        self.corpus.observe(
+            &sched,
+            &outcome,
+            &mut self.targets,
+            &mut self.rng,
+            &self.dups,
+            self.n_steps,
+        );
+        if failed.is_empty() {
+            return Ok(Next::Go);
         }
+        self.c.failing += 1;
+        self.c.first_failure.get_or_insert(self.started.elapsed());
+        if !opts.keep_going {
+            return Ok(Next::Stop(sched));
+        }
+        if !opts.detect_only {
+            let (path, _) = write_schedule(
+                self.base,
+                &self.targets,
+                &sched,
+                opts,
+                ("kept", "explore"),
+                Some(&failed[..]),
+            )
+            .await?;
+            self.kept.push((path, failed));
+        }
+        Ok(Next::Go)
     }
-    let found = match failing {
-        Some(sched) if !opts.detect_only => {
-            let sched = finish_shrinking(base, &targets, sched, opts).await;
-            Some(write_found(base, &targets, &sched, opts, "explore").await?)
+
+    /// Shrink and write the failure (if any), write the manifest, and report.
+    async fn finish(self, failing: Option<Schedule>) -> anyhow::Result<ExploreReport> {
+        let (base, opts) = (self.base, self.opts);
+        let found = match failing {
+            Some(sched) if !opts.detect_only => {
+                let sched = finish_shrinking(base, &self.targets, sched, opts).await;
+                Some(write_found(base, &self.targets, &sched, opts, "explore").await?)
+            }
+            _ => None,
+        };
+        if let Some(path) = &opts.stream.manifest {
+            let mut text = String::from("# stream\tschedule\tverdict\n");
+            for l in &self.manifest {
+                text.push_str(l);
+                text.push('\n');
+            }
+            std::fs::write(path, text)
+                .with_context(|| format!("writing the manifest {}", path.display()))?;
         }
-        _ => None,
-    };
-    Ok(ExploreReport {
-        cases_run: c.runs,
-        duplicates: c.duplicates,
-        reference_failures: c.reference_failures,
-        distinct_interleavings: c.orders.len(),
-        fault_placements: c.placements.len(),
-        tuples_reached: corpus.tuples(),
-        targets,
-        first_failure_after: c.first_failure,
-        failing_schedules: c.failing,
-        kept,
-        found,
-        elapsed: started.elapsed(),
-    })
+        Ok(ExploreReport {
+            cases_run: self.c.runs,
+            duplicates: self.c.duplicates,
+            reference_failures: self.c.reference_failures,
+            distinct_interleavings: self.c.orders.len(),
+            fault_placements: self.c.placements.len(),
+            tuples_reached: self.corpus.tuples(),
+            targets: self.targets,
+            first_failure_after: self.c.first_failure,
+            failing_schedules: self.c.failing,
+            kept: self.kept,
+            found,
+            streams: (!opts.stream.guided()).then_some(self.streams),
+            replay: replay_line(base, opts),
+            elapsed: self.started.elapsed(),
+        })
+    }
+}
+
+/// The command that runs this exploration again (this partition of it).
+fn replay_line(base: &Scenario, opts: &ExploreOptions) -> String {
+    let mut cmd = format!(
+        "drivelab explore {} --seed {}",
+        base.path.display(),
+        opts.seed
+    );
+    if opts.cases != u32::MAX {
+        cmd.push_str(&format!(" --cases {}", opts.cases));
+    } else {
+        cmd.push_str(&format!(
+            " --time-budget {}ms",
+            opts.time_budget.as_millis()
+        ));
+    }
+    for m in &opts.mutants {
+        cmd.push_str(&format!(" --mutant {}", m.name()));
+    }
+    match (&opts.stream.partition, opts.stream.guided()) {
+        (Some(p), _) => cmd.push_str(&format!(" --partition {}/{}", p.k, p.n)),
+        (None, false) => cmd.push_str(" --no-guide"),
+        (None, true) => {}
+    }
+    if opts.keep_going {
+        cmd.push_str(" --keep-going");
+    }
+    if opts.detect_only {
+        cmd.push_str(" --detect-only");
+    }
+    cmd.push_str(&base.driver.replay_flag());
+    cmd
 }
 
 /// The seeded bugs the base's driver declares (`--driver '{builtin: bosh-csi,
@@ -789,7 +1003,7 @@ async fn write_found(
     opts: &ExploreOptions,
     by: &str,
 ) -> anyhow::Result<Found> {
-    let (path, written) = write_schedule(base, targets, sched, opts, ("found", by)).await?;
+    let (path, written) = write_schedule(base, targets, sched, opts, ("found", by), None).await?;
     // Replay from the file, exactly as a developer would.
     let outcome = engine::run(
         &written,
@@ -801,6 +1015,9 @@ async fn write_found(
     )
     .await?;
     let failed = failed_invariants(&outcome);
+    // Written again with what the replay failed in its header, for
+    // `merge-found` (only comments change: the file replays as before).
+    write_schedule(base, targets, sched, opts, ("found", by), Some(&failed)).await?;
     Ok(Found {
         path,
         failed,
@@ -810,13 +1027,15 @@ async fn write_found(
 
 /// Write `sched` as a plain scenario file in `opts.out_dir` (`how`: `found`
 /// for a shrunk failure, `kept` for one collected as it ran; `by`: the
-/// command, e.g. `explore`) and load it back.
+/// command, e.g. `explore`; `failed`: the invariants it fails, once known)
+/// and load it back.
 async fn write_schedule(
     base: &Scenario,
     targets: &[FaultTarget],
     sched: &Schedule,
     opts: &ExploreOptions,
     (how, by): (&str, &str),
+    failed: Option<&[&'static str]>,
 ) -> anyhow::Result<(PathBuf, Scenario)> {
     let mut scn = apply(base, targets, sched);
     // Named after what it was hunting, so two hunts that shrink to one seed do not collide.
@@ -845,9 +1064,13 @@ async fn write_schedule(
         .iter()
         .map(|m| format!(" --mutant {}", m.name()))
         .collect();
-    let header = vec![
+    let partition = match &opts.stream.partition {
+        Some(p) => format!(" --partition {p}"),
+        None => String::new(),
+    };
+    let mut header = vec![
         format!(
-            "{} by `drivelab {by} {}{flags}{}` ({} seed {}){}.",
+            "{} by `drivelab {by} {}{flags}{partition}{}` ({} seed {}){}.",
             if how == "found" {
                 "Found"
             } else {
@@ -868,6 +1091,17 @@ async fn write_schedule(
             file.display()
         ),
     ];
+    let mutants: Vec<&str> = opts.mutants.iter().map(|m| m.name()).collect();
+    header.push(scenario::write::list_header(
+        scenario::write::MUTANTS_HEADER,
+        &mutants,
+    ));
+    if let Some(failed) = failed {
+        header.push(scenario::write::list_header(
+            scenario::write::FAILED_HEADER,
+            failed,
+        ));
+    }
     let text = scenario::write::to_yaml(&scn, &header);
     std::fs::create_dir_all(&opts.out_dir)
         .with_context(|| format!("creating {}", opts.out_dir.display()))?;
@@ -885,8 +1119,19 @@ fn schedule_hash(sched: &Schedule) -> u64 {
     h.finish()
 }
 
-/// Print the report the CLI shows.
-pub fn print(report: &ExploreReport) {
+/// Print the report the CLI shows; `stream` is how its schedules were drawn.
+pub fn print(report: &ExploreReport, stream: &StreamMode) {
+    match (&stream.partition, report.streams) {
+        (Some(p), Some(drawn)) => crate::outln!(
+            "partition {p}: coverage guide off (partitions must be deterministic and independent); ran the stream numbers s < {drawn} with s mod {} = {}",
+            p.n,
+            p.k - 1
+        ),
+        (None, Some(drawn)) => crate::outln!(
+            "coverage guide off (--no-guide): ran the stream numbers s < {drawn}"
+        ),
+        _ => {}
+    }
     crate::outln!(
         "explored {} schedules in {:.1}s ({} duplicates skipped): {} distinct call orders, {} fault placements over {} interception points, {} (point, occurrence, answer) tuples reached",
         report.cases_run,
@@ -930,6 +1175,7 @@ pub fn print(report: &ExploreReport) {
             crate::out!("{}", crate::report::console(&f.outcome));
         }
     }
+    crate::outln!("replay: {}", report.replay);
 }
 
 /// Replays a found file and says whether it fails the way it did when found.

@@ -482,6 +482,7 @@ async fn write_failures(
         out_dir: opts.out_dir.clone(),
         detect_only: false,
         keep_going: false,
+        stream: Default::default(),
     };
     for faults in failing {
         if report.found.len() >= opts.max_found {

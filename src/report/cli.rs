@@ -36,6 +36,19 @@ pub fn parse_partition(s: &str) -> Result<Partition, String> {
     Ok(Partition { k, n })
 }
 
+impl Partition {
+    /// Does shard k of n take the item at 0-based `index` (round robin)?
+    pub fn takes(&self, index: u64) -> bool {
+        index % self.n as u64 == self.k as u64 - 1
+    }
+}
+
+impl std::fmt::Display for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.k, self.n)
+    }
+}
+
 /// Keep the files whose path or file stem contains `filter`, then shard k of
 /// n by index in sorted path order (round robin, so shards stay balanced and
 /// a file keeps its shard as long as the sorted list does not change).
@@ -53,7 +66,7 @@ pub fn select(
         Some(Partition { k, n }) => files
             .into_iter()
             .enumerate()
-            .filter(|(i, _)| i % n == k - 1)
+            .filter(|(i, _)| Partition { k, n }.takes(*i as u64))
             .map(|(_, p)| p)
             .collect(),
         None => files,

@@ -482,6 +482,37 @@ pub fn driver_yaml(d: &DriverSpec) -> String {
     format!("{{ {} }}", parts.join(", "))
 }
 
+/// Header key of the invariants a found file fails when replayed (as the
+/// explorer or sweep saw them), for `drivelab merge-found`.
+pub const FAILED_HEADER: &str = "Failed invariants:";
+/// Header key of the mutants a found file was hunted with (`--mutant` flags;
+/// never in the file's `driver:`: the correct driver must pass it).
+pub const MUTANTS_HEADER: &str = "Mutants:";
+
+/// A machine-readable header line: `key a, b` (`key -` when empty).
+pub fn list_header(key: &str, items: &[&str]) -> String {
+    if items.is_empty() {
+        format!("{key} -")
+    } else {
+        format!("{key} {}", items.join(", "))
+    }
+}
+
+/// The list a header line `# key a, b` holds, if the file's leading comments
+/// have one (files written before the key existed do not).
+pub fn read_list_header(text: &str, key: &str) -> Option<Vec<String>> {
+    text.lines()
+        .take_while(|l| l.starts_with('#'))
+        .find_map(|l| l.trim_start_matches('#').trim().strip_prefix(key))
+        .map(|rest| {
+            rest.split(',')
+                .map(str::trim)
+                .filter(|i| !i.is_empty() && *i != "-")
+                .map(str::to_string)
+                .collect()
+        })
+}
+
 /// The whole scenario as a file `drivelab run` accepts. `header` lines become comments.
 pub fn to_yaml(s: &Scenario, header: &[String]) -> String {
     let mut out = String::new();
