@@ -122,6 +122,17 @@ enum Command {
         #[arg(long, short)]
         out: PathBuf,
     },
+    /// Merge the found files of campaign shards (explore --partition, sweeps):
+    /// one per failure signature (mutants, failed invariants, faults) is
+    /// copied to --out, with SUMMARY.md. Exit 1 if any was found.
+    MergeFound {
+        /// Shard output directories (searched for *.yaml).
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Where to copy the kept files and write SUMMARY.md.
+        #[arg(long, short)]
+        out: PathBuf,
+    },
     /// Parse and validate scenario files without running them.
     Validate {
         /// Scenario files or directories.
@@ -478,6 +489,33 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             },
+            Command::MergeFound { dirs, out } => {
+                match drivelab::explore::merge::merge_found(&dirs, &out) {
+                    Ok(m) => {
+                        for (i, f) in m.findings.iter().enumerate() {
+                            drivelab::outln!(
+                                "{}. {} — {} of {} shards; kept {}",
+                                i + 1,
+                                f.signature,
+                                f.shards.len(),
+                                m.dirs.len(),
+                                f.kept_as
+                            );
+                        }
+                        drivelab::outln!(
+                            "merged {} found files into {} signatures in {} (SUMMARY.md)",
+                            m.files,
+                            m.findings.len(),
+                            out.display()
+                        );
+                        ExitCode::from(u8::from(!m.findings.is_empty()))
+                    }
+                    Err(e) => {
+                        eprintln!("drivelab: merge-found: {e:#}");
+                        ExitCode::from(2)
+                    }
+                }
+            }
             Command::Validate { paths } => validate(paths),
             Command::Mutants
             | Command::List {

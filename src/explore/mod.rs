@@ -23,6 +23,7 @@ use crate::report::cli::Partition;
 use crate::scenario::{self, FaultAction, FaultSpec, FaultTarget, Located, Scenario, Step, When};
 
 mod guide;
+pub mod merge;
 pub mod sweep;
 
 /// What to explore and how hard.
