@@ -748,6 +748,11 @@ impl Explorer<'_> {
                 text.push_str(l);
                 text.push('\n');
             }
+            // A shard's dir may not exist yet (nothing found, nothing written).
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
             std::fs::write(path, text)
                 .with_context(|| format!("writing the manifest {}", path.display()))?;
         }
