@@ -600,23 +600,25 @@ fn main() -> ExitCode {
                 no_guide,
                 manifest,
             } => {
-                let stream = drivelab::explore::StreamMode {
-                    unguided: no_guide,
-                    partition: partition.or(completion_index),
-                    manifest,
+                let Some(time_budget) = scenario::parse_duration(&time_budget) else {
+                    eprintln!("drivelab: --time-budget `{time_budget}` is not a duration (e.g. 60s, 5m)");
+                    return ExitCode::from(2);
                 };
-                explore(
-                    scenario,
-                    driver,
-                    cases,
+                let opts = drivelab::explore::ExploreOptions {
+                    cases: cases.unwrap_or(u32::MAX),
                     seed,
                     time_budget,
                     mutants,
                     out_dir,
-                    (detect_only, keep_going),
-                    stream,
-                )
-                .await
+                    detect_only,
+                    keep_going,
+                    stream: drivelab::explore::StreamMode {
+                        unguided: no_guide,
+                        partition: partition.or(completion_index),
+                        manifest,
+                    },
+                };
+                explore(scenario, driver, opts).await
             }
             Command::SweepFaults {
                 scenario,
@@ -1372,13 +1374,7 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
 async fn explore(
     path: PathBuf,
     driver: Option<String>,
-    cases: Option<u32>,
-    seed: u64,
-    budget: String,
-    mutants: Vec<Mutant>,
-    out_dir: PathBuf,
-    (detect_only, keep_going): (bool, bool),
-    stream: drivelab::explore::StreamMode,
+    opts: drivelab::explore::ExploreOptions,
 ) -> ExitCode {
     let mut scn = match scenario::load(&path) {
         Ok(s) => s,
@@ -1390,20 +1386,6 @@ async fn explore(
     if let Err(c) = drive_with(std::slice::from_mut(&mut scn), driver.as_deref()) {
         return c;
     }
-    let Some(time_budget) = scenario::parse_duration(&budget) else {
-        eprintln!("drivelab: --time-budget `{budget}` is not a duration (e.g. 60s, 5m)");
-        return ExitCode::from(2);
-    };
-    let opts = drivelab::explore::ExploreOptions {
-        cases: cases.unwrap_or(u32::MAX),
-        seed,
-        time_budget,
-        mutants,
-        out_dir,
-        detect_only,
-        keep_going,
-        stream,
-    };
     match drivelab::explore::explore(&scn, &opts).await {
         Ok(r) => {
             drivelab::explore::print(&r, &opts.stream);
