@@ -45,6 +45,15 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
         !found.failed.is_empty(),
         "the found file must fail when replayed"
     );
+    // Its header says what it fails and what was hunted (for `merge-found`).
+    let text = std::fs::read_to_string(&found.path).unwrap();
+    let listed = |key| scenario::write::read_list_header(&text, key);
+    let failed: Vec<String> = found.failed.iter().map(|s| s.to_string()).collect();
+    assert_eq!(listed(scenario::write::FAILED_HEADER), Some(failed));
+    assert_eq!(
+        listed(scenario::write::MUTANTS_HEADER),
+        Some(vec!["user-before-checkpoint".to_string()])
+    );
     // `drivelab run FILE --mutant …`, twice: the same failure, the same history.
     let file = scenario::load(&found.path).unwrap();
     let again = engine::run(
