@@ -233,6 +233,7 @@ fn the_campaign_workflow_covers_every_shard_once_and_merges_them_all() {
         .collect();
     assert!(runs.contains("drivelab merge-reports shards/suite-*"));
     assert!(runs.contains("drivelab merge-found shards/explore-*"));
+    assert!(runs.contains("shards/sweep-*"), "the seed sweep's shards are gathered");
 }
 
 #[test]
