@@ -3,7 +3,9 @@
 //! together) and an interleaving seed for a scenario, and a coverage guide
 //! ([`guide`]) mutates the schedules that reached new calls; each case runs on
 //! the virtual clock, and a failure is shrunk to a plain scenario file that
-//! `drivelab run` replays with the same result.
+//! `drivelab run` replays with the same result. Unguided ([`StreamMode`]),
+//! the fresh draws are numbered and a campaign shard takes its share of them;
+//! [`merge`] joins the shards' found files.
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
