@@ -41,7 +41,9 @@ fn manifest(path: &Path) -> BTreeMap<u64, (String, String)> {
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
             assert_eq!(f.len(), 3, "manifest line `{l}`");
-            let s = f[0].parse().unwrap_or_else(|_| panic!("stream number in `{l}`"));
+            let s = f[0]
+                .parse()
+                .unwrap_or_else(|_| panic!("stream number in `{l}`"));
             (s, (f[1].to_string(), f[2].to_string()))
         })
         .collect()
@@ -147,7 +149,10 @@ fn partitions_explore_the_unguided_stream_and_merge_to_its_signatures() {
     let shard_dirs: Vec<PathBuf> = (0..3).map(|k| dir(&format!("shard-{k}"))).collect();
     let merged = merge(&shard_dirs, &dir("merged"));
     let alone = merge(&[dir("single")], &dir("merged-single"));
-    assert!(alone.len() >= 2, "rotate-on-retry found in several ways: {alone:?}");
+    assert!(
+        alone.len() >= 2,
+        "rotate-on-retry found in several ways: {alone:?}"
+    );
     assert!(alone.iter().all(|s| s.invariants.is_some()));
     assert_eq!(merged, alone);
 }
@@ -177,7 +182,9 @@ fn yaml(rel: &str) -> Vec<Value> {
 
 /// `matrix.shard` is 1..n exactly once, with n = the one `matrix.shards`.
 fn shard_count(job: &str, matrix: &Value) -> u64 {
-    let shards = matrix["shards"].as_array().unwrap_or_else(|| panic!("{job}: shards"));
+    let shards = matrix["shards"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{job}: shards"));
     assert_eq!(shards.len(), 1, "{job}: one shard count");
     let n = shards[0].as_u64().unwrap();
     let mut ks: Vec<u64> = matrix["shard"]
@@ -187,7 +194,11 @@ fn shard_count(job: &str, matrix: &Value) -> u64 {
         .map(|v| v.as_u64().unwrap())
         .collect();
     ks.sort_unstable();
-    assert_eq!(ks, (1..=n).collect::<Vec<_>>(), "{job}: shards 1..{n} once each");
+    assert_eq!(
+        ks,
+        (1..=n).collect::<Vec<_>>(),
+        "{job}: shards 1..{n} once each"
+    );
     n
 }
 
@@ -224,7 +235,10 @@ fn the_campaign_workflow_covers_every_shard_once_and_merges_them_all() {
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    assert!(sharded.iter().all(|j| needs.contains(j.as_str())), "{needs:?}");
+    assert!(
+        sharded.iter().all(|j| needs.contains(j.as_str())),
+        "{needs:?}"
+    );
     let runs: String = merge["steps"]
         .as_array()
         .unwrap()
@@ -233,16 +247,16 @@ fn the_campaign_workflow_covers_every_shard_once_and_merges_them_all() {
         .collect();
     assert!(runs.contains("drivelab merge-reports shards/suite-*"));
     assert!(runs.contains("drivelab merge-found shards/explore-*"));
-    assert!(runs.contains("shards/sweep-*"), "the seed sweep's shards are gathered");
+    assert!(
+        runs.contains("shards/sweep-*"),
+        "the seed sweep's shards are gathered"
+    );
 }
 
 #[test]
 fn the_indexed_job_and_its_gather_pod_agree_on_n() {
     let docs = yaml("deploy/k8s/explore-job.yaml");
-    let job = docs
-        .iter()
-        .find(|d| d["kind"] == "Job")
-        .expect("a Job");
+    let job = docs.iter().find(|d| d["kind"] == "Job").expect("a Job");
     let spec = &job["spec"];
     assert_eq!(spec["completionMode"], "Indexed");
     let n = spec["completions"].as_u64().unwrap();
@@ -254,10 +268,15 @@ fn the_indexed_job_and_its_gather_pod_agree_on_n() {
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    let at = args.iter().position(|a| *a == "--completion-index").unwrap();
+    let at = args
+        .iter()
+        .position(|a| *a == "--completion-index")
+        .unwrap();
     assert_eq!(args[at + 1], format!("$(JOB_COMPLETION_INDEX)/{n}"));
     // The base it explores is one of ours (the ConfigMap is made from scenarios/explore/).
-    let base = args[1].strip_prefix("/bases/").expect("a base under /bases");
+    let base = args[1]
+        .strip_prefix("/bases/")
+        .expect("a base under /bases");
     assert!(root().join("scenarios/explore").join(base).is_file());
 
     // The args run: pod 0's command line, with its paths here and no cases.
@@ -278,7 +297,11 @@ fn the_indexed_job_and_its_gather_pod_agree_on_n() {
     let here: Vec<&str> = here.iter().map(String::as_str).collect();
     let o = drivelab(&here).output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(text(&o).contains(&format!("partition 1/{n}")), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("partition 1/{n}")),
+        "{}",
+        text(&o)
+    );
     assert!(tmp.path().join("shard-0/manifest.tsv").is_file());
 
     let gather = yaml("deploy/k8s/explore-gather.yaml").remove(0);

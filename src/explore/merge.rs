@@ -142,7 +142,11 @@ pub fn read_found(path: &Path, shard: usize) -> anyhow::Result<FoundFile> {
         v.dedup();
         v
     });
-    let mut faults: Vec<String> = scn.faults.iter().map(|f| fault_description(&f.value)).collect();
+    let mut faults: Vec<String> = scn
+        .faults
+        .iter()
+        .map(|f| fault_description(&f.value))
+        .collect();
     faults.sort();
     let unknown_file = invariants.is_none().then(|| {
         path.file_name()
@@ -168,13 +172,12 @@ fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
         for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
-            let p = e.with_context(|| format!("reading {}", d.display()))?.path();
+            let p = e
+                .with_context(|| format!("reading {}", d.display()))?
+                .path();
             if p.is_dir() {
                 todo.push(p);
-            } else if p
-                .extension()
-                .is_some_and(|x| x == "yaml" || x == "yml")
-            {
+            } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
                 out.push(p);
             }
         }

@@ -589,12 +589,11 @@ impl Explorer<'_> {
     async fn guided(&mut self) -> anyhow::Result<Option<Schedule>> {
         let mut misses = 0u32;
         while self.in_budget(self.c.runs) {
-            let sched = match self.corpus.child(
-                &mut self.rng,
-                &self.targets,
-                &self.dups,
-                self.n_steps,
-            ) {
+            let (targets, dups) = (&self.targets, &self.dups);
+            let child = self
+                .corpus
+                .child(&mut self.rng, targets, dups, self.n_steps);
+            let sched = match child {
                 Some(s) => s,
                 None => self.fresh()?,
             };
