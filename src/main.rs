@@ -1554,7 +1554,10 @@ async fn serve(
     drivelab::outln!("kube_ca_file: {}", served.kube_ca_file.display());
     drivelab::outln!(
         "kube_ca_data: {}",
-        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &served.kube_ca_pem)
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            &served.kube_ca_pem
+        )
     );
     drivelab::outln!("admin_access_key: {}", served.admin_access_key);
     drivelab::outln!("admin_secret_key: {}", served.admin_secret.expose());

@@ -393,7 +393,10 @@ async fn serve_exposes_the_fakes_until_sigint() {
     assert!(body.contains("\"secretKey\""), "{body}");
     let (status, body) = get(class_path, Some(driver_token.clone())).await;
     assert_eq!(status, 403, "{body}");
-    assert!(body.contains("cannot get resource \\\"bucketclasses\\\""), "{body}");
+    assert!(
+        body.contains("cannot get resource \\\"bucketclasses\\\""),
+        "{body}"
+    );
     let kc = std::fs::read_to_string(&banner["kubeconfig"]).unwrap();
     assert!(kc.contains(&format!("server: {kube}")), "{kc}");
     assert!(kc.contains(&format!("token: {driver_token}")), "{kc}");

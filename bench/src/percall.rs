@@ -45,7 +45,11 @@ struct DriverRt {
 }
 
 impl DriverRt {
-    async fn start(kube_url: String, kube_token_file: String, socket: &Path) -> anyhow::Result<Self> {
+    async fn start(
+        kube_url: String,
+        kube_token_file: String,
+        socket: &Path,
+    ) -> anyhow::Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("driver")
@@ -202,7 +206,11 @@ impl LabFakes {
         kube.create(Kind::Secret, admin_secret())
             .map_err(|e| anyhow!("admin secret: {e}"))?;
         let token_file = dir.path().join("token");
-        std::fs::write(&token_file, kube.access().issue(Grant::cosi_driver(STATE_NS, "cosi-driver")))?;
+        std::fs::write(
+            &token_file,
+            kube.access()
+                .issue(Grant::cosi_driver(STATE_NS, "cosi-driver")),
+        )?;
         Ok(Self {
             _dir: dir,
             kube,
@@ -369,7 +377,12 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
 
     // The lab's full path, and the same driver reached without the sidecar.
     let lab = LabFakes::start(Backing::Sled).await?;
-    let lab_driver = DriverRt::start(lab.kube_url.clone(), lab.token_file.clone(), &dir.path().join("lab.sock")).await?;
+    let lab_driver = DriverRt::start(
+        lab.kube_url.clone(),
+        lab.token_file.clone(),
+        &dir.path().join("lab.sock"),
+    )
+    .await?;
     let slot = Arc::new(RwLock::new(lab.kube.clone()));
     let sidecar =
         CosiSidecar::connect(&lab_driver.socket, slot, gate(&lab.history, &lab.hook)).await?;
@@ -384,7 +397,12 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
 
     // The lab's full path with the old store (fsync per request): the "before".
     let old = LabFakes::start(Backing::SledFsyncEachWrite).await?;
-    let old_driver = DriverRt::start(old.kube_url.clone(), old.token_file.clone(), &dir.path().join("old.sock")).await?;
+    let old_driver = DriverRt::start(
+        old.kube_url.clone(),
+        old.token_file.clone(),
+        &dir.path().join("old.sock"),
+    )
+    .await?;
     let old_slot = Arc::new(RwLock::new(old.kube.clone()));
     let old_sidecar =
         CosiSidecar::connect(&old_driver.socket, old_slot, gate(&old.history, &old.hook)).await?;
@@ -395,7 +413,12 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
 
     // The same fakes over memory instead of sled, reached directly.
     let mem = LabFakes::start(Backing::Mem).await?;
-    let mem_driver = DriverRt::start(mem.kube_url.clone(), mem.token_file.clone(), &dir.path().join("mem.sock")).await?;
+    let mem_driver = DriverRt::start(
+        mem.kube_url.clone(),
+        mem.token_file.clone(),
+        &dir.path().join("mem.sock"),
+    )
+    .await?;
     let mem_direct = Path_::Bare {
         client: ProvisionerClient::new(connect_unix(&mem_driver.socket).await?),
         endpoint: mem.s3_url.clone(),
@@ -408,7 +431,12 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
     // The stub does not authenticate; the driver still sends a token, as on the lab's paths.
     let stub_token = dir.path().join("stub-token");
     std::fs::write(&stub_token, "stub")?;
-    let bare_driver = DriverRt::start(stub_url.clone(), stub_token.display().to_string(), &dir.path().join("bare.sock")).await?;
+    let bare_driver = DriverRt::start(
+        stub_url.clone(),
+        stub_token.display().to_string(),
+        &dir.path().join("bare.sock"),
+    )
+    .await?;
     let bare = Path_::Bare {
         client: ProvisionerClient::new(connect_unix(&bare_driver.socket).await?),
         endpoint: stub_url,

@@ -194,7 +194,9 @@ async fn configmap_checkpoint_round_trip_with_cas() {
         .patch(
             "ckpt",
             &PatchParams::default(),
-            &Patch::Strategic(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["one"]}})),
+            &Patch::Strategic(
+                json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["one"]}}),
+            ),
         )
         .await
         .expect("strategic delete from finalizers");

@@ -7,6 +7,8 @@
 //! service account, a service account bound to nothing, a token the cluster
 //! never issued, and no credentials at all.
 
+mod pyclient;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -21,10 +23,6 @@ use serde_json::json;
 
 /// The driver's namespace (its Role covers ConfigMaps here only).
 const DRIVER_NS: &str = "cosi-system";
-
-fn python() -> String {
-    std::env::var("DRIVELAB_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
 
 /// A kubeconfig as `drivelab serve` writes one: https, the lab's CA, a
 /// bearer token (none when `token` is empty).
@@ -97,48 +95,22 @@ async fn lab() -> Lab {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_client_authenticates_and_is_authorized_by_role() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let probe = tokio::process::Command::new(python())
-        .args(["-c", "import kubernetes, pytest"])
-        .output()
-        .await;
-    match probe {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => panic!(
-            "the Python kubernetes client is missing ({}): run `pip install -r tests/python/requirements.txt`",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => panic!("cannot run {} ({e}): install Python 3", python()),
-    }
+    pyclient::require("kubernetes, pytest").await;
     let lab = lab().await;
-    let run = tokio::process::Command::new(python())
-        .args([
-            "-m",
-            "pytest",
-            "-q",
-            "-rs",
-            "-p",
-            "no:cacheprovider",
-            "tests/python/test_kube_client.py",
-        ])
-        .current_dir(&root)
-        .env("KUBECONFIG_ADMIN", &lab.admin)
-        .env("KUBECONFIG_DRIVER", &lab.driver)
-        .env("KUBECONFIG_NOBODY", &lab.nobody)
-        .env("KUBECONFIG_FORGED", &lab.forged)
-        .env("KUBECONFIG_ANONYMOUS", &lab.anonymous)
-        .env("KUBE_URL", lab.listener.url())
-        .env("DRIVER_NAMESPACE", DRIVER_NS)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(300), run)
-        .await
-        .expect("pytest did not finish within 5 minutes")
-        .expect("pytest could not be started");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}\n{stderr}");
-    assert!(out.status.success(), "pytest failed:\n{stdout}\n{stderr}");
+    let stdout = pyclient::pytest(
+        &["tests/python/test_kube_client.py"],
+        &[
+            ("KUBECONFIG_ADMIN", lab.admin.display().to_string()),
+            ("KUBECONFIG_DRIVER", lab.driver.display().to_string()),
+            ("KUBECONFIG_NOBODY", lab.nobody.display().to_string()),
+            ("KUBECONFIG_FORGED", lab.forged.display().to_string()),
+            ("KUBECONFIG_ANONYMOUS", lab.anonymous.display().to_string()),
+            ("KUBE_URL", lab.listener.url()),
+            ("DRIVER_NAMESPACE", DRIVER_NS.to_string()),
+        ],
+        Duration::from_secs(300),
+    )
+    .await;
     assert!(
         stdout.contains("passed") && !stdout.contains("skipped"),
         "pytest ran no test or skipped some:\n{stdout}"
@@ -173,7 +145,15 @@ async fn kubectl_authenticates_and_is_authorized_by_role() {
     }
     let lab = lab().await;
     let lab = tokio::task::spawn_blocking(move || {
-        let secret = ["get", "secret", "s3-admin", "-n", "drivelab-system", "-o", "json"];
+        let secret = [
+            "get",
+            "secret",
+            "s3-admin",
+            "-n",
+            "drivelab-system",
+            "-o",
+            "json",
+        ];
         let (ok, out, err) = kubectl(&lab.admin, &secret);
         assert!(ok, "admin: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -190,13 +170,24 @@ async fn kubectl_authenticates_and_is_authorized_by_role() {
         assert!(!ok, "a service account bound to nothing read a Secret");
         assert!(
             err.contains("Forbidden")
-                && err.contains("User \"system:serviceaccount:default:nobody\" cannot get resource \"secrets\""),
+                && err.contains(
+                    "User \"system:serviceaccount:default:nobody\" cannot get resource \"secrets\""
+                ),
             "{err}"
         );
-        let (ok, _, err) = kubectl(&lab.driver, &["get", "configmaps", "-n", "kube-system", "-o", "json"]);
-        assert!(!ok && err.contains("cannot list resource \"configmaps\""), "{err}");
+        let (ok, _, err) = kubectl(
+            &lab.driver,
+            &["get", "configmaps", "-n", "kube-system", "-o", "json"],
+        );
+        assert!(
+            !ok && err.contains("cannot list resource \"configmaps\""),
+            "{err}"
+        );
         let (ok, out, err) = kubectl(&lab.driver, &["get", "configmaps", "-o", "json"]);
-        assert!(ok, "the driver lists ConfigMaps in its own namespace: {err}");
+        assert!(
+            ok,
+            "the driver lists ConfigMaps in its own namespace: {err}"
+        );
         assert!(out.contains("\"items\""), "{out}");
         lab
     })

@@ -632,9 +632,15 @@ pub fn kube_http(data: &[u8]) {
     // A script's request carries the admin token unless it sets its own
     // Authorization, so inputs reach the API and still probe authentication.
     fn as_admin(r: &mut RawRequest) {
-        if !r.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(b"authorization")) {
-            r.headers
-                .push((b"authorization".to_vec(), format!("Bearer {TOKEN}").into_bytes()));
+        if !r
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case(b"authorization"))
+        {
+            r.headers.push((
+                b"authorization".to_vec(),
+                format!("Bearer {TOKEN}").into_bytes(),
+            ));
         }
     }
     let fake = drivelab_fakes::kube::in_memory(Gate::new(History::new(SimClock::new())), 7)

@@ -163,7 +163,8 @@ pub enum Verb {
 }
 
 impl Verb {
-    const ALL: [Verb; 8] = [
+    /// Every verb.
+    pub const ALL: [Verb; 8] = [
         Verb::Watch,
         Verb::List,
         Verb::Create,
@@ -311,7 +312,10 @@ pub(crate) fn classify(parts: &http::request::Parts) -> CallSpec {
 /// resource request, authorize it (403 without a rule for it). Discovery is open
 /// to every authenticated user, as `system:discovery` is.
 fn admit(fake: &KubeFake, req: &Request, route: &Route) -> Result<(), ApiError> {
-    let header = req.headers().get(header::AUTHORIZATION).map(|h| h.as_bytes());
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|h| h.as_bytes());
     let Some(grant) = fake.access().authenticate(header) else {
         return Err(ApiError::new(401, "Unauthorized", "Unauthorized"));
     };

@@ -19,18 +19,6 @@ use rand::RngCore;
 use super::api::Verb;
 use super::Kind;
 
-/// Every verb.
-const ALL_VERBS: &[Verb] = &[
-    Verb::Watch,
-    Verb::List,
-    Verb::Create,
-    Verb::DeleteCollection,
-    Verb::Get,
-    Verb::Replace,
-    Verb::Patch,
-    Verb::Delete,
-];
-
 /// What the COSI driver roles grant on the objects they manage: everything but
 /// deletecollection (the upstream roles list get, list, watch, update, create,
 /// delete; patch is added so a driver that patches instead of updating is not
@@ -83,7 +71,7 @@ impl Grant {
         Grant {
             user: user.to_string(),
             rules: vec![Rule {
-                verbs: ALL_VERBS.to_vec(),
+                verbs: Verb::ALL.to_vec(),
                 kinds: Kind::ALL.to_vec(),
                 namespace: None,
             }],
@@ -221,7 +209,9 @@ mod tests {
         assert_eq!(t.len(), 64);
         let h = format!("Bearer {t}");
         assert_eq!(a.authenticate(Some(h.as_bytes())).unwrap().user, "admin");
-        assert!(a.authenticate(Some(format!("Basic {t}").as_bytes())).is_none());
+        assert!(a
+            .authenticate(Some(format!("Basic {t}").as_bytes()))
+            .is_none());
         assert!(a.authenticate(Some(b"Bearer nope")).is_none());
         assert!(a.authenticate(None).is_none());
         assert_ne!(t, a.issue(Grant::cluster_admin("admin")), "tokens repeat");

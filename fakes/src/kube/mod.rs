@@ -12,11 +12,11 @@ pub mod auth;
 mod patch;
 pub mod review;
 mod selector;
-mod strategic;
 mod snapshot;
 mod state;
 mod status;
 mod storage;
+mod strategic;
 mod validate;
 mod watch;
 
@@ -29,11 +29,11 @@ pub use api::{all_ops, is_watch, op, Verb};
 pub use auth::{Access, Grant, Rule};
 pub use patch::{json_patch, merge_patch, PatchError};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
-pub use watch::WINDOW as WATCH_WINDOW;
 pub use snapshot::{SNAPSHOT_API_VERSION, SNAPSHOT_GROUP};
 pub use state::KubeFake;
 pub use status::render_rejection;
 pub use storage::{format_quantity, parse_quantity, ACCESS_MODES, PVC_PROTECTION};
+pub use watch::WINDOW as WATCH_WINDOW;
 
 /// The kinds this fake serves.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]

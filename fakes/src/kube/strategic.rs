@@ -52,9 +52,10 @@ fn list_strategy(kind: Kind, path: &[String]) -> Option<ListStrategy> {
             (Kind::Pod, ["spec", "tolerations"]) => Atomic,
             (Kind::PersistentVolumeClaim | Kind::Pod, ["status", "conditions"]) => by("type"),
             (Kind::CsiNode, ["spec", "drivers"]) => by("name"),
-            (Kind::Pod, ["spec", "containers" | "initContainers" | "volumes" | "imagePullSecrets"]) => {
-                by("name")
-            }
+            (
+                Kind::Pod,
+                ["spec", "containers" | "initContainers" | "volumes" | "imagePullSecrets"],
+            ) => by("name"),
             (Kind::Pod, ["spec", "containers" | "initContainers", "env"]) => by("name"),
             (Kind::Pod, ["spec", "containers" | "initContainers", "volumeMounts"]) => {
                 by("mountPath")
@@ -184,7 +185,10 @@ fn merge_list(
                     ))
                 })?;
                 let at = out.iter().position(|e| e.get(key) == Some(&id));
-                match (at, merge_map(kind, at.map_or(&Value::Null, |i| &out[i]), x, path)?) {
+                match (
+                    at,
+                    merge_map(kind, at.map_or(&Value::Null, |i| &out[i]), x, path)?,
+                ) {
                     (Some(i), Some(m)) => out[i] = m,
                     (Some(i), None) => {
                         out.remove(i);
@@ -234,7 +238,12 @@ mod tests {
     #[test]
     fn finalizers_merge_as_a_set_and_leave_by_directive() {
         let t = json!({"metadata": {"finalizers": ["a", "b"]}, "data": {"k": "v"}});
-        let out = smp(Kind::Secret, t.clone(), json!({"metadata": {"finalizers": ["c", "a"]}})).unwrap();
+        let out = smp(
+            Kind::Secret,
+            t.clone(),
+            json!({"metadata": {"finalizers": ["c", "a"]}}),
+        )
+        .unwrap();
         assert_eq!(out["metadata"]["finalizers"], json!(["a", "b", "c"]));
         assert_eq!(out["data"], json!({"k": "v"}));
         let out = smp(
@@ -262,14 +271,25 @@ mod tests {
             json!([{"uid": "1", "name": "renamed", "kind": "Pod"}, {"uid": "3", "name": "c"}])
         );
         let csinode = json!({"spec": {"drivers": [{"name": "a", "nodeID": "1"}]}});
-        let out = smp(Kind::CsiNode, csinode, json!({"spec": {"drivers": [{"name": "b", "nodeID": "2"}]}})).unwrap();
+        let out = smp(
+            Kind::CsiNode,
+            csinode,
+            json!({"spec": {"drivers": [{"name": "b", "nodeID": "2"}]}}),
+        )
+        .unwrap();
         assert_eq!(out["spec"]["drivers"].as_array().unwrap().len(), 2);
     }
 
     #[test]
     fn atomic_lists_are_replaced_and_replace_directives_win() {
-        let t = json!({"spec": {"accessModes": ["ReadWriteOnce"]}, "metadata": {"finalizers": ["a"]}});
-        let out = smp(Kind::PersistentVolumeClaim, t.clone(), json!({"spec": {"accessModes": ["ReadOnlyMany"]}})).unwrap();
+        let t =
+            json!({"spec": {"accessModes": ["ReadWriteOnce"]}, "metadata": {"finalizers": ["a"]}});
+        let out = smp(
+            Kind::PersistentVolumeClaim,
+            t.clone(),
+            json!({"spec": {"accessModes": ["ReadOnlyMany"]}}),
+        )
+        .unwrap();
         assert_eq!(out["spec"]["accessModes"], json!(["ReadOnlyMany"]));
         let out = smp(
             Kind::PersistentVolumeClaim,
@@ -282,11 +302,22 @@ mod tests {
 
     #[test]
     fn an_unknown_list_is_refused_not_replaced() {
-        let e = smp(Kind::Pod, json!({}), json!({"spec": {"readinessGates": [{"conditionType": "x"}]}}))
-            .unwrap_err();
-        assert_eq!(e, StrategicError::NotImplemented("spec.readinessGates".into()));
+        let e = smp(
+            Kind::Pod,
+            json!({}),
+            json!({"spec": {"readinessGates": [{"conditionType": "x"}]}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            StrategicError::NotImplemented("spec.readinessGates".into())
+        );
         assert!(matches!(
-            smp(Kind::Secret, json!({}), json!({"metadata": {"ownerReferences": [{"name": "no-uid"}]}})),
+            smp(
+                Kind::Secret,
+                json!({}),
+                json!({"metadata": {"ownerReferences": [{"name": "no-uid"}]}})
+            ),
             Err(StrategicError::Malformed(_))
         ));
     }

@@ -349,7 +349,8 @@ impl Lab {
             clock: clock.clone(),
         });
         // The driver's service account, bound to what a COSI driver's RBAC grants.
-        let kube_token = fakes.kube_token(Grant::cosi_driver(DRIVER_STATE_NAMESPACE, DRIVER_ACCOUNT));
+        let kube_token =
+            fakes.kube_token(Grant::cosi_driver(DRIVER_STATE_NAMESPACE, DRIVER_ACCOUNT));
         let (driver, sidecar) = start_driver(
             scn,
             mutants,
