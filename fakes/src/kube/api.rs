@@ -113,6 +113,10 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
         }
     };
     match rest {
+        // A namespace's own status, not a kind named `status` inside it.
+        ["namespaces", name, "status"] if group.is_empty() => {
+            item(Kind::Namespace, None, name, true)
+        }
         ["namespaces", ns, plural, tail @ ..] if !ns.is_empty() => match (kind(plural), tail) {
             (Some(k), []) if k.namespaced() => Route::Collection {
                 kind: k,

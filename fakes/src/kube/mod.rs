@@ -74,11 +74,13 @@ pub enum Kind {
     VolumeSnapshotContent,
     /// cbt.storage.k8s.io/v1alpha1 SnapshotMetadataService (cluster-scoped, one per driver).
     SnapshotMetadataService,
+    /// core/v1 Namespace (cluster-scoped; see `state::namespace` for its lifecycle).
+    Namespace,
 }
 
 impl Kind {
     /// Every kind, in a stable order (discovery lists them this way).
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Secret,
         Kind::ConfigMap,
         Kind::Lease,
@@ -97,6 +99,7 @@ impl Kind {
         Kind::VolumeSnapshot,
         Kind::VolumeSnapshotContent,
         Kind::SnapshotMetadataService,
+        Kind::Namespace,
     ];
 
     /// True for kinds that live in a namespace.
@@ -113,6 +116,7 @@ impl Kind {
                 | Kind::VolumeSnapshotClass
                 | Kind::VolumeSnapshotContent
                 | Kind::SnapshotMetadataService
+                | Kind::Namespace
         )
     }
 
@@ -137,6 +141,7 @@ impl Kind {
             Kind::VolumeSnapshot => "volumesnapshots",
             Kind::VolumeSnapshotContent => "volumesnapshotcontents",
             Kind::SnapshotMetadataService => "snapshotmetadataservices",
+            Kind::Namespace => "namespaces",
         }
     }
 
@@ -161,6 +166,7 @@ impl Kind {
             Kind::VolumeSnapshot => "volumesnapshot",
             Kind::VolumeSnapshotContent => "volumesnapshotcontent",
             Kind::SnapshotMetadataService => "snapshotmetadataservice",
+            Kind::Namespace => "namespace",
         }
     }
 
@@ -171,7 +177,8 @@ impl Kind {
             | Kind::ConfigMap
             | Kind::PersistentVolumeClaim
             | Kind::PersistentVolume
-            | Kind::Pod => "",
+            | Kind::Pod
+            | Kind::Namespace => "",
             Kind::Lease => "coordination.k8s.io",
             Kind::StorageClass | Kind::VolumeAttachment | Kind::CsiNode => "storage.k8s.io",
             Kind::BucketClass
@@ -206,7 +213,8 @@ impl Kind {
             | Kind::ConfigMap
             | Kind::PersistentVolumeClaim
             | Kind::PersistentVolume
-            | Kind::Pod => "v1",
+            | Kind::Pod
+            | Kind::Namespace => "v1",
             Kind::Lease => "coordination.k8s.io/v1",
             Kind::StorageClass | Kind::VolumeAttachment | Kind::CsiNode => "storage.k8s.io/v1",
             Kind::VolumeSnapshotClass | Kind::VolumeSnapshot | Kind::VolumeSnapshotContent => {
@@ -238,6 +246,7 @@ impl Kind {
             Kind::VolumeSnapshot => "VolumeSnapshot",
             Kind::VolumeSnapshotContent => "VolumeSnapshotContent",
             Kind::SnapshotMetadataService => "SnapshotMetadataService",
+            Kind::Namespace => "Namespace",
         }
     }
 
@@ -266,6 +275,7 @@ impl Kind {
                 | Kind::VolumeAttachment
                 | Kind::VolumeSnapshot
                 | Kind::VolumeSnapshotContent
+                | Kind::Namespace
         )
     }
 
@@ -284,6 +294,7 @@ impl Kind {
     pub fn short_names(self) -> &'static [&'static str] {
         match self {
             Kind::ConfigMap => &["cm"],
+            Kind::Namespace => &["ns"],
             Kind::PersistentVolumeClaim => &["pvc"],
             Kind::PersistentVolume => &["pv"],
             Kind::Pod => &["po"],
@@ -325,6 +336,14 @@ pub enum KubeError {
         name: String,
         message: String,
     },
+    /// 403 Forbidden by admission (a create in a terminating namespace,
+    /// deleting an immortal namespace); RBAC denials are rendered in `api`.
+    #[error("{} \"{name}\" is forbidden: {message}", kind.plural())]
+    Forbidden {
+        kind: Kind,
+        name: String,
+        message: String,
+    },
     /// 422 Invalid (field validation); `field` names the offending field path.
     #[error("{kind} \"{name}\" is invalid: {field}: {message}")]
     Invalid {
@@ -351,6 +370,7 @@ impl KubeError {
             KubeError::NotFound { .. } => "NotFound",
             KubeError::AlreadyExists { .. } => "AlreadyExists",
             KubeError::Conflict { .. } => "Conflict",
+            KubeError::Forbidden { .. } => "Forbidden",
             KubeError::Invalid { .. } => "Invalid",
             KubeError::BadRequest { .. } => "BadRequest",
             KubeError::NotImplemented { .. } => "NotImplemented",
@@ -362,6 +382,7 @@ impl KubeError {
     pub fn http_code(&self) -> u16 {
         match self {
             KubeError::NotFound { .. } => 404,
+            KubeError::Forbidden { .. } => 403,
             KubeError::AlreadyExists { .. } | KubeError::Conflict { .. } => 409,
             KubeError::Invalid { .. } => 422,
             KubeError::BadRequest { .. } => 400,
