@@ -1,4 +1,4 @@
-//! Fake Kubernetes API subset: Secrets, ConfigMaps, Leases, the COSI v1alpha1
+//! Fake Kubernetes API subset: Namespaces, Secrets, ConfigMaps, Leases, the COSI v1alpha1
 //! kinds, the storage kinds CSI needs (PVC, PV, Pod, StorageClass,
 //! VolumeAttachment, CSINode), the snapshot.storage.k8s.io/v1 kinds and the
 //! SnapshotMetadataService of cbt.storage.k8s.io, served over https (as a lab
@@ -6,6 +6,19 @@
 //! client-go (kubectl) and the Python client: watches (`watch`), every caller
 //! authenticated and authorized (`auth`), strategic merge (`strategic`) — plus
 //! an in-process API over the same state for the engine and the fake sidecars.
+//!
+//! Namespaces (`state::namespace`): `default`, `kube-system`, `kube-public` and
+//! `kube-node-lease` exist from the start; an HTTP create (POST, or an apply
+//! that creates) into a missing namespace is 404 `namespaces "X" not found`,
+//! any create into a terminating one 403, as NamespaceLifecycle admission.
+//! Deviations: built-in and lab-recorded namespaces are synthesized on read
+//! (resourceVersion 1 or the version they were recorded at; never in a watch
+//! until written); an in-process create into a missing namespace records it
+//! (the lab is the cluster admin); deleting a namespace marks it Terminating
+//! and deletes its objects at once (the namespace controller's work, here
+//! synchronous), then removes it when nothing is left; a deleted
+//! `kube-node-lease` is back at once (the real server recreates it within a
+//! minute); the `finalize` subresource is not served (404).
 
 mod api;
 pub mod auth;
