@@ -1074,6 +1074,48 @@ mod tests {
     }
 
     #[test]
+    fn namespaces_are_a_cluster_scoped_core_kind() {
+        assert_eq!(
+            parse_route("/api/v1/namespaces"),
+            Route::Collection {
+                kind: Kind::Namespace,
+                ns: None
+            }
+        );
+        let item = |name: &str, status| Route::Item {
+            kind: Kind::Namespace,
+            ns: None,
+            name: name.into(),
+            status,
+        };
+        assert_eq!(parse_route("/api/v1/namespaces/team"), item("team", false));
+        assert_eq!(
+            parse_route("/api/v1/namespaces/team/status"),
+            item("team", true)
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/team/configmaps"),
+            Route::Collection {
+                kind: Kind::ConfigMap,
+                ns: Some("team".into())
+            }
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/team/finalize"),
+            Route::Unknown
+        );
+        let core = resource_entries("", "v1");
+        let ns = core
+            .iter()
+            .find(|r| r["name"] == "namespaces")
+            .expect("namespaces in /api/v1 discovery");
+        assert_eq!(ns["kind"], "Namespace");
+        assert_eq!(ns["namespaced"], false);
+        assert_eq!(ns["shortNames"], json!(["ns"]));
+        assert!(core.iter().any(|r| r["name"] == "namespaces/status"));
+    }
+
+    #[test]
     fn classifies_ops() {
         let parts = |m: &str, uri: &str| {
             let (p, _) = http::Request::builder()
