@@ -64,6 +64,8 @@ async fn hostile_kube_requests() {
         drivelab_fakes::kube::in_memory(Gate::new(History::new(SimClock::new())), 1).unwrap();
     fake.access()
         .register(TOKEN, drivelab_fakes::kube::Grant::cluster_admin("hostile"));
+    // The namespace the requests write into exists, as on a real cluster.
+    fake.declare_namespace("drv").unwrap();
     let l = fake.serve(loopback()).await.unwrap();
     let a = l.addr;
     assert_eq!(create(a, "ckpt").await.status, 201);

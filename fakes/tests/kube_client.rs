@@ -35,6 +35,8 @@ async fn lab() -> Lab {
         42,
     )
     .expect("fake");
+    // The client's namespace exists, as on a real cluster (recorded, not written).
+    fake.declare_namespace("drv").expect("namespace drv");
     let listener = fake.serve(loopback()).await.expect("listen");
     let mut config = Config::new(listener.url().parse().expect("url"));
     config.default_namespace = "drv".into();
@@ -315,6 +317,7 @@ async fn secrets_lease_and_all_namespace_list() {
     assert!(created.string_data.is_none());
     assert_eq!(created.type_.as_deref(), Some("Opaque"));
 
+    lab.fake.declare_namespace("elsewhere").expect("namespace");
     let other: Api<Secret> = Api::namespaced(lab.client.clone(), "elsewhere");
     other
         .create(
@@ -862,6 +865,7 @@ async fn storage_kinds_through_typed_clients() {
         .unwrap_err();
     assert_eq!(api_error(err), (422, "Invalid".into()));
 
+    lab.fake.declare_namespace("app").expect("namespace");
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(lab.client.clone(), "app");
     let claim = PersistentVolumeClaim {
         metadata: ObjectMeta {
@@ -1014,4 +1018,131 @@ async fn storage_kinds_through_typed_clients() {
         .await
         .expect("delete now");
     assert!(pods.get_opt("web").await.unwrap().is_none());
+}
+
+/// NamespaceLifecycle over HTTP: a create into a missing namespace is 404
+/// `namespaces "X" not found` (naming the namespace), works once the Namespace
+/// exists, and is 403 while it terminates; the built-ins are listed from the start.
+#[tokio::test]
+async fn namespaces_gate_creates_as_the_real_server_does() {
+    use k8s_openapi::api::core::v1::Namespace;
+
+    let lab = lab().await;
+    let pp = PostParams::default();
+    let namespaces: Api<Namespace> = Api::all(lab.client.clone());
+    let listed: Vec<_> = namespaces
+        .list(&ListParams::default())
+        .await
+        .expect("list namespaces")
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    for builtin in [
+        "default",
+        "kube-node-lease",
+        "kube-public",
+        "kube-system",
+        "drv",
+    ] {
+        assert!(
+            listed.iter().any(|n| n == builtin),
+            "{builtin} in {listed:?}"
+        );
+    }
+    let default = namespaces.get("default").await.expect("get default");
+    assert_eq!(
+        default.status.and_then(|s| s.phase).as_deref(),
+        Some("Active")
+    );
+
+    let cms: Api<ConfigMap> = Api::namespaced(lab.client.clone(), "team-a");
+    let err = cms
+        .create(&pp, &checkpoint("c", "1"))
+        .await
+        .expect_err("no namespace team-a yet");
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err:?}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (404, "NotFound"));
+    assert_eq!(status.message, "namespaces \"team-a\" not found");
+    let raw = lab
+        .client
+        .request_text(
+            http::Request::post("/api/v1/namespaces/team-a/configmaps")
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&json!({"metadata":{"name":"c"}})).unwrap())
+                .unwrap(),
+        )
+        .await;
+    let details = match raw {
+        Err(kube::Error::Api(s)) => s.details,
+        other => panic!("expected a 404 Status, got {other:?}"),
+    };
+    let details = details.expect("details");
+    assert_eq!(
+        (details.name.as_str(), details.kind.as_str()),
+        ("team-a", "namespaces")
+    );
+    // Server-side apply that would create is a create: the same 404.
+    let err = cms
+        .patch(
+            "c",
+            &PatchParams::apply("test"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            ),
+        )
+        .await
+        .expect_err("apply into a missing namespace");
+    assert_eq!(api_error(err), (404, "NotFound".into()));
+
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap();
+    let created = namespaces.create(&pp, &ns).await.expect("create namespace");
+    assert_eq!(
+        created.status.and_then(|s| s.phase).as_deref(),
+        Some("Active")
+    );
+    let mut held = checkpoint("held", "1");
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    cms.create(&pp, &held).await.expect("create in team-a");
+
+    // The finalizer keeps the namespace Terminating: new content is refused.
+    namespaces
+        .delete("team-a", &DeleteParams::default())
+        .await
+        .expect("delete namespace");
+    let terminating = namespaces.get("team-a").await.expect("still there");
+    assert_eq!(
+        terminating.status.and_then(|s| s.phase).as_deref(),
+        Some("Terminating")
+    );
+    let err = cms
+        .create(&pp, &checkpoint("late", "1"))
+        .await
+        .expect_err("namespace terminating");
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err:?}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "configmaps \"late\" is forbidden: unable to create new content in namespace team-a because it is being terminated"
+    );
+
+    // Releasing the last object finishes the deletion.
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("drop finalizer");
+    let err = namespaces.get("team-a").await.expect_err("namespace gone");
+    assert_eq!(api_error(err), (404, "NotFound".into()));
+    let err = namespaces
+        .delete("default", &DeleteParams::default())
+        .await
+        .expect_err("default is immortal");
+    assert_eq!(api_error(err), (403, "Forbidden".into()));
 }

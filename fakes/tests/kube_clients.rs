@@ -63,6 +63,8 @@ async fn lab() -> Lab {
                "data": {"secretKey": "c2VjcmV0"}}),
     )
     .unwrap();
+    // The driver is deployed into its namespace, so it exists (recorded, not written).
+    fake.declare_namespace(DRIVER_NS).unwrap();
     let tls = TlsIdentity::generate().unwrap();
     let listener = fake.serve_tls(loopback(), &tls).await.unwrap();
     let url = listener.url();

@@ -72,6 +72,8 @@ impl Lab {
         let tls = drivelab_fakes::tls::TlsIdentity::generate().unwrap();
         let kube_l = kube.serve_tls(loopback(), &tls).await.unwrap();
         let s3_l = s3.serve(loopback()).await.unwrap();
+        // The driver is deployed into its state namespace, so it exists.
+        kube.declare_namespace(STATE_NS).unwrap();
         kube.create(
             Kind::Secret,
             json!({

@@ -113,6 +113,10 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
         }
     };
     match rest {
+        // A namespace's own status, not a kind named `status` inside it.
+        ["namespaces", name, "status"] if group.is_empty() => {
+            item(Kind::Namespace, None, name, true)
+        }
         ["namespaces", ns, plural, tail @ ..] if !ns.is_empty() => match (kind(plural), tail) {
             (Some(k), []) if k.namespaced() => Route::Collection {
                 kind: k,
@@ -1067,6 +1071,48 @@ mod tests {
             Route::Unknown
         );
         assert_eq!(parse_route("/api/v1/namespaces/n/services"), Route::Unknown);
+    }
+
+    #[test]
+    fn namespaces_are_a_cluster_scoped_core_kind() {
+        assert_eq!(
+            parse_route("/api/v1/namespaces"),
+            Route::Collection {
+                kind: Kind::Namespace,
+                ns: None
+            }
+        );
+        let item = |name: &str, status| Route::Item {
+            kind: Kind::Namespace,
+            ns: None,
+            name: name.into(),
+            status,
+        };
+        assert_eq!(parse_route("/api/v1/namespaces/team"), item("team", false));
+        assert_eq!(
+            parse_route("/api/v1/namespaces/team/status"),
+            item("team", true)
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/team/configmaps"),
+            Route::Collection {
+                kind: Kind::ConfigMap,
+                ns: Some("team".into())
+            }
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/team/finalize"),
+            Route::Unknown
+        );
+        let core = resource_entries("", "v1");
+        let ns = core
+            .iter()
+            .find(|r| r["name"] == "namespaces")
+            .expect("namespaces in /api/v1 discovery");
+        assert_eq!(ns["kind"], "Namespace");
+        assert_eq!(ns["namespaced"], false);
+        assert_eq!(ns["shortNames"], json!(["ns"]));
+        assert!(core.iter().any(|r| r["name"] == "namespaces/status"));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Fake Kubernetes API subset: Secrets, ConfigMaps, Leases, the COSI v1alpha1
+//! Fake Kubernetes API subset: Namespaces, Secrets, ConfigMaps, Leases, the COSI v1alpha1
 //! kinds, the storage kinds CSI needs (PVC, PV, Pod, StorageClass,
 //! VolumeAttachment, CSINode), the snapshot.storage.k8s.io/v1 kinds and the
 //! SnapshotMetadataService of cbt.storage.k8s.io, served over https (as a lab
@@ -6,6 +6,19 @@
 //! client-go (kubectl) and the Python client: watches (`watch`), every caller
 //! authenticated and authorized (`auth`), strategic merge (`strategic`) — plus
 //! an in-process API over the same state for the engine and the fake sidecars.
+//!
+//! Namespaces (`state::namespace`): `default`, `kube-system`, `kube-public` and
+//! `kube-node-lease` exist from the start; an HTTP create (POST, or an apply
+//! that creates) into a missing namespace is 404 `namespaces "X" not found`,
+//! any create into a terminating one 403, as NamespaceLifecycle admission.
+//! Deviations: built-in and lab-recorded namespaces are synthesized on read
+//! (resourceVersion 1 or the version they were recorded at; never in a watch
+//! until written); an in-process create into a missing namespace records it
+//! (the lab is the cluster admin); deleting a namespace marks it Terminating
+//! and deletes its objects at once (the namespace controller's work, here
+//! synchronous), then removes it when nothing is left; a deleted
+//! `kube-node-lease` is back at once (the real server recreates it within a
+//! minute); the `finalize` subresource is not served (404).
 
 mod api;
 pub mod auth;
@@ -74,11 +87,13 @@ pub enum Kind {
     VolumeSnapshotContent,
     /// cbt.storage.k8s.io/v1alpha1 SnapshotMetadataService (cluster-scoped, one per driver).
     SnapshotMetadataService,
+    /// core/v1 Namespace (cluster-scoped; see `state::namespace` for its lifecycle).
+    Namespace,
 }
 
 impl Kind {
     /// Every kind, in a stable order (discovery lists them this way).
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Secret,
         Kind::ConfigMap,
         Kind::Lease,
@@ -97,6 +112,7 @@ impl Kind {
         Kind::VolumeSnapshot,
         Kind::VolumeSnapshotContent,
         Kind::SnapshotMetadataService,
+        Kind::Namespace,
     ];
 
     /// True for kinds that live in a namespace.
@@ -113,6 +129,7 @@ impl Kind {
                 | Kind::VolumeSnapshotClass
                 | Kind::VolumeSnapshotContent
                 | Kind::SnapshotMetadataService
+                | Kind::Namespace
         )
     }
 
@@ -137,6 +154,7 @@ impl Kind {
             Kind::VolumeSnapshot => "volumesnapshots",
             Kind::VolumeSnapshotContent => "volumesnapshotcontents",
             Kind::SnapshotMetadataService => "snapshotmetadataservices",
+            Kind::Namespace => "namespaces",
         }
     }
 
@@ -161,6 +179,7 @@ impl Kind {
             Kind::VolumeSnapshot => "volumesnapshot",
             Kind::VolumeSnapshotContent => "volumesnapshotcontent",
             Kind::SnapshotMetadataService => "snapshotmetadataservice",
+            Kind::Namespace => "namespace",
         }
     }
 
@@ -171,7 +190,8 @@ impl Kind {
             | Kind::ConfigMap
             | Kind::PersistentVolumeClaim
             | Kind::PersistentVolume
-            | Kind::Pod => "",
+            | Kind::Pod
+            | Kind::Namespace => "",
             Kind::Lease => "coordination.k8s.io",
             Kind::StorageClass | Kind::VolumeAttachment | Kind::CsiNode => "storage.k8s.io",
             Kind::BucketClass
@@ -206,7 +226,8 @@ impl Kind {
             | Kind::ConfigMap
             | Kind::PersistentVolumeClaim
             | Kind::PersistentVolume
-            | Kind::Pod => "v1",
+            | Kind::Pod
+            | Kind::Namespace => "v1",
             Kind::Lease => "coordination.k8s.io/v1",
             Kind::StorageClass | Kind::VolumeAttachment | Kind::CsiNode => "storage.k8s.io/v1",
             Kind::VolumeSnapshotClass | Kind::VolumeSnapshot | Kind::VolumeSnapshotContent => {
@@ -238,6 +259,7 @@ impl Kind {
             Kind::VolumeSnapshot => "VolumeSnapshot",
             Kind::VolumeSnapshotContent => "VolumeSnapshotContent",
             Kind::SnapshotMetadataService => "SnapshotMetadataService",
+            Kind::Namespace => "Namespace",
         }
     }
 
@@ -266,6 +288,7 @@ impl Kind {
                 | Kind::VolumeAttachment
                 | Kind::VolumeSnapshot
                 | Kind::VolumeSnapshotContent
+                | Kind::Namespace
         )
     }
 
@@ -284,6 +307,7 @@ impl Kind {
     pub fn short_names(self) -> &'static [&'static str] {
         match self {
             Kind::ConfigMap => &["cm"],
+            Kind::Namespace => &["ns"],
             Kind::PersistentVolumeClaim => &["pvc"],
             Kind::PersistentVolume => &["pv"],
             Kind::Pod => &["po"],
@@ -325,6 +349,14 @@ pub enum KubeError {
         name: String,
         message: String,
     },
+    /// 403 Forbidden by admission (a create in a terminating namespace,
+    /// deleting an immortal namespace); RBAC denials are rendered in `api`.
+    #[error("{} \"{name}\" is forbidden: {message}", kind.plural())]
+    Forbidden {
+        kind: Kind,
+        name: String,
+        message: String,
+    },
     /// 422 Invalid (field validation); `field` names the offending field path.
     #[error("{kind} \"{name}\" is invalid: {field}: {message}")]
     Invalid {
@@ -351,6 +383,7 @@ impl KubeError {
             KubeError::NotFound { .. } => "NotFound",
             KubeError::AlreadyExists { .. } => "AlreadyExists",
             KubeError::Conflict { .. } => "Conflict",
+            KubeError::Forbidden { .. } => "Forbidden",
             KubeError::Invalid { .. } => "Invalid",
             KubeError::BadRequest { .. } => "BadRequest",
             KubeError::NotImplemented { .. } => "NotImplemented",
@@ -362,6 +395,7 @@ impl KubeError {
     pub fn http_code(&self) -> u16 {
         match self {
             KubeError::NotFound { .. } => 404,
+            KubeError::Forbidden { .. } => 403,
             KubeError::AlreadyExists { .. } | KubeError::Conflict { .. } => 409,
             KubeError::Invalid { .. } => 422,
             KubeError::BadRequest { .. } => 400,

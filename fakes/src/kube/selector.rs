@@ -189,7 +189,8 @@ impl FieldSelector {
             let field = field.trim();
             let supported = matches!(field, "metadata.name" | "metadata.namespace")
                 || (kind == Kind::Secret && field == "type")
-                || (kind == Kind::Pod && matches!(field, "spec.nodeName" | "status.phase"));
+                || (kind == Kind::Pod && matches!(field, "spec.nodeName" | "status.phase"))
+                || (kind == Kind::Namespace && field == "status.phase");
             if !supported {
                 return Err(SelectorError(format!("field label not supported: {field}")));
             }

@@ -3,6 +3,8 @@
 //! the global resourceVersion counter behave like etcd behind the API server.
 //! Both the HTTP handlers and the in-process API go through here.
 
+mod namespace;
+
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rand::{RngCore, SeedableRng};
@@ -173,6 +175,29 @@ fn conflict_modified(kind: Kind, name: &str) -> KubeError {
     }
 }
 
+/// `DeleteOptions.preconditions` against the stored object (409 on a mismatch).
+fn check_preconditions(kind: Kind, name: &str, old: &Value, pre: &Preconditions) -> Result<()> {
+    let uid = meta_str(old, "uid");
+    if let Some(want) = pre.uid.as_deref().filter(|u| *u != uid) {
+        return Err(KubeError::Conflict {
+            kind,
+            name: name.to_string(),
+            message: format!(
+                "Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
+            ),
+        });
+    }
+    let rv = meta_str(old, "resourceVersion");
+    if let Some(want) = pre.resource_version.as_deref().filter(|r| *r != rv) {
+        return Err(KubeError::Conflict {
+            kind,
+            name: name.to_string(),
+            message: format!("Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"),
+        });
+    }
+    Ok(())
+}
+
 /// The part of an object whose change bumps `metadata.generation`.
 fn generation_scope(kind: Kind, obj: &Value) -> Value {
     match kind {
@@ -311,8 +336,12 @@ impl KubeFake {
             .unwrap_or_else(|| "2025-01-01T00:00:00Z".to_string())
     }
 
+    /// The stored object, or for a namespace its virtual stand-in.
     fn load(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Value>> {
-        Ok(self.inner.store.get_json(&obj_key(kind, ns, name))?)
+        match self.inner.store.get_json(&obj_key(kind, ns, name))? {
+            None if kind == Kind::Namespace => self.virtual_namespace(name),
+            stored => Ok(stored),
+        }
     }
 
     /// Persist `obj` at `rv` (counter first, so a crash in between never
@@ -342,7 +371,7 @@ impl KubeFake {
             }
         }
         if !watched {
-            return Ok(());
+            return self.after_commit(guard, kind, obj, ns);
         }
         let last = match (obj, &old) {
             (None, Some(o)) => {
@@ -359,7 +388,21 @@ impl KubeFake {
             new: obj.cloned(),
             last,
         });
-        Ok(())
+        self.after_commit(guard, kind, obj, ns)
+    }
+
+    /// A removal may have emptied a terminating namespace, which then goes too.
+    fn after_commit(
+        &self,
+        guard: &mut MutexGuard<'_, u64>,
+        kind: Kind,
+        obj: Option<&Value>,
+        ns: &str,
+    ) -> Result<()> {
+        match (obj, kind.namespaced()) {
+            (None, true) => self.finish_namespace(guard, ns),
+            _ => Ok(()),
+        }
     }
 
     /// Keep changes for watches from now on. Called when the HTTP API is
@@ -570,6 +613,7 @@ impl KubeFake {
             | Kind::SnapshotMetadataService => {
                 super::snapshot::rules(kind, obj).map_err(|v| invalid(kind, &name, v))
             }
+            Kind::Namespace => namespace::rules(obj).map_err(|v| invalid(kind, &name, v)),
             _ => super::storage::rules(kind, obj).map_err(|v| invalid(kind, &name, v)),
         }
     }
@@ -833,6 +877,10 @@ impl KubeFake {
                 "resourceVersion should not be set on objects to be created",
             ));
         }
+        let record_ns = match kind.namespaced() {
+            true => self.admit_create_in(kind, &ns, meta_str(&obj, "name"), opts)?,
+            false => false,
+        };
         let rv = **guard + 1;
         let mut name = meta_str(&obj, "name").to_string();
         if name.is_empty() {
@@ -895,6 +943,9 @@ impl KubeFake {
             md.remove("generation");
         }
         if !opts.dry_run {
+            if record_ns {
+                self.record_namespace(**guard, &ns)?;
+            }
             self.commit(guard, rv, kind, Some(&obj), &ns, &name)?;
         }
         Ok(obj)
@@ -1080,28 +1131,26 @@ impl KubeFake {
     ) -> Result<Option<Deleted>> {
         let scope = Self::scope(kind, ns)?;
         let mut guard = self.lock();
+        if kind == Kind::Namespace {
+            return self.delete_namespace_locked(&mut guard, name, pre, opts);
+        }
+        self.delete_locked(&mut guard, kind, scope, name, pre, opts)
+    }
+
+    fn delete_locked(
+        &self,
+        guard: &mut MutexGuard<'_, u64>,
+        kind: Kind,
+        scope: &str,
+        name: &str,
+        pre: &Preconditions,
+        opts: WriteOpts,
+    ) -> Result<Option<Deleted>> {
         let Some(old) = self.load(kind, scope, name)? else {
             return Ok(None);
         };
-        let uid = meta_str(&old, "uid");
-        if let Some(want) = pre.uid.as_deref().filter(|u| *u != uid) {
-            return Err(KubeError::Conflict {
-                kind,
-                name: name.to_string(),
-                message: format!(
-                    "Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
-                ),
-            });
-        }
-        let rv = meta_str(&old, "resourceVersion");
-        if let Some(want) = pre.resource_version.as_deref().filter(|r| *r != rv) {
-            return Err(KubeError::Conflict {
-                kind,
-                name: name.to_string(),
-                message: format!("Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"),
-            });
-        }
-        let next = *guard + 1;
+        check_preconditions(kind, name, &old, pre)?;
+        let next = **guard + 1;
         if kind == Kind::Pod && super::storage::pod_deletes_gracefully(&old) {
             let grace = pre
                 .grace_period_seconds
@@ -1122,7 +1171,7 @@ impl KubeFake {
                 md.insert("deletionGracePeriodSeconds".into(), json!(grace));
                 md.insert("resourceVersion".into(), json!(next.to_string()));
                 if !opts.dry_run {
-                    self.commit(&mut guard, next, kind, Some(&marked), scope, name)?;
+                    self.commit(guard, next, kind, Some(&marked), scope, name)?;
                 }
                 return Ok(Some(Deleted {
                     object: marked,
@@ -1144,7 +1193,7 @@ impl KubeFake {
             md.insert("deletionGracePeriodSeconds".into(), json!(0));
             md.insert("resourceVersion".into(), json!(next.to_string()));
             if !opts.dry_run {
-                self.commit(&mut guard, next, kind, Some(&marked), scope, name)?;
+                self.commit(guard, next, kind, Some(&marked), scope, name)?;
             }
             return Ok(Some(Deleted {
                 object: marked,
@@ -1152,7 +1201,7 @@ impl KubeFake {
             }));
         }
         if !opts.dry_run {
-            self.commit(&mut guard, next, kind, None, scope, name)?;
+            self.commit(guard, next, kind, None, scope, name)?;
         }
         Ok(Some(Deleted {
             object: old,
@@ -1192,19 +1241,25 @@ impl KubeFake {
         Ok((items, rv))
     }
 
-    /// Every stored object of `kind` (in `ns`, or everywhere).
+    /// Every object of `kind` (in `ns`, or everywhere): the stored ones, and
+    /// for namespaces the virtual ones too.
     fn scan(&self, kind: Kind, ns: Option<&str>) -> Result<Vec<Value>> {
         let prefix = match ns.filter(|_| kind.namespaced()) {
             Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
             None => format!("{OBJ_PREFIX}{}/", kind.plural()),
         };
-        Ok(self
+        let mut out: Vec<Value> = self
             .inner
             .store
             .scan_json::<Value>(&prefix)?
             .into_iter()
             .map(|(_, v)| v)
-            .collect())
+            .collect();
+        if kind == Kind::Namespace {
+            let virtual_ones = self.virtual_namespaces(&out)?;
+            out.extend(virtual_ones);
+        }
+        Ok(out)
     }
 
     // ---- in-process API -------------------------------------------------

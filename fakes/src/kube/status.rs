@@ -76,7 +76,8 @@ impl From<KubeError> for ApiError {
         let details = match &e {
             KubeError::NotFound { kind, name }
             | KubeError::AlreadyExists { kind, name }
-            | KubeError::Conflict { kind, name, .. } => Some(group_resource(*kind, name)),
+            | KubeError::Conflict { kind, name, .. }
+            | KubeError::Forbidden { kind, name, .. } => Some(group_resource(*kind, name)),
             KubeError::Invalid {
                 kind,
                 name,

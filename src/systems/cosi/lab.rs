@@ -325,6 +325,10 @@ impl Lab {
         let planting_rng = ChaCha20Rng::seed_from_u64(rng.random());
         let s3_url = fakes.s3_url();
         let kube = fakes.kube();
+        // The lab deploys the driver into its namespace, so it exists before the
+        // driver starts (recorded, not written: resourceVersions stay as they were).
+        kube.declare_namespace(DRIVER_STATE_NAMESPACE)
+            .map_err(|e| anyhow!("creating namespace {DRIVER_STATE_NAMESPACE}: {e}"))?;
 
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         kube.create(

@@ -359,6 +359,11 @@ pub async fn start(
     let s3_url = fakes.s3_url();
     let kube_url = fakes.kube_url();
     let kube = fakes.kube();
+    // A driver run by hand keeps its state in DRIVER_STATE_NAMESPACE by default
+    // (`drivelab driver cosi-s3 --state-namespace`), so that namespace exists as a
+    // deployed driver's would; the served kubeconfig's `default` is built in.
+    kube.declare_namespace(super::DRIVER_STATE_NAMESPACE)
+        .map_err(|e| anyhow!("creating namespace {}: {e}", super::DRIVER_STATE_NAMESPACE))?;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     kube.create(
         Kind::Secret,
