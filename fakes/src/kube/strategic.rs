@@ -203,7 +203,7 @@ fn merge_list(
 }
 
 /// Put `list`'s elements in `order`'s order (elements the order does not name keep theirs, after).
-fn reorder(list: &mut Vec<Value>, order: &[Value]) {
+fn reorder(list: &mut [Value], order: &[Value]) {
     let rank = |x: &Value| {
         order.iter().position(|o| match o {
             Value::Object(m) => m.iter().all(|(k, v)| x.get(k) == Some(v)),
