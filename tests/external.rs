@@ -397,6 +397,13 @@ async fn serve_exposes_the_fakes_until_sigint() {
         body.contains("cannot get resource \\\"bucketclasses\\\""),
         "{body}"
     );
+    // Its own namespace (where it keeps state) is its to use; another is not.
+    let own = "/api/v1/namespaces/cosi-s3-system/configmaps";
+    let (status, body) = get(own, Some(driver_token.clone())).await;
+    assert_eq!(status, 200, "{body}");
+    let other = "/api/v1/namespaces/default/configmaps";
+    let (status, body) = get(other, Some(driver_token.clone())).await;
+    assert_eq!(status, 403, "{body}");
     let kc = std::fs::read_to_string(&banner["kubeconfig"]).unwrap();
     assert!(kc.contains(&format!("server: {kube}")), "{kc}");
     assert!(kc.contains(&format!("token: {driver_token}")), "{kc}");

@@ -205,6 +205,9 @@ impl LabFakes {
         let kube_l = kube.serve(loopback()).await?;
         kube.create(Kind::Secret, admin_secret())
             .map_err(|e| anyhow!("admin secret: {e}"))?;
+        // The driver is deployed in its state namespace, as the lab's is.
+        kube.declare_namespace(STATE_NS)
+            .map_err(|e| anyhow!("driver namespace: {e}"))?;
         let token_file = dir.path().join("token");
         std::fs::write(
             &token_file,

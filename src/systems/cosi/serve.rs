@@ -242,8 +242,8 @@ pub struct Served {
     pub admin_access_key: String,
     /// The admin secret key.
     pub admin_secret: Secret,
-    /// A kubeconfig for the driver: its service account (`default/cosi-driver`)
-    /// with what a COSI driver's RBAC grants.
+    /// A kubeconfig for the driver: its service account
+    /// (`cosi-s3-system/cosi-driver`) with what a COSI driver's RBAC grants.
     pub kubeconfig: PathBuf,
     /// The driver's bearer token (the one in `kubeconfig`).
     pub kube_token: Secret,
@@ -479,9 +479,11 @@ pub async fn start(
         &params,
     )?;
     let kubeconfig = dir.path().join("kubeconfig");
-    let kube_token = fakes.kube_token(Grant::cosi_driver("default", super::DRIVER_ACCOUNT));
+    // The driver's account lives where it keeps its state, as in a run.
+    let ns = super::DRIVER_STATE_NAMESPACE;
+    let kube_token = fakes.kube_token(Grant::cosi_driver(ns, super::DRIVER_ACCOUNT));
     let server = (kube_url.as_str(), fakes.kube_ca_pem());
-    crate::engine::write_kubeconfig(&kubeconfig, server, "default", &kube_token)
+    crate::engine::write_kubeconfig(&kubeconfig, server, ns, &kube_token)
         .context("writing the kubeconfig")?;
     let admin_kubeconfig = dir.path().join("admin.kubeconfig");
     let admin_token = fakes.kube_token(Grant::cluster_admin("kubernetes-admin"));
