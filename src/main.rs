@@ -1556,7 +1556,7 @@ async fn serve(
         "kube_ca_data: {}",
         base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
-            &served.kube_ca_pem
+            served.kube_ca_pem()
         )
     );
     drivelab::outln!("admin_access_key: {}", served.admin_access_key);

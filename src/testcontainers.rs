@@ -113,10 +113,12 @@ impl LabContainer {
     }
 
     /// Write a kubeconfig for the lab's Kubernetes API (for KUBECONFIG), as
-    /// the driver's service account (`kube_token`).
+    /// the driver's service account (`kube_token`), in its namespace as `serve`
+    /// gives it.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), LabError> {
         let server = (self.kube_url.as_str(), self.kube_ca_pem.as_str());
-        crate::engine::write_kubeconfig(path, server, "default", &self.kube_token)?;
+        let ns = crate::systems::cosi::DRIVER_STATE_NAMESPACE;
+        crate::engine::write_kubeconfig(path, server, ns, &self.kube_token)?;
         Ok(())
     }
 

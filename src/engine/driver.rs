@@ -304,10 +304,11 @@ impl Driver {
         }
         match &spec.launch {
             DriverLaunch::Builtin(BuiltinDriver::CosiS3) => {
+                let file = |name: &str| params.host_dir.join(name).display().to_string();
                 let config = cosi_s3::DriverConfig {
                     kube_url: params.get("kube_url").to_string(),
-                    kube_token_file: params.host_dir.join("token").display().to_string(),
-                    kube_ca_file: params.host_dir.join("ca.crt").display().to_string(),
+                    kube_token_file: file(super::external::KUBE_TOKEN_FILE),
+                    kube_ca_file: file(super::external::KUBE_CA_FILE),
                     state_namespace: params.get("namespace").to_string(),
                     mutants: Mutant::cosi(mutants),
                     policy_layout: spec.policy_layout.unwrap_or_default(),

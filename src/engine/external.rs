@@ -192,9 +192,10 @@ impl DriverParams {
         v.insert("socket", socket);
         v.insert("socket_dir", dir.display().to_string());
         if self.protocol == DriverProtocol::Cosi {
-            v.insert("kubeconfig", dir.join("kubeconfig").display().to_string());
-            v.insert("kube_token_file", dir.join("token").display().to_string());
-            v.insert("kube_ca_file", dir.join("ca.crt").display().to_string());
+            let file = |name: &str| dir.join(name).display().to_string();
+            v.insert("kubeconfig", file(KUBECONFIG_FILE));
+            v.insert("kube_token_file", file(KUBE_TOKEN_FILE));
+            v.insert("kube_ca_file", file(KUBE_CA_FILE));
         }
         v
     }
@@ -300,6 +301,27 @@ impl LabClock {
             ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
         ])
     }
+}
+
+/// The files of a COSI driver's Kubernetes credentials in its socket
+/// directory, as a pod's service-account mount holds them.
+pub const KUBECONFIG_FILE: &str = "kubeconfig";
+/// The bearer token (`{kube_token_file}`).
+pub const KUBE_TOKEN_FILE: &str = "token";
+/// The CA the API's certificate is signed by (`{kube_ca_file}`).
+pub const KUBE_CA_FILE: &str = "ca.crt";
+
+/// Write a driver's Kubernetes credentials into `dir`: a kubeconfig for
+/// `server` (URL, CA) in `namespace`, its bearer `token`, and the CA.
+pub fn write_kube_credentials(
+    dir: &Path,
+    server: (&str, &str),
+    namespace: &str,
+    token: &Secret,
+) -> std::io::Result<()> {
+    write_kubeconfig(&dir.join(KUBECONFIG_FILE), server, namespace, token)?;
+    write_private(&dir.join(KUBE_TOKEN_FILE), token.expose())?;
+    std::fs::write(dir.join(KUBE_CA_FILE), server.1)
 }
 
 /// Write a kubeconfig for the fake Kubernetes API at `kube_url` (https,

@@ -41,7 +41,7 @@ use super::snapshot::{self, SnapshotInput};
 use super::ADMIN_SECRET_NAME;
 use super::{ADMIN_SECRET_NAMESPACE, CANARY_BUCKET, DRIVER_ACCOUNT, DRIVER_STATE_NAMESPACE};
 use crate::engine::driver::{self, Driver};
-use crate::engine::external::{self, write_kubeconfig};
+use crate::engine::external;
 use crate::engine::hook::{self, LabControl, LabHook};
 use crate::engine::queue::{self, WorkQueue};
 use crate::engine::schedule::Scheduler;
@@ -1804,17 +1804,13 @@ async fn start_driver(
 ) -> anyhow::Result<(Arc<Driver>, PathBuf)> {
     let host_dir = dir.path().join("driver");
     std::fs::create_dir_all(&host_dir).context("creating the driver's socket directory")?;
-    write_kubeconfig(
-        &host_dir.join("kubeconfig"),
+    external::write_kube_credentials(
+        &host_dir,
         (&fakes.kube_url(), fakes.kube_ca_pem()),
         DRIVER_STATE_NAMESPACE,
         kube_token,
     )
-    .context("writing the kubeconfig")?;
-    std::fs::write(host_dir.join("ca.crt"), fakes.kube_ca_pem())
-        .context("writing the Kubernetes API's CA certificate")?;
-    external::write_private(&host_dir.join("token"), kube_token.expose())
-        .context("writing the driver's token file")?;
+    .context("writing the driver's kubeconfig, token and CA")?;
     let mut params = external::DriverParams::new(
         crate::scenario::DriverProtocol::Cosi,
         host_dir,

@@ -21,6 +21,7 @@ use serde_json::json;
 use serde_saphyr::Spanned;
 
 use super::fakes::FakeSet;
+use crate::engine::external;
 use crate::engine::hook::{LabControl, LabHook};
 use crate::engine::schedule::Scheduler;
 use crate::scenario::fault::RawFault;
@@ -251,8 +252,6 @@ pub struct Served {
     pub admin_kubeconfig: PathBuf,
     /// The CA the Kubernetes API's certificate is signed by (PEM file).
     pub kube_ca_file: PathBuf,
-    /// The same CA, PEM.
-    pub kube_ca_pem: String,
     /// The session's history (every call the fakes saw).
     pub history: History,
     fakes: Arc<FakeSet>,
@@ -261,6 +260,11 @@ pub struct Served {
 }
 
 impl Served {
+    /// The CA the Kubernetes API's certificate is signed by, PEM.
+    pub fn kube_ca_pem(&self) -> &str {
+        self.fakes.kube_ca_pem()
+    }
+
     /// Stop both listeners and flush the state.
     pub async fn stop(self) {
         self.fakes.stop().await;
@@ -361,7 +365,7 @@ pub async fn start(
     let kube = fakes.kube();
     // A driver run by hand keeps its state in DRIVER_STATE_NAMESPACE by default
     // (`drivelab driver cosi-s3 --state-namespace`), so that namespace exists as a
-    // deployed driver's would; the served kubeconfig's `default` is built in.
+    // deployed driver's would, and its kubeconfig's context names it.
     kube.declare_namespace(super::DRIVER_STATE_NAMESPACE)
         .map_err(|e| anyhow!("creating namespace {}: {e}", super::DRIVER_STATE_NAMESPACE))?;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -478,20 +482,17 @@ pub async fn start(
         &config.access_classes,
         &params,
     )?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    // The driver's account lives where it keeps its state, as in a run.
+    // The driver's account lives where it keeps its state, as in a run; its
+    // files are laid out as a run lays them out in the driver's directory.
     let ns = super::DRIVER_STATE_NAMESPACE;
     let kube_token = fakes.kube_token(Grant::cosi_driver(ns, super::DRIVER_ACCOUNT));
     let server = (kube_url.as_str(), fakes.kube_ca_pem());
-    crate::engine::write_kubeconfig(&kubeconfig, server, ns, &kube_token)
-        .context("writing the kubeconfig")?;
+    external::write_kube_credentials(dir.path(), server, ns, &kube_token)
+        .context("writing the driver's kubeconfig, token and CA")?;
     let admin_kubeconfig = dir.path().join("admin.kubeconfig");
     let admin_token = fakes.kube_token(Grant::cluster_admin("kubernetes-admin"));
-    crate::engine::write_kubeconfig(&admin_kubeconfig, server, "default", &admin_token)
+    external::write_kubeconfig(&admin_kubeconfig, server, "default", &admin_token)
         .context("writing the admin kubeconfig")?;
-    let kube_ca_file = dir.path().join("ca.crt");
-    std::fs::write(&kube_ca_file, fakes.kube_ca_pem()).context("writing the CA certificate")?;
-    let kube_ca_pem = fakes.kube_ca_pem().to_string();
     for (f, at) in faults {
         hook.arm(f, &at);
     }
@@ -500,11 +501,10 @@ pub async fn start(
         kube_url,
         admin_access_key: ADMIN_ACCESS_KEY.into(),
         admin_secret,
-        kubeconfig,
+        kubeconfig: dir.path().join(external::KUBECONFIG_FILE),
         kube_token,
         admin_kubeconfig,
-        kube_ca_file,
-        kube_ca_pem,
+        kube_ca_file: dir.path().join(external::KUBE_CA_FILE),
         history,
         fakes,
         _hook: hook,
