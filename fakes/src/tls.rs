@@ -69,40 +69,9 @@ impl TlsIdentity {
         &self.ca_pem
     }
 
-    /// The CA certificate, DER (the form kube-rs's `root_cert` takes).
-    pub fn ca_der(&self) -> Vec<CertificateDer<'static>> {
-        pem_certs(&self.ca_pem)
-    }
-
     pub(crate) fn acceptor(&self) -> TlsAcceptor {
         self.acceptor.clone()
     }
-}
-
-/// The certificates (DER) of a PEM text.
-fn pem_certs(pem: &str) -> Vec<CertificateDer<'static>> {
-    use base64::Engine as _;
-    let mut out = Vec::new();
-    let mut body: Option<String> = None;
-    for line in pem.lines().map(str::trim) {
-        match line {
-            "-----BEGIN CERTIFICATE-----" => body = Some(String::new()),
-            "-----END CERTIFICATE-----" => {
-                if let Some(Ok(der)) = body
-                    .take()
-                    .map(|b| base64::engine::general_purpose::STANDARD.decode(b))
-                {
-                    out.push(CertificateDer::from(der));
-                }
-            }
-            l => {
-                if let Some(b) = body.as_mut() {
-                    b.push_str(l);
-                }
-            }
-        }
-    }
-    out
 }
 
 /// GET `path` from `https://127.0.0.1:PORT` trusting only `ca_pem`, with
@@ -121,8 +90,10 @@ pub async fn get(
         .strip_prefix("https://")
         .ok_or_else(|| invalid(format!("{url}: not an https URL")))?
         .trim_end_matches('/');
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
     let mut roots = RootCertStore::empty();
-    for c in pem_certs(ca_pem) {
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        let c = c.map_err(|e| invalid(format!("the CA is not PEM: {e}")))?;
         roots.add(c).map_err(|e| invalid(e.to_string()))?;
     }
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
@@ -162,7 +133,9 @@ mod tests {
         let b = TlsIdentity::generate().unwrap();
         assert!(a.ca_pem().starts_with("-----BEGIN CERTIFICATE-----"));
         assert_ne!(a.ca_pem(), b.ca_pem());
-        assert_eq!(a.ca_der().len(), 1);
+        use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+        let certs = CertificateDer::pem_slice_iter(a.ca_pem().as_bytes()).count();
+        assert_eq!(certs, 1, "the CA PEM holds one certificate");
     }
 
     /// A client trusting the lab's CA gets through; one trusting another lab's does not.

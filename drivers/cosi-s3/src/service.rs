@@ -77,25 +77,12 @@ struct Inner {
 
 /// The certificates (DER) of a PEM file: the CA a pod's `ca.crt` holds.
 fn read_ca(path: &str) -> anyhow::Result<Vec<Vec<u8>>> {
-    use base64::Engine as _;
-    let pem = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the Kubernetes API's CA file {path:?}"))?;
-    let mut certs = Vec::new();
-    let mut body: Option<String> = None;
-    for line in pem.lines().map(str::trim) {
-        match (line, &mut body) {
-            ("-----BEGIN CERTIFICATE-----", b) => *b = Some(String::new()),
-            ("-----END CERTIFICATE-----", b) => {
-                let b64 = b.take().unwrap_or_default();
-                let der = base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .with_context(|| format!("{path:?}: a certificate is not valid base64"))?;
-                certs.push(der);
-            }
-            (l, Some(b)) => b.push_str(l),
-            (_, None) => {}
-        }
-    }
+    use rustls_pki_types::{pem::PemObject as _, CertificateDer};
+    let certs = CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("reading the Kubernetes API's CA file {path:?}"))?
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{path:?}: a certificate is not valid PEM"))?;
     if certs.is_empty() {
         anyhow::bail!("{path:?} holds no PEM certificate");
     }
