@@ -23,6 +23,8 @@ const OBJ_PREFIX: &str = "kube/o/";
 /// Virtual time 0 maps to this wall-clock instant (2025-01-01T00:00:00Z), so
 /// timestamps are reproducible from the seed and the schedule.
 const EPOCH_UNIX: i64 = 1_735_689_600;
+/// [`EPOCH_UNIX`] as the API writes timestamps: virtual time 0.
+const EPOCH_RFC3339: &str = "2025-01-01T00:00:00Z";
 /// How many generateName suffixes are tried before giving up, as the real
 /// server retries on collision.
 const GENERATE_NAME_ATTEMPTS: u64 = 8;
@@ -291,7 +293,7 @@ impl KubeFake {
         &self.inner.access
     }
 
-    /// Issue a `cluster-admin` token (tests, tools, `serve`'s operator kubeconfig).
+    /// Issue a `cluster-admin` token (tests and tools driving the fake directly).
     pub fn admin_token(&self) -> String {
         self.access()
             .issue(super::auth::Grant::cluster_admin("kubernetes-admin"))
@@ -333,7 +335,7 @@ impl KubeFake {
         time::OffsetDateTime::from_unix_timestamp(secs)
             .ok()
             .and_then(|t| t.format(&fmt).ok())
-            .unwrap_or_else(|| "2025-01-01T00:00:00Z".to_string())
+            .unwrap_or_else(|| EPOCH_RFC3339.to_string())
     }
 
     /// The stored object, or for a namespace its virtual stand-in.

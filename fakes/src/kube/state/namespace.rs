@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::{
     meta_mut, meta_str, obj_key, uid_for, validate, Deleted, KubeFake, Preconditions, WriteOpts,
+    EPOCH_RFC3339,
 };
 use crate::kube::{Kind, KubeError, Result};
 use crate::store::StoreExt;
@@ -52,7 +53,7 @@ fn synthesize(seed: u64, name: &str, rv: u64) -> Value {
             "name": name,
             "uid": uid_for(seed ^ fnv1a(name), 0),
             "resourceVersion": rv.max(1).to_string(),
-            "creationTimestamp": "2025-01-01T00:00:00Z",
+            "creationTimestamp": EPOCH_RFC3339,
             "labels": {NAME_LABEL: name},
         },
         "spec": {"finalizers": ["kubernetes"]},
