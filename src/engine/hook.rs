@@ -352,7 +352,11 @@ impl Drop for Maintenance {
 
 /// Only traffic of the system under test is faulted; the lab's own probes pass.
 fn in_scope(call: &CallSpec) -> bool {
-    matches!(call.from, Component::Driver | Component::Director) || is_sidecar(call.from)
+    matches!(call.from, Component::Driver | Component::Director)
+        || is_sidecar(call.from)
+        // The lab calling the driver is the spec sweep playing the CO (the
+        // lab's other probes go to the fakes, never to the driver).
+        || (call.from == Component::Lab && call.to == Component::Driver)
 }
 
 /// The components that drive a driver (their calls wait out restarts and are scheduling points).

@@ -160,6 +160,8 @@ pub enum Mutant {
     AdvertisedUnimplemented,
     /// A volume restored from a snapshot does not name it as its content_source.
     RestoreIgnoresSource,
+    /// A clone of a volume that does not exist is made empty instead of NOT_FOUND.
+    CloneMissingSourceEmpty,
 }
 
 impl Mutant {
@@ -172,6 +174,7 @@ impl Mutant {
             Mutant::DeleteLeavesData,
             Mutant::AdvertisedUnimplemented,
             Mutant::RestoreIgnoresSource,
+            Mutant::CloneMissingSourceEmpty,
         ]
     }
 
@@ -184,6 +187,7 @@ impl Mutant {
             Mutant::DeleteLeavesData => "delete-leaves-data",
             Mutant::AdvertisedUnimplemented => "advertised-unimplemented",
             Mutant::RestoreIgnoresSource => "restore-ignores-source",
+            Mutant::CloneMissingSourceEmpty => "clone-missing-source-empty",
         }
     }
 
@@ -207,6 +211,9 @@ impl Mutant {
             }
             Mutant::RestoreIgnoresSource => {
                 "CreateVolume from a snapshot answers a volume whose content_source is unset (csi-spec: restore)"
+            }
+            Mutant::CloneMissingSourceEmpty => {
+                "CreateVolume cloning a volume that does not exist makes an empty volume and answers OK instead of NOT_FOUND (csi-spec: clone)"
             }
         }
     }
@@ -440,7 +447,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", m.name()));
             assert_eq!(serde_json::from_str::<Mutant>(&json).unwrap(), *m);
         }
-        assert_eq!(Mutant::all().len(), 6);
+        assert_eq!(Mutant::all().len(), 7);
         assert_eq!(Mutant::parse("nope"), None);
     }
 

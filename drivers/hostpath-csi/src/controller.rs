@@ -227,7 +227,12 @@ impl HostPathDriver {
                     return Ok(CreateVolumeResponse { volume: Some(volume_of(v)) });
                 }
             }
-            let from = source.as_ref().map(|s| source_data(txn, s)).transpose()?;
+            let from = match source.as_ref().map(|s| (s, source_data(txn, s))) {
+                // Seeded bug: a missing clone source makes an empty volume.
+                Some((ContentSource::Volume { .. }, Err(DriverError::NotFound(_))))
+                    if self.mutant(Mutant::CloneMissingSourceEmpty) => None,
+                other => other.map(|(_, r)| r).transpose()?,
+            };
             let mut rec = match existing {
                 // A create a crash interrupted: finish it as first recorded.
                 Some(v) => v,

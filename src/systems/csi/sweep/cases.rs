@@ -56,11 +56,12 @@ pub(crate) async fn run(t: &SweepTarget, gate: drivelab_fakes::gate::Gate) -> Ve
             }];
         }
     };
-    let mut s = Sweeper::new(gate, ctl, node, t.call_timeout);
+    let mut s = Sweeper::new(gate, ctl, node, t.call_timeout, t.settle.clone());
     let known = identity(&mut s).await;
     missing_fields(&mut s, t, &known).await;
     lifecycle(&mut s, t, &known).await;
     snapshots(&mut s, t, &known).await;
+    clone_cases(&mut s, t, &known).await;
     implemented(&mut s, &known).await;
     s.cases
 }
@@ -1527,6 +1528,94 @@ async fn restore_cases(s: &mut Sweeper, t: &SweepTarget, sid: &str) {
             "restored with content_source set; a missing snapshot NOT_FOUND".into(),
         );
     }
+}
+
+/// CreateVolume from a volume (CLONE_VOLUME): the clone names its source; a
+/// source that does not exist is NOT_FOUND. Advertising the capability takes
+/// away the "source not supported" answer restore has.
+async fn clone_cases(s: &mut Sweeper, t: &SweepTarget, k: &Known) {
+    use csi::volume_content_source::{Type, VolumeSource};
+    use drivelab_fakes::csi::CREATE_VOLUME;
+    const RULE: &str = "CLONE_VOLUME: the SP supports CreateVolume with a volume as its volume_content_source — the new volume names it as content_source; a source volume that does not exist → 5 NOT_FOUND";
+    if !k.has(Ctl::CloneVolume) || !k.has(Ctl::CreateDeleteVolume) {
+        s.not_applicable(
+            "volume.clone",
+            RULE,
+            "CLONE_VOLUME (with CREATE_DELETE_VOLUME) not advertised",
+        );
+        return;
+    }
+    let from = |src: &str, name: &str| csi::CreateVolumeRequest {
+        volume_content_source: Some(csi::VolumeContentSource {
+            r#type: Some(Type::Volume(VolumeSource {
+                volume_id: src.into(),
+            })),
+        }),
+        ..create_req(t, name, GIB)
+    };
+    let mut f = Vec::new();
+    let req = create_req(t, "csi-spec-clone-src", GIB);
+    let v = s
+        .ctl(CREATE_VOLUME, "csi-spec-clone-src", |mut c| async move {
+            c.create_volume(req).await
+        })
+        .await;
+    expect_code(&mut f, "CreateVolume of the source", &v, "OK");
+    let src = v
+        .as_ref()
+        .ok()
+        .and_then(|r| r.volume.as_ref())
+        .map(|v| v.volume_id.clone())
+        .unwrap_or_default();
+    let mut made = Vec::new();
+    if !src.is_empty() {
+        let req = from(&src, "csi-spec-clone");
+        let r = s
+            .ctl(CREATE_VOLUME, "csi-spec-clone", |mut c| async move {
+                c.create_volume(req).await
+            })
+            .await;
+        expect_code(&mut f, &format!("CreateVolume cloning {src}"), &r, "OK");
+        if let Ok(v) = &r {
+            let vol = v.volume.clone().unwrap_or_default();
+            let echoed = matches!(vol.content_source.as_ref().and_then(|c| c.r#type.as_ref()), Some(Type::Volume(x)) if x.volume_id == src);
+            if !echoed {
+                f.push(format!(
+                    "clone {} does not name volume {src} as its content_source",
+                    vol.volume_id
+                ));
+            }
+            made.push(vol.volume_id);
+        }
+    }
+    let req = from("csi-spec-unknown-volume", "csi-spec-clone-missing");
+    let m = s
+        .ctl(
+            CREATE_VOLUME,
+            "csi-spec-clone-missing",
+            |mut c| async move { c.create_volume(req).await },
+        )
+        .await;
+    expect_code(
+        &mut f,
+        "CreateVolume cloning a volume that does not exist",
+        &m,
+        "NOT_FOUND",
+    );
+    if let Ok(v) = &m {
+        made.extend(v.volume.as_ref().map(|v| v.volume_id.clone()));
+    }
+    made.push(src);
+    for id in made.into_iter().filter(|id| !id.is_empty()) {
+        let d = delete(s, &id).await;
+        expect_code(&mut f, &format!("cleanup: DeleteVolume {id}"), &d, "OK");
+    }
+    s.judge(
+        "volume.clone",
+        RULE,
+        f,
+        "cloned with content_source set; a missing source NOT_FOUND".into(),
+    );
 }
 
 /// Every advertised capability answers something other than UNIMPLEMENTED.

@@ -1,13 +1,14 @@
 //! The sweep's side of the wire: one gated call to the controller or node
 //! plugin (recorded in the history from `lab`, faults apply), and the case
-//! log each call's id goes into.
+//! log each call's id goes into. A call the lab's faults spoiled is retried as
+//! a CO would, so a sweep under faults judges the driver, not the faults.
 
 use std::future::Future;
 use std::time::Duration;
 
-use drivelab_fakes::cosi_sidecar::{code_name, through_gate};
+use drivelab_fakes::cosi_sidecar::{code_name, through_gate, AnsweredBy};
 use drivelab_fakes::gate::{CallSpec, Gate};
-use drivelab_fakes::history::Component;
+use drivelab_fakes::history::{Component, EventKind};
 use drivelab_fakes::ops::Op;
 use drivelab_proto::csi::controller_client::ControllerClient;
 use drivelab_proto::csi::identity_client::IdentityClient;
@@ -35,90 +36,153 @@ pub(crate) fn said<T>(r: &Reply<T>) -> String {
     }
 }
 
+/// Attempts of one sweep call at most: the first and the retries the lab's
+/// faults called for. A fault armed for more occurrences than this spoils
+/// the case, visibly (its answer is judged as the driver's).
+const MAX_ATTEMPTS: usize = 5;
+
+/// Codes a CO retries because the call may not have done its work yet.
+fn transient(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(
+        code,
+        Unavailable | DeadlineExceeded | Aborted | Internal | Unknown | Cancelled
+    )
+}
+
 /// The sweep's connection to the driver and its running record.
 pub(crate) struct Sweeper {
     gate: Gate,
     ctl: Channel,
     node: Channel,
     timeout: Duration,
+    /// Waits until a crash or restart the lab's faults began has finished.
+    settle: super::Settle,
     /// Calls of the case being run.
     calls: Vec<u64>,
+    /// Calls of the case being run that were retried after a fault.
+    retried: usize,
     /// Cases so far.
     pub cases: Vec<SweepCase>,
 }
 
 impl Sweeper {
-    pub(crate) fn new(gate: Gate, ctl: Channel, node: Channel, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        gate: Gate,
+        ctl: Channel,
+        node: Channel,
+        timeout: Duration,
+        settle: super::Settle,
+    ) -> Self {
         Self {
             gate,
             ctl,
             node,
             timeout,
+            settle,
             calls: Vec::new(),
+            retried: 0,
             cases: Vec::new(),
         }
     }
 
-    async fn gated<T, Fut>(&mut self, op: Op, subject: &str, fut: Fut) -> Reply<T>
+    /// One call through the gate, retried while the lab's faults spoiled it:
+    /// the lab answered or cut it, or injected a fault while the driver
+    /// worked on it (a backend error, a crash) and the driver's answer is
+    /// transient — what a CO retries. A driver's own transient answer with
+    /// no fault behind it is judged as given.
+    async fn gated<T, F, Fut>(&mut self, op: Op, subject: &str, make: F) -> Reply<T>
     where
+        F: Fn() -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let call = CallSpec::new(Component::Lab, Component::Driver, op, subject);
         let timeout = self.timeout;
-        let rpc = async move {
-            match tokio::time::timeout(timeout, fut).await {
-                Ok(Ok(r)) => Ok(r.into_inner()),
-                Ok(Err(s)) => Err((s.code(), s.message().to_string())),
-                Err(_) => Err((
-                    tonic::Code::DeadlineExceeded,
-                    format!("{} timed out after {timeout:?}", op.as_str()),
-                )),
+        let history = self.gate.history().clone();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let from = history.len();
+            let fut = make();
+            let rpc = async move {
+                match tokio::time::timeout(timeout, fut).await {
+                    Ok(Ok(r)) => Ok(r.into_inner()),
+                    Ok(Err(s)) => Err((s.code(), s.message().to_string())),
+                    Err(_) => Err((
+                        tonic::Code::DeadlineExceeded,
+                        format!("{} timed out after {timeout:?}", op.as_str()),
+                    )),
+                }
+            };
+            let (id, result, by) = through_gate(&self.gate, &call, rpc).await;
+            self.calls.push(id.0);
+            let spoiled = match (&result, by) {
+                (Ok(_), _) => false,
+                (Err(_), AnsweredBy::Injected | AnsweredBy::Lost) => true,
+                (Err((code, _)), AnsweredBy::Driver) => {
+                    transient(*code)
+                        && history
+                            .events_from(from)
+                            .iter()
+                            .any(|e| matches!(e.kind, EventKind::Fault { .. }))
+                }
+            };
+            if !spoiled || attempt >= MAX_ATTEMPTS {
+                return result;
             }
-        };
-        let (id, result, _) = through_gate(&self.gate, &call, rpc).await;
-        self.calls.push(id.0);
-        result
+            self.retried += 1;
+            (self.settle)().await;
+        }
     }
 
-    /// One Controller RPC.
+    /// One Controller RPC. `f` is called once per attempt (its captures are
+    /// cloned for each).
     pub(crate) async fn ctl<T, F, Fut>(&mut self, op: Op, subject: &str, f: F) -> Reply<T>
     where
-        F: FnOnce(ControllerClient<Channel>) -> Fut,
+        F: FnOnce(ControllerClient<Channel>) -> Fut + Clone,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let fut = f(ControllerClient::new(self.ctl.clone()));
-        self.gated(op, subject, fut).await
+        let ch = self.ctl.clone();
+        self.gated(op, subject, || f.clone()(ControllerClient::new(ch.clone())))
+            .await
     }
 
     /// One Node RPC.
     pub(crate) async fn node<T, F, Fut>(&mut self, op: Op, subject: &str, f: F) -> Reply<T>
     where
-        F: FnOnce(NodeClient<Channel>) -> Fut,
+        F: FnOnce(NodeClient<Channel>) -> Fut + Clone,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let fut = f(NodeClient::new(self.node.clone()));
-        self.gated(op, subject, fut).await
+        let ch = self.node.clone();
+        self.gated(op, subject, || f.clone()(NodeClient::new(ch.clone())))
+            .await
     }
 
     /// One Identity RPC (to the controller; `node_side` for the node plugin's).
     pub(crate) async fn identity<T, F, Fut>(&mut self, op: Op, node_side: bool, f: F) -> Reply<T>
     where
-        F: FnOnce(IdentityClient<Channel>) -> Fut,
+        F: FnOnce(IdentityClient<Channel>) -> Fut + Clone,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let ch = if node_side { &self.node } else { &self.ctl };
-        let fut = f(IdentityClient::new(ch.clone()));
-        self.gated(op, "", fut).await
+        let ch = if node_side { &self.node } else { &self.ctl }.clone();
+        self.gated(op, "", || f.clone()(IdentityClient::new(ch.clone())))
+            .await
     }
 
     /// Close the current case: failures (if any) make it fail, else it passes
-    /// with `ok` as its detail.
+    /// with `ok` as its detail. Retries the lab's faults called for are named.
     pub(crate) fn judge(&mut self, id: &str, rule: &str, fails: Vec<String>, ok: String) {
-        let (outcome, detail) = if fails.is_empty() {
+        let (outcome, mut detail) = if fails.is_empty() {
             (CaseOutcome::Pass, ok)
         } else {
             (CaseOutcome::Fail, fails.join("; "))
         };
+        if self.retried > 0 {
+            detail.push_str(&format!(
+                " ({} call(s) retried after the lab's faults)",
+                self.retried
+            ));
+        }
         self.record(id, rule, outcome, detail);
     }
 
@@ -128,6 +192,7 @@ impl Sweeper {
     }
 
     fn record(&mut self, id: &str, rule: &str, outcome: CaseOutcome, detail: String) {
+        self.retried = 0;
         self.cases.push(SweepCase {
             id: id.to_string(),
             rule: rule.to_string(),

@@ -48,6 +48,11 @@ pub(crate) struct SweepNode {
     pub path_exists: Box<dyn Fn(&str) -> bool + Send + Sync>,
 }
 
+/// Waits until a crash or restart the lab's faults began has finished (the
+/// lab's hook), before the sweep retries a call those faults spoiled.
+pub(crate) type Settle =
+    std::sync::Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
+
 /// What the sweep needs from the lab.
 pub(crate) struct SweepTarget {
     /// The controller's socket.
@@ -62,4 +67,6 @@ pub(crate) struct SweepTarget {
     pub fs_type: String,
     /// Per-call deadline.
     pub call_timeout: std::time::Duration,
+    /// See [`Settle`].
+    pub settle: Settle,
 }
