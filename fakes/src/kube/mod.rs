@@ -19,11 +19,31 @@
 //! synchronous), then removes it when nothing is left; a deleted
 //! `kube-node-lease` is back at once (the real server recreates it within a
 //! minute); the `finalize` subresource is not served (404).
+//!
+//! OpenAPI and field validation (`schema`, `openapi`): `/openapi/v2` and
+//! `/openapi/v3` (index + one document per group-version) are generated from
+//! one schema table per kind; every write takes `fieldValidation`
+//! (Strict → 400 `strict decoding error: unknown field "spec.foo"`, Warn — the
+//! default — drops unknown fields with a `Warning` header, Ignore drops them),
+//! as k8s.io/apiserver's create/update/patch handlers; server-side apply
+//! refuses undeclared fields with the plain 500 of structured-merge-diff
+//! (`.spec.foo: field not declared in schema`). Deviations: `/openapi/v2` is
+//! JSON only (a request for its protobuf form, which client-go's
+//! `OpenAPISchema` makes, is 406); schemas carry types and field names, no
+//! descriptions, enums, formats beyond date-time/byte, or required lists;
+//! not modelled field by field, and so kept whatever they hold, are the
+//! `spec` and `status` of Pods and PersistentVolumes, PersistentVolumeClaim
+//! `status`, StorageClass `allowedTopologies`, VolumeAttachment
+//! `inlineVolumeSpec` and managedFields' `fieldsV1`
+//! (`x-kubernetes-preserve-unknown-fields` in the documents); duplicate JSON
+//! fields are not detected (the last wins, no `duplicate field` error).
 
 mod api;
 pub mod auth;
+mod openapi;
 mod patch;
 pub mod review;
+mod schema;
 mod selector;
 mod snapshot;
 mod state;
@@ -41,6 +61,7 @@ use crate::store::{Store, StoreError};
 pub use api::{all_ops, is_watch, op, Verb};
 pub use auth::{Access, Grant, Rule};
 pub use patch::{json_patch, merge_patch, PatchError};
+pub use schema::FieldValidation;
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use snapshot::{SNAPSHOT_API_VERSION, SNAPSHOT_GROUP};
 pub use state::KubeFake;
@@ -371,6 +392,10 @@ pub enum KubeError {
     /// A request this fake does not implement (501), named in the message.
     #[error("{message}")]
     NotImplemented { message: String },
+    /// A plain error of the real server (500 with no reason), e.g. server-side
+    /// apply failing to type its configuration.
+    #[error("{message}")]
+    Internal { message: String },
     /// The backing store failed (500 InternalError).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -387,6 +412,7 @@ impl KubeError {
             KubeError::Invalid { .. } => "Invalid",
             KubeError::BadRequest { .. } => "BadRequest",
             KubeError::NotImplemented { .. } => "NotImplemented",
+            KubeError::Internal { .. } => "",
             KubeError::Store(_) => "InternalError",
         }
     }
@@ -400,7 +426,7 @@ impl KubeError {
             KubeError::Invalid { .. } => 422,
             KubeError::BadRequest { .. } => 400,
             KubeError::NotImplemented { .. } => 501,
-            KubeError::Store(_) => 500,
+            KubeError::Internal { .. } | KubeError::Store(_) => 500,
         }
     }
 }

@@ -66,6 +66,9 @@ pub(crate) struct WriteOpts {
     pub status_only: bool,
     /// `dryRun=All`: validate and answer, commit nothing.
     pub dry_run: bool,
+    /// Over HTTP: how fields the kind does not declare are treated in the
+    /// patched object (`fieldValidation`); `None` in process (nothing pruned).
+    pub field_validation: Option<super::schema::FieldValidation>,
 }
 
 impl WriteOpts {
@@ -73,6 +76,7 @@ impl WriteOpts {
         http: false,
         status_only: false,
         dry_run: false,
+        field_validation: None,
     };
 }
 
@@ -986,6 +990,8 @@ impl KubeFake {
         self.update_locked(&mut guard, kind, &old, new, opts)
     }
 
+    /// Applies `patch`; answers the object and the warnings of field
+    /// validation (unknown fields dropped under `Warn`).
     pub(crate) fn patch_in(
         &self,
         kind: Kind,
@@ -993,14 +999,18 @@ impl KubeFake {
         name: &str,
         patch: PatchBody,
         opts: WriteOpts,
-    ) -> Result<Value> {
+    ) -> Result<(Value, Vec<String>)> {
         let scope = Self::scope(kind, ns)?;
+        if let (PatchBody::Apply(body), Some(_)) = (&patch, opts.field_validation) {
+            // Server-side apply types its configuration first, whatever fieldValidation says.
+            super::schema::check_apply(kind, ns, name, body)?;
+        }
         let mut guard = self.lock();
         let Some(old) = self.load(kind, scope, name)? else {
             if let (PatchBody::Apply(body), false) = (patch, opts.status_only) {
                 // Server-side apply creates what does not exist yet.
                 let obj = self.normalize(kind, ns, Some(name), body)?;
-                return self.create_locked(&mut guard, kind, obj, opts);
+                return Ok((self.create_locked(&mut guard, kind, obj, opts)?, Vec::new()));
             }
             return Err(KubeError::NotFound {
                 kind,
@@ -1033,8 +1043,16 @@ impl KubeFake {
                 },
             })?,
         };
-        let new = self.normalize(kind, ns.filter(|_| kind.namespaced()), Some(name), patched)?;
-        self.update_locked(&mut guard, kind, &old, new, opts)
+        let mut new =
+            self.normalize(kind, ns.filter(|_| kind.namespaced()), Some(name), patched)?;
+        let warnings = match (&patch, opts.field_validation) {
+            (PatchBody::Apply(_), _) | (_, None) => Vec::new(),
+            (_, Some(mode)) => super::schema::validate_fields(&mut new, kind, mode, false)?,
+        };
+        Ok((
+            self.update_locked(&mut guard, kind, &old, new, opts)?,
+            warnings,
+        ))
     }
 
     fn update_locked(
@@ -1310,6 +1328,7 @@ impl KubeFake {
             PatchBody::Merge(patch),
             WriteOpts::IN_PROCESS,
         )
+        .map(|(object, _)| object)
     }
 
     /// Delete with `DeleteOptions.gracePeriodSeconds` (0 = now, as the kubelet

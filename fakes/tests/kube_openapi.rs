@@ -1,0 +1,226 @@
+//! The kube fake's OpenAPI documents and server-side field validation, over
+//! HTTP through an unmodified kube-rs client: `/openapi/v3` names a document
+//! per served group-version, whose PATCH operations declare
+//! `fieldValidation` (what kubectl checks before it leaves validation to the
+//! server); `fieldValidation=Strict|Warn|Ignore` on POST, PUT and PATCH.
+
+use drivelab_fakes::clock::SimClock;
+use drivelab_fakes::gate::Gate;
+use drivelab_fakes::history::History;
+use drivelab_fakes::kube::KubeFake;
+use drivelab_fakes::serve::{loopback, Listener};
+use drivelab_fakes::store::MemStore;
+use kube::{Client, Config};
+use serde_json::{json, Value};
+
+struct Lab {
+    client: Client,
+    _fake: KubeFake,
+    _listener: Listener,
+}
+
+async fn lab() -> Lab {
+    let fake = KubeFake::new(
+        std::sync::Arc::new(MemStore::default()),
+        Gate::new(History::new(SimClock::new())),
+        7,
+    )
+    .expect("fake");
+    fake.declare_namespace("drv").expect("namespace");
+    let listener = fake.serve(loopback()).await.expect("listen");
+    let mut config = Config::new(listener.url().parse().expect("url"));
+    config.default_namespace = "drv".into();
+    config.auth_info.token = Some(fake.admin_token().into());
+    Lab {
+        client: Client::try_from(config).expect("client"),
+        _fake: fake,
+        _listener: listener,
+    }
+}
+
+/// (status, warning headers, body) of a request.
+async fn call(
+    lab: &Lab,
+    method: &str,
+    uri: &str,
+    ctype: &str,
+    body: Option<Value>,
+) -> (u16, Vec<String>, Value) {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", ctype)
+        .body(body.map_or_else(Vec::new, |b| b.to_string().into_bytes()))
+        .unwrap();
+    let res = lab
+        .client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    let code = res.status().as_u16();
+    let warnings = res
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    let bytes = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (
+        code,
+        warnings,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn openapi_v3_index_and_documents() {
+    let lab = lab().await;
+    let (code, _, idx) = call(&lab, "GET", "/openapi/v3", "", None).await;
+    assert_eq!(code, 200);
+    let url = idx["paths"]["apis/storage.k8s.io/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("storage.k8s.io/v1 listed")
+        .to_string();
+    let (code, _, doc) = call(&lab, "GET", &url, "", None).await;
+    assert_eq!(code, 200);
+    let patch = &doc["paths"]["/apis/storage.k8s.io/v1/storageclasses/{name}"]["patch"];
+    assert_eq!(
+        patch["x-kubernetes-group-version-kind"]["kind"],
+        "StorageClass"
+    );
+    assert!(patch["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "fieldValidation"));
+    let (code, _, core) = call(&lab, "GET", "/openapi/v3/api/v1", "", None).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        core["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"]
+            ["x-kubernetes-group-version-kind"][0]["kind"],
+        "ConfigMap"
+    );
+    let (code, _, _) = call(&lab, "GET", "/openapi/v3/apis/apps/v1", "", None).await;
+    assert_eq!(code, 404);
+    let (code, _, v2) = call(&lab, "GET", "/openapi/v2", "", None).await;
+    assert_eq!(code, 200);
+    assert_eq!(v2["swagger"], "2.0");
+    assert!(v2["definitions"]["io.k8s.objectstorage.v1alpha1.Bucket"].is_object());
+}
+
+#[tokio::test]
+async fn field_validation_strict_warn_ignore() {
+    let lab = lab().await;
+    let cms = "/api/v1/namespaces/drv/configmaps";
+    let cm = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+               "data": {"a": "b"}, "foo": 1, "metadata2": {"x": 1}})
+    };
+    // Strict: 400, named fields, nothing stored.
+    let (code, _, st) = call(
+        &lab,
+        "POST",
+        &format!("{cms}?fieldValidation=Strict"),
+        "application/json",
+        Some(cm("s")),
+    )
+    .await;
+    assert_eq!(code, 400, "{st}");
+    assert_eq!(st["reason"], "BadRequest");
+    assert_eq!(
+        st["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"foo\", unknown field \"metadata2\""
+    );
+    let (code, _, _) = call(&lab, "GET", &format!("{cms}/s"), "", None).await;
+    assert_eq!(code, 404);
+    // Default (Warn): created without the fields, one Warning header each.
+    let (code, warnings, obj) = call(&lab, "POST", cms, "application/json", Some(cm("w"))).await;
+    assert_eq!(code, 201, "{obj}");
+    assert_eq!(
+        warnings,
+        vec![
+            "299 - \"unknown field \\\"foo\\\"\"".to_string(),
+            "299 - \"unknown field \\\"metadata2\\\"\"".to_string()
+        ]
+    );
+    assert!(obj.get("foo").is_none());
+    // Ignore: dropped, no warning.
+    let (code, warnings, _) = call(
+        &lab,
+        "POST",
+        &format!("{cms}?fieldValidation=Ignore"),
+        "application/json",
+        Some(cm("i")),
+    )
+    .await;
+    assert_eq!((code, warnings.len()), (201, 0));
+    // A value the server does not know is 422 on the options.
+    let (code, _, st) = call(
+        &lab,
+        "POST",
+        &format!("{cms}?fieldValidation=Loose"),
+        "application/json",
+        Some(cm("x")),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        st["message"],
+        "CreateOptions.meta.k8s.io \"\" is invalid: fieldValidation: Unsupported value: \"Loose\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\""
+    );
+    // PATCH: the patched object is checked; the message has no kind prefix.
+    let (code, _, st) = call(
+        &lab,
+        "PATCH",
+        &format!("{cms}/w?fieldValidation=Strict"),
+        "application/merge-patch+json",
+        Some(json!({"metadata": {"colour": "red"}})),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        st["message"],
+        "strict decoding error: unknown field \"metadata.colour\""
+    );
+    // PUT with Strict, nested in a custom resource.
+    let claims = "/apis/objectstorage.k8s.io/v1alpha1/namespaces/drv/bucketclaims";
+    let claim = json!({"apiVersion": "objectstorage.k8s.io/v1alpha1", "kind": "BucketClaim",
+        "metadata": {"name": "c"}, "spec": {"bucketClassName": "std", "protocols": ["S3"]}});
+    let (code, _, created) = call(&lab, "POST", claims, "application/json", Some(claim)).await;
+    assert_eq!(code, 201);
+    let mut put = created.clone();
+    put["spec"]["colour"] = json!("red");
+    let (code, _, st) = call(
+        &lab,
+        "PUT",
+        &format!("{claims}/c?fieldValidation=Strict"),
+        "application/json",
+        Some(put),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        st["message"],
+        "BucketClaim in version \"v1alpha1\" cannot be handled as a BucketClaim: strict decoding error: unknown field \"spec.colour\""
+    );
+    // Server-side apply types its configuration whatever fieldValidation says.
+    let (code, _, st) = call(
+        &lab,
+        "PATCH",
+        &format!("{cms}/w?fieldManager=me&fieldValidation=Ignore"),
+        "application/apply-patch+yaml",
+        Some(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w"}, "sops": {}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 500, "{st}");
+    assert!(st.get("reason").is_none(), "{st}");
+    assert_eq!(
+        st["message"],
+        "failed to create typed patch object (drv/w; /v1, Kind=ConfigMap): .sops: field not declared in schema"
+    );
+}
