@@ -279,3 +279,59 @@ async fn kubectl_apply_validates_against_the_served_openapi() {
     .unwrap();
     drop(lab.dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_sends_protobuf_and_is_understood() {
+    if !have_kubectl("kubectl_create_sends_protobuf_and_is_understood") {
+        return;
+    }
+    let lab = lab().await;
+    let lab = tokio::task::spawn_blocking(move || {
+        // Plain `kubectl create secret/configmap/namespace` POST protobuf bodies.
+        let (ok, out, err) = kubectl(
+            &lab.admin,
+            &["create", "secret", "generic", "x", "--from-literal=a=b"],
+        );
+        assert!(ok && out.contains("secret/x created"), "{out} {err}");
+        let (ok, out, err) = kubectl(&lab.admin, &["get", "secret", "x", "-o", "json"]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["data"]["a"], "Yg==", "{out}");
+        assert_eq!(v["type"], "Opaque", "{out}");
+        let (ok, out, err) = kubectl(
+            &lab.admin,
+            &[
+                "create",
+                "configmap",
+                "y",
+                "--from-literal=k=v",
+                "--from-literal=k2=v2",
+            ],
+        );
+        assert!(ok && out.contains("configmap/y created"), "{out} {err}");
+        let (ok, out, _) = kubectl(&lab.admin, &["get", "configmap", "y", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(ok && v["data"]["k2"] == "v2", "{out}");
+        let (ok, out, err) = kubectl(&lab.admin, &["create", "namespace", "team"]);
+        assert!(ok && out.contains("namespace/team created"), "{out} {err}");
+        let (ok, out, err) = kubectl(
+            &lab.admin,
+            &[
+                "create",
+                "secret",
+                "docker-registry",
+                "reg",
+                "--docker-server=s",
+                "--docker-username=u",
+                "--docker-password=p",
+                "-n",
+                "team",
+            ],
+        );
+        assert!(ok && out.contains("secret/reg created"), "{out} {err}");
+        lab
+    })
+    .await
+    .unwrap();
+    drop(lab.dir);
+}

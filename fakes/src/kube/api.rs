@@ -518,9 +518,33 @@ fn unsupported_media(got: &str, accepted: &str) -> ApiError {
     )
 }
 
-fn require_json_body(req: &Request) -> Result<(), ApiError> {
-    match media_type(req).as_str() {
-        "" | "application/json" => Ok(()),
+/// The object of a POST or PUT: JSON, or for the kinds `protobuf` decodes,
+/// the Kubernetes protobuf wire format client-go's typed clients send. The
+/// media type is judged before the body is read (415 before 400).
+async fn read_object(kind: Kind, req: Request) -> Result<Value, ApiError> {
+    use super::protobuf::{self, ProtobufError};
+    let decoded = protobuf::DECODED.contains(&kind);
+    match media_type(&req).as_str() {
+        "" | "application/json" => parse_json(&read_body(req).await?),
+        protobuf::MEDIA_TYPE if decoded => {
+            protobuf::decode(kind, &read_body(req).await?).map_err(|e| match e {
+                ProtobufError::Malformed(m) => ApiError::bad_request(format!(
+                    "{k} in version \"{v}\" cannot be handled as a {k}: {m}",
+                    k = kind.kind_name(),
+                    v = kind.version()
+                )),
+                ProtobufError::Unsupported(m) => ApiError::new(415, "UnsupportedMediaType", m),
+            })
+        }
+        protobuf::MEDIA_TYPE => Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            protobuf::unsupported_message(kind),
+        )),
+        other if decoded => Err(unsupported_media(
+            other,
+            "application/json, application/vnd.kubernetes.protobuf",
+        )),
         other => Err(unsupported_media(other, "application/json")),
     }
 }
@@ -562,7 +586,6 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                 list(fake, kind, ns.as_deref(), &params)
             }
             Method::POST if ns.is_some() || !kind.namespaced() => {
-                require_json_body(&req)?;
                 let mode = params.field_validation("CreateOptions")?;
                 let opts = WriteOpts {
                     http: true,
@@ -570,7 +593,7 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                     dry_run: params.dry_run()?,
                     field_validation: Some(mode),
                 };
-                let mut body = parse_json(&read_body(req).await?)?;
+                let mut body = read_object(kind, req).await?;
                 let warnings = validate_fields(&mut body, kind, mode, true)?;
                 let created = fake.create_in(kind, ns.as_deref(), body, opts)?;
                 Ok(with_warnings(
@@ -601,10 +624,9 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                     None => Err(super::KubeError::NotFound { kind, name }.into()),
                 },
                 Method::PUT => {
-                    require_json_body(&req)?;
                     let mode = params.field_validation("UpdateOptions")?;
                     opts.field_validation = Some(mode);
-                    let mut body = parse_json(&read_body(req).await?)?;
+                    let mut body = read_object(kind, req).await?;
                     let warnings = validate_fields(&mut body, kind, mode, true)?;
                     let out = fake.replace_in(kind, ns, Some(&name), body, opts)?;
                     Ok(with_warnings(reply(StatusCode::OK, out), &warnings))
