@@ -335,3 +335,62 @@ async fn kubectl_create_sends_protobuf_and_is_understood() {
     .unwrap();
     drop(lab.dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_server_side_apply_conflicts_with_client_side_apply() {
+    if !have_kubectl("kubectl_server_side_apply_conflicts_with_client_side_apply") {
+        return;
+    }
+    let lab = lab().await;
+    let lab = tokio::task::spawn_blocking(move || {
+        let file = |name: &str, text: &str| {
+            let p = lab.dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let cm = |v: &str| {
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  a: {v}\n  keep: k\n")
+        };
+        let (ok, _, err) = kubectl(&lab.admin, &["apply", "-f", &file("a.yaml", &cm("b"))]);
+        assert!(ok, "{err}");
+        let changed = file("b.yaml", &cm("z"));
+        let (ok, _, err) = kubectl(&lab.admin, &["apply", "--server-side", "-f", &changed]);
+        assert!(!ok, "a conflicting server-side apply succeeded");
+        assert!(
+            err.contains(
+                "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using v1: .data.a"
+            ),
+            "{err}"
+        );
+        let (ok, out, err) = kubectl(
+            &lab.admin,
+            &["apply", "--server-side", "--force-conflicts", "-f", &changed],
+        );
+        assert!(ok && out.contains("configmap/app serverside-applied"), "{out} {err}");
+        // Dropping a field from the applied manifest removes it (kubectl owns it alone now).
+        let less = file(
+            "c.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  a: z\n",
+        );
+        let (ok, _, err) = kubectl(&lab.admin, &["apply", "--server-side", "-f", &less]);
+        assert!(ok, "{err}");
+        let (ok, out, _) = kubectl(
+            &lab.admin,
+            &["get", "configmap", "app", "-o", "json", "--show-managed-fields"],
+        );
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(ok && v["data"] == json!({"a": "z"}), "{out}");
+        assert!(
+            v["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["manager"] == "kubectl" && e["operation"] == "Apply"),
+            "{out}"
+        );
+        lab
+    })
+    .await
+    .unwrap();
+    drop(lab.dir);
+}

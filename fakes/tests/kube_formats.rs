@@ -2,8 +2,9 @@
 //! kube-rs client: its OpenAPI documents (`/openapi/v3` names a document per
 //! served group-version, whose PATCH operations declare `fieldValidation`,
 //! what kubectl checks before it leaves validation to the server),
-//! `fieldValidation=Strict|Warn|Ignore` on POST, PUT and PATCH, and request
-//! bodies in the Kubernetes protobuf wire format.
+//! `fieldValidation=Strict|Warn|Ignore` on POST, PUT and PATCH, request
+//! bodies in the Kubernetes protobuf wire format, and server-side apply with
+//! field managers (typed `Api::patch(Patch::Apply)`).
 
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::gate::Gate;
@@ -334,5 +335,134 @@ async fn protobuf_bodies_of_the_core_kinds_kubectl_sends() {
             .unwrap()
             .contains("this fake decodes protobuf bodies of Secret, ConfigMap, Namespace only"),
         "{st}"
+    );
+}
+
+#[tokio::test]
+async fn server_side_apply_owns_fields_per_manager() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let lab = lab().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(lab.client.clone());
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}}))
+            .unwrap();
+    let pp = PostParams {
+        field_manager: Some("creator".into()),
+        ..Default::default()
+    };
+    let created = cms.create(&pp, &cm).await.unwrap();
+    let mf = serde_json::to_value(created.metadata.managed_fields.unwrap()).unwrap();
+    assert_eq!(mf[0]["manager"], "creator");
+    assert_eq!(mf[0]["operation"], "Update");
+    assert_eq!(
+        mf[0]["fieldsV1"],
+        json!({"f:data": {".": {}, "f:a": {}, "f:b": {}}})
+    );
+
+    let apply = |data: Value| {
+        Patch::Apply(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data}),
+        )
+    };
+    let ssa = PatchParams::apply("ssa");
+    // Another manager owns .data.a with another value: 409 naming both.
+    let err = cms
+        .patch("c", &ssa, &apply(json!({"a": "9"})))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(st) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!((st.code, st.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        st.message,
+        "Apply failed with 1 conflict: conflict with \"creator\" using v1: .data.a"
+    );
+    // The same value is shared, not a conflict.
+    cms.patch("c", &PatchParams::apply("other"), &apply(json!({"b": "2"})))
+        .await
+        .unwrap();
+    // force takes the field over.
+    let forced = cms
+        .patch(
+            "c",
+            &ssa.clone().force(),
+            &apply(json!({"a": "9", "c": "3"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.data.as_ref().unwrap()["a"], "9");
+    let managers: Vec<(String, String)> = forced
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.manager.unwrap(), e.operation.unwrap()))
+        .collect();
+    assert_eq!(
+        managers,
+        vec![
+            ("other".to_string(), "Apply".to_string()),
+            ("ssa".to_string(), "Apply".to_string()),
+            ("creator".to_string(), "Update".to_string())
+        ]
+    );
+    // Fields ssa stops applying go when it was their only owner; b stays (others own it).
+    let after = cms
+        .patch("c", &ssa, &apply(json!({"b": "2"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        after.data.unwrap(),
+        [("b".to_string(), "2".to_string())].into_iter().collect()
+    );
+    // A plain update takes ownership from the appliers.
+    let mut upd = cms.get("c").await.unwrap();
+    upd.data = Some([("b".to_string(), "5".to_string())].into_iter().collect());
+    let replaced = cms
+        .replace(
+            "c",
+            &PostParams {
+                field_manager: Some("editor".into()),
+                ..Default::default()
+            },
+            &upd,
+        )
+        .await
+        .unwrap();
+    let mf = serde_json::to_value(replaced.metadata.managed_fields.unwrap()).unwrap();
+    assert!(
+        mf.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["manager"] == "editor" && e["fieldsV1"] == json!({"f:data": {"f:b": {}}})),
+        "{mf}"
+    );
+    assert!(
+        !mf.as_array().unwrap().iter().any(|e| e["manager"] == "ssa"),
+        "ssa owned only b: {mf}"
+    );
+    // What is not modelled is refused, not merged wrongly.
+    let (code, _, st) = call(
+        &lab,
+        "PATCH",
+        "/api/v1/namespaces/drv/pods/p?fieldManager=ssa",
+        "application/apply-patch+yaml",
+        Some(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "x", "image": "i"}]}})),
+    )
+    .await;
+    assert_eq!(code, 501, "{st}");
+    let (code, _, st) = call(
+        &lab,
+        "PATCH",
+        "/api/v1/namespaces/drv/configmaps/c?fieldManager=ssa",
+        "application/apply-patch+yaml",
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "managedFields": [{}]}})),
+    )
+    .await;
+    assert_eq!(
+        (code, st["message"].as_str()),
+        (400, Some("metadata.managedFields must be nil"))
     );
 }

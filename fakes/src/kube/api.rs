@@ -518,6 +518,23 @@ fn unsupported_media(got: &str, accepted: &str) -> ApiError {
     )
 }
 
+/// The field manager a write is recorded for: `fieldManager`, else the
+/// user agent up to its first `/` (apiserver `managerOrUserAgent`).
+fn field_manager(params: &Params, req: &Request) -> String {
+    match params.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(m) => m.to_string(),
+        None => {
+            let ua = req
+                .headers()
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let product = ua.split('/').next().unwrap_or("");
+            product.chars().take(128).collect()
+        }
+    }
+}
+
 /// The object of a POST or PUT: JSON, or for the kinds `protobuf` decodes,
 /// the Kubernetes protobuf wire format client-go's typed clients send. The
 /// media type is judged before the body is read (415 before 400).
@@ -592,6 +609,8 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                     status_only: false,
                     dry_run: params.dry_run()?,
                     field_validation: Some(mode),
+                    manager: Some(field_manager(&params, &req).into()),
+                    force: false,
                 };
                 let mut body = read_object(kind, req).await?;
                 let warnings = validate_fields(&mut body, kind, mode, true)?;
@@ -617,6 +636,8 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                 status_only: status,
                 dry_run: params.dry_run()?,
                 field_validation: None,
+                manager: Some(field_manager(&params, &req).into()),
+                force: false,
             };
             match method {
                 Method::GET => match fake.get_in(kind, ns, &name)? {
@@ -847,6 +868,19 @@ async fn patch(
         return Err(ApiError::bad_request(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
+    }
+    let mut opts = opts;
+    match (params.get("force"), format == Format::Apply) {
+        (None | Some("" | "false"), _) => {}
+        (Some("true"), true) => opts.force = true,
+        (Some("true"), false) => {
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch",
+            ))
+        }
+        (Some(v), _) => return Err(ApiError::bad_request(format!("invalid force {v:?}"))),
     }
     let body = parse_json(&read_body(req).await?)?;
     let existed = format == Format::Apply && fake.get_in(kind, ns, name)?.is_some();

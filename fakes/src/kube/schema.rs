@@ -33,6 +33,8 @@ pub(crate) enum S {
     List(&'static S),
     /// A set-like list merged by value (`+listType=set`, `+patchStrategy=merge`).
     Set(&'static S),
+    /// A list of objects merged by a key field (`+listType=map`, `+listMapKey`).
+    Keyed(&'static S, &'static str),
     /// A map from string keys to values.
     Map(&'static S),
     /// An object with these fields and no others.
@@ -79,7 +81,7 @@ pub(crate) const OBJECT_META: S = Obj(&[
     ("managedFields", List(&MANAGED_FIELDS_ENTRY)),
     ("name", Str),
     ("namespace", Str),
-    ("ownerReferences", List(&OWNER_REFERENCE)),
+    ("ownerReferences", Keyed(&OWNER_REFERENCE, "uid")),
     ("resourceVersion", Str),
     ("selfLink", Str),
     ("uid", Str),
@@ -150,7 +152,7 @@ fn body(kind: Kind) -> &'static [(&'static str, S)] {
             ("spec", Obj(&[("finalizers", List(&Str))])),
             (
                 "status",
-                Obj(&[("conditions", List(&CONDITION)), ("phase", Str)]),
+                Obj(&[("conditions", Keyed(&CONDITION, "type")), ("phase", Str)]),
             ),
         ],
         Kind::BucketClass => &[
@@ -272,12 +274,15 @@ fn body(kind: Kind) -> &'static [(&'static str, S)] {
             "spec",
             Obj(&[(
                 "drivers",
-                List(&Obj(&[
-                    ("allocatable", Obj(&[("count", Int)])),
-                    ("name", Str),
-                    ("nodeID", Str),
-                    ("topologyKeys", List(&Str)),
-                ])),
+                Keyed(
+                    &Obj(&[
+                        ("allocatable", Obj(&[("count", Int)])),
+                        ("name", Str),
+                        ("nodeID", Str),
+                        ("topologyKeys", List(&Str)),
+                    ]),
+                    "name",
+                ),
             )]),
         )],
         Kind::VolumeSnapshotClass => &[
@@ -345,6 +350,56 @@ fn body(kind: Kind) -> &'static [(&'static str, S)] {
     }
 }
 
+/// The schema of a whole object of `kind` (apiVersion, kind, metadata and
+/// its body), built once per kind.
+pub(crate) fn root(kind: Kind) -> &'static S {
+    static ROOTS: std::sync::OnceLock<std::collections::HashMap<Kind, &'static S>> =
+        std::sync::OnceLock::new();
+    ROOTS.get_or_init(|| {
+        Kind::ALL
+            .into_iter()
+            .map(|k| {
+                let mut fields: Vec<(&'static str, S)> =
+                    vec![("apiVersion", Str), ("kind", Str), ("metadata", Meta)];
+                fields.extend(body(k).iter().map(|(n, s)| (*n, s.shallow())));
+                // Built once per process for a finite set of kinds: the leak is bounded.
+                let fields: &'static [(&'static str, S)] = Box::leak(fields.into_boxed_slice());
+                let root: &'static S = Box::leak(Box::new(Obj(fields)));
+                (k, root)
+            })
+            .collect()
+    })[&kind]
+}
+
+impl S {
+    /// A copy of this node that shares its children (they are `'static`).
+    fn shallow(&self) -> S {
+        match self {
+            Str => Str,
+            Int => Int,
+            Bool => Bool,
+            Bytes => Bytes,
+            Time => Time,
+            IntOrStr => IntOrStr,
+            List(i) => List(i),
+            Set(i) => Set(i),
+            Keyed(i, k) => Keyed(i, k),
+            Map(v) => Map(v),
+            Obj(f) => Obj(f),
+            Free => Free,
+            Meta => Meta,
+        }
+    }
+
+    /// The node a `Meta` reference stands for.
+    pub(crate) fn resolve(&self) -> &S {
+        match self {
+            Meta => &OBJECT_META,
+            other => other,
+        }
+    }
+}
+
 /// True where the kind's schema keeps unknown fields somewhere (a [`S::Free`] part).
 #[cfg(test)]
 pub(crate) fn free_parts(kind: Kind) -> Vec<String> {
@@ -356,7 +411,7 @@ pub(crate) fn free_parts(kind: Kind) -> Vec<String> {
                     walk(f, &format!("{path}.{n}"), out)
                 }
             }
-            List(i) | Set(i) => walk(i, &format!("{path}[]"), out),
+            List(i) | Set(i) | Keyed(i, _) => walk(i, &format!("{path}[]"), out),
             Map(v) => walk(v, &format!("{path}[*]"), out),
             _ => {}
         }
@@ -400,6 +455,11 @@ pub(crate) fn render(s: &S, refs: &str) -> Value {
         Set(i) => json!({
             "type": "array", "items": render(i, refs),
             "x-kubernetes-list-type": "set", "x-kubernetes-patch-strategy": "merge",
+        }),
+        Keyed(i, key) => json!({
+            "type": "array", "items": render(i, refs),
+            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key],
+            "x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": key,
         }),
         Map(v) => json!({"type": "object", "additionalProperties": render(v, refs)}),
         Obj(fields) => {
@@ -508,7 +568,7 @@ fn prune(s: &S, v: &mut Value, path: &str, unknown: &mut Vec<String>) {
                 }
             }
         }
-        (List(i) | Set(i), Value::Array(a)) => {
+        (List(i) | Set(i) | Keyed(i, _), Value::Array(a)) => {
             for (n, v) in a.iter_mut().enumerate() {
                 prune(i, v, &format!("{path}[{n}]"), unknown)
             }

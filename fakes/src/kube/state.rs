@@ -57,7 +57,7 @@ pub(crate) struct Inner {
 }
 
 /// How a write reaches the state (which rules apply).
-#[derive(Copy, Clone, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct WriteOpts {
     /// Came over HTTP to the main resource: the status subresource rule applies
     /// (status changes are dropped for kinds that have one).
@@ -69,6 +69,12 @@ pub(crate) struct WriteOpts {
     /// Over HTTP: how fields the kind does not declare are treated in the
     /// patched object (`fieldValidation`); `None` in process (nothing pruned).
     pub field_validation: Option<super::schema::FieldValidation>,
+    /// Over HTTP: the field manager the write is recorded for in
+    /// managedFields (`fieldManager`, or the user agent's product); `None`
+    /// in process (nothing recorded).
+    pub manager: Option<Arc<str>>,
+    /// Server-side apply with `force=true`: take over conflicting fields.
+    pub force: bool,
 }
 
 impl WriteOpts {
@@ -77,6 +83,8 @@ impl WriteOpts {
         status_only: false,
         dry_run: false,
         field_validation: None,
+        manager: None,
+        force: false,
     };
 }
 
@@ -89,7 +97,7 @@ pub(crate) enum PatchBody {
     Strategic(Value),
     /// RFC 6902.
     Json(Value),
-    /// Server-side apply, approximated as merge-or-create.
+    /// Server-side apply (`managed`): merge-or-create with field ownership.
     Apply(Value),
 }
 
@@ -884,7 +892,7 @@ impl KubeFake {
             ));
         }
         let record_ns = match kind.namespaced() {
-            true => self.admit_create_in(kind, &ns, meta_str(&obj, "name"), opts)?,
+            true => self.admit_create_in(kind, &ns, meta_str(&obj, "name"), opts.clone())?,
             false => false,
         };
         let rv = **guard + 1;
@@ -948,6 +956,14 @@ impl KubeFake {
         } else {
             md.remove("generation");
         }
+        if let Some(manager) = &opts.manager {
+            let w = super::managed::Writer {
+                manager,
+                status: false,
+                now: &now,
+            };
+            super::managed::record_update(kind, None, &mut obj, &w);
+        }
         if !opts.dry_run {
             if record_ns {
                 self.record_namespace(**guard, &ns)?;
@@ -1001,15 +1017,29 @@ impl KubeFake {
         opts: WriteOpts,
     ) -> Result<(Value, Vec<String>)> {
         let scope = Self::scope(kind, ns)?;
-        if let (PatchBody::Apply(body), Some(_)) = (&patch, opts.field_validation) {
-            // Server-side apply types its configuration first, whatever fieldValidation says.
-            super::schema::check_apply(kind, ns, name, body)?;
+        if let PatchBody::Apply(body) = &patch {
+            super::managed::check_config(kind, body)?;
+            if opts.field_validation.is_some() {
+                // Server-side apply types its configuration first, whatever fieldValidation says.
+                super::schema::check_apply(kind, ns, name, body)?;
+            }
         }
+        let now = self.now();
         let mut guard = self.lock();
         let Some(old) = self.load(kind, scope, name)? else {
-            if let (PatchBody::Apply(body), false) = (patch, opts.status_only) {
+            if let (PatchBody::Apply(body), false) = (&patch, opts.status_only) {
                 // Server-side apply creates what does not exist yet.
-                let obj = self.normalize(kind, ns, Some(name), body)?;
+                let config = super::managed::scope_config(kind, body, false);
+                let mut obj = self.normalize(kind, ns, Some(name), config)?;
+                let mut opts = opts;
+                if let Some(manager) = opts.manager.take() {
+                    let w = super::managed::Writer {
+                        manager: &manager,
+                        status: false,
+                        now: &now,
+                    };
+                    obj = super::managed::apply(kind, &json!({}), &obj, &w, true)?;
+                }
                 return Ok((self.create_locked(&mut guard, kind, obj, opts)?, Vec::new()));
             }
             return Err(KubeError::NotFound {
@@ -1017,13 +1047,29 @@ impl KubeFake {
                 name: name.to_string(),
             });
         };
+        let mut opts = opts;
         let patched = match &patch {
-            PatchBody::Merge(p) | PatchBody::Apply(p) => {
+            PatchBody::Merge(p) => {
                 if !p.is_object() {
                     return Err(bad("a merge patch must be a JSON object"));
                 }
                 merge_patch(&old, p)
             }
+            PatchBody::Apply(p) => match opts.manager.take() {
+                Some(manager) => {
+                    let config = super::managed::scope_config(kind, p, opts.status_only);
+                    let config =
+                        self.normalize(kind, ns.filter(|_| kind.namespaced()), Some(name), config)?;
+                    let w = super::managed::Writer {
+                        manager: &manager,
+                        status: opts.status_only,
+                        now: &now,
+                    };
+                    super::managed::apply(kind, &old, &config, &w, opts.force)?
+                }
+                // In process (no manager): apply as a merge.
+                None => merge_patch(&old, p),
+            },
             PatchBody::Strategic(p) => {
                 use super::strategic::StrategicError;
                 super::strategic::strategic_merge_patch(kind, &old, p).map_err(|e| match e {
@@ -1124,6 +1170,15 @@ impl KubeFake {
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+        }
+        if let Some(manager) = &opts.manager {
+            let now = self.now();
+            let w = super::managed::Writer {
+                manager,
+                status: opts.status_only,
+                now: &now,
+            };
+            super::managed::record_update(kind, Some(old), &mut new, &w);
         }
         // A no-op write keeps its resourceVersion, as the real server does.
         if &new == old {

@@ -98,6 +98,13 @@ impl From<KubeError> for ApiError {
                 }
                 Some(d)
             }
+            KubeError::ApplyConflict { causes, .. } => {
+                let causes: Vec<Value> = causes
+                    .iter()
+                    .map(|(field, message)| json!({"reason": "FieldManagerConflict", "message": message, "field": field}))
+                    .collect();
+                Some(json!({"causes": causes}))
+            }
             KubeError::BadRequest { .. }
             | KubeError::NotImplemented { .. }
             | KubeError::Internal { .. }

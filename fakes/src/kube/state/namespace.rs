@@ -215,7 +215,7 @@ impl KubeFake {
         for k in Kind::ALL.into_iter().filter(|k| k.namespaced()) {
             for obj in self.scan(k, Some(name))? {
                 let n = meta_str(&obj, "name").to_string();
-                self.delete_locked(guard, k, name, &n, &Preconditions::default(), opts)?;
+                self.delete_locked(guard, k, name, &n, &Preconditions::default(), opts.clone())?;
             }
         }
         self.finish_namespace(guard, name)?;
