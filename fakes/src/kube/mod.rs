@@ -20,6 +20,10 @@
 //! `kube-node-lease` is back at once (the real server recreates it within a
 //! minute); the `finalize` subresource is not served (404).
 //!
+//! Timestamps (`creationTimestamp`, `deletionTimestamp`, managedFields times)
+//! come from the lab's clock: in a run virtual time from 2025-01-01T00:00:00Z,
+//! reproducible; in `drivelab serve` the wall clock (`SimClock::following_wall_clock`).
+//!
 //! OpenAPI and field validation (`schema`, `openapi`): `/openapi/v2` and
 //! `/openapi/v3` (index + one document per group-version) are generated from
 //! one schema table per kind; every write takes `fieldValidation`

@@ -20,11 +20,6 @@ use crate::store::{Store, StoreExt};
 
 const RV_KEY: &str = "kube/meta/rv";
 const OBJ_PREFIX: &str = "kube/o/";
-/// Virtual time 0 maps to this wall-clock instant (2025-01-01T00:00:00Z), so
-/// timestamps are reproducible from the seed and the schedule.
-const EPOCH_UNIX: i64 = 1_735_689_600;
-/// [`EPOCH_UNIX`] as the API writes timestamps: virtual time 0.
-const EPOCH_RFC3339: &str = "2025-01-01T00:00:00Z";
 /// How many generateName suffixes are tried before giving up, as the real
 /// server retries on collision.
 const GENERATE_NAME_ATTEMPTS: u64 = 8;
@@ -336,18 +331,16 @@ impl KubeFake {
         self.now_plus(0)
     }
 
-    /// The virtual time `offset` seconds from now, as an RFC 3339 timestamp.
+    /// The virtual time `offset` seconds from now, as an RFC 3339 timestamp
+    /// (on the clock's epoch: fixed in a run, the wall clock in serve).
     fn now_plus(&self, offset: i64) -> String {
-        let ms = self.inner.gate.history().clock().now().0;
-        let secs = EPOCH_UNIX
-            .saturating_add(i64::try_from(ms / 1000).unwrap_or(i64::MAX / 2))
-            .saturating_add(offset);
-        let fmt =
-            time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
-        time::OffsetDateTime::from_unix_timestamp(secs)
-            .ok()
-            .and_then(|t| t.format(&fmt).ok())
-            .unwrap_or_else(|| EPOCH_RFC3339.to_string())
+        self.inner.gate.history().clock().rfc3339(offset)
+    }
+
+    /// Virtual time 0 as an RFC 3339 timestamp (when the lab's cluster began).
+    fn epoch(&self) -> String {
+        let clock = self.inner.gate.history().clock();
+        clock.rfc3339_at(crate::clock::VTime(0), 0)
     }
 
     /// The stored object, or for a namespace its virtual stand-in.
