@@ -583,9 +583,15 @@ pub(crate) fn record_update(kind: Kind, old: Option<&Value>, new: &mut Value, w:
     compare(s, old, Some(new), &mut Vec::new(), &mut c);
     let changed: FieldSet = strip(c.added.union(&c.modified).cloned().collect());
     let removed = strip(std::mem::take(&mut c.removed));
-    // A body that sets managedFields replaces them (as the real server takes them).
+    // A body that sets managedFields replaces them; one without keeps the live
+    // object's, so clients that do not know the field never erase it
+    // (apimachinery `decodeLiveOrNew`).
     let mut managed = Managed::of(new);
+    if managed.0.is_empty() {
+        managed = old.map(Managed::of).unwrap_or_default();
+    }
     if changed.is_empty() && removed.is_empty() {
+        set_managed(new, &managed);
         return;
     }
     let me = w.key("Update");
@@ -884,6 +890,20 @@ mod tests {
         let none = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}});
         let emptied = apply(Kind::ConfigMap, &after, &none, &w("me"), false).unwrap();
         assert!(emptied.get("data").is_none(), "{emptied}");
+    }
+
+    #[test]
+    fn an_update_without_managed_fields_keeps_the_live_ones() {
+        let mut old = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
+        record_update(Kind::ConfigMap, None, &mut old, &w("first"));
+        let mut same = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
+        record_update(Kind::ConfigMap, Some(&old), &mut same, &w("second"));
+        assert_eq!(same, old, "a write that changes nothing is a no-op");
+        let mut changed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
+        record_update(Kind::ConfigMap, Some(&old), &mut changed, &w("second"));
+        let m = Managed::of(&changed);
+        let names: Vec<&str> = m.0.keys().map(|k| k.manager.as_str()).collect();
+        assert_eq!(names, ["first", "second"]);
     }
 
     #[test]
