@@ -511,12 +511,16 @@ fn type_at<'a>(s: &'a S, path: &[String]) -> Option<&'a S> {
 
 /// The 409 of conflicting managers (apimachinery `NewConflictError`).
 fn conflict_error(conflicts: &[(ManagerKey, String, Path)]) -> KubeError {
+    // printManager: the name, its subresource, and for an updater its version.
     let who = |k: &ManagerKey, api_version: &str| {
-        if k.operation == "Update" {
-            format!("{:?} using {api_version}", k.manager)
-        } else {
-            format!("{:?}", k.manager)
+        let mut m = format!("{:?}", k.manager);
+        if !k.subresource.is_empty() {
+            m = format!("{m} with subresource {:?}", k.subresource);
         }
+        if k.operation == "Update" {
+            m = format!("{m} using {api_version}");
+        }
+        m
     };
     let causes: Vec<(String, String)> = conflicts
         .iter()
@@ -851,6 +855,11 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "Apply failed with 1 conflict: conflict with \"kubectl-create\" using v1: .data.a"
+        );
+        let two = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "9", "b": "8"}});
+        assert_eq!(
+            apply(Kind::ConfigMap, &cm, &two, &w("me"), false).unwrap_err().to_string(),
+            "Apply failed with 2 conflicts: conflicts with \"kubectl-create\" using v1:\n- .data.a\n- .data.b"
         );
         // The same value is no conflict: shared ownership.
         let same = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
