@@ -309,6 +309,16 @@ async fn serve_exposes_the_fakes_until_sigint() {
         "faults:\n  - error: { on: s3.put_object, nth: 2, status: 503, code: SlowDown }\n",
     )
     .unwrap();
+    // Wall-clock instants as the API writes them (RFC 3339 UTC seconds sort as text).
+    let wall_now = || {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        drivelab_fakes::clock::SimClock::following(ms, std::sync::Arc::new(|| Duration::ZERO))
+            .rfc3339(0)
+    };
+    let started = wall_now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_drivelab"))
         .args(["serve", "--config"])
         .arg(&cfg)
@@ -415,6 +425,22 @@ async fn serve_exposes_the_fakes_until_sigint() {
         .expect("a token in the admin kubeconfig");
     let (status, body) = get(class_path, Some(admin_token.to_string())).await;
     assert_eq!(status, 200, "{body}");
+    // serve's clock is the wall clock (a run's starts at 2025-01-01 and moves
+    // only with its schedule): the admin Secret was created while serve started.
+    let (status, body) = get(secret_path, Some(admin_token.to_string())).await;
+    assert_eq!(status, 200, "{body}");
+    let json = body
+        .split_once("\r\n\r\n")
+        .map_or(body.as_str(), |(_, b)| b);
+    let created: serde_json::Value = serde_json::from_str(json).unwrap();
+    let created = created["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        started <= created && created <= wall_now(),
+        "creationTimestamp {created} is not between serve's start {started} and now"
+    );
 
     // SIGINT: a clean stop.
     unsafe {

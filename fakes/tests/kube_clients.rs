@@ -197,3 +197,200 @@ async fn kubectl_authenticates_and_is_authorized_by_role() {
     .unwrap();
     drop(lab.dir);
 }
+
+/// kubectl is installed (else the test prints a plain SKIPPED line).
+fn have_kubectl(test: &str) -> bool {
+    let ok = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        println!("SKIPPED: {test}: kubectl is not installed; the kubectl probes were NOT run");
+    }
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_validates_against_the_served_openapi() {
+    if !have_kubectl("kubectl_apply_validates_against_the_served_openapi") {
+        return;
+    }
+    let lab = lab().await;
+    let lab = tokio::task::spawn_blocking(move || {
+        let file = |name: &str, text: &str| {
+            let p = lab.dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let good = file(
+            "cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  a: b\n",
+        );
+        // Plain `kubectl apply` (default --validate=strict): no --validate=false needed.
+        let (ok, out, err) = kubectl(&lab.admin, &["apply", "-f", &good]);
+        assert!(ok, "kubectl apply: {err}");
+        assert!(out.contains("configmap/app created"), "{out}");
+        let changed = file(
+            "cm2.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  a: c\n",
+        );
+        let (ok, out, err) = kubectl(&lab.admin, &["apply", "-f", &changed]);
+        assert!(ok && out.contains("configmap/app configured"), "{out} {err}");
+
+        // An unknown field is refused by the server, worded as a real server words it.
+        let unknown = file(
+            "bad.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\ndata:\n  a: b\nfoo: 1\n",
+        );
+        let (ok, _, err) = kubectl(&lab.admin, &["apply", "-f", &unknown]);
+        assert!(!ok, "an unknown field was accepted");
+        assert!(
+            err.contains("Error from server (BadRequest)")
+                && err.contains(
+                    "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"foo\""
+                ),
+            "{err}"
+        );
+        // Nested, in a custom resource.
+        let claim = file(
+            "claim.yaml",
+            "apiVersion: objectstorage.k8s.io/v1alpha1\nkind: BucketClaim\nmetadata:\n  name: c\nspec:\n  bucketClassName: std\n  protocols: [S3]\n  colour: red\n",
+        );
+        let (ok, _, err) = kubectl(&lab.admin, &["apply", "-f", &claim]);
+        assert!(
+            !ok && err.contains("strict decoding error: unknown field \"spec.colour\""),
+            "{err}"
+        );
+        // --validate=warn: stored without the field, with the server's warning.
+        let (ok, out, err) = kubectl(&lab.admin, &["apply", "--validate=warn", "-f", &claim]);
+        assert!(ok, "{err}");
+        assert!(out.contains("bucketclaim.objectstorage.k8s.io/c created"), "{out}");
+        assert!(err.contains("Warning: unknown field \"spec.colour\""), "{err}");
+        let (ok, out, _) = kubectl(&lab.admin, &["get", "bucketclaim", "c", "-o", "json"]);
+        assert!(ok, "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(v["spec"].get("colour").is_none(), "{out}");
+        // --validate=false: dropped silently.
+        let (ok, _, err) = kubectl(&lab.admin, &["apply", "--validate=false", "-f", &unknown]);
+        assert!(ok && !err.contains("Warning"), "{err}");
+        lab
+    })
+    .await
+    .unwrap();
+    drop(lab.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_sends_protobuf_and_is_understood() {
+    if !have_kubectl("kubectl_create_sends_protobuf_and_is_understood") {
+        return;
+    }
+    let lab = lab().await;
+    let lab = tokio::task::spawn_blocking(move || {
+        // Plain `kubectl create secret/configmap/namespace` POST protobuf bodies.
+        let (ok, out, err) = kubectl(
+            &lab.admin,
+            &["create", "secret", "generic", "x", "--from-literal=a=b"],
+        );
+        assert!(ok && out.contains("secret/x created"), "{out} {err}");
+        let (ok, out, err) = kubectl(&lab.admin, &["get", "secret", "x", "-o", "json"]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["data"]["a"], "Yg==", "{out}");
+        assert_eq!(v["type"], "Opaque", "{out}");
+        let (ok, out, err) = kubectl(
+            &lab.admin,
+            &[
+                "create",
+                "configmap",
+                "y",
+                "--from-literal=k=v",
+                "--from-literal=k2=v2",
+            ],
+        );
+        assert!(ok && out.contains("configmap/y created"), "{out} {err}");
+        let (ok, out, _) = kubectl(&lab.admin, &["get", "configmap", "y", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(ok && v["data"]["k2"] == "v2", "{out}");
+        let (ok, out, err) = kubectl(&lab.admin, &["create", "namespace", "team"]);
+        assert!(ok && out.contains("namespace/team created"), "{out} {err}");
+        let (ok, out, err) = kubectl(
+            &lab.admin,
+            &[
+                "create",
+                "secret",
+                "docker-registry",
+                "reg",
+                "--docker-server=s",
+                "--docker-username=u",
+                "--docker-password=p",
+                "-n",
+                "team",
+            ],
+        );
+        assert!(ok && out.contains("secret/reg created"), "{out} {err}");
+        lab
+    })
+    .await
+    .unwrap();
+    drop(lab.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_server_side_apply_conflicts_with_client_side_apply() {
+    if !have_kubectl("kubectl_server_side_apply_conflicts_with_client_side_apply") {
+        return;
+    }
+    let lab = lab().await;
+    let lab = tokio::task::spawn_blocking(move || {
+        let file = |name: &str, text: &str| {
+            let p = lab.dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let cm = |v: &str| {
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  a: {v}\n  keep: k\n")
+        };
+        let (ok, _, err) = kubectl(&lab.admin, &["apply", "-f", &file("a.yaml", &cm("b"))]);
+        assert!(ok, "{err}");
+        let changed = file("b.yaml", &cm("z"));
+        let (ok, _, err) = kubectl(&lab.admin, &["apply", "--server-side", "-f", &changed]);
+        assert!(!ok, "a conflicting server-side apply succeeded");
+        assert!(
+            err.contains(
+                "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using v1: .data.a"
+            ),
+            "{err}"
+        );
+        let (ok, out, err) = kubectl(
+            &lab.admin,
+            &["apply", "--server-side", "--force-conflicts", "-f", &changed],
+        );
+        assert!(ok && out.contains("configmap/app serverside-applied"), "{out} {err}");
+        // Dropping a field from the applied manifest removes it (kubectl owns it alone now).
+        let less = file(
+            "c.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  a: z\n",
+        );
+        let (ok, _, err) = kubectl(&lab.admin, &["apply", "--server-side", "-f", &less]);
+        assert!(ok, "{err}");
+        let (ok, out, _) = kubectl(
+            &lab.admin,
+            &["get", "configmap", "app", "-o", "json", "--show-managed-fields"],
+        );
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(ok && v["data"] == json!({"a": "z"}), "{out}");
+        assert!(
+            v["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["manager"] == "kubectl" && e["operation"] == "Apply"),
+            "{out}"
+        );
+        lab
+    })
+    .await
+    .unwrap();
+    drop(lab.dir);
+}

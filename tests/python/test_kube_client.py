@@ -85,3 +85,43 @@ def test_admin_watches_what_the_driver_writes():
         if ev["object"].metadata.name == cm:
             w.stop()
     assert ("ADDED", cm) in seen, seen
+
+
+def test_unknown_fields_under_strict_and_default_field_validation():
+    admin = core("ADMIN")
+    cm = name("strict")
+    admin.create_namespaced_config_map(
+        DRIVER_NS, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=cm), data={"a": "b"})
+    )
+    merge = dict(_content_type="application/merge-patch+json")
+    patch = {"data": {"a": "c"}, "colour": "red"}
+    e = refused(
+        lambda: admin.patch_namespaced_config_map(cm, DRIVER_NS, patch, field_validation="Strict", **merge),
+        400,
+    )
+    assert 'strict decoding error: unknown field \\"colour\\"' in e.body, e.body
+    # The default (Warn) drops the field and stores the rest.
+    patched = admin.patch_namespaced_config_map(cm, DRIVER_NS, patch, **merge)
+    assert patched.data == {"a": "c"}
+    raw = admin.read_namespaced_config_map(cm, DRIVER_NS, _preload_content=False).data
+    assert b"colour" not in raw, raw
+
+
+def test_server_side_apply_conflicts_and_force():
+    admin = core("ADMIN")
+    cm = name("applied")
+    admin.create_namespaced_config_map(
+        DRIVER_NS,
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name=cm), data={"a": "1"}),
+        field_manager="py-create",
+    )
+    config_ = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm}, "data": {"a": "2"}}
+    apply = dict(field_manager="py-apply", _content_type="application/apply-patch+yaml")
+    e = refused(lambda: admin.patch_namespaced_config_map(cm, DRIVER_NS, config_, **apply), 409)
+    assert 'conflict with \\"py-create\\" using v1: .data.a' in e.body, e.body
+    done = admin.patch_namespaced_config_map(cm, DRIVER_NS, config_, force=True, **apply)
+    assert done.data == {"a": "2"}
+    owned = {(m.manager, m.operation): m.fields_v1 for m in done.metadata.managed_fields}
+    assert owned[("py-apply", "Apply")] == {"f:data": {"f:a": {}}}, owned
+    # The creator keeps the map it made, not the field taken from it.
+    assert owned[("py-create", "Update")] == {"f:data": {}}, owned

@@ -744,13 +744,7 @@ pub fn sha256_hex(text: &str) -> String {
 
 /// The virtual time as an RFC 3339 timestamp, for `status.*Error.time`.
 pub(crate) fn timestamp(gate: &Gate) -> String {
-    let ms = gate.history().clock().now().0;
-    let secs = 1_735_689_600i64.saturating_add(i64::try_from(ms / 1000).unwrap_or(0));
-    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
-    time::OffsetDateTime::from_unix_timestamp(secs)
-        .ok()
-        .and_then(|t| t.format(&fmt).ok())
-        .unwrap_or_else(|| "2025-01-01T00:00:00Z".to_string())
+    gate.history().clock().rfc3339(0)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use base64::Engine as _;
 use http::{header, Method, StatusCode};
 use serde_json::{json, Value};
 
+use super::schema::{validate_fields, FieldValidation};
 use super::selector::{FieldSelector, LabelSelector};
 use super::state::{Deleted, KubeFake, PatchBody, Preconditions, WriteOpts};
 use super::status::{render_rejection, ApiError};
@@ -34,6 +35,12 @@ enum Discovery {
     GroupVersion(&'static str, &'static str),
     Version,
     Health,
+    /// `/openapi/v2`.
+    OpenApiV2,
+    /// `/openapi/v3`: the index of group-version documents.
+    OpenApiV3Index,
+    /// `/openapi/v3/{api/v1 | apis/g/v}`.
+    OpenApiV3(String),
 }
 
 /// What a URL path names.
@@ -94,6 +101,16 @@ fn parse_route(path: &str) -> Route {
         ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
         ["version"] => Route::Discovery(Discovery::Version),
         ["healthz"] | ["livez"] | ["readyz"] => Route::Discovery(Discovery::Health),
+        ["openapi", "v2"] => Route::Discovery(Discovery::OpenApiV2),
+        ["openapi", "v3"] => Route::Discovery(Discovery::OpenApiV3Index),
+        ["openapi", "v3", rest @ ..] => {
+            let gv = rest.join("/");
+            if super::openapi::group_versions().contains(&gv) {
+                Route::Discovery(Discovery::OpenApiV3(gv))
+            } else {
+                Route::Unknown
+            }
+        }
         _ => Route::Unknown,
     }
 }
@@ -413,6 +430,22 @@ impl Params {
         self.0.get(k).map(String::as_str)
     }
 
+    /// `fieldValidation` of a write whose options are `options`
+    /// (`CreateOptions`); an unknown value is 422 as `ValidateFieldValidation`.
+    fn field_validation(&self, options: &str) -> Result<FieldValidation, ApiError> {
+        let v = self.get("fieldValidation");
+        FieldValidation::parse(v).ok_or_else(|| {
+            ApiError::new(
+                422,
+                "Invalid",
+                format!(
+                    "{options}.meta.k8s.io \"\" is invalid: fieldValidation: Unsupported value: {:?}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
+                    v.unwrap_or("")
+                ),
+            )
+        })
+    }
+
     fn dry_run(&self) -> Result<bool, ApiError> {
         match self.get("dryRun") {
             None | Some("") => Ok(false),
@@ -485,9 +518,50 @@ fn unsupported_media(got: &str, accepted: &str) -> ApiError {
     )
 }
 
-fn require_json_body(req: &Request) -> Result<(), ApiError> {
-    match media_type(req).as_str() {
-        "" | "application/json" => Ok(()),
+/// The field manager a write is recorded for: `fieldManager`, else the
+/// user agent up to its first `/` (apiserver `managerOrUserAgent`).
+fn field_manager(params: &Params, req: &Request) -> String {
+    match params.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(m) => m.to_string(),
+        None => {
+            let ua = req
+                .headers()
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let product = ua.split('/').next().unwrap_or("");
+            product.chars().take(128).collect()
+        }
+    }
+}
+
+/// The object of a POST or PUT: JSON, or for the kinds `protobuf` decodes,
+/// the Kubernetes protobuf wire format client-go's typed clients send. The
+/// media type is judged before the body is read (415 before 400).
+async fn read_object(kind: Kind, req: Request) -> Result<Value, ApiError> {
+    use super::protobuf::{self, ProtobufError};
+    let decoded = protobuf::DECODED.contains(&kind);
+    match media_type(&req).as_str() {
+        "" | "application/json" => parse_json(&read_body(req).await?),
+        protobuf::MEDIA_TYPE if decoded => {
+            protobuf::decode(kind, &read_body(req).await?).map_err(|e| match e {
+                ProtobufError::Malformed(m) => ApiError::bad_request(format!(
+                    "{k} in version \"{v}\" cannot be handled as a {k}: {m}",
+                    k = kind.kind_name(),
+                    v = kind.version()
+                )),
+                ProtobufError::Unsupported(m) => ApiError::new(415, "UnsupportedMediaType", m),
+            })
+        }
+        protobuf::MEDIA_TYPE => Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            protobuf::unsupported_message(kind),
+        )),
+        other if decoded => Err(unsupported_media(
+            other,
+            "application/json, application/vnd.kubernetes.protobuf",
+        )),
         other => Err(unsupported_media(other, "application/json")),
     }
 }
@@ -513,7 +587,13 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                 .and_then(|h| h.to_str().ok())
                 .unwrap_or("127.0.0.1")
                 .to_string();
-            Ok(discovery(&d, &host))
+            let accept = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            discovery(&d, &host, &accept)
         }
         Route::Collection { kind, ns } => match method {
             Method::GET => {
@@ -523,15 +603,22 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                 list(fake, kind, ns.as_deref(), &params)
             }
             Method::POST if ns.is_some() || !kind.namespaced() => {
-                require_json_body(&req)?;
+                let mode = params.field_validation("CreateOptions")?;
                 let opts = WriteOpts {
                     http: true,
                     status_only: false,
                     dry_run: params.dry_run()?,
+                    field_validation: Some(mode),
+                    manager: Some(field_manager(&params, &req).into()),
+                    force: false,
                 };
-                let body = parse_json(&read_body(req).await?)?;
+                let mut body = read_object(kind, req).await?;
+                let warnings = validate_fields(&mut body, kind, mode, true)?;
                 let created = fake.create_in(kind, ns.as_deref(), body, opts)?;
-                Ok(reply(StatusCode::CREATED, created))
+                Ok(with_warnings(
+                    reply(StatusCode::CREATED, created),
+                    &warnings,
+                ))
             }
             _ => Err(ApiError::method_not_allowed(format!(
                 "the server does not allow this method on the requested resource ({method} {path})"
@@ -544,10 +631,13 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
             status,
         } => {
             let ns = ns.as_deref();
-            let opts = WriteOpts {
+            let mut opts = WriteOpts {
                 http: true,
                 status_only: status,
                 dry_run: params.dry_run()?,
+                field_validation: None,
+                manager: Some(field_manager(&params, &req).into()),
+                force: false,
             };
             match method {
                 Method::GET => match fake.get_in(kind, ns, &name)? {
@@ -555,11 +645,17 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                     None => Err(super::KubeError::NotFound { kind, name }.into()),
                 },
                 Method::PUT => {
-                    require_json_body(&req)?;
-                    let body = parse_json(&read_body(req).await?)?;
-                    Ok(reply(StatusCode::OK, fake.replace_in(kind, ns, Some(&name), body, opts)?))
+                    let mode = params.field_validation("UpdateOptions")?;
+                    opts.field_validation = Some(mode);
+                    let mut body = read_object(kind, req).await?;
+                    let warnings = validate_fields(&mut body, kind, mode, true)?;
+                    let out = fake.replace_in(kind, ns, Some(&name), body, opts)?;
+                    Ok(with_warnings(reply(StatusCode::OK, out), &warnings))
                 }
-                Method::PATCH => patch(fake, kind, ns, &name, &params, opts, req).await,
+                Method::PATCH => {
+                    opts.field_validation = Some(params.field_validation("PatchOptions")?);
+                    patch(fake, kind, ns, &name, &params, opts, req).await
+                }
                 Method::DELETE => delete(fake, kind, ns, &name, opts, req).await,
                 _ => Err(ApiError::method_not_allowed(format!(
                     "the server does not allow this method on the requested resource ({method} {path})"
@@ -773,6 +869,19 @@ async fn patch(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     }
+    let mut opts = opts;
+    match (params.get("force"), format == Format::Apply) {
+        (None | Some("" | "false"), _) => {}
+        (Some("true"), true) => opts.force = true,
+        (Some("true"), false) => {
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch",
+            ))
+        }
+        (Some(v), _) => return Err(ApiError::bad_request(format!("invalid force {v:?}"))),
+    }
     let body = parse_json(&read_body(req).await?)?;
     let existed = format == Format::Apply && fake.get_in(kind, ns, name)?.is_some();
     let patch = match format {
@@ -803,13 +912,25 @@ async fn patch(
         }
     };
     let is_apply = matches!(patch, PatchBody::Apply(_));
-    let out = fake.patch_in(kind, ns, name, patch, opts)?;
+    let (out, warnings) = fake.patch_in(kind, ns, name, patch, opts)?;
     let code = if is_apply && !existed {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok(reply(code, out))
+    Ok(with_warnings(reply(code, out), &warnings))
+}
+
+/// Adds each warning as a `Warning: 299 - "text"` header (RFC 7234), as the
+/// server's warning recorder does.
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = http::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
 }
 
 async fn delete(
@@ -920,8 +1041,32 @@ fn group_doc(name: &str, version: &str) -> Value {
     json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
 }
 
-fn discovery(d: &Discovery, host: &str) -> Response {
+/// True when `accept` admits a JSON answer (no header, `*/*`, `application/*`, JSON).
+fn accepts_json(accept: &str) -> bool {
+    accept.trim().is_empty()
+        || accept.split(',').any(|t| {
+            let t = t.split(';').next().unwrap_or("").trim();
+            matches!(t, "*/*" | "application/*" | "application/json")
+        })
+}
+
+fn discovery(d: &Discovery, host: &str, accept: &str) -> Result<Response, ApiError> {
     let body = match d {
+        Discovery::OpenApiV2 | Discovery::OpenApiV3Index | Discovery::OpenApiV3(_)
+            if !accepts_json(accept) =>
+        {
+            // client-go asks for the v2 document as gnostic protobuf; the fake
+            // serves JSON only, and says so rather than send bytes it cannot parse.
+            return Err(ApiError::new(
+                406,
+                "NotAcceptable",
+                format!("only the following media types are accepted: application/json (this fake does not serve the OpenAPI documents as protobuf; asked for {accept:?})"),
+            ));
+        }
+        Discovery::OpenApiV2 => super::openapi::v2_document(),
+        Discovery::OpenApiV3Index => super::openapi::v3_index(),
+        Discovery::OpenApiV3(gv) => super::openapi::v3_document(gv)
+            .ok_or_else(|| ApiError::not_found_path(&format!("/openapi/v3/{gv}")))?,
         Discovery::Api => json!({
             "kind": "APIVersions",
             "versions": ["v1"],
@@ -970,10 +1115,10 @@ fn discovery(d: &Discovery, host: &str) -> Response {
                 header::CONTENT_TYPE,
                 http::HeaderValue::from_static("text/plain; charset=utf-8"),
             );
-            return r;
+            return Ok(r);
         }
     };
-    reply(StatusCode::OK, body)
+    Ok(reply(StatusCode::OK, body))
 }
 
 #[cfg(test)]

@@ -19,11 +19,66 @@
 //! synchronous), then removes it when nothing is left; a deleted
 //! `kube-node-lease` is back at once (the real server recreates it within a
 //! minute); the `finalize` subresource is not served (404).
+//!
+//! Timestamps (`creationTimestamp`, `deletionTimestamp`, managedFields times)
+//! come from the lab's clock: in a run virtual time from 2025-01-01T00:00:00Z,
+//! reproducible; in `drivelab serve` the wall clock (`SimClock::following_wall_clock`).
+//!
+//! OpenAPI and field validation (`schema`, `openapi`): `/openapi/v2` and
+//! `/openapi/v3` (index + one document per group-version) are generated from
+//! one schema table per kind; every write takes `fieldValidation`
+//! (Strict → 400 `strict decoding error: unknown field "spec.foo"`, Warn — the
+//! default — drops unknown fields with a `Warning` header, Ignore drops them),
+//! as k8s.io/apiserver's create/update/patch handlers; server-side apply
+//! refuses undeclared fields with the plain 500 of structured-merge-diff
+//! (`.spec.foo: field not declared in schema`). Deviations: `/openapi/v2` is
+//! JSON only (a request for its protobuf form, which client-go's
+//! `OpenAPISchema` makes, is 406); schemas carry types and field names, no
+//! descriptions, enums, formats beyond date-time/byte, or required lists;
+//! not modelled field by field, and so kept whatever they hold, are the
+//! `spec` and `status` of Pods and PersistentVolumes, PersistentVolumeClaim
+//! `status`, StorageClass `allowedTopologies`, VolumeAttachment
+//! `inlineVolumeSpec` and managedFields' `fieldsV1`
+//! (`x-kubernetes-preserve-unknown-fields` in the documents); duplicate JSON
+//! fields are not detected (the last wins, no `duplicate field` error).
+//!
+//! Request bodies (`protobuf`): JSON, and the Kubernetes protobuf wire format
+//! (`application/vnd.kubernetes.protobuf`, what kubectl's `create secret`,
+//! `create configmap` and `create namespace` POST) for Secret, ConfigMap and
+//! Namespace; a protobuf body of any other kind is 415 naming the kinds that
+//! are decoded. Answers are always JSON (client-go accepts JSON when it asked
+//! for protobuf); protobuf's unknown fields are skipped, as the real decoder
+//! skips them.
+//!
+//! Field ownership and server-side apply (`managed`, after
+//! structured-merge-diff v4 `merge.Updater` and apimachinery
+//! `managedfields/internal`): every HTTP write records its field manager
+//! (`fieldManager`, else the user agent's product) in
+//! `metadata.managedFields` — `Update` entries own what they changed, `Apply`
+//! entries what they applied, per subresource; server-side apply merges by the
+//! schema (keyed lists by their key, sets by value, atomic lists whole), is
+//! 409 `Apply failed with N conflict(s): conflict with "m" using v1: .data.a`
+//! (causes `FieldManagerConflict`) when another manager owns a changed field,
+//! `force=true` takes the fields over, and fields a manager stops applying go
+//! when no other manager owns them; an object with no managedFields gets a
+//! `before-first-apply` owner on its first apply; stripped metadata
+//! (name, uid, resourceVersion, ...) is never tracked. Deviations: an apply
+//! that sets a part not modelled field by field (Pod and PersistentVolume
+//! `spec`/`status`, PersistentVolumeClaim `status`, VolumeAttachment
+//! `inlineVolumeSpec`) is 501 naming it; updates there are tracked as one
+//! atomic field; in-process writes (the lab's own sidecars and kubelet) are
+//! not recorded; unions, schema-change reconciliation and the managedFields
+//! size limit are not modelled; lists keep the live order with new items
+//! appended.
 
 mod api;
 pub mod auth;
+mod managed;
+mod openapi;
 mod patch;
+mod protobuf;
 pub mod review;
+mod schema;
 mod selector;
 mod snapshot;
 mod state;
@@ -41,6 +96,7 @@ use crate::store::{Store, StoreError};
 pub use api::{all_ops, is_watch, op, Verb};
 pub use auth::{Access, Grant, Rule};
 pub use patch::{json_patch, merge_patch, PatchError};
+pub use schema::FieldValidation;
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use snapshot::{SNAPSHOT_API_VERSION, SNAPSHOT_GROUP};
 pub use state::KubeFake;
@@ -349,6 +405,13 @@ pub enum KubeError {
         name: String,
         message: String,
     },
+    /// 409 Conflict of server-side apply: fields another manager owns;
+    /// `causes` are (field path, `conflict with "manager"`).
+    #[error("{message}")]
+    ApplyConflict {
+        message: String,
+        causes: Vec<(String, String)>,
+    },
     /// 403 Forbidden by admission (a create in a terminating namespace,
     /// deleting an immortal namespace); RBAC denials are rendered in `api`.
     #[error("{} \"{name}\" is forbidden: {message}", kind.plural())]
@@ -371,6 +434,10 @@ pub enum KubeError {
     /// A request this fake does not implement (501), named in the message.
     #[error("{message}")]
     NotImplemented { message: String },
+    /// A plain error of the real server (500 with no reason), e.g. server-side
+    /// apply failing to type its configuration.
+    #[error("{message}")]
+    Internal { message: String },
     /// The backing store failed (500 InternalError).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -382,11 +449,12 @@ impl KubeError {
         match self {
             KubeError::NotFound { .. } => "NotFound",
             KubeError::AlreadyExists { .. } => "AlreadyExists",
-            KubeError::Conflict { .. } => "Conflict",
+            KubeError::Conflict { .. } | KubeError::ApplyConflict { .. } => "Conflict",
             KubeError::Forbidden { .. } => "Forbidden",
             KubeError::Invalid { .. } => "Invalid",
             KubeError::BadRequest { .. } => "BadRequest",
             KubeError::NotImplemented { .. } => "NotImplemented",
+            KubeError::Internal { .. } => "",
             KubeError::Store(_) => "InternalError",
         }
     }
@@ -396,11 +464,13 @@ impl KubeError {
         match self {
             KubeError::NotFound { .. } => 404,
             KubeError::Forbidden { .. } => 403,
-            KubeError::AlreadyExists { .. } | KubeError::Conflict { .. } => 409,
+            KubeError::AlreadyExists { .. }
+            | KubeError::Conflict { .. }
+            | KubeError::ApplyConflict { .. } => 409,
             KubeError::Invalid { .. } => 422,
             KubeError::BadRequest { .. } => 400,
             KubeError::NotImplemented { .. } => 501,
-            KubeError::Store(_) => 500,
+            KubeError::Internal { .. } | KubeError::Store(_) => 500,
         }
     }
 }

@@ -20,11 +20,6 @@ use crate::store::{Store, StoreExt};
 
 const RV_KEY: &str = "kube/meta/rv";
 const OBJ_PREFIX: &str = "kube/o/";
-/// Virtual time 0 maps to this wall-clock instant (2025-01-01T00:00:00Z), so
-/// timestamps are reproducible from the seed and the schedule.
-const EPOCH_UNIX: i64 = 1_735_689_600;
-/// [`EPOCH_UNIX`] as the API writes timestamps: virtual time 0.
-const EPOCH_RFC3339: &str = "2025-01-01T00:00:00Z";
 /// How many generateName suffixes are tried before giving up, as the real
 /// server retries on collision.
 const GENERATE_NAME_ATTEMPTS: u64 = 8;
@@ -57,7 +52,7 @@ pub(crate) struct Inner {
 }
 
 /// How a write reaches the state (which rules apply).
-#[derive(Copy, Clone, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct WriteOpts {
     /// Came over HTTP to the main resource: the status subresource rule applies
     /// (status changes are dropped for kinds that have one).
@@ -66,6 +61,15 @@ pub(crate) struct WriteOpts {
     pub status_only: bool,
     /// `dryRun=All`: validate and answer, commit nothing.
     pub dry_run: bool,
+    /// Over HTTP: how fields the kind does not declare are treated in the
+    /// patched object (`fieldValidation`); `None` in process (nothing pruned).
+    pub field_validation: Option<super::schema::FieldValidation>,
+    /// Over HTTP: the field manager the write is recorded for in
+    /// managedFields (`fieldManager`, or the user agent's product); `None`
+    /// in process (nothing recorded).
+    pub manager: Option<Arc<str>>,
+    /// Server-side apply with `force=true`: take over conflicting fields.
+    pub force: bool,
 }
 
 impl WriteOpts {
@@ -73,6 +77,9 @@ impl WriteOpts {
         http: false,
         status_only: false,
         dry_run: false,
+        field_validation: None,
+        manager: None,
+        force: false,
     };
 }
 
@@ -85,7 +92,7 @@ pub(crate) enum PatchBody {
     Strategic(Value),
     /// RFC 6902.
     Json(Value),
-    /// Server-side apply, approximated as merge-or-create.
+    /// Server-side apply (`managed`): merge-or-create with field ownership.
     Apply(Value),
 }
 
@@ -324,18 +331,16 @@ impl KubeFake {
         self.now_plus(0)
     }
 
-    /// The virtual time `offset` seconds from now, as an RFC 3339 timestamp.
+    /// The virtual time `offset` seconds from now, as an RFC 3339 timestamp
+    /// (on the clock's epoch: fixed in a run, the wall clock in serve).
     fn now_plus(&self, offset: i64) -> String {
-        let ms = self.inner.gate.history().clock().now().0;
-        let secs = EPOCH_UNIX
-            .saturating_add(i64::try_from(ms / 1000).unwrap_or(i64::MAX / 2))
-            .saturating_add(offset);
-        let fmt =
-            time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
-        time::OffsetDateTime::from_unix_timestamp(secs)
-            .ok()
-            .and_then(|t| t.format(&fmt).ok())
-            .unwrap_or_else(|| EPOCH_RFC3339.to_string())
+        self.inner.gate.history().clock().rfc3339(offset)
+    }
+
+    /// Virtual time 0 as an RFC 3339 timestamp (when the lab's cluster began).
+    fn epoch(&self) -> String {
+        let clock = self.inner.gate.history().clock();
+        clock.rfc3339_at(crate::clock::VTime(0), 0)
     }
 
     /// The stored object, or for a namespace its virtual stand-in.
@@ -880,7 +885,7 @@ impl KubeFake {
             ));
         }
         let record_ns = match kind.namespaced() {
-            true => self.admit_create_in(kind, &ns, meta_str(&obj, "name"), opts)?,
+            true => self.admit_create_in(kind, &ns, meta_str(&obj, "name"), opts.clone())?,
             false => false,
         };
         let rv = **guard + 1;
@@ -944,6 +949,14 @@ impl KubeFake {
         } else {
             md.remove("generation");
         }
+        if let Some(manager) = &opts.manager {
+            let w = super::managed::Writer {
+                manager,
+                status: false,
+                now: &now,
+            };
+            super::managed::record_update(kind, None, &mut obj, &w);
+        }
         if !opts.dry_run {
             if record_ns {
                 self.record_namespace(**guard, &ns)?;
@@ -986,6 +999,8 @@ impl KubeFake {
         self.update_locked(&mut guard, kind, &old, new, opts)
     }
 
+    /// Applies `patch`; answers the object and the warnings of field
+    /// validation (unknown fields dropped under `Warn`).
     pub(crate) fn patch_in(
         &self,
         kind: Kind,
@@ -993,27 +1008,61 @@ impl KubeFake {
         name: &str,
         patch: PatchBody,
         opts: WriteOpts,
-    ) -> Result<Value> {
+    ) -> Result<(Value, Vec<String>)> {
         let scope = Self::scope(kind, ns)?;
+        if let PatchBody::Apply(body) = &patch {
+            super::managed::check_config(kind, body)?;
+            if opts.field_validation.is_some() {
+                // Server-side apply types its configuration first, whatever fieldValidation says.
+                super::schema::check_apply(kind, ns, name, body)?;
+            }
+        }
+        let now = self.now();
         let mut guard = self.lock();
         let Some(old) = self.load(kind, scope, name)? else {
-            if let (PatchBody::Apply(body), false) = (patch, opts.status_only) {
+            if let (PatchBody::Apply(body), false) = (&patch, opts.status_only) {
                 // Server-side apply creates what does not exist yet.
-                let obj = self.normalize(kind, ns, Some(name), body)?;
-                return self.create_locked(&mut guard, kind, obj, opts);
+                let config = super::managed::scope_config(kind, body, false);
+                let mut obj = self.normalize(kind, ns, Some(name), config)?;
+                let mut opts = opts;
+                if let Some(manager) = opts.manager.take() {
+                    let w = super::managed::Writer {
+                        manager: &manager,
+                        status: false,
+                        now: &now,
+                    };
+                    obj = super::managed::apply(kind, &json!({}), &obj, &w, true)?;
+                }
+                return Ok((self.create_locked(&mut guard, kind, obj, opts)?, Vec::new()));
             }
             return Err(KubeError::NotFound {
                 kind,
                 name: name.to_string(),
             });
         };
+        let mut opts = opts;
         let patched = match &patch {
-            PatchBody::Merge(p) | PatchBody::Apply(p) => {
+            PatchBody::Merge(p) => {
                 if !p.is_object() {
                     return Err(bad("a merge patch must be a JSON object"));
                 }
                 merge_patch(&old, p)
             }
+            PatchBody::Apply(p) => match opts.manager.take() {
+                Some(manager) => {
+                    let config = super::managed::scope_config(kind, p, opts.status_only);
+                    let config =
+                        self.normalize(kind, ns.filter(|_| kind.namespaced()), Some(name), config)?;
+                    let w = super::managed::Writer {
+                        manager: &manager,
+                        status: opts.status_only,
+                        now: &now,
+                    };
+                    super::managed::apply(kind, &old, &config, &w, opts.force)?
+                }
+                // In process (no manager): apply as a merge.
+                None => merge_patch(&old, p),
+            },
             PatchBody::Strategic(p) => {
                 use super::strategic::StrategicError;
                 super::strategic::strategic_merge_patch(kind, &old, p).map_err(|e| match e {
@@ -1033,8 +1082,16 @@ impl KubeFake {
                 },
             })?,
         };
-        let new = self.normalize(kind, ns.filter(|_| kind.namespaced()), Some(name), patched)?;
-        self.update_locked(&mut guard, kind, &old, new, opts)
+        let mut new =
+            self.normalize(kind, ns.filter(|_| kind.namespaced()), Some(name), patched)?;
+        let warnings = match (&patch, opts.field_validation) {
+            (PatchBody::Apply(_), _) | (_, None) => Vec::new(),
+            (_, Some(mode)) => super::schema::validate_fields(&mut new, kind, mode, false)?,
+        };
+        Ok((
+            self.update_locked(&mut guard, kind, &old, new, opts)?,
+            warnings,
+        ))
     }
 
     fn update_locked(
@@ -1106,6 +1163,15 @@ impl KubeFake {
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+        }
+        if let Some(manager) = &opts.manager {
+            let now = self.now();
+            let w = super::managed::Writer {
+                manager,
+                status: opts.status_only,
+                now: &now,
+            };
+            super::managed::record_update(kind, Some(old), &mut new, &w);
         }
         // A no-op write keeps its resourceVersion, as the real server does.
         if &new == old {
@@ -1310,6 +1376,7 @@ impl KubeFake {
             PatchBody::Merge(patch),
             WriteOpts::IN_PROCESS,
         )
+        .map(|(object, _)| object)
     }
 
     /// Delete with `DeleteOptions.gracePeriodSeconds` (0 = now, as the kubelet

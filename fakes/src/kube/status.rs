@@ -58,6 +58,10 @@ impl ApiError {
         if let (Some(d), Some(m)) = (&self.details, v.as_object_mut()) {
             m.insert("details".into(), d.clone());
         }
+        // A plain server error has no reason (metav1.StatusReasonUnknown is "", omitted).
+        if let (true, Some(m)) = (self.reason.is_empty(), v.as_object_mut()) {
+            m.remove("reason");
+        }
         v
     }
 }
@@ -94,8 +98,16 @@ impl From<KubeError> for ApiError {
                 }
                 Some(d)
             }
+            KubeError::ApplyConflict { causes, .. } => {
+                let causes: Vec<Value> = causes
+                    .iter()
+                    .map(|(field, message)| json!({"reason": "FieldManagerConflict", "message": message, "field": field}))
+                    .collect();
+                Some(json!({"causes": causes}))
+            }
             KubeError::BadRequest { .. }
             | KubeError::NotImplemented { .. }
+            | KubeError::Internal { .. }
             | KubeError::Store(_) => None,
         };
         if let KubeError::Store(err) = &e {

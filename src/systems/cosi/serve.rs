@@ -321,7 +321,10 @@ pub async fn start(
         .path(dir.path().join("state"))
         .open()
         .context("opening the session's sled store")?;
-    let history = History::new(SimClock::new());
+    // A live lab driven by hand: its clock starts at the wall-clock instant and
+    // moves with real time, so objects written a minute apart are a minute apart
+    // (a run's clock moves only with its schedule and stays reproducible).
+    let history = History::new(SimClock::following_wall_clock());
     // A credential for a long-lived server: from the OS, unlike a run's seeded one.
     let mut rng = rand::rng();
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";

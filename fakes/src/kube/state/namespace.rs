@@ -9,7 +9,6 @@ use serde_json::{json, Value};
 
 use super::{
     meta_mut, meta_str, obj_key, uid_for, validate, Deleted, KubeFake, Preconditions, WriteOpts,
-    EPOCH_RFC3339,
 };
 use crate::kube::{Kind, KubeError, Result};
 use crate::store::StoreExt;
@@ -44,8 +43,8 @@ fn fnv1a(s: &str) -> u64 {
 }
 
 /// A namespace as the server would show it, never written: created at virtual
-/// time 0, at resourceVersion `rv`.
-fn synthesize(seed: u64, name: &str, rv: u64) -> Value {
+/// time 0 (`created`), at resourceVersion `rv`.
+fn synthesize(seed: u64, name: &str, rv: u64, created: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -53,7 +52,7 @@ fn synthesize(seed: u64, name: &str, rv: u64) -> Value {
             "name": name,
             "uid": uid_for(seed ^ fnv1a(name), 0),
             "resourceVersion": rv.max(1).to_string(),
-            "creationTimestamp": EPOCH_RFC3339,
+            "creationTimestamp": created,
             "labels": {NAME_LABEL: name},
         },
         "spec": {"finalizers": ["kubernetes"]},
@@ -110,7 +109,7 @@ impl KubeFake {
             true => Some(1),
             false => self.inner.store.get_json::<u64>(&declared_key(name))?,
         };
-        Ok(rv.map(|rv| synthesize(self.inner.seed, name, rv)))
+        Ok(rv.map(|rv| synthesize(self.inner.seed, name, rv, &self.epoch())))
     }
 
     /// Every virtual namespace not shadowed by a stored one in `stored`.
@@ -123,7 +122,7 @@ impl KubeFake {
         );
         Ok(all
             .filter(|(n, _)| !stored.iter().any(|o| meta_str(o, "name") == n))
-            .map(|(n, rv)| synthesize(self.inner.seed, &n, rv))
+            .map(|(n, rv)| synthesize(self.inner.seed, &n, rv, &self.epoch()))
             .collect())
     }
 
@@ -215,7 +214,7 @@ impl KubeFake {
         for k in Kind::ALL.into_iter().filter(|k| k.namespaced()) {
             for obj in self.scan(k, Some(name))? {
                 let n = meta_str(&obj, "name").to_string();
-                self.delete_locked(guard, k, name, &n, &Preconditions::default(), opts)?;
+                self.delete_locked(guard, k, name, &n, &Preconditions::default(), opts.clone())?;
             }
         }
         self.finish_namespace(guard, name)?;
