@@ -196,6 +196,11 @@ enum Command {
         /// Write one line per case run here: stream number, schedule hash, verdict.
         #[arg(long)]
         manifest: Option<PathBuf>,
+        /// Schedules run side by side. Guided, what is drawn next depends on
+        /// the batch before, so a seed replays with the same --jobs (the
+        /// replay line carries it when it is not the default).
+        #[arg(long, default_value_t = drivelab::explore::DEFAULT_JOBS)]
+        jobs: usize,
     },
     /// Systematic fault sweep: from a baseline run of a scenario, one run per
     /// (interception point reached, occurrence, fault kind) — every single
@@ -599,6 +604,7 @@ fn main() -> ExitCode {
                 completion_index,
                 no_guide,
                 manifest,
+                jobs,
             } => {
                 let Some(time_budget) = scenario::parse_duration(&time_budget) else {
                     eprintln!("drivelab: --time-budget `{time_budget}` is not a duration (e.g. 60s, 5m)");
@@ -617,6 +623,7 @@ fn main() -> ExitCode {
                         partition: partition.or(completion_index),
                         manifest,
                     },
+                    jobs,
                 };
                 explore(scenario, driver, opts).await
             }

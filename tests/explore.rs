@@ -34,6 +34,7 @@ async fn explore_finds_a_mutant_race_and_the_found_file_replays_it() {
         detect_only: false,
         keep_going: false,
         stream: Default::default(),
+        jobs: drivelab::explore::DEFAULT_JOBS,
     };
     let report = explore::explore(&base("cosi/happy-path.yaml"), &opts)
         .await
@@ -100,6 +101,7 @@ async fn explore_finds_delete_unowned_by_a_late_delete_after_the_name_was_reused
         detect_only: false,
         keep_going: false,
         stream: Default::default(),
+        jobs: drivelab::explore::DEFAULT_JOBS,
     };
     let report = explore::explore(&base("explore/cosi-lifecycle.yaml"), &opts)
         .await
@@ -230,6 +232,7 @@ async fn explore_finds_csi_mutants_from_the_generic_csi_base() {
             detect_only: false,
             keep_going: false,
             stream: Default::default(),
+            jobs: drivelab::explore::DEFAULT_JOBS,
         };
         let report = explore::explore(&base("explore/csi-lifecycle.yaml"), &opts)
             .await

@@ -47,6 +47,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Value> {
         detect_only: true,
         keep_going: false,
         stream: Default::default(),
+        jobs: drivelab::explore::DEFAULT_JOBS,
     };
 
     let mut rate_opts = opts(vec![], 1, plan.rate_for);

@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-use crate::engine::{self, RunOptions, RunOutcome};
+use crate::engine::{self, RunOptions, RunOutcome, StepSnapshots};
 use crate::report::cli::Partition;
 use crate::scenario::{self, FaultAction, FaultSpec, FaultTarget, Located, Scenario, Step, When};
 
@@ -50,7 +50,16 @@ pub struct ExploreOptions {
     pub keep_going: bool,
     /// Guided, or a partition of the unguided stream (campaigns).
     pub stream: StreamMode,
+    /// Schedules run at once ([`DEFAULT_JOBS`]); guided, part of what a seed replays.
+    pub jobs: usize,
 }
+
+/// Schedules an exploration runs at once unless told otherwise. A case spends
+/// most of its wall time waiting (sockets, the seeded scheduler's quiet
+/// windows), so a few side by side fill the cores. Fixed rather than the
+/// machine's core count: guided, what is drawn next depends on the results of
+/// the batch before, so the batch size is part of what a seed replays.
+pub const DEFAULT_JOBS: usize = 4;
 
 /// Which schedules an exploration draws. Guided (the default), each case may
 /// be a child of an earlier one that reached something new, so what runs
@@ -543,6 +552,14 @@ pub async fn explore(base: &Scenario, opts: &ExploreOptions) -> anyhow::Result<E
     ex.finish(failing).await
 }
 
+/// One case's run: its outcome, the invariants it failed, and whether the
+/// correct driver failed the same schedule (hunting a mutant).
+struct Ran {
+    outcome: RunOutcome,
+    failed: Vec<&'static str>,
+    reference_failed: bool,
+}
+
 /// What ends a case: go on, or stop at this failing schedule.
 enum Next {
     Go,
@@ -585,29 +602,43 @@ impl Explorer<'_> {
         drawn < self.opts.cases as usize && self.started.elapsed() <= self.opts.time_budget
     }
 
+    /// Schedules run side by side (at least one).
+    fn jobs(&self) -> usize {
+        self.opts.jobs.max(1)
+    }
+
     /// Guided: fresh schedules and children of kept ones; `--cases` counts runs.
+    /// A batch is drawn from what the batches before it reached, then run at once.
     async fn guided(&mut self) -> anyhow::Result<Option<Schedule>> {
         let mut misses = 0u32;
         while self.in_budget(self.c.runs) {
-            let (targets, dups) = (&self.targets, &self.dups);
-            let child = self
-                .corpus
-                .child(&mut self.rng, targets, dups, self.n_steps);
-            let sched = match child {
-                Some(s) => s,
-                None => self.fresh()?,
-            };
-            if !self.c.seen.insert(sched.clone()) {
-                self.c.duplicates += 1;
-                misses += 1;
-                // A space this small is exhausted: stop rather than spin.
-                if misses > MAX_MISSES {
-                    break;
+            let room = self.jobs().min(self.opts.cases as usize - self.c.runs);
+            let mut batch = Vec::new();
+            while batch.len() < room {
+                let (targets, dups) = (&self.targets, &self.dups);
+                let child = self
+                    .corpus
+                    .child(&mut self.rng, targets, dups, self.n_steps);
+                let sched = match child {
+                    Some(s) => s,
+                    None => self.fresh()?,
+                };
+                if !self.c.seen.insert(sched.clone()) {
+                    self.c.duplicates += 1;
+                    misses += 1;
+                    // A space this small is exhausted: stop rather than spin.
+                    if misses > MAX_MISSES {
+                        break;
+                    }
+                    continue;
                 }
-                continue;
+                misses = 0;
+                batch.push((sched, None));
             }
-            misses = 0;
-            if let Next::Stop(s) = self.case(sched, None).await? {
+            if batch.is_empty() {
+                break;
+            }
+            if let Some(s) = self.run_batch(batch).await? {
                 return Ok(Some(s));
             }
         }
@@ -623,65 +654,109 @@ impl Explorer<'_> {
         let share = self.opts.stream.share();
         let mut seen_anywhere: HashSet<Schedule> = HashSet::new();
         let mut misses = 0u32;
-        while self.in_budget(self.streams as usize) {
-            let s = self.streams;
-            self.streams += 1;
-            let sched = self.fresh()?;
-            let first = seen_anywhere.insert(sched.clone());
-            misses = if first { 0 } else { misses + 1 };
-            if misses > MAX_MISSES {
-                break;
+        let mut exhausted = false;
+        while !exhausted && self.in_budget(self.streams as usize) {
+            let mut batch = Vec::new();
+            while batch.len() < self.jobs() && self.in_budget(self.streams as usize) {
+                let s = self.streams;
+                self.streams += 1;
+                let sched = self.fresh()?;
+                let first = seen_anywhere.insert(sched.clone());
+                misses = if first { 0 } else { misses + 1 };
+                if misses > MAX_MISSES {
+                    exhausted = true;
+                    break;
+                }
+                if !share.takes(s) {
+                    continue;
+                }
+                if !first {
+                    self.c.duplicates += 1;
+                    continue;
+                }
+                self.c.seen.insert(sched.clone());
+                batch.push((sched, Some(s)));
             }
-            if !share.takes(s) {
-                continue;
-            }
-            if !first {
-                self.c.duplicates += 1;
-                continue;
-            }
-            self.c.seen.insert(sched.clone());
-            if let Next::Stop(sched) = self.case(sched, Some(s)).await? {
-                return Ok(Some(sched));
+            if let Some(s) = self.run_batch(batch).await? {
+                return Ok(Some(s));
             }
         }
         Ok(None)
     }
 
-    /// Run one case (and, hunting a mutant, the correct driver on a failure).
-    async fn case(&mut self, sched: Schedule, stream: Option<u64>) -> anyhow::Result<Next> {
-        let opts = self.opts;
+    /// Run a batch side by side, then take the results in the order drawn:
+    /// the first failing schedule (in that order) stops an exploration that
+    /// does not keep going, whatever finished first.
+    async fn run_batch(
+        &mut self,
+        batch: Vec<(Schedule, Option<u64>)>,
+    ) -> anyhow::Result<Option<Schedule>> {
+        let runs: Vec<_> = batch.iter().map(|(s, _)| self.launch(s)).collect();
+        let ran = futures_util::future::join_all(runs).await;
+        for ((sched, stream), ran) in batch.into_iter().zip(ran) {
+            let ran = ran
+                .map_err(|e| anyhow!("the run panicked: {e}"))
+                .and_then(|r| r)
+                .with_context(|| format!("lab error on schedule {sched:?}"))?;
+            if let Next::Stop(s) = self.record(sched, stream, ran).await? {
+                return Ok(Some(s));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Start one case on its own task (and, hunting a mutant, the correct
+    /// driver on a failure): its outcome and what it failed.
+    fn launch(&mut self, sched: &Schedule) -> tokio::task::JoinHandle<anyhow::Result<Ran>> {
         for f in &sched.faults {
             self.c.placements.insert((f.target, f.nth, f.kind));
         }
-        let scn = apply(self.base, &self.targets, &sched);
-        let run = |mutants: Vec<Mutant>| {
-            let scn = &scn;
-            async move {
-                engine::run(
-                    scn,
-                    &RunOptions {
-                        seed: scn.seed,
-                        mutants,
-                        ..Default::default()
-                    },
-                )
-                .await
-            }
-        };
-        let outcome = run(opts.mutants.clone())
-            .await
-            .with_context(|| format!("lab error on schedule {sched:?}"))?;
-        let mut failed = failed_invariants(&outcome);
-        // Hunting a mutant: a schedule that breaks the correct driver too says
-        // nothing about the mutant (it is a finding of its own, reported apart).
-        if !failed.is_empty() && !opts.mutants.is_empty() {
-            let reference = run(vec![])
-                .await
-                .with_context(|| format!("lab error on schedule {sched:?}"))?;
-            if !failed_invariants(&reference).is_empty() {
-                self.c.reference_failures += 1;
-                failed.clear();
-            }
+        let scn = apply(self.base, &self.targets, sched);
+        let mutants = self.opts.mutants.clone();
+        tokio::spawn(async move {
+            let run = |mutants: Vec<Mutant>| {
+                // Verdicts and the history are all a case reads: no per-step
+                // snapshots (they were a fifth of a case's CPU).
+                let opts = RunOptions {
+                    seed: scn.seed,
+                    mutants,
+                    step_snapshots: StepSnapshots::FinalOnly,
+                    ..Default::default()
+                };
+                let scn = &scn;
+                async move { engine::run(scn, &opts).await }
+            };
+            let hunting = !mutants.is_empty();
+            let outcome = run(mutants).await?;
+            let failed = failed_invariants(&outcome);
+            // Hunting a mutant: a schedule that breaks the correct driver too says
+            // nothing about the mutant (it is a finding of its own, reported apart).
+            let reference_failed =
+                !failed.is_empty() && hunting && !failed_invariants(&run(vec![]).await?).is_empty();
+            Ok(Ran {
+                outcome,
+                failed,
+                reference_failed,
+            })
+        })
+    }
+
+    /// Take one case's result into the coverage, the corpus and the manifest.
+    async fn record(
+        &mut self,
+        sched: Schedule,
+        stream: Option<u64>,
+        ran: Ran,
+    ) -> anyhow::Result<Next> {
+        let opts = self.opts;
+        let Ran {
+            outcome,
+            mut failed,
+            reference_failed,
+        } = ran;
+        if reference_failed {
+            self.c.reference_failures += 1;
+            failed.clear();
         }
         if std::env::var_os("DRIVELAB_EXPLORE_TRACE").is_some() {
             eprintln!(
@@ -798,6 +873,9 @@ fn replay_line(base: &Scenario, opts: &ExploreOptions) -> String {
         (Some(p), _) => cmd.push_str(&format!(" --partition {}/{}", p.k, p.n)),
         (None, false) => cmd.push_str(" --no-guide"),
         (None, true) => {}
+    }
+    if opts.jobs != DEFAULT_JOBS {
+        cmd.push_str(&format!(" --jobs {}", opts.jobs));
     }
     if opts.keep_going {
         cmd.push_str(" --keep-going");

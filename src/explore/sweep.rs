@@ -483,6 +483,7 @@ async fn write_failures(
         detect_only: false,
         keep_going: false,
         stream: Default::default(),
+        jobs: super::DEFAULT_JOBS,
     };
     for faults in failing {
         if report.found.len() >= opts.max_found {

@@ -67,9 +67,17 @@ pub(crate) async fn run(
     let wall = twinned.then(external::FrozenWall::now_whole_second);
     let twin = if twinned {
         Some(
-            run_once(scn, seed, mutants, opts.step_snapshots, (None, wall), None)
-                .await?
-                .1,
+            // Only its secrets are read: no per-step snapshots.
+            run_once(
+                scn,
+                seed,
+                mutants,
+                StepSnapshots::FinalOnly,
+                (None, wall),
+                None,
+            )
+            .await?
+            .1,
         )
     } else {
         None
