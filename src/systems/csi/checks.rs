@@ -142,6 +142,9 @@ pub struct CsiObservations {
     pub driver_name: String,
     /// The spec sweep's cases, when a `spec_sweep:` step ran (plain data).
     pub sweep: Option<Vec<super::sweep::SweepCase>>,
+    /// What the sweep's own calls made and removed (no-orphans judges them too).
+    #[serde(default)]
+    pub sweep_ledger: super::sweep::SweepLedger,
     /// Reference-driver specific: what the linked-in hostpath-csi's own state
     /// directory holds that no volume or snapshot record names (the lab reads
     /// that directory; for any other driver this view does not exist).
@@ -366,13 +369,21 @@ fn no_orphans(obs: &CsiObservations) -> Verdict {
             );
         }
     }
-    // Judged: every disk the Director ever showed, and the snapshots at the end.
+    // Judged: every disk the Director ever showed, every volume and snapshot
+    // the sweep's calls made (their disks are in the end state above), and
+    // the snapshots at the end.
+    let swept = obs.sweep_ledger.volumes.len() + obs.sweep_ledger.snapshots.len();
     v.finish(
-        obs.disk_names.len() + obs.iaas_snapshots.len(),
+        obs.disk_names.len() + swept + obs.iaas_snapshots.len(),
         format!(
-            "{} IaaS disks, each owned by a Director disk of a live PersistentVolume; {} IaaS snapshots, each owned by a VolumeSnapshotContent",
+            "{} IaaS disks, each owned by a Director disk of a live PersistentVolume; {} IaaS snapshots, each owned by a VolumeSnapshotContent{}",
             obs.iaas_disks.len(),
-            obs.iaas_snapshots.len()
+            obs.iaas_snapshots.len(),
+            if swept > 0 {
+                format!(" (the spec sweep made {swept} volumes and snapshots; none is left)")
+            } else {
+                String::new()
+            }
         ),
     )
 }
@@ -409,6 +420,20 @@ fn no_orphans_by_csi(obs: &CsiObservations) -> Verdict {
             _ => {}
         }
     }
+    let sw = &obs.sweep_ledger;
+    for (id, calls) in &sw.volumes {
+        made.entry(id.clone())
+            .or_default()
+            .extend(calls.iter().map(|c| CallId(*c)));
+    }
+    for (id, calls) in &sw.snapshots {
+        snaps
+            .entry(id.clone())
+            .or_default()
+            .extend(calls.iter().map(|c| CallId(*c)));
+    }
+    deleted.extend(sw.volumes_deleted.iter().cloned());
+    snaps_deleted.extend(sw.snapshots_deleted.iter().cloned());
     for id in obs.listed_volumes.iter().flatten() {
         made.entry(id.clone()).or_default();
     }

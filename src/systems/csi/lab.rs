@@ -174,6 +174,8 @@ struct CsiLab {
     ctl_sock: PathBuf,
     /// The spec sweep's cases, once a `spec_sweep:` step ran.
     sweep: Option<Vec<super::sweep::SweepCase>>,
+    /// What the sweep's calls made and removed.
+    sweep_ledger: super::sweep::SweepLedger,
 }
 
 impl SystemLab for CsiLab {
@@ -457,6 +459,7 @@ impl CsiLab {
             driver_name,
             ctl_sock,
             sweep: None,
+            sweep_ledger: Default::default(),
         })
     }
 
@@ -839,7 +842,8 @@ impl CsiLab {
         };
         let gate = Gate::new(self.history.clone());
         gate.set_hook(self.hook.clone());
-        let cases = super::sweep::run(&target, gate).await;
+        let (cases, ledger) = super::sweep::run(&target, gate).await;
+        self.sweep_ledger.extend(ledger);
         self.hook.until_idle().await;
         self.sweep.get_or_insert_with(Vec::new).extend(cases);
         self.converge().await
@@ -1394,6 +1398,7 @@ impl CsiLab {
             listed_volumes,
             listed_snapshots,
             sweep: self.sweep.clone(),
+            sweep_ledger: self.sweep_ledger.clone(),
         };
         let (record, verdicts) =
             Record::new(scn, Observed::Csi(Box::new(obs))).seal_and_judge(&history)?;

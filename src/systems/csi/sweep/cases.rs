@@ -35,8 +35,12 @@ impl Known {
     }
 }
 
-/// Run every case against the driver; the cases, in order.
-pub(crate) async fn run(t: &SweepTarget, gate: drivelab_fakes::gate::Gate) -> Vec<SweepCase> {
+/// Run every case against the driver; the cases, in order, and what the
+/// sweep's calls made and removed.
+pub(crate) async fn run(
+    t: &SweepTarget,
+    gate: drivelab_fakes::gate::Gate,
+) -> (Vec<SweepCase>, super::SweepLedger) {
     let ctl = fcsi::connect_unix(&t.controller).await;
     let node = fcsi::connect_unix(&t.node.socket).await;
     let (ctl, node) = match (ctl, node) {
@@ -47,13 +51,14 @@ pub(crate) async fn run(t: &SweepTarget, gate: drivelab_fakes::gate::Gate) -> Ve
                 c.err().map_or("ok".into(), |e| e.to_string()),
                 n.err().map_or("ok".into(), |e| e.to_string())
             );
-            return vec![SweepCase {
+            let case = SweepCase {
                 id: "connect".into(),
                 rule: "the plugin serves its gRPC endpoint".into(),
                 outcome: super::CaseOutcome::Fail,
                 detail: why,
                 calls: Vec::new(),
-            }];
+            };
+            return (vec![case], Default::default());
         }
     };
     let mut s = Sweeper::new(gate, ctl, node, t.call_timeout, t.settle.clone());
@@ -63,7 +68,7 @@ pub(crate) async fn run(t: &SweepTarget, gate: drivelab_fakes::gate::Gate) -> Ve
     snapshots(&mut s, t, &known).await;
     clone_cases(&mut s, t, &known).await;
     implemented(&mut s, &known).await;
-    s.cases
+    (s.cases, s.ledger)
 }
 
 fn cap(t: &SweepTarget) -> csi::VolumeCapability {

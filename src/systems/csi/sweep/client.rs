@@ -10,12 +10,63 @@ use drivelab_fakes::cosi_sidecar::{code_name, through_gate, AnsweredBy};
 use drivelab_fakes::gate::{CallSpec, Gate};
 use drivelab_fakes::history::{Component, EventKind};
 use drivelab_fakes::ops::Op;
+use drivelab_proto::csi;
 use drivelab_proto::csi::controller_client::ControllerClient;
 use drivelab_proto::csi::identity_client::IdentityClient;
 use drivelab_proto::csi::node_client::NodeClient;
 use tonic::transport::Channel;
 
 use super::{CaseOutcome, SweepCase};
+
+/// What a reply says the driver made: a volume or a snapshot, by id.
+pub(crate) trait Yields {
+    /// The volume (`false`) or snapshot (`true`) id the reply hands out.
+    fn made(&self) -> Option<(bool, &str)> {
+        None
+    }
+}
+
+impl Yields for csi::CreateVolumeResponse {
+    fn made(&self) -> Option<(bool, &str)> {
+        self.volume.as_ref().map(|v| (false, v.volume_id.as_str()))
+    }
+}
+
+impl Yields for csi::CreateSnapshotResponse {
+    fn made(&self) -> Option<(bool, &str)> {
+        self.snapshot
+            .as_ref()
+            .map(|s| (true, s.snapshot_id.as_str()))
+    }
+}
+
+macro_rules! yields_nothing {
+    ($($t:ident),*) => { $(impl Yields for csi::$t {})* };
+}
+yields_nothing!(
+    ControllerExpandVolumeResponse,
+    ControllerGetCapabilitiesResponse,
+    ControllerGetVolumeResponse,
+    ControllerPublishVolumeResponse,
+    ControllerUnpublishVolumeResponse,
+    DeleteSnapshotResponse,
+    DeleteVolumeResponse,
+    GetCapacityResponse,
+    GetPluginCapabilitiesResponse,
+    GetPluginInfoResponse,
+    ListSnapshotsResponse,
+    ListVolumesResponse,
+    NodeExpandVolumeResponse,
+    NodeGetCapabilitiesResponse,
+    NodeGetInfoResponse,
+    NodeGetVolumeStatsResponse,
+    NodePublishVolumeResponse,
+    NodeStageVolumeResponse,
+    NodeUnpublishVolumeResponse,
+    NodeUnstageVolumeResponse,
+    ProbeResponse,
+    ValidateVolumeCapabilitiesResponse
+);
 
 /// A reply: the message, or the gRPC code and message.
 pub(crate) type Reply<T> = Result<T, (tonic::Code, String)>;
@@ -64,6 +115,8 @@ pub(crate) struct Sweeper {
     retried: usize,
     /// Cases so far.
     pub cases: Vec<SweepCase>,
+    /// What the sweep's calls made and removed.
+    pub ledger: super::SweepLedger,
 }
 
 impl Sweeper {
@@ -83,6 +136,7 @@ impl Sweeper {
             calls: Vec::new(),
             retried: 0,
             cases: Vec::new(),
+            ledger: Default::default(),
         }
     }
 
@@ -91,7 +145,7 @@ impl Sweeper {
     /// worked on it (a backend error, a crash) and the driver's answer is
     /// transient — what a CO retries. A driver's own transient answer with
     /// no fault behind it is judged as given.
-    async fn gated<T, F, Fut>(&mut self, op: Op, subject: &str, make: F) -> Reply<T>
+    async fn gated<T: Yields, F, Fut>(&mut self, op: Op, subject: &str, make: F) -> Reply<T>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -128,6 +182,7 @@ impl Sweeper {
                 }
             };
             if !spoiled || attempt >= MAX_ATTEMPTS {
+                self.ledger.note(op, subject, id.0, &result);
                 return result;
             }
             self.retried += 1;
@@ -137,7 +192,7 @@ impl Sweeper {
 
     /// One Controller RPC. `f` is called once per attempt (its captures are
     /// cloned for each).
-    pub(crate) async fn ctl<T, F, Fut>(&mut self, op: Op, subject: &str, f: F) -> Reply<T>
+    pub(crate) async fn ctl<T: Yields, F, Fut>(&mut self, op: Op, subject: &str, f: F) -> Reply<T>
     where
         F: FnOnce(ControllerClient<Channel>) -> Fut + Clone,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -148,7 +203,7 @@ impl Sweeper {
     }
 
     /// One Node RPC.
-    pub(crate) async fn node<T, F, Fut>(&mut self, op: Op, subject: &str, f: F) -> Reply<T>
+    pub(crate) async fn node<T: Yields, F, Fut>(&mut self, op: Op, subject: &str, f: F) -> Reply<T>
     where
         F: FnOnce(NodeClient<Channel>) -> Fut + Clone,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -159,7 +214,12 @@ impl Sweeper {
     }
 
     /// One Identity RPC (to the controller; `node_side` for the node plugin's).
-    pub(crate) async fn identity<T, F, Fut>(&mut self, op: Op, node_side: bool, f: F) -> Reply<T>
+    pub(crate) async fn identity<T: Yields, F, Fut>(
+        &mut self,
+        op: Op,
+        node_side: bool,
+        f: F,
+    ) -> Reply<T>
     where
         F: FnOnce(IdentityClient<Channel>) -> Fut + Clone,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,

@@ -40,6 +40,63 @@ pub struct SweepCase {
     pub calls: Vec<u64>,
 }
 
+/// The volumes and snapshots the sweep's calls made (with the calls that
+/// handed each out) and the ones a delete answered OK for: plain data, so
+/// no-orphans judges what the sweep made as it judges a sidecar's creates.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepLedger {
+    /// Volume id → the CreateVolume calls that answered it.
+    pub volumes: std::collections::BTreeMap<String, Vec<u64>>,
+    /// Snapshot id → the CreateSnapshot calls that answered it.
+    pub snapshots: std::collections::BTreeMap<String, Vec<u64>>,
+    /// Volume ids a DeleteVolume answered OK for.
+    pub volumes_deleted: std::collections::BTreeSet<String>,
+    /// Snapshot ids a DeleteSnapshot answered OK for.
+    pub snapshots_deleted: std::collections::BTreeSet<String>,
+}
+
+impl SweepLedger {
+    /// Take note of one call's final answer (`subject` is the id a delete names).
+    pub(crate) fn note<T: client::Yields>(
+        &mut self,
+        op: drivelab_fakes::ops::Op,
+        subject: &str,
+        call: u64,
+        reply: &client::Reply<T>,
+    ) {
+        use drivelab_fakes::csi::{DELETE_SNAPSHOT, DELETE_VOLUME};
+        let Ok(r) = reply else { return };
+        match r.made() {
+            Some((false, id)) if !id.is_empty() => {
+                self.volumes.entry(id.to_string()).or_default().push(call)
+            }
+            Some((true, id)) if !id.is_empty() => {
+                self.snapshots.entry(id.to_string()).or_default().push(call)
+            }
+            _ if subject.is_empty() => {}
+            _ if op == DELETE_VOLUME => {
+                self.volumes_deleted.insert(subject.to_string());
+            }
+            _ if op == DELETE_SNAPSHOT => {
+                self.snapshots_deleted.insert(subject.to_string());
+            }
+            _ => {}
+        }
+    }
+
+    /// Extend with another sweep's.
+    pub(crate) fn extend(&mut self, other: SweepLedger) {
+        for (k, v) in other.volumes {
+            self.volumes.entry(k).or_default().extend(v);
+        }
+        for (k, v) in other.snapshots {
+            self.snapshots.entry(k).or_default().extend(v);
+        }
+        self.volumes_deleted.extend(other.volumes_deleted);
+        self.snapshots_deleted.extend(other.snapshots_deleted);
+    }
+}
+
 /// The node plugin the sweep drives, as the lab knows it.
 pub(crate) struct SweepNode {
     /// The node's socket.
