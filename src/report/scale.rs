@@ -127,11 +127,20 @@ pub fn scale_html(reports: &[ScenarioReport]) -> String {
     b
 }
 
+/// Virtual ms as seconds for an axis label: `332 s`, `10.5 s`.
+fn secs(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
 const W: f64 = 560.0;
 const H: f64 = 300.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 150.0;
-const TOP: f64 = 20.0;
+const TOP: f64 = 34.0;
 const BOTTOM: f64 = 40.0;
 
 /// Attach latency (p50 solid, p99 dashed, max dotted) against workers, one
@@ -199,12 +208,12 @@ pub fn latency_svg(rows: &[ScaleRow]) -> String {
             "<text x=\"{}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">{}</text>",
             LEFT - 4.0,
             py(ms) + 4.0,
-            VTime(ms)
+            secs(ms)
         );
     }
     let _ = writeln!(
         s,
-        "<text x=\"12\" y=\"{TOP}\" font-size=\"11\">attach latency (virtual)</text>"
+        "<text x=\"12\" y=\"14\" font-size=\"11\">attach latency (virtual)</text>"
     );
     for (i, n) in fleets.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
@@ -245,12 +254,17 @@ pub fn latency_svg(rows: &[ScaleRow]) -> String {
             y + 4.0
         );
     }
-    let y = TOP + 16.0 * fleets.len() as f64 + 6.0;
-    let _ = writeln!(
-        s,
-        "<text x=\"{}\" y=\"{y:.1}\" font-size=\"11\">solid p50, dashed p99, dotted max</text>",
-        W - RIGHT + 10.0
-    );
+    for (k, line) in ["solid: p50", "dashed: p99", "dotted: max"]
+        .iter()
+        .enumerate()
+    {
+        let y = TOP + 16.0 * (fleets.len() + k) as f64 + 8.0;
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{y:.1}\" font-size=\"11\">{line}</text>",
+            W - RIGHT + 10.0
+        );
+    }
     s.push_str("</svg>\n");
     s
 }

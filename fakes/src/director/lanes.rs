@@ -8,9 +8,11 @@
 //! Director's own pool works the same way: `Bosh::Director::Worker` instances
 //! each take one task from the queue (`delayed_job`) and keep it while the task
 //! waits for its locks (`Bosh::Director::Lock#lock`, lib/bosh/director/lock.rb).
-//! What it does not model: a VM operation never waits for a disk task that
-//! booked the VM first (their spans may overlap; the real locks still exclude
-//! them in the run itself).
+//! The timeline is laid out in task-id (queue) order from what each finished
+//! task was charged, so it is the same whatever order tasks finished in for
+//! real. What it does not model: a rolling update books each VM's span from
+//! its own start without waiting for disk tasks queued before it on that VM
+//! (the spans may overlap; the real locks still exclude them in the run).
 
 use std::collections::{BTreeMap, HashMap};
 
