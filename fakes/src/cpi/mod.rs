@@ -481,6 +481,11 @@ impl Cpi {
         f(&core)
     }
 
+    /// Whether the IaaS has VM `cid` (one read; bypasses the gate).
+    pub fn has_vm_record(&self, cid: &str) -> bool {
+        self.with_core(|c| matches!(c.vm(cid), Ok(Some(_))))
+    }
+
     /// Every VM (a view for snapshots; bypasses the gate).
     pub fn vms(&self) -> Vec<CpiVmView> {
         self.with_core(|c| c.vms()).map_or_else(
