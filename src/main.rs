@@ -138,6 +138,10 @@ enum Command {
         /// Scenario files or directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        /// Print each scenario as it will run (a `scale:` block's generated
+        /// fleet and steps written out), as a file `drivelab run` accepts.
+        #[arg(long)]
+        expand: bool,
     },
     /// List the reference drivers' seeded bugs.
     Mutants,
@@ -521,7 +525,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            Command::Validate { paths } => validate(paths),
+            Command::Validate { paths, expand } => validate(paths, expand),
             Command::Mutants
             | Command::List {
                 what: ListWhat::Mutants,
@@ -818,10 +822,23 @@ fn load_all(
     }
 }
 
-fn validate(paths: Vec<PathBuf>) -> ExitCode {
+fn validate(paths: Vec<PathBuf>, expand: bool) -> ExitCode {
     match load_all(&paths, None, None) {
         Ok(s) => {
-            drivelab::outln!("{} scenario(s) valid", s.len());
+            if expand {
+                for scn in &s {
+                    drivelab::outln!(
+                        "{}",
+                        scenario::write::to_yaml(
+                            scn,
+                            &[format!("expanded from {}", scn.path.display())]
+                        )
+                    );
+                }
+            }
+            // Expanded, the count is a comment so the output stays a scenario file.
+            let mark = if expand { "# " } else { "" };
+            drivelab::outln!("{mark}{} scenario(s) valid", s.len());
             ExitCode::SUCCESS
         }
         Err(c) => c,

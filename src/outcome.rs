@@ -52,6 +52,8 @@ pub struct RunOutcome {
     pub not_converged: Vec<String>,
     /// Measured figures for the report, one line each (e.g. attach throughput).
     pub figures: Vec<String>,
+    /// The Director worker pool's figures, when the run modelled it in virtual time.
+    pub scale: Option<ScaleFigures>,
     /// The canonical ownership snapshot.
     pub snapshot: String,
     /// The full history.
@@ -67,6 +69,34 @@ pub struct RunOutcome {
     /// Every secret value the run created or handed out (what no-secret-leak
     /// searched for); for leak scans of what a run wrote, never written itself.
     pub secrets: Vec<Secret>,
+}
+
+/// Attach throughput and latency of a run whose Director modelled its worker
+/// pool in virtual time (`bosh: { scale: … }` or `virtual_lanes: true`): one
+/// row of the report's scale table.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ScaleFigures {
+    /// Nodes (instances of the deployments).
+    pub nodes: u32,
+    /// Dynamic-disks workers.
+    pub workers: usize,
+    /// Disk tasks the pool ran.
+    pub disk_tasks: usize,
+    /// Volume-to-node attachments that completed.
+    pub attaches: usize,
+    /// Virtual ms from the first attach queued to the last done.
+    pub span_ms: u64,
+    /// Attaches per virtual minute over that span.
+    pub per_minute: f64,
+    /// Attach latency (first attach task queued to its successful task done), virtual ms.
+    pub p50_ms: u64,
+    /// 99th percentile of the same.
+    pub p99_ms: u64,
+    /// Largest of the same.
+    pub max_ms: u64,
+    /// How far behind the pool was at the end: the last disk task's wait from
+    /// queued to taken by a worker, virtual ms.
+    pub final_queue_wait_ms: u64,
 }
 
 impl RunOutcome {

@@ -8,6 +8,7 @@
 //!   drivelab-bench [--out reports/bench.json] [--max-n 10000] [--quick]
 //!   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
 //!   drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
+//!   drivelab-bench scale [--out reports/bench.json] [--dir bench/scale]
 //!   drivelab-bench child (percall | csi-percall | suite DIR | virtual | growth N | csi-growth N | madmin-rss N | explore | sweep)   (internal)
 //!
 //! Sections are plain functions called from `bench`/`measure_ratios`; a new
@@ -18,6 +19,7 @@ mod explore;
 mod madmin_rss;
 mod measure;
 mod percall;
+mod scale;
 mod scenarios;
 mod stub;
 mod sweep;
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         }),
         Some("check") => check(&args[1..]),
         Some("explore") => explore_only(&args[1..]).map(|_| true),
+        Some("scale") => scale_only(&args[1..]),
         _ => bench(&args).map(|_| true),
     };
     match r {
@@ -140,6 +143,10 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
             rt.block_on(csi::growth(n, VOLUME_VMS))
         }
         Some("virtual") => rt.block_on(scenarios::virtual_clock(7)),
+        Some("scale") => {
+            let file = PathBuf::from(args.get(1).context("scale FILE")?);
+            rt.block_on(scale::run(&file))
+        }
         Some("madmin-rss") => {
             let n: usize = args.get(1).context("madmin-rss N")?.parse()?;
             rt.block_on(madmin_rss::run(n))
@@ -435,6 +442,86 @@ fn explore_only(args: &[String]) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", out.display()))?;
     eprintln!("[bench] merged the explorer figures into {}", out.display());
     Ok(())
+}
+
+/// Target for one full-size scale run (issue 20): 1000 nodes × 10⁴ volumes
+/// in under a minute of wall time on 2 cores, release build.
+const TARGET_SCALE_S: f64 = 60.0;
+/// A full-size scale run is killed after this long.
+const SCALE_CAP_S: u64 = 600;
+
+/// `drivelab-bench scale [--out reports/bench.json] [--dir bench/scale]`: each
+/// full-size scale scenario in a child (wall time, peak RSS, the pool's
+/// figures in virtual time), printed and merged into the report's `scale` key.
+/// A missed target is printed (MISSED), as the other sections do; a run the
+/// lab could not finish is an error.
+fn scale_only(args: &[String]) -> anyhow::Result<bool> {
+    let out = PathBuf::from(flag(args, "--out").unwrap_or_else(|| "reports/bench.json".into()));
+    let dir = PathBuf::from(flag(args, "--dir").unwrap_or_else(|| scale::DIR.into()));
+    let files = drivelab::scenario::discover(&[dir.clone()])
+        .with_context(|| format!("listing {}", dir.display()))?;
+    let mut runs = Vec::new();
+    let mut errors = Vec::new();
+    println!(
+        "{:44}  {:>7}  {:>9}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {:13}  wall-time target",
+        "scale scenario",
+        "workers",
+        "attaches",
+        "per vmin",
+        "p50",
+        "p99",
+        "max",
+        "peak RSS",
+        "upgrade"
+    );
+    for f in &files {
+        let file = f.display().to_string();
+        eprintln!("[bench] scale: {file} ...");
+        let r = match child(&["scale", &file], Duration::from_secs(SCALE_CAP_S)) {
+            Ok(r) => r,
+            Err(e) => {
+                errors.push(format!("{file}: {e:#}"));
+                json!({"file": file, "error": format!("{e:#}")})
+            }
+        };
+        let secs = |k: &str| r["pool"][k].as_f64().unwrap_or(f64::NAN) / 1000.0;
+        let wall = r["wall_s"].as_f64().unwrap_or(f64::NAN);
+        let pass = wall < TARGET_SCALE_S && r["passed"].as_bool() == Some(true);
+        println!(
+            "{:44}  {:>7}  {:>9}  {:>8.1}  {:>8.0}s  {:>8.0}s  {:>8.0}s  {:>6.0}MiB  {:13}  {:.1}s < {TARGET_SCALE_S:.0}s {}",
+            r["scenario"].as_str().unwrap_or(&file),
+            r["pool"]["workers"],
+            r["pool"]["attaches"],
+            r["pool"]["per_minute"].as_f64().unwrap_or(f64::NAN),
+            secs("p50_ms"),
+            secs("p99_ms"),
+            secs("max_ms"),
+            r["peak_rss_mib"].as_f64().unwrap_or(f64::NAN),
+            r["upgrade_deadlock"].as_str().unwrap_or("-"),
+            wall,
+            ok(pass)
+        );
+        runs.push(r);
+    }
+    let mut report: Value = std::fs::read_to_string(&out)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({"schema": 2}));
+    report["scale"] = json!({
+        "command": format!("target/release/drivelab-bench scale {}", args.join(" ")),
+        "target_wall_s": TARGET_SCALE_S,
+        "runs": runs,
+    });
+    if let Some(d) = out.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("[bench] merged the scale figures into {}", out.display());
+    if !errors.is_empty() {
+        bail!("scale runs failed:\n  {}", errors.join("\n  "));
+    }
+    Ok(true)
 }
 
 fn ok(pass: bool) -> &'static str {

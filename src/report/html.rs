@@ -136,6 +136,7 @@ pub fn index_page(meta: &RunMeta, reports: &[ScenarioReport], claims: &[ClaimRow
     );
     b.push_str("</dl>\n<h2>Claims</h2>\n");
     b.push_str(&claims_table_html(claims, true));
+    b.push_str(&super::scale::scale_html(reports));
     b.push_str("<h2>Scenarios</h2>\n<table class=\"scenarios\">\n<tr><th>scenario</th><th>verdict</th><th>failed</th><th>seed</th><th>mutants</th><th>replay</th></tr>\n");
     for r in reports {
         let _ = writeln!(

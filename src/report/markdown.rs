@@ -70,6 +70,7 @@ pub fn run_summary(meta: &RunMeta, reports: &[ScenarioReport], claims: &[ClaimRo
         reports.len() - passed
     );
     let _ = writeln!(md, "## Claims\n\n{}", claims_md(claims));
+    md.push_str(&super::scale::scale_md(reports));
     let _ = writeln!(
         md,
         "## Scenarios\n\n| scenario | verdict | failed | seed | replay |\n|---|---|---|---|---|"

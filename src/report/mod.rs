@@ -12,6 +12,7 @@ pub mod html;
 pub mod junit;
 pub mod markdown;
 pub mod model;
+pub mod scale;
 
 pub use model::{claims_table, sanitize, ClaimRow, ScenarioReport};
 

@@ -59,6 +59,9 @@ pub struct ScenarioReport {
     /// Measured figures (throughput, latency), one line each.
     #[serde(default)]
     pub figures: Vec<String>,
+    /// The Director worker pool's figures (runs that modelled it; the scale table's rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<crate::outcome::ScaleFigures>,
     /// Final ownership snapshot (labelled).
     pub snapshot: String,
     /// Snapshot after each step (labelled).
@@ -268,6 +271,7 @@ impl ScenarioReport {
             faults_armed: o.faults_armed,
             not_converged: o.not_converged.iter().map(|n| labels.apply(n)).collect(),
             figures: o.figures.clone(),
+            scale: o.scale.clone(),
             snapshot: o.snapshot.clone(),
             step_snapshots,
             history,

@@ -737,6 +737,26 @@ enum RawStep {
     Backup(BackupStep),
     ReplaySession(ReplayStep),
     ResumeBackup(ResumeStep),
+    Wait(String),
+    Batch(Vec<Spanned<RawStep>>),
+}
+
+/// A generated step as the file would hold it.
+fn raw_step(g: crate::systems::bosh::scale::GenStep, at: &Spanned<()>) -> RawStep {
+    use crate::systems::bosh::scale::GenStep as G;
+    match g {
+        G::Create(v) => RawStep::CreateVolume(v),
+        G::Publish(p) => RawStep::Publish(p),
+        G::Unpublish(p) => RawStep::Unpublish(p),
+        G::Delete(v) => RawStep::DeleteVolume(v),
+        G::RollingUpdate(d) => RawStep::RollingUpdate(d),
+        G::Wait(d) => RawStep::Wait(d),
+        G::Batch(v) => RawStep::Batch(
+            v.into_iter()
+                .map(|g| Spanned::new(raw_step(g, at), at.referenced, at.defined))
+                .collect(),
+        ),
+    }
 }
 
 /// Which system a step of the file belongs to (none: the run loop's own).
@@ -781,7 +801,9 @@ impl RawStep {
             | R::WriteBlocks(_)
             | R::Backup(_)
             | R::ReplaySession(_)
-            | R::ResumeBackup(_) => Some(StepOwner::Bosh),
+            | R::ResumeBackup(_)
+            | R::Wait(_)
+            | R::Batch(_) => Some(StepOwner::Bosh),
             R::Expect(_)
             | R::Fault(_)
             | R::Partition(_)
@@ -1099,7 +1121,12 @@ impl Validator<'_> {
             self.unique(raw.bucket_access_classes, "bucket access class", |c| {
                 &c.name
             })?;
-        if raw.steps.value.is_empty() {
+        let scale_at = raw
+            .bosh
+            .as_ref()
+            .filter(|b| b.value.has_scale())
+            .map(|b| Spanned::new((), b.referenced, b.defined));
+        if raw.steps.value.is_empty() && scale_at.is_none() {
             return Err(self.err(
                 &raw.steps,
                 "`steps` is empty",
@@ -1141,6 +1168,18 @@ impl Validator<'_> {
             ..Ctx::default()
         };
         let mut steps = Vec::new();
+        // A `scale:` block's generated steps come first, each validated as if
+        // written at the block (errors point there).
+        if let Some((scale, at)) = csi
+            .as_ref()
+            .and_then(|c| c.bosh.as_ref())
+            .and_then(|b| b.scale.clone().zip(scale_at.clone()))
+        {
+            for g in scale.expand(bosh::DEFAULT_DEPLOYMENT) {
+                let s = Spanned::new(raw_step(g, &at), at.referenced, at.defined);
+                steps.push(self.step(&mut ctx, s, false)?);
+            }
+        }
         for s in raw.steps.value {
             steps.push(self.step(&mut ctx, s, false)?);
         }
@@ -1440,6 +1479,34 @@ impl Validator<'_> {
             RawStep::Backup(x) => Step::Bosh(self.backup(ctx, &here, x)?),
             RawStep::ReplaySession(x) => Step::Bosh(self.replay_session(ctx, &here, x)?),
             RawStep::ResumeBackup(x) => Step::Bosh(self.resume_backup(ctx, &here, x)?),
+            RawStep::Wait(d) => Step::Bosh(self.wait(&here, &d)?),
+            RawStep::Batch(inner) => {
+                if nested {
+                    return Err(self.err(
+                        &here,
+                        "`batch` cannot be part of `concurrent` or another `batch`",
+                        None,
+                    ));
+                }
+                if inner.is_empty() {
+                    return Err(self.err(&here, "`batch` needs at least one step", None));
+                }
+                let mut out = Vec::new();
+                for i in inner {
+                    let l = self.step(ctx, i, true)?;
+                    if !l.value.concurrent_ok() {
+                        return Err(ScenarioError {
+                            path: self.path.to_path_buf(),
+                            line: l.line,
+                            col: l.col,
+                            message: format!("`{}` cannot run inside `batch`", l.value.keyword()),
+                            hint: Some("a batch takes create_volume, delete_volume, publish, unpublish, deploy, recreate_vm, rolling_update".into()),
+                        });
+                    }
+                    out.push(l.value);
+                }
+                Step::Bosh(BoshStep::Batch(out))
+            }
         };
         Ok(Located {
             value: step,

@@ -157,7 +157,12 @@ fn every_committed_scenario_round_trips_through_the_writer() {
         assert_eq!(a.bucket_classes, b.bucket_classes);
         assert_eq!(a.access_classes, b.access_classes);
         assert_eq!(a.converge_within, b.converge_within);
-        assert_eq!(a.csi, b.csi, "{}", f.display());
+        // A `scale:` block is written out expanded (its fleet and steps), not as itself.
+        let mut expanded = a.csi.clone();
+        if let Some(bosh) = expanded.as_mut().and_then(|c| c.bosh.as_mut()) {
+            bosh.scale = None;
+        }
+        assert_eq!(expanded, b.csi, "{}", f.display());
         assert_eq!(a.driver, b.driver, "{}", f.display());
     }
 }
@@ -713,4 +718,35 @@ fn reference_design_marks_only_shape_and_is_kept_by_the_writer() {
     assert!(!s.driver.is_reference_design());
     let again = p(&write::to_yaml(&s, &[])).unwrap();
     assert_eq!(again.driver, s.driver);
+}
+
+const SCALE: &str = r#"name: s
+driver: { builtin: bosh-csi }
+bosh:
+  workers: 4
+  scale: { nodes: 3, volumes: 6, wave: 3, reschedule_percent: 34 }
+steps: []
+"#;
+
+#[test]
+fn a_scale_block_expands_into_the_fleet_and_batches_and_errs_at_the_block() {
+    let s = p(SCALE).unwrap();
+    let b = s.bosh().unwrap();
+    assert_eq!(b.nodes.len(), 3);
+    assert!(b.virtual_lanes);
+    // Two waves of six batches, a wait between them; each placed at the block.
+    assert_eq!(s.steps.len(), 13);
+    assert!(s.steps.iter().all(|l| (l.line, l.col) == (4, 3)));
+    assert!(matches!(s.steps[6].value, Step::Bosh(BoshStep::Wait(_))));
+    let e = p(&SCALE.replace("nodes: 3", "nodes: 1")).unwrap_err();
+    assert_eq!((e.line, e.col), (4, 3), "{e}");
+    assert!(e.message.contains("nodes"), "{e}");
+    let e = p(&SCALE.replace("wave: 3", "wave: 3, waves: 2")).unwrap_err();
+    assert!(e.message.contains("unknown field `waves`"), "{e}");
+    let e = p(&SCALE.replace(
+        "  workers: 4\n",
+        "  workers: 4\n  nodes: [{ name: a, instance: k8s/0 }]\n",
+    ))
+    .unwrap_err();
+    assert!(e.message.contains("generates the deployment"), "{e}");
 }

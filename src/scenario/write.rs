@@ -37,7 +37,7 @@ fn map(m: &BTreeMap<String, String>) -> String {
     format!("{{ {} }}", items.join(", "))
 }
 
-fn duration(d: std::time::Duration) -> String {
+pub(crate) fn duration(d: std::time::Duration) -> String {
     format!("{}ms", d.as_millis())
 }
 
@@ -325,6 +325,18 @@ fn step_yaml(step: &Step, indent: &str) -> String {
             q(&b.namespace),
             b.token.as_str()
         ),
+        Step::Bosh(BoshStep::Wait(d)) => format!("wait: {}", duration(*d)),
+        Step::Bosh(BoshStep::Batch(steps)) => {
+            let mut s = "batch:".to_string();
+            for st in steps {
+                let _ = write!(
+                    s,
+                    "\n{indent}    - {}",
+                    step_yaml(st, &format!("{indent}    "))
+                );
+            }
+            s
+        }
         Step::Bosh(BoshStep::ResumeBackup(r)) => {
             format!("resume_backup: {{ name: {} }}", q(&r.name))
         }
@@ -381,6 +393,9 @@ fn bosh_yaml(b: &super::Bosh, out: &mut String) {
     }
     if b.max_volumes_per_node > 0 {
         let _ = writeln!(out, "  max_volumes_per_node: {}", b.max_volumes_per_node);
+    }
+    if b.virtual_lanes {
+        let _ = writeln!(out, "  virtual_lanes: true");
     }
     let ds: Vec<String> = b.client_deployments.iter().map(|d| q(d)).collect();
     let _ = writeln!(out, "  client_deployments: [{}]", ds.join(", "));

@@ -202,7 +202,7 @@ impl CpiCore {
         Ok(format!("{kind}-{n:06}"))
     }
 
-    fn vm(&self, cid: &str) -> Result<Option<VmRec>, CpiFault> {
+    pub(crate) fn vm(&self, cid: &str) -> Result<Option<VmRec>, CpiFault> {
         self.store.get_json(&format!("vm/{cid}")).map_err(store_err)
     }
 

@@ -208,6 +208,13 @@ pub struct Attachment {
     pub vm_cid: String,
 }
 
+tokio::task_local! {
+    /// Virtual milliseconds of CPI latency charged to the Director job running
+    /// in this task (set by the Director when it models its worker pool in
+    /// virtual time; unset, each call's latency advances the lab's clock).
+    pub static LANE_MS: std::cell::Cell<u64>;
+}
+
 /// The in-process CPI the Director fake calls. Cheap to clone.
 #[derive(Clone)]
 pub struct Cpi {
@@ -294,8 +301,13 @@ impl Cpi {
         };
         if result.is_ok() {
             if let Some(d) = self.inner.latency.get(method) {
-                let clock = gate.history().clock();
-                clock.advance_to(clock.now().after(*d));
+                // A Director job on a modelled worker lane is charged the
+                // latency on its lane; otherwise the whole lab waits for it.
+                let charged = LANE_MS.try_with(|c| c.set(c.get() + d.as_millis() as u64));
+                if charged.is_err() {
+                    let clock = gate.history().clock();
+                    clock.advance_to(clock.now().after(*d));
+                }
             }
         }
         match gate.leave(id, &spec, outcome(&result)).await {
@@ -467,6 +479,11 @@ impl Cpi {
     pub(crate) fn with_core<T>(&self, f: impl FnOnce(&CpiCore) -> T) -> T {
         let core = self.inner.core.lock().unwrap_or_else(|p| p.into_inner());
         f(&core)
+    }
+
+    /// Whether the IaaS has VM `cid` (one read; bypasses the gate).
+    pub fn has_vm_record(&self, cid: &str) -> bool {
+        self.with_core(|c| matches!(c.vm(cid), Ok(Some(_))))
     }
 
     /// Every VM (a view for snapshots; bypasses the gate).

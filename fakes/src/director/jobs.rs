@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::lanes;
 use super::locks::LockGuard;
 use super::state::{DiskRec, InstanceRec, Job, SnapshotRec, TaskState};
 use super::Inner;
@@ -171,7 +172,20 @@ pub(crate) async fn run_task(inner: Arc<Inner>, id: u64) {
     };
     let now = inner.now_secs();
     let _ = inner.update_task(id, |t| t.started_at = Some(now));
-    let r = exec(&inner, id, &job).await;
+    let r = if inner.config.virtual_lanes {
+        let lj = lane_job(&inner, &job);
+        let (r, charged, spans) = lanes::on_lane(exec(&inner, id, &job)).await;
+        let ok = r.is_ok();
+        let mut l = inner.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        if job.is_disk_job() {
+            l.place_disk(id, lj, ok, charged);
+        } else {
+            l.place_operator(id, lj, ok, charged, &spans);
+        }
+        r
+    } else {
+        exec(&inner, id, &job).await
+    };
     let res = inner.update_task(id, |t| match r {
         Ok((result, output)) => {
             t.state = TaskState::Done;
@@ -191,6 +205,81 @@ pub(crate) async fn run_task(inner: Arc<Inner>, id: u64) {
         tracing::warn!(task = id, error = %e, "director fake: cannot record task end");
     }
     inner.finished.notify_waiters();
+}
+
+/// What the worker-pool model needs of a job before it runs: its kind, disk,
+/// instance and the locks it holds for all of its run.
+fn lane_job(inner: &Inner, job: &Job) -> lanes::LaneJob {
+    let disk_instance = |n: &str| {
+        inner
+            .state
+            .disk(n)
+            .ok()
+            .flatten()
+            .and_then(|d| d.instance_id)
+    };
+    let (kind, disk, instance) = match job {
+        Job::Provide {
+            instance_id,
+            disk_name,
+            ..
+        } => ("provide", Some(disk_name), Some(instance_id.clone())),
+        Job::Attach {
+            instance_id,
+            disk_name,
+            ..
+        } => ("attach", Some(disk_name), Some(instance_id.clone())),
+        Job::Create { disk_name, .. } => ("create", Some(disk_name), None),
+        Job::Detach { disk_name } => ("detach", Some(disk_name), disk_instance(disk_name)),
+        Job::Delete { disk_name } => ("delete", Some(disk_name), disk_instance(disk_name)),
+        Job::Resize { disk_name, .. } => ("resize", Some(disk_name), None),
+        Job::Snapshot { disk_name, .. } => ("snapshot", Some(disk_name), None),
+        Job::DeleteSnapshot { .. } => ("delete_snapshot", None, None),
+        Job::Deploy { .. } => ("deploy", None, None),
+        Job::RollingUpdate { .. } => ("rolling_update", None, None),
+        Job::Recreate { instance_id } => ("recreate", None, Some(instance_id.clone())),
+        Job::DeleteVm { instance_id } => ("delete_vm", None, Some(instance_id.clone())),
+        Job::Stop { instance_id } => ("stop", None, Some(instance_id.clone())),
+        Job::Start { instance_id } => ("start", None, Some(instance_id.clone())),
+    };
+    let inst = instance
+        .as_deref()
+        .and_then(|i| inner.state.instance(i).ok().flatten());
+    let mut resources = Vec::new();
+    if job.is_disk_job() {
+        if let Some(i) = &inst {
+            if inner.config.disk_jobs_take_deployment_lock {
+                resources.push(format!("deployment:{}", i.deployment));
+            }
+            if inner.config.disk_jobs_take_vm_lock {
+                resources.push(format!("vm:{}", i.id));
+            }
+        }
+    } else {
+        // VM operations hold their deployment's lock for all of their run,
+        // and a single VM's for a one-VM operation (a rolling update books
+        // each VM as it recreates it).
+        let dep = match job {
+            Job::Deploy { deployment } | Job::RollingUpdate { deployment } => {
+                Some(deployment.clone())
+            }
+            _ => inst.as_ref().map(|i| i.deployment.clone()),
+        };
+        resources.extend(dep.map(|d| format!("deployment:{d}")));
+        if let Some(i) = &inst {
+            resources.push(format!("vm:{}", i.id));
+        }
+    }
+    lanes::LaneJob {
+        kind,
+        disk: disk.cloned(),
+        instance: if matches!(kind, "provide" | "attach") {
+            instance
+        } else {
+            None
+        },
+        resources,
+    }
 }
 
 /// A cancel takes effect here.
@@ -506,7 +595,9 @@ async fn exec(inner: &Arc<Inner>, task: u64, job: &Job) -> JobResult<(String, Op
             for inst in deployment_instances(inner, deployment)? {
                 checkpoint(inner, task)?;
                 let _v = lock(inner, task, format!("lock:vm:{}", inst.id)).await?;
+                let from = lanes::charged();
                 recreate(inner, task, &inst.id).await?;
+                lanes::span(format!("vm:{}", inst.id), from);
             }
             Ok((format!("/deployments/{deployment}"), None))
         }

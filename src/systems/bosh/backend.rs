@@ -259,6 +259,7 @@ pub(crate) fn director_config(
         disk_jobs_take_vm_lock: spec.disk_jobs_take_vm_lock,
         disk_jobs_take_deployment_lock: spec.disk_jobs_take_deployment_lock,
         token_signing_key: signing_key,
+        virtual_lanes: spec.virtual_lanes,
         ..Default::default()
     }
 }

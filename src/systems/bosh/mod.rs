@@ -3,5 +3,6 @@
 //! and its `bosh:` section of the scenario language.
 
 pub(crate) mod backend;
+pub mod scale;
 pub mod scenario;
 pub mod steps;

@@ -32,6 +32,11 @@ pub struct Bosh {
     /// The attach limit the node plugins are deployed with (NodeGetInfo's
     /// max_volumes_per_node; 0: none) — also the IaaS's disk slots per VM.
     pub max_volumes_per_node: u32,
+    /// A generated fleet and churn (`scale:`): the deployment and nodes above
+    /// are its, and its steps come before the file's own.
+    pub scale: Option<super::scale::Scale>,
+    /// The Director's worker pool modelled in virtual time (on with `scale:`).
+    pub virtual_lanes: bool,
 }
 
 /// A deployment with one instance group.
@@ -111,6 +116,17 @@ pub(crate) struct RawBosh {
     iaas_latency: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     max_volumes_per_node: u32,
+    #[serde(default)]
+    scale: Option<super::scale::RawScale>,
+    #[serde(default)]
+    virtual_lanes: Option<bool>,
+}
+
+impl RawBosh {
+    /// Whether the section has a `scale:` block.
+    pub(crate) fn has_scale(&self) -> bool {
+        self.scale.is_some()
+    }
 }
 
 fn two() -> u32 {
@@ -165,7 +181,25 @@ pub const DEFAULT_CLASS: &str = "bosh";
 
 impl RawBosh {
     /// Fill in defaults and check references; errors are message + hint.
-    pub(crate) fn resolve(self) -> Result<Bosh, (String, Option<&'static str>)> {
+    pub(crate) fn resolve(mut self) -> Result<Bosh, (String, Option<&'static str>)> {
+        let scale = match self.scale.take() {
+            None => None,
+            Some(s) => {
+                if !self.deployments.is_empty() || !self.nodes.is_empty() {
+                    return Err((
+                        "`scale:` generates the deployment and its nodes; drop `deployments:` and `nodes:`".into(),
+                        Some("scale: { nodes: 100, volumes: 1000 } makes deployment k8s with 100 instances, nodes node-0..node-99"),
+                    ));
+                }
+                let s = s.resolve()?;
+                self.deployments = vec![DeploymentSpec {
+                    name: DEFAULT_DEPLOYMENT.into(),
+                    instances: s.nodes,
+                    instance_group: worker(),
+                }];
+                Some(s)
+            }
+        };
         let deployments = if self.deployments.is_empty() {
             vec![DeploymentSpec {
                 name: DEFAULT_DEPLOYMENT.into(),
@@ -186,9 +220,13 @@ impl RawBosh {
                     None,
                 ));
             }
-            if d.instances == 0 || d.instances > 64 {
+            if d.instances == 0 || d.instances > super::scale::MAX_NODES {
                 return Err((
-                    format!("deployment `{}` needs 1..=64 instances", d.name),
+                    format!(
+                        "deployment `{}` needs 1..={} instances",
+                        d.name,
+                        super::scale::MAX_NODES
+                    ),
                     None,
                 ));
             }
@@ -318,6 +356,8 @@ impl RawBosh {
             per_deployment_scoping: self.per_deployment_scoping,
             task_timeout,
             max_volumes_per_node: self.max_volumes_per_node,
+            virtual_lanes: self.virtual_lanes.unwrap_or(scale.is_some()),
+            scale,
         })
     }
 }
@@ -668,6 +708,8 @@ impl Default for RawBosh {
             task_timeout: None,
             iaas_latency: Default::default(),
             max_volumes_per_node: 0,
+            scale: None,
+            virtual_lanes: None,
         }
     }
 }

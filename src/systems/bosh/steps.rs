@@ -29,6 +29,12 @@ pub enum BoshStep {
     ReplaySession(ReplayStep),
     /// A paused backup's client reads the rest of its stream.
     ResumeBackup(ResumeStep),
+    /// Let virtual time pass (between the waves of a `scale:` churn).
+    Wait(std::time::Duration),
+    /// Make these steps' changes at once (VM operations first, to their end),
+    /// then converge once: the controllers reconcile in their own order, with
+    /// no seeded interleaving (`batch:`, what a `scale:` churn is made of).
+    Batch(Vec<crate::scenario::Step>),
 }
 
 impl BoshStep {
@@ -44,6 +50,8 @@ impl BoshStep {
             BoshStep::Backup(_) => "backup",
             BoshStep::ReplaySession(_) => "replay_session",
             BoshStep::ResumeBackup(_) => "resume_backup",
+            BoshStep::Wait(_) => "wait",
+            BoshStep::Batch(_) => "batch",
         }
     }
 
@@ -85,6 +93,14 @@ impl BoshStep {
                     .unwrap_or_default()
             ),
             BoshStep::ResumeBackup(r) => format!("resume_backup {}", r.name),
+            BoshStep::Wait(d) => format!("wait {}", crate::scenario::write::duration(*d)),
+            BoshStep::Batch(v) => format!(
+                "batch [{}]",
+                v.iter()
+                    .map(crate::scenario::Step::describe)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
         }
     }
 
@@ -130,6 +146,20 @@ impl Validator<'_> {
     ) -> Result<BoshStep, ScenarioError> {
         self.known_node(ctx, here, &n.node)?;
         Ok(BoshStep::RecreateVm(n))
+    }
+
+    /// `wait`: a duration up to a day.
+    pub(crate) fn wait(&self, here: &Spanned<()>, d: &str) -> Result<BoshStep, ScenarioError> {
+        parse_duration(d)
+            .filter(|d| *d <= std::time::Duration::from_secs(86_400))
+            .map(BoshStep::Wait)
+            .ok_or_else(|| {
+                self.err(
+                    here,
+                    format!("wait: `{d}` is not a duration up to 24h"),
+                    Some("write e.g. 30s, 1m"),
+                )
+            })
     }
 
     /// `write_blocks`: to an existing volume, in block ranges.

@@ -1529,6 +1529,7 @@ impl Lab {
             faults_armed: self.hook.armed_count(),
             not_converged: self.not_converged.clone(),
             figures: Vec::new(),
+            scale: None,
             snapshot,
             history,
             history_text,

@@ -282,6 +282,10 @@ impl SystemLab for CsiLab {
                 Step::Csi(CsiStep::SpecSweep(sw)) => self.spec_sweep(_scn, sw).await?,
                 Step::Csi(CsiStep::NodeStage(n)) => self.node_call(true, n, i, &at).await?,
                 Step::Csi(CsiStep::NodePublish(n)) => self.node_call(false, n, i, &at).await?,
+                Step::Bosh(BoshStep::Batch(steps)) => self.batch(steps).await?,
+                Step::Bosh(BoshStep::Wait(d)) => {
+                    self.clock.advance_to(self.clock.now().after(*d));
+                }
                 other => {
                     let job = self.begin(other)?;
                     if let Some(job) = job {
@@ -910,6 +914,24 @@ impl CsiLab {
         self.converge().await
     }
 
+    /// A `batch`: its VM operations run first, one after another, to their
+    /// end (so their calls never race the reconciles in real time); then every
+    /// Kubernetes change is made and one convergence reconciles them all.
+    /// The Director's modelled timeline still has the operations and the disk
+    /// tasks side by side: all were queued at this virtual instant.
+    async fn batch(&mut self, steps: &[Step]) -> anyhow::Result<()> {
+        let mut jobs = Vec::new();
+        for s in steps {
+            if let Some(j) = self.begin(s)? {
+                jobs.push(j);
+            }
+        }
+        for j in jobs {
+            self.run_job(j).await;
+        }
+        self.converge().await
+    }
+
     /// The objects a concurrent step's actor reconciles, as their controllers would.
     fn work_of(&self, step: &Step) -> anyhow::Result<Option<Work>> {
         Ok(match step {
@@ -1403,7 +1425,18 @@ impl CsiLab {
         let (record, verdicts) =
             Record::new(scn, Observed::Csi(Box::new(obs))).seal_and_judge(&history)?;
         let driver_name = self.driver_name.clone();
-        let figures = attach_figures(&self.history.events());
+        let scale = self
+            .backend
+            .as_ref()
+            .filter(|b| b.spec.virtual_lanes)
+            .map(|b| {
+                let nodes = b.spec.deployments.iter().map(|d| d.instances).sum();
+                pool_figures(nodes, b.spec.workers, &b.director().lane_times())
+            });
+        let figures = match &scale {
+            Some(s) => pool_figure_lines(s),
+            None => attach_figures(&self.history.events()),
+        };
         Ok(RunOutcome {
             scenario: scn.name.clone(),
             path: scn.path.clone(),
@@ -1418,6 +1451,7 @@ impl CsiLab {
             faults_armed: self.hook.armed_count(),
             not_converged: self.not_converged.clone(),
             figures,
+            scale,
             snapshot,
             history,
             history_text,
@@ -1497,6 +1531,89 @@ fn attach_figures(events: &[drivelab_fakes::history::Event]) -> Vec<String> {
             VTime(pct(0.50)),
             VTime(pct(0.99)),
             VTime(*lat.last().unwrap_or(&0))
+        ),
+    ]
+}
+
+/// The worker pool's figures from the Director's modelled timeline: each
+/// volume-to-node attachment from its first attach task queued to the end of
+/// its successful one.
+fn pool_figures(
+    nodes: u32,
+    workers: usize,
+    lanes: &[drivelab_fakes::director::lanes::LaneTimes],
+) -> crate::outcome::ScaleFigures {
+    let disk: Vec<_> = lanes.iter().filter(|t| t.worker.is_some()).collect();
+    let mut per: BTreeMap<(String, String), (u64, Option<u64>)> = BTreeMap::new();
+    for t in disk
+        .iter()
+        .filter(|t| matches!(t.kind, "attach" | "provide"))
+    {
+        let key = (
+            t.disk.clone().unwrap_or_default(),
+            t.instance.clone().unwrap_or_default(),
+        );
+        let e = per.entry(key).or_insert((t.queued_ms, None));
+        e.0 = e.0.min(t.queued_ms);
+        if t.ok && e.1.is_none() {
+            e.1 = Some(t.finished_ms);
+        }
+    }
+    let mut lat: Vec<u64> = per
+        .values()
+        .filter_map(|(q, done)| done.map(|d| d.saturating_sub(*q)))
+        .collect();
+    lat.sort_unstable();
+    let first = per.values().map(|(q, _)| *q).min().unwrap_or(0);
+    let last = per.values().filter_map(|(_, d)| *d).max().unwrap_or(first);
+    let span_ms = last.saturating_sub(first);
+    let pct = |p: f64| {
+        if lat.is_empty() {
+            0
+        } else {
+            lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1]
+        }
+    };
+    crate::outcome::ScaleFigures {
+        nodes,
+        workers,
+        disk_tasks: disk.len(),
+        attaches: lat.len(),
+        span_ms,
+        per_minute: if span_ms == 0 {
+            0.0
+        } else {
+            lat.len() as f64 * 60_000.0 / span_ms as f64
+        },
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        max_ms: lat.last().copied().unwrap_or(0),
+        final_queue_wait_ms: disk
+            .iter()
+            .max_by_key(|t| (t.queued_ms, t.task))
+            .map(|t| t.taken_ms.saturating_sub(t.queued_ms))
+            .unwrap_or(0),
+    }
+}
+
+/// The pool's figures as the report's figure lines.
+fn pool_figure_lines(s: &crate::outcome::ScaleFigures) -> Vec<String> {
+    use drivelab_fakes::clock::VTime;
+    vec![
+        format!(
+            "attach throughput (Director pool of {} workers modelled in virtual time, {} nodes): {} attachments over {} of virtual time, {:.1} attaches per virtual minute",
+            s.workers, s.nodes, s.attaches, VTime(s.span_ms), s.per_minute
+        ),
+        format!(
+            "attach latency (first attach task queued to its successful task done, virtual): p50 {}, p99 {}, max {}",
+            VTime(s.p50_ms),
+            VTime(s.p99_ms),
+            VTime(s.max_ms)
+        ),
+        format!(
+            "Director queue: {} disk tasks; the last one waited {} for a worker",
+            s.disk_tasks,
+            VTime(s.final_queue_wait_ms)
         ),
     ]
 }
