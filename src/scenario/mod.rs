@@ -1488,23 +1488,13 @@ impl Validator<'_> {
                         None,
                     ));
                 }
-                if inner.is_empty() {
-                    return Err(self.err(&here, "`batch` needs at least one step", None));
-                }
-                let mut out = Vec::new();
-                for i in inner {
-                    let l = self.step(ctx, i, true)?;
-                    if !l.value.concurrent_ok() {
-                        return Err(ScenarioError {
-                            path: self.path.to_path_buf(),
-                            line: l.line,
-                            col: l.col,
-                            message: format!("`{}` cannot run inside `batch`", l.value.keyword()),
-                            hint: Some("a batch takes create_volume, delete_volume, publish, unpublish, deploy, recreate_vm, rolling_update".into()),
-                        });
-                    }
-                    out.push(l.value);
-                }
+                let out = self.group(
+                    ctx,
+                    &here,
+                    inner,
+                    ("batch", 1),
+                    "a batch takes create_volume, delete_volume, publish, unpublish, deploy, recreate_vm, rolling_update",
+                )?;
                 Step::Bosh(BoshStep::Batch(out))
             }
         };
@@ -1545,8 +1535,28 @@ impl Validator<'_> {
         here: &Spanned<()>,
         inner: Vec<Spanned<RawStep>>,
     ) -> Result<Vec<Step>, ScenarioError> {
-        if inner.len() < 2 {
-            return Err(self.err(here, "`concurrent` needs at least two steps", None));
+        self.group(
+            ctx,
+            here,
+            inner,
+            ("concurrent", 2),
+            "concurrent blocks take create_bucket_claim, grant_access, revoke_access, delete_bucket_claim; or create_volume, delete_volume, publish, unpublish, deploy, recreate_vm, rolling_update",
+        )
+    }
+
+    /// The steps of a group (`concurrent:` or `batch:`): at least `min`, each
+    /// a step its system lets run beside others.
+    fn group(
+        &self,
+        ctx: &mut Ctx,
+        here: &Spanned<()>,
+        inner: Vec<Spanned<RawStep>>,
+        (keyword, min): (&str, usize),
+        hint: &str,
+    ) -> Result<Vec<Step>, ScenarioError> {
+        if inner.len() < min {
+            let n = if min == 1 { "one step" } else { "two steps" };
+            return Err(self.err(here, &format!("`{keyword}` needs at least {n}"), None));
         }
         let mut out = Vec::new();
         for i in inner {
@@ -1556,8 +1566,8 @@ impl Validator<'_> {
                     path: self.path.to_path_buf(),
                     line: l.line,
                     col: l.col,
-                    message: format!("`{}` cannot run inside `concurrent`", l.value.keyword()),
-                    hint: Some("concurrent blocks take create_bucket_claim, grant_access, revoke_access, delete_bucket_claim; or create_volume, delete_volume, publish, unpublish, deploy, recreate_vm, rolling_update".into()),
+                    message: format!("`{}` cannot run inside `{keyword}`", l.value.keyword()),
+                    hint: Some(hint.into()),
                 });
             }
             out.push(l.value);
