@@ -698,6 +698,7 @@ fn main() -> ExitCode {
                     state_namespace,
                     mutants: Mutant::cosi(&mutants),
                     policy_layout,
+                    secret_length: 0,
                 };
                 let shutdown = async {
                     let _ = tokio::signal::ctrl_c().await;

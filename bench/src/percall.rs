@@ -63,6 +63,7 @@ impl DriverRt {
             state_namespace: STATE_NS.into(),
             mutants: vec![],
             policy_layout: Default::default(),
+            secret_length: 0,
         };
         let path = socket.to_path_buf();
         rt.spawn(async move { cosi_s3::serve_unix(config, &path, std::future::pending()).await });

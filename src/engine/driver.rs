@@ -312,6 +312,7 @@ impl Driver {
                     state_namespace: params.get("namespace").to_string(),
                     mutants: Mutant::cosi(mutants),
                     policy_layout: spec.policy_layout.unwrap_or_default(),
+                    secret_length: 0,
                 };
                 Ok(Driver::InProcess(match &params.frozen_wall {
                     // The in-process driver's wall clock is the lab's virtual one.

@@ -39,7 +39,15 @@ pub struct DriverConfig {
     /// layout is idempotent, least-privilege and cleans up after itself).
     #[serde(default)]
     pub policy_layout: PolicyLayout,
+    /// Characters of each secret key it generates; 0 is [`crate::service::SECRET_KEY_LEN`].
+    /// Neither RustFS nor MinIO caps an add-user secret at 40 (a driver with
+    /// longer secrets must pass too).
+    #[serde(default)]
+    pub secret_length: usize,
 }
+
+/// Secret lengths `--secret-length` accepts.
+pub const SECRET_LENGTHS: std::ops::RangeInclusive<usize> = 16..=128;
 
 impl DriverConfig {
     /// The namespace checkpoints live in, with the default applied.
@@ -48,6 +56,15 @@ impl DriverConfig {
             DEFAULT_STATE_NAMESPACE
         } else {
             &self.state_namespace
+        }
+    }
+
+    /// Characters of each secret key it generates, with the default applied.
+    pub fn secret_length(&self) -> usize {
+        if self.secret_length == 0 {
+            crate::service::SECRET_KEY_LEN
+        } else {
+            self.secret_length
         }
     }
 

@@ -66,7 +66,7 @@ use drivelab_proto::cosi::{
     identity_server::IdentityServer, provisioner_server::ProvisionerServer,
 };
 
-pub use config::{DriverConfig, Mutant, PolicyLayout, DEFAULT_STATE_NAMESPACE};
+pub use config::{DriverConfig, Mutant, PolicyLayout, DEFAULT_STATE_NAMESPACE, SECRET_LENGTHS};
 pub use error::DriverError;
 pub use service::CosiS3Driver;
 

@@ -1,14 +1,14 @@
 //! `cosi-s3` as a separate process, so crash tests can SIGKILL a real driver:
 //! `cosi-s3 --endpoint unix:///path.sock [--kube-url URL] [--state-namespace NS]
-//! [--policy-layout LAYOUT] [--mutant NAME]...`.
+//! [--policy-layout LAYOUT] [--secret-length N] [--mutant NAME]...`.
 //! Arguments are parsed by hand: six flags do not justify a parser crate.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
-use cosi_s3::{DriverConfig, Mutant, PolicyLayout};
+use cosi_s3::{DriverConfig, Mutant, PolicyLayout, SECRET_LENGTHS};
 
-const USAGE: &str = "usage: cosi-s3 [--endpoint unix:///path.sock] [--kube-url https://host:port [--kube-token-file PATH] [--kube-ca-file PATH]] [--state-namespace NS] [--policy-layout LAYOUT] [--mutant NAME]...
+const USAGE: &str = "usage: cosi-s3 [--endpoint unix:///path.sock] [--kube-url https://host:port [--kube-token-file PATH] [--kube-ca-file PATH]] [--state-namespace NS] [--policy-layout LAYOUT] [--secret-length N] [--mutant NAME]...
   --endpoint         Unix socket to serve COSI on (env COSI_ENDPOINT; default unix:///var/lib/cosi/cosi.sock)
   --kube-url         Kubernetes API base URL (env KUBE_URL; else the cluster of $KUBECONFIG)
   --kube-token-file  with --kube-url: file holding the bearer token (env KUBE_TOKEN_FILE)
@@ -17,6 +17,7 @@ const USAGE: &str = "usage: cosi-s3 [--endpoint unix:///path.sock] [--kube-url h
   --policy-layout    per-grant (default: one access policy per grant) or
                      per-grant-with-owner-marker (plus an owner-marker policy per grant);
                      both are correct designs, not seeded bugs
+  --secret-length N  characters of each secret key it generates (16-128; default 40)
   --mutant NAME      switch on a seeded bug; repeatable; --list-mutants shows them";
 
 struct Args {
@@ -72,6 +73,20 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<A
                     let names: Vec<_> = PolicyLayout::all().iter().map(|l| l.name()).collect();
                     format!("unknown policy layout {v:?}; known: {}", names.join(", "))
                 })?;
+            }
+            "--secret-length" => {
+                let v = value("--secret-length")?;
+                config.secret_length = v
+                    .parse()
+                    .ok()
+                    .filter(|n| SECRET_LENGTHS.contains(n))
+                    .with_context(|| {
+                        format!(
+                            "--secret-length {v:?}: a number of characters from {} to {}",
+                            SECRET_LENGTHS.start(),
+                            SECRET_LENGTHS.end()
+                        )
+                    })?;
             }
             "--mutant" => {
                 let v = value("--mutant")?;
@@ -166,12 +181,15 @@ mod tests {
             "--state-namespace",
             "ns",
             "--policy-layout=per-grant-with-owner-marker",
+            "--secret-length",
+            "64",
         ])
         .unwrap()
         .unwrap();
         assert_eq!(a.socket, PathBuf::from("/tmp/x.sock"));
         assert_eq!(a.config.kube_url, "http://127.0.0.1:1");
         assert_eq!(a.config.state_namespace, "ns");
+        assert_eq!(a.config.secret_length(), 64);
         assert_eq!(
             a.config.policy_layout,
             PolicyLayout::PerGrantWithOwnerMarker
@@ -189,5 +207,8 @@ mod tests {
         assert!(parse(&["--bogus"]).is_err());
         assert!(parse(&["--policy-layout", "two", "--kube-url", "http://x:1"]).is_err());
         assert!(parse(&["--endpoint"]).is_err());
+        for n in ["8", "129", "x"] {
+            assert!(parse(&["--secret-length", n, "--kube-url", "http://x:1"]).is_err());
+        }
     }
 }

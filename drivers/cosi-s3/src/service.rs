@@ -517,7 +517,7 @@ impl CosiS3Driver {
             if !created_now && self.mutant(Mutant::RotateOnRetry) {
                 // MUTANT rotate-on-retry: a retry mints a new secret, killing
                 // the credentials already handed out.
-                rec.secret_key = random_secret()?;
+                rec.secret_key = random_secret_of(self.config().secret_length())?;
                 match store.swap_grant(&rv, &rec).await? {
                     Swap::Done(nv) => rv = nv.resource_version,
                     Swap::Conflict => continue,
@@ -868,10 +868,10 @@ impl CosiS3Driver {
         }
         if self.mutant(Mutant::SameSecretEveryAccess) {
             // MUTANT same-secret-every-access: one secret per process.
-            let first = random_secret()?;
+            let first = random_secret_of(self.config().secret_length())?;
             return Ok(self.inner.process_secret.get_or_init(|| first).clone());
         }
-        random_secret()
+        random_secret_of(self.config().secret_length())
     }
 }
 
@@ -943,7 +943,12 @@ pub fn random_access_key() -> Result<String, DriverError> {
 
 /// A fresh secret key: 40 letters/digits from the OS RNG (~238 bits).
 pub fn random_secret() -> Result<String, DriverError> {
-    random_string(ALNUM, SECRET_KEY_LEN)
+    random_secret_of(SECRET_KEY_LEN)
+}
+
+/// A random secret key of `len` alphanumeric characters.
+pub fn random_secret_of(len: usize) -> Result<String, DriverError> {
+    random_string(ALNUM, len)
 }
 
 /// The `predictable-secret` mutant's secret: hex(sha256("cosi-s3:" + name)),

@@ -99,6 +99,7 @@ impl Lab {
             state_namespace: STATE_NS.into(),
             mutants: mutants.to_vec(),
             policy_layout: Default::default(),
+            secret_length: 0,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let sock = socket.clone();
