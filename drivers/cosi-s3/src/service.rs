@@ -155,6 +155,11 @@ impl CosiS3Driver {
     }
 
     /// The configuration the driver runs with.
+    /// A random secret key of the configured length.
+    fn fresh_secret(&self) -> Result<String, DriverError> {
+        random_secret_of(self.config().secret_length())
+    }
+
     pub fn config(&self) -> &DriverConfig {
         &self.inner.config
     }
@@ -517,7 +522,7 @@ impl CosiS3Driver {
             if !created_now && self.mutant(Mutant::RotateOnRetry) {
                 // MUTANT rotate-on-retry: a retry mints a new secret, killing
                 // the credentials already handed out.
-                rec.secret_key = random_secret_of(self.config().secret_length())?;
+                rec.secret_key = self.fresh_secret()?;
                 match store.swap_grant(&rv, &rec).await? {
                     Swap::Done(nv) => rv = nv.resource_version,
                     Swap::Conflict => continue,
@@ -868,10 +873,10 @@ impl CosiS3Driver {
         }
         if self.mutant(Mutant::SameSecretEveryAccess) {
             // MUTANT same-secret-every-access: one secret per process.
-            let first = random_secret_of(self.config().secret_length())?;
+            let first = self.fresh_secret()?;
             return Ok(self.inner.process_secret.get_or_init(|| first).clone());
         }
-        random_secret_of(self.config().secret_length())
+        self.fresh_secret()
     }
 }
 

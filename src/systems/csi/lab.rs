@@ -836,13 +836,7 @@ impl CsiLab {
             parameters,
             fs_type,
             call_timeout: scn.driver.call_timeout,
-            settle: {
-                let hook = self.hook.clone();
-                std::sync::Arc::new(move || {
-                    let hook = hook.clone();
-                    Box::pin(async move { hook.until_idle().await })
-                })
-            },
+            hook: self.hook.clone(),
         };
         let gate = Gate::new(self.history.clone());
         gate.set_hook(self.hook.clone());

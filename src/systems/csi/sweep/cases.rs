@@ -61,7 +61,7 @@ pub(crate) async fn run(
             return (vec![case], Default::default());
         }
     };
-    let mut s = Sweeper::new(gate, ctl, node, t.call_timeout, t.settle.clone());
+    let mut s = Sweeper::new(gate, ctl, node, t.call_timeout, t.hook.clone());
     let known = identity(&mut s).await;
     missing_fields(&mut s, t, &known).await;
     lifecycle(&mut s, t, &known).await;

@@ -18,25 +18,33 @@ use tonic::transport::Channel;
 
 use super::{CaseOutcome, SweepCase};
 
-/// What a reply says the driver made: a volume or a snapshot, by id.
+/// What a reply hands out, by id.
+pub(crate) enum Made<'a> {
+    /// A volume (CreateVolume).
+    Volume(&'a str),
+    /// A snapshot (CreateSnapshot).
+    Snapshot(&'a str),
+}
+
+/// What a reply says the driver made.
 pub(crate) trait Yields {
-    /// The volume (`false`) or snapshot (`true`) id the reply hands out.
-    fn made(&self) -> Option<(bool, &str)> {
+    /// The volume or snapshot the reply hands out, if any.
+    fn made(&self) -> Option<Made<'_>> {
         None
     }
 }
 
 impl Yields for csi::CreateVolumeResponse {
-    fn made(&self) -> Option<(bool, &str)> {
-        self.volume.as_ref().map(|v| (false, v.volume_id.as_str()))
+    fn made(&self) -> Option<Made<'_>> {
+        self.volume.as_ref().map(|v| Made::Volume(&v.volume_id))
     }
 }
 
 impl Yields for csi::CreateSnapshotResponse {
-    fn made(&self) -> Option<(bool, &str)> {
+    fn made(&self) -> Option<Made<'_>> {
         self.snapshot
             .as_ref()
-            .map(|s| (true, s.snapshot_id.as_str()))
+            .map(|s| Made::Snapshot(&s.snapshot_id))
     }
 }
 
@@ -107,8 +115,8 @@ pub(crate) struct Sweeper {
     ctl: Channel,
     node: Channel,
     timeout: Duration,
-    /// Waits until a crash or restart the lab's faults began has finished.
-    settle: super::Settle,
+    /// The lab's fault hook: a retry waits until a crash or restart it began has finished.
+    hook: std::sync::Arc<crate::engine::hook::LabHook>,
     /// Calls of the case being run.
     calls: Vec<u64>,
     /// Calls of the case being run that were retried after a fault.
@@ -125,14 +133,14 @@ impl Sweeper {
         ctl: Channel,
         node: Channel,
         timeout: Duration,
-        settle: super::Settle,
+        hook: std::sync::Arc<crate::engine::hook::LabHook>,
     ) -> Self {
         Self {
             gate,
             ctl,
             node,
             timeout,
-            settle,
+            hook,
             calls: Vec::new(),
             retried: 0,
             cases: Vec::new(),
@@ -186,7 +194,7 @@ impl Sweeper {
                 return result;
             }
             self.retried += 1;
-            (self.settle)().await;
+            self.hook.until_idle().await;
         }
     }
 

@@ -67,10 +67,10 @@ impl SweepLedger {
         use drivelab_fakes::csi::{DELETE_SNAPSHOT, DELETE_VOLUME};
         let Ok(r) = reply else { return };
         match r.made() {
-            Some((false, id)) if !id.is_empty() => {
+            Some(client::Made::Volume(id)) if !id.is_empty() => {
                 self.volumes.entry(id.to_string()).or_default().push(call)
             }
-            Some((true, id)) if !id.is_empty() => {
+            Some(client::Made::Snapshot(id)) if !id.is_empty() => {
                 self.snapshots.entry(id.to_string()).or_default().push(call)
             }
             _ if subject.is_empty() => {}
@@ -105,11 +105,6 @@ pub(crate) struct SweepNode {
     pub path_exists: Box<dyn Fn(&str) -> bool + Send + Sync>,
 }
 
-/// Waits until a crash or restart the lab's faults began has finished (the
-/// lab's hook), before the sweep retries a call those faults spoiled.
-pub(crate) type Settle =
-    std::sync::Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
-
 /// What the sweep needs from the lab.
 pub(crate) struct SweepTarget {
     /// The controller's socket.
@@ -124,6 +119,6 @@ pub(crate) struct SweepTarget {
     pub fs_type: String,
     /// Per-call deadline.
     pub call_timeout: std::time::Duration,
-    /// See [`Settle`].
-    pub settle: Settle,
+    /// The lab's fault hook (a retry waits out the crash or restart it began).
+    pub hook: std::sync::Arc<crate::engine::hook::LabHook>,
 }
