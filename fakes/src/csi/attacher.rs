@@ -295,7 +295,7 @@ impl Attacher {
         if !deleting(&pv) || !has_finalizer(&pv, &self.finalizer) {
             return Ok(Step::Done);
         }
-        let in_use = kube.list(Kind::VolumeAttachment, None)?.iter().any(|va| {
+        let in_use = kube.list_shared(Kind::VolumeAttachment, None)?.iter().any(|va| {
             str_at(va, &["spec", "source", "persistentVolumeName"]) == pv_name
                 && str_at(va, &["spec", "attacher"]) == self.driver_name
                 && has_finalizer(va, &self.finalizer)

@@ -97,24 +97,24 @@ impl CsiSidecars {
         let mut out = Vec::new();
         let name = |o: &serde_json::Value| str_at(o, &["metadata", "name"]);
         let ns = |o: &serde_json::Value| str_at(o, &["metadata", "namespace"]);
-        for c in kube.list(Kind::PersistentVolumeClaim, None)? {
+        for c in kube.list_shared(Kind::PersistentVolumeClaim, None)? {
             out.push(CsiTarget::Provision(ProvisionTarget::Claim {
                 namespace: ns(&c),
                 name: name(&c),
             }));
         }
-        for pv in kube.list(Kind::PersistentVolume, None)? {
+        for pv in kube.list_shared(Kind::PersistentVolume, None)? {
             out.push(CsiTarget::Provision(ProvisionTarget::Volume {
                 name: name(&pv),
             }));
             out.push(CsiTarget::Attach(AttachTarget::Volume { name: name(&pv) }));
         }
-        for va in kube.list(Kind::VolumeAttachment, None)? {
+        for va in kube.list_shared(Kind::VolumeAttachment, None)? {
             out.push(CsiTarget::Attach(AttachTarget::Attachment {
                 name: name(&va),
             }));
         }
-        let pods = kube.list(Kind::Pod, None)?;
+        let pods = kube.list_shared(Kind::Pod, None)?;
         for (node, agent) in &self.nodes {
             out.push(CsiTarget::Node {
                 node: node.clone(),
@@ -166,24 +166,14 @@ impl CsiSidecars {
         Ok(pending)
     }
 
-    /// What the sidecars read and write, to tell a quiet round from a busy one.
-    fn fingerprint(&self) -> Result<String, CsiError> {
-        let kube = kube_of(&self.kube);
+    /// What the sidecars read and write, to tell a quiet round from a busy
+    /// one: the API's resourceVersion (every write moves it, a no-op write
+    /// does not) and what each node agent holds.
+    fn fingerprint(&self) -> Result<(u64, String), CsiError> {
         let mut out = String::new();
-        for k in [
-            Kind::PersistentVolumeClaim,
-            Kind::PersistentVolume,
-            Kind::VolumeAttachment,
-            Kind::Pod,
-            Kind::CsiNode,
-            Kind::VolumeSnapshot,
-            Kind::VolumeSnapshotContent,
-        ] {
-            out.push_str(&serde_json::Value::Array(kube.list(k, None)?).to_string());
-        }
         for (node, agent) in &self.nodes {
             out.push_str(&format!("{node}:{:?}", agent.pods()));
         }
-        Ok(out)
+        Ok((kube_of(&self.kube).resource_version(), out))
     }
 }

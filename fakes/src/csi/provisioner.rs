@@ -159,7 +159,7 @@ impl Provisioner {
         let Some(pvc) = pvc else {
             // The claim is gone: whatever PV was bound to it is released.
             let mut pending = Vec::new();
-            for pv in kube.list(Kind::PersistentVolume, None)? {
+            for pv in kube.list_shared(Kind::PersistentVolume, None)? {
                 if str_at(&pv, &["spec", "claimRef", "namespace"]) == ns
                     && str_at(&pv, &["spec", "claimRef", "name"]) == name
                 {
@@ -470,7 +470,7 @@ impl Provisioner {
         ns: &str,
         claim: &str,
     ) -> Result<Option<String>, CsiError> {
-        for pod in kube.list(Kind::Pod, Some(ns))? {
+        for pod in kube.list_shared(Kind::Pod, Some(ns))? {
             if matches!(
                 str_at(&pod, &["status", "phase"]).as_str(),
                 "Succeeded" | "Failed"

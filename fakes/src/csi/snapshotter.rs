@@ -132,13 +132,13 @@ impl Snapshotter {
     pub fn targets(&self) -> Result<Vec<SnapshotTarget>, CsiError> {
         let kube = self.kube();
         let mut out = Vec::new();
-        for vs in kube.list(Kind::VolumeSnapshot, None)? {
+        for vs in kube.list_shared(Kind::VolumeSnapshot, None)? {
             out.push(SnapshotTarget::Snapshot {
                 namespace: str_at(&vs, &["metadata", "namespace"]),
                 name: str_at(&vs, &["metadata", "name"]),
             });
         }
-        for c in kube.list(Kind::VolumeSnapshotContent, None)? {
+        for c in kube.list_shared(Kind::VolumeSnapshotContent, None)? {
             out.push(SnapshotTarget::Content {
                 name: str_at(&c, &["metadata", "name"]),
             });

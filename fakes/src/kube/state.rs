@@ -4,6 +4,7 @@
 //! Both the HTTP handlers and the in-process API go through here.
 
 mod namespace;
+mod objects;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -45,6 +46,8 @@ pub(crate) struct Inner {
     /// The last resourceVersion handed out. Holding this lock is what makes a
     /// read-check-write atomic.
     rv: Mutex<u64>,
+    /// The decoded copy reads use (taken only while `rv` is held).
+    objects: Mutex<objects::Objects>,
     /// Every committed change, to watches.
     watch: super::watch::WatchHub,
     /// The tokens HTTP callers authenticate with (shared across restarts).
@@ -116,6 +119,16 @@ pub(crate) struct Deleted {
 
 fn obj_key(kind: Kind, ns: &str, name: &str) -> String {
     format!("{OBJ_PREFIX}{}/{ns}/{name}", kind.plural())
+}
+
+/// Objects in list order: by (namespace, name), as the real server lists them.
+fn sorted<V: std::borrow::Borrow<Value>>(mut items: Vec<V>) -> Vec<V> {
+    items.sort_by(|a, b| {
+        let (a, b) = (a.borrow(), b.borrow());
+        (meta_str(a, "namespace"), meta_str(a, "name"))
+            .cmp(&(meta_str(b, "namespace"), meta_str(b, "name")))
+    });
+    items
 }
 
 fn meta(obj: &Value) -> Option<&Map<String, Value>> {
@@ -289,6 +302,7 @@ impl KubeFake {
                 gate,
                 seed,
                 rv: Mutex::new(rv),
+                objects: Default::default(),
                 watch: Default::default(),
                 access,
             }),
@@ -324,7 +338,20 @@ impl KubeFake {
     fn lock(&self) -> MutexGuard<'_, u64> {
         // A panicking writer never leaves a half-written object (the store write
         // is last), so the state behind a poisoned lock is still consistent.
-        self.inner.rv.lock().unwrap_or_else(|p| p.into_inner())
+        let mut guard = self.inner.rv.lock().unwrap_or_else(|p| p.into_inner());
+        // Another handle over the same store (a restarted fake's old one, still
+        // held by a task) may have written: its counter is then in the store.
+        let stored = self.inner.store.get_json::<u64>(RV_KEY).ok().flatten();
+        if let Some(stored) = stored.filter(|s| *s != *guard) {
+            self.objects().invalidate();
+            *guard = stored.max(*guard);
+        }
+        guard
+    }
+
+    /// The decoded copy; call with the `rv` lock held.
+    fn objects(&self) -> MutexGuard<'_, objects::Objects> {
+        self.inner.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn now(&self) -> String {
@@ -345,10 +372,19 @@ impl KubeFake {
 
     /// The stored object, or for a namespace its virtual stand-in.
     fn load(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Value>> {
-        match self.inner.store.get_json(&obj_key(kind, ns, name))? {
+        match self.stored(kind, ns, name)? {
             None if kind == Kind::Namespace => self.virtual_namespace(name),
             stored => Ok(stored),
         }
+    }
+
+    /// The stored object only (no virtual namespace).
+    fn stored(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Value>> {
+        Ok(self
+            .objects()
+            .loaded(&*self.inner.store, OBJ_PREFIX)?
+            .get(&obj_key(kind, ns, name))
+            .map(|o| Value::clone(o)))
     }
 
     /// Persist `obj` at `rv` (counter first, so a crash in between never
@@ -366,7 +402,11 @@ impl KubeFake {
         let key = obj_key(kind, ns, name);
         let watched = self.inner.watch.active();
         let old: Option<Value> = match watched {
-            true => self.inner.store.get_json(&key)?,
+            true => self
+                .objects()
+                .loaded(&*self.inner.store, OBJ_PREFIX)?
+                .get(&key)
+                .map(|o| Value::clone(o)),
             false => None,
         };
         self.inner.store.put_json(RV_KEY, &rv)?;
@@ -377,6 +417,7 @@ impl KubeFake {
                 self.inner.store.remove(&key)?;
             }
         }
+        self.objects().commit(&key, obj);
         if !watched {
             return self.after_commit(guard, kind, obj, ns);
         }
@@ -1296,36 +1337,42 @@ impl KubeFake {
     ) -> Result<(Vec<Value>, u64)> {
         let guard = self.lock();
         let rv = *guard;
-        let mut items: Vec<Value> = self
+        let items: Vec<Value> = self
             .scan(kind, ns)?
             .into_iter()
             .filter(|o| labels.matches_object(o) && fields.matches_object(o))
+            .map(Arc::unwrap_or_clone)
             .collect();
         drop(guard);
-        items.sort_by(|a, b| {
-            (meta_str(a, "namespace"), meta_str(a, "name"))
-                .cmp(&(meta_str(b, "namespace"), meta_str(b, "name")))
-        });
-        Ok((items, rv))
+        Ok((sorted(items), rv))
+    }
+
+    /// Every object of `kind` (in `ns`, or everywhere), sorted by (namespace,
+    /// name), shared with the fake's copy rather than cloned: what the
+    /// sidecars' resyncs read (an informer's cache, not a server round trip).
+    pub fn list_shared(&self, kind: Kind, ns: Option<&str>) -> Result<Vec<Arc<Value>>> {
+        let guard = self.lock();
+        let items = self.scan(kind, ns)?;
+        drop(guard);
+        Ok(sorted(items))
     }
 
     /// Every object of `kind` (in `ns`, or everywhere): the stored ones, and
     /// for namespaces the virtual ones too.
-    fn scan(&self, kind: Kind, ns: Option<&str>) -> Result<Vec<Value>> {
+    fn scan(&self, kind: Kind, ns: Option<&str>) -> Result<Vec<Arc<Value>>> {
         let prefix = match ns.filter(|_| kind.namespaced()) {
             Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
             None => format!("{OBJ_PREFIX}{}/", kind.plural()),
         };
-        let mut out: Vec<Value> = self
-            .inner
-            .store
-            .scan_json::<Value>(&prefix)?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect();
+        let mut out: Vec<Arc<Value>> = objects::under(
+            self.objects().loaded(&*self.inner.store, OBJ_PREFIX)?,
+            &prefix,
+        )
+        .cloned()
+        .collect();
         if kind == Kind::Namespace {
             let virtual_ones = self.virtual_namespaces(&out)?;
-            out.extend(virtual_ones);
+            out.extend(virtual_ones.into_iter().map(Arc::new));
         }
         Ok(out)
     }

@@ -1013,24 +1013,15 @@ impl CsiLab {
         Ok(())
     }
 
-    /// Everything the sidecars read, to tell a quiet round from a busy one.
-    fn fingerprint(&self) -> anyhow::Result<String> {
-        let mut out = String::new();
-        for k in [
-            Kind::PersistentVolumeClaim,
-            Kind::PersistentVolume,
-            Kind::VolumeAttachment,
-            Kind::Pod,
-            Kind::CsiNode,
-            Kind::VolumeSnapshot,
-            Kind::VolumeSnapshotContent,
-        ] {
-            out.push_str(&Value::Array(self.kube.list(k, None)?).to_string());
-        }
+    /// What the sidecars read, to tell a quiet round from a busy one: the
+    /// API's resourceVersion (every write moves it, a no-op write does not)
+    /// and the nodes' mount tables.
+    fn fingerprint(&self) -> anyhow::Result<(u64, String)> {
+        let mut mounts = String::new();
         for n in &self.nodes {
-            out.push_str(&format!("{:?}", n.table.mounts()));
+            mounts.push_str(&format!("{:?}", n.table.entries()));
         }
-        Ok(out)
+        Ok((self.kube.resource_version(), mounts))
     }
 
     /// Every exchange of every CSI sidecar, in call order.

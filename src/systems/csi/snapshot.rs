@@ -119,17 +119,24 @@ fn render_backend(
         );
     }
     let _ = writeln!(out, "iaas disks:");
+    let mut owners: std::collections::HashMap<&str, &str> = Default::default();
+    for x in disks.iter().rev() {
+        owners.insert(&x.cid, &x.name);
+    }
+    let mut attached: std::collections::HashMap<&str, Vec<&str>> = Default::default();
+    for a in &i.attachments {
+        attached.entry(&a.disk_cid).or_default().push(&a.vm_cid);
+    }
     for d in iaas {
-        let owner = disks
-            .iter()
-            .find(|x| x.cid == d.cid)
-            .map(|x| n.text(&x.name))
+        let owner = owners
+            .get(d.cid.as_str())
+            .map(|name| n.text(name))
             .unwrap_or_else(|| "NO DIRECTOR DISK".into());
-        let vms: Vec<String> = i
-            .attachments
-            .iter()
-            .filter(|a| a.disk_cid == d.cid)
-            .map(|a| n.text(&a.vm_cid))
+        let vms: Vec<String> = attached
+            .get(d.cid.as_str())
+            .into_iter()
+            .flatten()
+            .map(|vm| n.text(vm))
             .collect();
         let _ = writeln!(
             out,
@@ -156,15 +163,33 @@ fn render_backend(
 /// What Kubernetes and the nodes show, whatever the backend: claims,
 /// VolumeAttachments, pods and mounts.
 fn render_kube(i: &CsiSnapshotInput, n: &mut Normalizer, out: &mut String) {
+    let handles: std::collections::HashMap<String, String> = i
+        .pvs
+        .iter()
+        .map(|p| {
+            (
+                str_at(p, &["metadata", "name"]),
+                str_at(p, &["spec", "csi", "volumeHandle"]),
+            )
+        })
+        .collect();
+    // Every PV label first (in the order the lines name them), so the lines
+    // below only read labels: a new label between two `text` calls rebuilds
+    // the normaliser's automaton, once per claim at fleet scale.
+    let claim_pvs: Vec<String> = i
+        .pvcs
+        .iter()
+        .map(|c| str_at(c, &["spec", "volumeName"]))
+        .collect();
+    for pv in claim_pvs.iter().filter(|pv| !pv.is_empty()) {
+        n.id("pv", pv);
+    }
+    for va in &i.volume_attachments {
+        n.id("pv", &str_at(va, &["spec", "source", "persistentVolumeName"]));
+    }
     let _ = writeln!(out, "claims:");
-    for c in &i.pvcs {
-        let pv = str_at(c, &["spec", "volumeName"]);
-        let handle = i
-            .pvs
-            .iter()
-            .find(|p| str_at(p, &["metadata", "name"]) == pv)
-            .map(|p| str_at(p, &["spec", "csi", "volumeHandle"]))
-            .unwrap_or_default();
+    for (c, pv) in i.pvcs.iter().zip(&claim_pvs) {
+        let handle = handles.get(pv).cloned().unwrap_or_default();
         let _ = writeln!(
             out,
             "  {}/{} {} pv {} volume {}{}",
@@ -174,7 +199,7 @@ fn render_kube(i: &CsiSnapshotInput, n: &mut Normalizer, out: &mut String) {
             if pv.is_empty() {
                 "none".into()
             } else {
-                n.id("pv", &pv)
+                n.id("pv", pv)
             },
             if handle.is_empty() {
                 "none".into()

@@ -8,7 +8,7 @@
 use serde_json::{json, Value};
 
 use super::{
-    meta_mut, meta_str, obj_key, uid_for, validate, Deleted, KubeFake, Preconditions, WriteOpts,
+    meta_mut, meta_str, uid_for, validate, Deleted, KubeFake, Preconditions, WriteOpts,
 };
 use crate::kube::{Kind, KubeError, Result};
 use crate::store::StoreExt;
@@ -113,7 +113,7 @@ impl KubeFake {
     }
 
     /// Every virtual namespace not shadowed by a stored one in `stored`.
-    pub(super) fn virtual_namespaces(&self, stored: &[Value]) -> Result<Vec<Value>> {
+    pub(super) fn virtual_namespaces(&self, stored: &[std::sync::Arc<Value>]) -> Result<Vec<Value>> {
         let declared = self.inner.store.scan_json::<u64>(DECLARED_PREFIX)?;
         let all = BUILT_IN.iter().map(|n| (n.to_string(), 1)).chain(
             declared
@@ -231,8 +231,7 @@ impl KubeFake {
         guard: &mut std::sync::MutexGuard<'_, u64>,
         ns: &str,
     ) -> Result<()> {
-        let key = obj_key(Kind::Namespace, "", ns);
-        let Some(o) = self.inner.store.get_json::<Value>(&key)? else {
+        let Some(o) = self.stored(Kind::Namespace, "", ns)? else {
             return Ok(());
         };
         if meta_str(&o, "deletionTimestamp").is_empty() {
