@@ -114,17 +114,19 @@ impl CsiSidecars {
                 name: name(&va),
             }));
         }
-        let pods = kube.list_shared(Kind::Pod, None)?;
+        let mut pods_on: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for p in kube.list_shared(Kind::Pod, None)? {
+            pods_on
+                .entry(str_at(&p, &["spec", "nodeName"]))
+                .or_default()
+                .push((ns(&p), name(&p)));
+        }
         for (node, agent) in &self.nodes {
             out.push(CsiTarget::Node {
                 node: node.clone(),
                 target: NodeTarget::Register,
             });
-            let mut mine: Vec<(String, String)> = pods
-                .iter()
-                .filter(|p| str_at(p, &["spec", "nodeName"]) == *node)
-                .map(|p| (ns(p), name(p)))
-                .collect();
+            let mut mine = pods_on.remove(node).unwrap_or_default();
             mine.extend(agent.pods().into_iter().map(|p| (p.namespace, p.name)));
             mine.sort();
             mine.dedup();

@@ -223,6 +223,11 @@ impl NodeAgent {
         self.conn.exchanges()
     }
 
+    /// How many exchanges it has made.
+    pub fn exchange_count(&self) -> usize {
+        self.conn.exchange_count()
+    }
+
     /// Send a recorded request again, unchanged (the lab's `retry` steps).
     pub async fn replay(&self, request: DriverRequest) -> Exchange {
         self.conn.send(request).await

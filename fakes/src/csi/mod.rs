@@ -321,6 +321,11 @@ impl DriverConn {
         lock(&self.exchanges).clone()
     }
 
+    /// How many exchanges [`DriverConn::exchanges`] would return.
+    pub fn exchange_count(&self) -> usize {
+        lock(&self.exchanges).len()
+    }
+
     fn channel(&self) -> Channel {
         lock(&self.channel).clone()
     }

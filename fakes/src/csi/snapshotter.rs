@@ -124,6 +124,11 @@ impl Snapshotter {
         self.conn.exchanges()
     }
 
+    /// How many exchanges it has made.
+    pub fn exchange_count(&self) -> usize {
+        self.conn.exchange_count()
+    }
+
     fn kube(&self) -> KubeFake {
         kube_of(&self.kube_slot)
     }

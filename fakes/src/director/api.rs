@@ -978,17 +978,25 @@ async fn list_disks(State(inner): State<Shared>, headers: HeaderMap) -> Result<R
     let c = authenticate(&inner, &headers, "/dynamic_disks")?;
     require(&c, &[Permission::List])?;
     let scoped = inner.config.per_deployment_scoping;
-    inner
-        .state
-        .with_disks(|disks| {
-            let out: Vec<ListedDisk<'_>> = disks
-                .values()
-                .filter(|d| !scoped || c.may_touch(&d.deployment))
-                .map(ListedDisk::from)
-                .collect();
-            axum::Json(out).into_response()
-        })
-        .map_err(ApiError::internal)
+    let render = |disks: &std::collections::BTreeMap<String, DiskRec>| {
+        let out: Vec<ListedDisk<'_>> = disks
+            .values()
+            .filter(|d| !scoped || c.may_touch(&d.deployment))
+            .map(ListedDisk::from)
+            .collect();
+        serde_json::to_vec(&out).unwrap_or_default()
+    };
+    // Scoped lists differ by caller; the unscoped one is the same for all.
+    let body = match scoped {
+        true => inner.state.with_disks(render).map(bytes::Bytes::from),
+        false => inner.state.listed_disks(render),
+    }
+    .map_err(ApiError::internal)?;
+    Ok((
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
 /// One entry of `GET /dynamic_disks`, borrowed from the record (the list is

@@ -207,6 +207,10 @@ pub struct State {
     /// reads them from the store once). `GET /dynamic_disks` lists every disk
     /// on each call; without it each list re-read and re-decoded N records.
     disks: Arc<Mutex<Option<BTreeMap<String, DiskRec>>>>,
+    /// The whole list's JSON as `GET /dynamic_disks` last wrote it, until a
+    /// disk changes: a driver that finds a disk by listing (bosh-csi does, as
+    /// the API offers no lookup by name) asks for it several times per volume.
+    listed: Arc<Mutex<Option<bytes::Bytes>>>,
 }
 
 fn task_key(id: u64) -> String {
@@ -218,6 +222,7 @@ impl State {
         Self {
             store,
             disks: Arc::default(),
+            listed: Arc::default(),
         }
     }
 
@@ -305,6 +310,7 @@ impl State {
         self.with_index(|index| {
             self.store.put_json(&format!("disk/{}", d.name), d)?;
             index.insert(d.name.clone(), d.clone());
+            self.forget_listed();
             Ok(())
         })?;
         self.store.flush()
@@ -314,9 +320,26 @@ impl State {
         self.with_index(|index| {
             self.store.remove(&format!("disk/{name}"))?;
             index.remove(name);
+            self.forget_listed();
             Ok(())
         })?;
         self.store.flush()
+    }
+
+    fn forget_listed(&self) {
+        *self.listed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The list of every disk as `render` writes it, rendered again only
+    /// after a disk changed (`render` must not call back into `State`).
+    pub fn listed_disks(
+        &self,
+        render: impl FnOnce(&BTreeMap<String, DiskRec>) -> Vec<u8>,
+    ) -> Result<bytes::Bytes, StoreError> {
+        self.with_index(|index| {
+            let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+            Ok(listed.get_or_insert_with(|| render(index).into()).clone())
+        })
     }
 
     /// Run `f` over every disk record by name, without copying them (the

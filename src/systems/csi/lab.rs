@@ -192,7 +192,7 @@ impl SystemLab for CsiLab {
     }
 
     fn begin_step(&mut self) {
-        self.step_exchanges_from = self.exchanges().len();
+        self.step_exchanges_from = self.exchange_count();
         self.last_step_code = None;
     }
 
@@ -1036,6 +1036,15 @@ impl CsiLab {
         }
         all.sort_by_key(|e| e.call);
         all
+    }
+
+    /// How many exchanges [`CsiLab::exchanges`] would return (without copying them).
+    fn exchange_count(&self) -> usize {
+        let s = &self.sidecars;
+        s.provisioner.exchange_count()
+            + s.attacher.exchange_count()
+            + s.snapshotter.as_ref().map_or(0, |x| x.exchange_count())
+            + s.nodes.values().map(|a| a.exchange_count()).sum::<usize>()
     }
 
     /// What the step boundary shows: attachments, mounts, VolumeAttachments, pods.
