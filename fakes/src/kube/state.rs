@@ -1697,6 +1697,28 @@ mod tests {
         ));
     }
 
+    /// A restarted fake's old handle, still held by a task, writes after the
+    /// new one read: the new one's decoded copy and counter follow the store.
+    #[test]
+    fn a_write_through_an_old_handle_is_seen_and_its_version_never_reused() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::default());
+        let old = KubeFake::new(store.clone(), gate(), 5).unwrap();
+        old.create(Kind::ConfigMap, cm("first")).unwrap();
+        let new = KubeFake::new(store, gate(), 5).unwrap();
+        assert_eq!(new.list(Kind::ConfigMap, Some("default")).unwrap().len(), 1);
+        let late = old.create(Kind::ConfigMap, cm("late")).unwrap();
+        let names: Vec<String> = new
+            .list(Kind::ConfigMap, Some("default"))
+            .unwrap()
+            .iter()
+            .map(|o| meta_str(o, "name").to_string())
+            .collect();
+        assert_eq!(names, ["first", "late"]);
+        let after = new.create(Kind::ConfigMap, cm("after")).unwrap();
+        let rv = |o: &Value| meta_str(o, "resourceVersion").parse::<u64>().unwrap();
+        assert!(rv(&after) > rv(&late));
+    }
+
     #[test]
     fn restart_keeps_objects_and_counter() {
         let dir = tempfile::tempdir().unwrap();
