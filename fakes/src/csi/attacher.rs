@@ -300,11 +300,14 @@ impl Attacher {
         if !deleting(&pv) || !has_finalizer(&pv, &self.finalizer) {
             return Ok(Step::Done);
         }
-        let in_use = kube.list_shared(Kind::VolumeAttachment, None)?.iter().any(|va| {
-            str_at(va, &["spec", "source", "persistentVolumeName"]) == pv_name
-                && str_at(va, &["spec", "attacher"]) == self.driver_name
-                && has_finalizer(va, &self.finalizer)
-        });
+        let in_use = kube
+            .list_shared(Kind::VolumeAttachment, None)?
+            .iter()
+            .any(|va| {
+                str_at(va, &["spec", "source", "persistentVolumeName"]) == pv_name
+                    && str_at(va, &["spec", "attacher"]) == self.driver_name
+                    && has_finalizer(va, &self.finalizer)
+            });
         if in_use {
             return Ok(Step::Retry(format!(
                 "pv {pv_name} is still attached somewhere"

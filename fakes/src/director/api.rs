@@ -992,11 +992,7 @@ async fn list_disks(State(inner): State<Shared>, headers: HeaderMap) -> Result<R
         false => inner.state.listed_disks(render),
     }
     .map_err(ApiError::internal)?;
-    Ok((
-        [(http::header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response())
+    Ok(([(http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// One entry of `GET /dynamic_disks`, borrowed from the record (the list is

@@ -174,8 +174,9 @@ fn render_kube(i: &CsiSnapshotInput, n: &mut Normalizer, out: &mut String) {
         })
         .collect();
     // Every PV label first (in the order the lines name them), so the lines
-    // below only read labels: a new label between two `text` calls rebuilds
-    // the normaliser's automaton, once per claim at fleet scale.
+    // below only read labels: a text that holds a value labelled since the
+    // normaliser's automaton was built makes it rebuild, which interleaving
+    // labels and lines could do once per claim at fleet scale.
     let claim_pvs: Vec<String> = i
         .pvcs
         .iter()
@@ -185,7 +186,10 @@ fn render_kube(i: &CsiSnapshotInput, n: &mut Normalizer, out: &mut String) {
         n.id("pv", pv);
     }
     for va in &i.volume_attachments {
-        n.id("pv", &str_at(va, &["spec", "source", "persistentVolumeName"]));
+        n.id(
+            "pv",
+            &str_at(va, &["spec", "source", "persistentVolumeName"]),
+        );
     }
     let _ = writeln!(out, "claims:");
     for (c, pv) in i.pvcs.iter().zip(&claim_pvs) {

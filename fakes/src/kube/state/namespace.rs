@@ -7,9 +7,7 @@
 
 use serde_json::{json, Value};
 
-use super::{
-    meta_mut, meta_str, uid_for, validate, Deleted, KubeFake, Preconditions, WriteOpts,
-};
+use super::{meta_mut, meta_str, uid_for, validate, Deleted, KubeFake, Preconditions, WriteOpts};
 use crate::kube::{Kind, KubeError, Result};
 use crate::store::StoreExt;
 
@@ -113,7 +111,10 @@ impl KubeFake {
     }
 
     /// Every virtual namespace not shadowed by a stored one in `stored`.
-    pub(super) fn virtual_namespaces(&self, stored: &[std::sync::Arc<Value>]) -> Result<Vec<Value>> {
+    pub(super) fn virtual_namespaces(
+        &self,
+        stored: &[std::sync::Arc<Value>],
+    ) -> Result<Vec<Value>> {
         let declared = self.inner.store.scan_json::<u64>(DECLARED_PREFIX)?;
         let all = BUILT_IN.iter().map(|n| (n.to_string(), 1)).chain(
             declared

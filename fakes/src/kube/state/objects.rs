@@ -24,16 +24,16 @@ impl Objects {
         store: &dyn Store,
         prefix: &str,
     ) -> Result<&BTreeMap<String, Arc<Value>>, StoreError> {
-        if self.by_key.is_none() {
-            self.by_key = Some(
+        Ok(match &mut self.by_key {
+            Some(map) => map,
+            empty => empty.insert(
                 store
                     .scan_json::<Value>(prefix)?
                     .into_iter()
                     .map(|(k, v)| (k, Arc::new(v)))
                     .collect(),
-            );
-        }
-        Ok(self.by_key.get_or_insert_with(BTreeMap::new))
+            ),
+        })
     }
 
     /// Forget the copy: the store changed behind it.
@@ -63,7 +63,10 @@ pub(super) fn under<'a>(
     map: &'a BTreeMap<String, Arc<Value>>,
     prefix: &'a str,
 ) -> impl Iterator<Item = &'a Arc<Value>> + 'a {
-    map.range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
-        .take_while(move |(k, _)| k.starts_with(prefix))
-        .map(|(_, v)| v)
+    map.range::<str, _>((
+        std::ops::Bound::Included(prefix),
+        std::ops::Bound::Unbounded,
+    ))
+    .take_while(move |(k, _)| k.starts_with(prefix))
+    .map(|(_, v)| v)
 }
