@@ -1,27 +1,66 @@
 //! Captures everything the lab and in-process drivers log, so the
 //! no-secret-leak check can search the logs a run produced, and so reports can
 //! include them. Logs also go to stderr when `-v` asks for them.
+//!
+//! Runs side by side each log into their own buffer: a thread that adopted a
+//! [`RunLog`] (the run's threads and its drivers' runtimes) writes there, any
+//! other thread into the process-wide one. One run's evidence never holds
+//! another's lines — with the same seed two runs draw the same secrets, so a
+//! leak in one would otherwise fail its neighbour too.
 
+use std::cell::RefCell;
 use std::io::Write;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tracing_subscriber::fmt::MakeWriter;
 
 static BUFFER: OnceLock<Mutex<Vec<u8>>> = OnceLock::new();
 
-fn buffer() -> &'static Mutex<Vec<u8>> {
-    BUFFER.get_or_init(|| Mutex::new(Vec::new()))
+thread_local! {
+    static CURRENT: RefCell<Option<RunLog>> = const { RefCell::new(None) };
+}
+
+/// One run's log buffer, shared by the threads that adopted it.
+#[derive(Clone, Default)]
+pub struct RunLog(Arc<Mutex<Vec<u8>>>);
+
+impl RunLog {
+    /// A fresh, empty buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// The run log this thread writes to, if it adopted one.
+pub fn current() -> Option<RunLog> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// From now on this thread logs into `log` (`None`: the process-wide buffer).
+/// A runtime started for a run adopts its log on each of its threads.
+pub fn adopt(log: Option<RunLog>) {
+    CURRENT.with(|c| *c.borrow_mut() = log);
+}
+
+/// Run `f` with this thread's buffer: its run's, else the process-wide one.
+fn with_buffer<T>(f: impl FnOnce(&mut Vec<u8>) -> T) -> T {
+    let run = current();
+    let m = match &run {
+        Some(r) => &r.0,
+        None => BUFFER.get_or_init(|| Mutex::new(Vec::new())),
+    };
+    let mut b = m.lock().unwrap_or_else(|p| p.into_inner());
+    f(&mut b)
 }
 
 /// Current end of the captured log, to slice one run's part later.
 pub fn position() -> usize {
-    buffer().lock().map(|b| b.len()).unwrap_or(0)
+    with_buffer(|b| b.len())
 }
 
 /// Everything logged since `pos`.
 pub fn since(pos: usize) -> String {
-    let b = buffer().lock().unwrap_or_else(|p| p.into_inner());
-    String::from_utf8_lossy(b.get(pos..).unwrap_or(&[])).into_owned()
+    with_buffer(|b| String::from_utf8_lossy(b.get(pos..).unwrap_or(&[])).into_owned())
 }
 
 /// A writer that appends to the capture buffer and optionally echoes to stderr.
@@ -33,9 +72,7 @@ pub struct Capture {
 
 impl Write for Capture {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut b) = buffer().lock() {
-            b.extend_from_slice(data);
-        }
+        with_buffer(|b| b.extend_from_slice(data));
         if self.echo {
             let _ = std::io::stderr().write_all(data);
         }

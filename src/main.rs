@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use drivelab::runs::{RunMeta, RunStore};
 use drivelab::scenario::BuiltinDriver;
 use drivelab::{engine, report, scenario, systems};
+use futures_util::StreamExt;
 
 #[derive(Parser)]
 #[command(
@@ -72,6 +73,11 @@ enum Command {
         /// Print every check of every scenario (default: details for failures only).
         #[arg(long)]
         detail: bool,
+        /// Scenarios run side by side (default: one per core). Each run has its
+        /// own runtime and log and output stays in file order, so the results
+        /// are the same for any value; only `-v`'s echoed logs interleave.
+        #[arg(long)]
+        jobs: Option<usize>,
     },
     /// List recorded runs: id, scenario, seed, pass/fail/error, running, or INCOMPLETE
     /// with the events stored and the last step reached (a lab killed mid-run).
@@ -407,10 +413,13 @@ fn main() -> ExitCode {
                 runs_dir,
                 no_record,
                 detail,
+                jobs,
             } => {
                 let runs = (!no_record).then(|| RunStore::new(RunStore::resolve(runs_dir)));
+                let jobs = jobs.unwrap_or_else(engine::default_jobs);
                 run(
                     paths, seed, mutants, report_dir, filter, partition, driver, runs, detail,
+                    jobs,
                 )
                 .await
             }
@@ -462,6 +471,7 @@ fn main() -> ExitCode {
                 runs_dir,
                 no_record,
                 detail: _,
+                jobs,
             } => {
                 // A sweep records only where asked: 200 seeds x the suite would
                 // bury the runs dir.
@@ -480,6 +490,7 @@ fn main() -> ExitCode {
                     mutants,
                     report_dir,
                     runs,
+                    jobs.unwrap_or_else(engine::default_jobs),
                 )
                 .await
             }
@@ -658,7 +669,7 @@ fn main() -> ExitCode {
                     out_dir,
                     stop_at_first,
                     max_found,
-                    jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    jobs: engine::cores(),
                 };
                 sweep_faults(scenario, driver, opts, report_dir, expect_found).await
             }
@@ -857,6 +868,7 @@ async fn run(
     driver: Option<String>,
     runs: Option<RunStore>,
     detail: bool,
+    jobs: usize,
 ) -> ExitCode {
     let mut scenarios = match load_all(&paths, filter.as_deref(), partition) {
         Ok(s) => s,
@@ -865,19 +877,28 @@ async fn run(
     if let Err(c) = drive_with(&mut scenarios, driver.as_deref()) {
         return c;
     }
-    let mut opts = engine::RunOptions {
+    let opts = engine::RunOptions {
         seed,
         mutants,
         ..Default::default()
     };
     let progress = report::cli::Progress::new(scenarios.len());
     let mut reports: Vec<report::ScenarioReport> = Vec::new();
+    let mut results = engine::in_order(
+        scenarios.iter().map(|scn| {
+            let mut opts = opts.clone();
+            opts.recorder = runs
+                .as_ref()
+                .and_then(|store| begin_record(store, scn, &opts));
+            (std::sync::Arc::new(scn.clone()), opts)
+        }),
+        jobs,
+    );
     for (i, scn) in scenarios.iter().enumerate() {
         progress.start(i, &scn.name, reports.iter().filter(|r| !r.passed).count());
-        opts.recorder = runs
-            .as_ref()
-            .and_then(|store| begin_record(store, scn, &opts));
-        let result = engine::run(scn, &opts).await;
+        let Some((recorder, result)) = results.next().await else {
+            break;
+        };
         progress.clear();
         let r = match &result {
             Ok(o) => {
@@ -905,7 +926,7 @@ async fn run(
                 )
             }
         };
-        complete_record(opts.recorder.take(), &r, result.as_ref().ok());
+        complete_record(recorder, &r, result.as_ref().ok());
         if let Some(dir) = &report_dir {
             if let Err(e) = report::write_scenario(dir, &r) {
                 eprintln!("drivelab: writing the report for {}: {e}", r.scenario);
@@ -913,6 +934,7 @@ async fn run(
         }
         reports.push(r);
     }
+    drop(results);
     if let Some(dir) = &report_dir {
         let names: Vec<String> = opts.mutants.iter().map(|m| m.name().to_string()).collect();
         let replay = report::cli::replay_all(&paths, seed, &names, filter.as_deref(), partition)
@@ -1116,6 +1138,7 @@ async fn sweep(
     mutants: Vec<Mutant>,
     report_dir: Option<PathBuf>,
     runs: Option<RunStore>,
+    jobs: usize,
 ) -> ExitCode {
     let mut scenarios = match load_all(&select.paths, select.filter.as_deref(), select.partition) {
         Ok(s) => s,
@@ -1127,18 +1150,31 @@ async fn sweep(
     let started = std::time::Instant::now();
     let (mut passed, mut failed) = (0u64, 0u64);
     let mut failing: Vec<report::ScenarioReport> = Vec::new();
+    let seeds = from..from.saturating_add(n);
+    let mut results = engine::in_order(
+        scenarios.iter().flat_map(|scn| {
+            let scn = std::sync::Arc::new(scn.clone());
+            let (mutants, runs) = (&mutants, &runs);
+            seeds.clone().map(move |seed| {
+                let mut opts = engine::RunOptions {
+                    seed: Some(seed),
+                    mutants: mutants.clone(),
+                    ..Default::default()
+                };
+                opts.recorder = runs
+                    .as_ref()
+                    .and_then(|store| begin_record(store, &scn, &opts));
+                (scn.clone(), opts)
+            })
+        }),
+        jobs,
+    );
     for scn in &scenarios {
         let mut bad = Vec::new();
-        for seed in from..from.saturating_add(n) {
-            let mut opts = engine::RunOptions {
-                seed: Some(seed),
-                mutants: mutants.clone(),
-                ..Default::default()
+        for seed in seeds.clone() {
+            let Some((recorder, result)) = results.next().await else {
+                break;
             };
-            opts.recorder = runs
-                .as_ref()
-                .and_then(|store| begin_record(store, scn, &opts));
-            let result = engine::run(scn, &opts).await;
             let r = match &result {
                 Ok(o) if o.passed() => {
                     passed += 1;
@@ -1166,7 +1202,7 @@ async fn sweep(
                     )
                 }
             };
-            complete_record(opts.recorder.take(), &r, result.as_ref().ok());
+            complete_record(recorder, &r, result.as_ref().ok());
             if !r.passed {
                 if let Some(dir) = &report_dir {
                     let mut r = r;
@@ -1258,11 +1294,10 @@ async fn run_batch(
                 mutants,
                 ..Default::default()
             };
-            let name = scn.name.clone();
-            let res = tokio::spawn(async move { engine::run(&scn, &opts).await })
-                .await
-                .unwrap_or_else(|e| Err(anyhow::anyhow!("{name}: the run panicked: {e}")));
-            (i, res)
+            (
+                i,
+                engine::run_isolated(std::sync::Arc::new(scn), opts).await,
+            )
         })
         .buffer_unordered(jobs.max(1))
         .collect()
@@ -1309,7 +1344,7 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
         Ok(s) => s,
         Err(c) => return c,
     };
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let jobs = engine::cores();
     // Kills only mean something if the correct driver passes everything.
     let mut baseline_ok = true;
     let baseline = scenarios.iter().map(|s| (s.clone(), vec![])).collect();

@@ -11,9 +11,10 @@ use drivelab::runs::RunStore;
 
 const BIN: &str = env!("CARGO_BIN_EXE_drivelab");
 
-/// Poll until the newest run is being recorded past its first step while an
-/// older one completed; returns that run's id and the events it had stored
-/// then, or None if the suite ended first.
+/// Poll until a run is being recorded past its first step while another one
+/// has completed (runs go side by side, so not necessarily the one before it);
+/// returns the live run's id and the events it had stored then, or None if the
+/// suite ended first.
 fn wait_for_run_in_progress(
     store: &RunStore,
     child: &mut std::process::Child,
@@ -23,15 +24,19 @@ fn wait_for_run_in_progress(
         if let Ok(Some(_)) = child.try_wait() {
             return None;
         }
-        let ids = store.ids().unwrap_or_default();
-        if let [.., older, newest] = ids.as_slice() {
-            let done = store.load(older).map(|r| r.report.is_some());
-            let newest_run = store.load(newest);
-            if let (Ok(true), Ok(run)) = (done, newest_run) {
-                if run.live && run.progress.steps_done >= 1 {
-                    return Some((newest.clone(), run.progress.events));
-                }
-            }
+        let runs: Vec<_> = store
+            .ids()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|id| store.load(&id).ok().map(|r| (id, r)))
+            .collect();
+        let completed = runs.iter().any(|(_, r)| r.report.is_some());
+        let live = runs
+            .iter()
+            .rev()
+            .find(|(_, r)| r.live && r.progress.steps_done >= 1);
+        if let (true, Some((id, run))) = (completed, live) {
+            return Some((id.clone(), run.progress.events));
         }
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -18,7 +18,8 @@ use crate::measure::{cpu_seconds, median, peak_rss_mib};
 /// factor that would only halve the sizes we can afford to measure).
 const GROWTH_INVARIANTS: &str = "[idempotent-replay, unique-credentials, least-privilege, no-rotation, no-secret-leak, no-orphans, owner-only-delete, converges, spec-codes]";
 
-/// Every scenario under `dir`, run once each as `drivelab run` would (logs captured).
+/// Every scenario under `dir`, run once each as `drivelab run` would (side by
+/// side, [`engine::default_jobs`] at a time, each with its own log).
 pub async fn suite(dir: &Path) -> anyhow::Result<Value> {
     let files = scenario::discover(&[dir.to_path_buf()]).context("listing scenarios")?;
     let mut scns = Vec::new();
@@ -28,8 +29,14 @@ pub async fn suite(dir: &Path) -> anyhow::Result<Value> {
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     let mut passed = 0;
     let mut failed = Vec::new();
-    for s in &scns {
-        let out = engine::run(s, &RunOptions::default()).await?;
+    let jobs = engine::default_jobs();
+    let mut runs = engine::in_order(
+        scns.iter()
+            .map(|s| (std::sync::Arc::new(s.clone()), RunOptions::default())),
+        jobs,
+    );
+    while let Some((_, out)) = futures_util::StreamExt::next(&mut runs).await {
+        let out = out?;
         if out.passed() {
             passed += 1;
         } else {
@@ -38,6 +45,7 @@ pub async fn suite(dir: &Path) -> anyhow::Result<Value> {
     }
     Ok(json!({
         "scenarios": scns.len(),
+        "jobs": jobs,
         "passed": passed,
         "failed": failed,
         "wall_s": t0.elapsed().as_secs_f64(),

@@ -105,9 +105,12 @@ impl InProcessDriver {
 
     /// Start it (on a fresh runtime) and wait until its socket accepts connections.
     pub async fn start(&self) -> anyhow::Result<()> {
+        // The driver's lines are its run's evidence (no-secret-leak reads them).
+        let log = crate::logcap::current();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("driver")
+            .on_thread_start(move || crate::logcap::adopt(log.clone()))
             .enable_all()
             .build()
             .context("starting the driver's runtime")?;

@@ -73,6 +73,79 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
     crate::systems::run(scn, opts, seed, &mutants).await
 }
 
+/// [`run`] on a runtime and thread of its own, logging into a buffer of its
+/// own: how runs go side by side (`drivelab run`, seed sweeps, the mutant kill
+/// table) without one run's lines in another's evidence, and without a run
+/// that blocks a thread stalling its neighbours. A panic is an error here.
+pub async fn run_isolated(
+    scn: std::sync::Arc<Scenario>,
+    opts: RunOptions,
+) -> anyhow::Result<RunOutcome> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let name = scn.name.clone();
+    let spawned = std::thread::Builder::new()
+        .name("run".into())
+        .spawn(move || {
+            let log = crate::logcap::RunLog::new();
+            crate::logcap::adopt(Some(log.clone()));
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("run")
+                .on_thread_start(move || crate::logcap::adopt(Some(log.clone())))
+                .enable_all()
+                .build();
+            let res = match rt {
+                Ok(rt) => {
+                    let res = rt.block_on(run(&scn, &opts));
+                    // A task the run left behind (a driver that never answers) is
+                    // not waited for.
+                    rt.shutdown_background();
+                    res
+                }
+                Err(e) => Err(anyhow::Error::new(e).context("starting the run's runtime")),
+            };
+            let _ = tx.send(res);
+        });
+    if let Err(e) = spawned {
+        return Err(anyhow::Error::new(e).context(format!("{name}: starting the run's thread")));
+    }
+    rx.await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("{name}: the run panicked")))
+}
+
+/// What a run yields to [`in_order`]: its recorder (to complete) and its result.
+pub type Finished = (Option<crate::runs::Recorder>, anyhow::Result<RunOutcome>);
+
+/// Runs `runs` `jobs` at a time, each isolated ([`run_isolated`]), and yields
+/// each result in input order as soon as it and those before it are done, so
+/// output streams in file order whatever finishes first. The iterator is drawn
+/// as runs start, so a record begins when its run does.
+pub fn in_order<'a>(
+    runs: impl Iterator<Item = (std::sync::Arc<Scenario>, RunOptions)> + Send + 'a,
+    jobs: usize,
+) -> futures_util::stream::BoxStream<'a, Finished> {
+    use futures_util::stream::{self, StreamExt};
+    stream::iter(runs)
+        .map(|(scn, opts)| {
+            let recorder = opts.recorder.clone();
+            async move { (recorder, run_isolated(scn, opts).await) }
+        })
+        .buffered(jobs.max(1))
+        .boxed()
+}
+
+/// The machine's cores (1 if unknown).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Scenarios side by side unless `--jobs` says otherwise: four per core. A run
+/// mostly waits (sockets, drivers starting, the scheduler's quiet windows), so
+/// one per core leaves the cores idle; results do not depend on it.
+pub fn default_jobs() -> usize {
+    4 * cores()
+}
+
 /// `file:line` of a fault or a step, as a fault or partition it arms is
 /// reported; the explorer's generated faults have no line.
 pub(crate) fn line_of<T>(path: &std::path::Path, at: &crate::scenario::Located<T>) -> String {

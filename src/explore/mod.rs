@@ -711,7 +711,7 @@ impl Explorer<'_> {
         for f in &sched.faults {
             self.c.placements.insert((f.target, f.nth, f.kind));
         }
-        let scn = apply(self.base, &self.targets, sched);
+        let scn = std::sync::Arc::new(apply(self.base, &self.targets, sched));
         let mutants = self.opts.mutants.clone();
         tokio::spawn(async move {
             let run = |mutants: Vec<Mutant>| {
@@ -723,8 +723,9 @@ impl Explorer<'_> {
                     step_snapshots: StepSnapshots::FinalOnly,
                     ..Default::default()
                 };
-                let scn = &scn;
-                async move { engine::run(scn, &opts).await }
+                // Isolated: a case's no-secret-leak reads its own log, not its
+                // batch neighbours' (same seed, same secrets).
+                engine::run_isolated(scn.clone(), opts)
             };
             let hunting = !mutants.is_empty();
             let outcome = run(mutants).await?;

@@ -340,18 +340,15 @@ impl Ctx<'_> {
     /// One run of `faults`, judged (and, hunting a mutant, judged against the correct driver).
     async fn judge(&self, faults: Vec<GenFault>) -> RunVerdict {
         let scn = super::apply(self.base, self.targets, &self.schedule(faults));
+        let scn = std::sync::Arc::new(scn);
         let run = |m: Vec<Mutant>| {
-            let scn = scn.clone();
-            async move {
-                let opts = RunOptions {
-                    seed: scn.seed,
-                    mutants: m,
-                    ..Default::default()
-                };
-                tokio::spawn(async move { engine::run(&scn, &opts).await })
-                    .await
-                    .map_err(|e| anyhow::anyhow!("the run panicked: {e}"))?
-            }
+            let opts = RunOptions {
+                seed: scn.seed,
+                mutants: m,
+                ..Default::default()
+            };
+            // Isolated: runs go side by side, and each reads only its own log.
+            engine::run_isolated(scn.clone(), opts)
         };
         let o = match run(self.mutants.to_vec()).await {
             Ok(o) => o,
