@@ -51,6 +51,9 @@ pub enum HttpError {
     },
 }
 
+/// How long an idle connection stays in the pool.
+const POOL_IDLE: Duration = Duration::from_secs(20);
+
 /// Pooled HTTP/1 client; cheap to clone.
 #[derive(Clone)]
 pub struct HttpClient {
@@ -65,7 +68,12 @@ impl HttpClient {
         conn.set_connect_timeout(Some(timeout));
         conn.set_nodelay(true);
         HttpClient {
-            inner: Client::builder(TokioExecutor::new()).build(conn),
+            // Idle connections leave the pool well before a server closes them
+            // (nginx in front of the Director keeps them 75 s; the lab's fakes
+            // 30 s): reusing one the server is closing fails by timing luck.
+            inner: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(POOL_IDLE)
+                .build(conn),
             timeout,
         }
     }

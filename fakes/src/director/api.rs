@@ -264,19 +264,7 @@ pub(crate) fn router(inner: Shared) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(tap, http_gate))
         .layer(from_fn(limit_request))
-        .layer(axum::middleware::map_response(close_after))
         .with_state(inner)
-}
-
-/// One request per connection: a client never reuses a connection that a
-/// Director restart or outage closed under it, which would fail (or not) by
-/// real-time luck and make the same seed tell two stories.
-async fn close_after(mut r: Response) -> Response {
-    r.headers_mut().insert(
-        http::header::CONNECTION,
-        http::HeaderValue::from_static("close"),
-    );
-    r
 }
 
 async fn method_not_allowed(req: Request) -> Response {
