@@ -1344,7 +1344,7 @@ async fn mutate(paths: Vec<PathBuf>, only: Vec<Mutant>, seed: Option<u64>) -> Ex
         Ok(s) => s,
         Err(c) => return c,
     };
-    let jobs = engine::cores();
+    let jobs = engine::default_jobs();
     // Kills only mean something if the correct driver passes everything.
     let mut baseline_ok = true;
     let baseline = scenarios.iter().map(|s| (s.clone(), vec![])).collect();

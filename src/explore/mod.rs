@@ -59,7 +59,7 @@ pub struct ExploreOptions {
 /// windows), so a few side by side fill the cores. Fixed rather than the
 /// machine's core count: guided, what is drawn next depends on the results of
 /// the batch before, so the batch size is part of what a seed replays.
-pub const DEFAULT_JOBS: usize = 4;
+pub const DEFAULT_JOBS: usize = 16;
 
 /// Which schedules an exploration draws. Guided (the default), each case may
 /// be a child of an earlier one that reached something new, so what runs
