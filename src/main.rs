@@ -73,7 +73,7 @@ enum Command {
         /// Print every check of every scenario (default: details for failures only).
         #[arg(long)]
         detail: bool,
-        /// Scenarios run side by side (default: one per core). Each run has its
+        /// Scenarios run side by side (default: four per core). Each run has its
         /// own runtime and log and output stays in file order, so the results
         /// are the same for any value; only `-v`'s echoed logs interleave.
         #[arg(long)]
@@ -934,7 +934,6 @@ async fn run(
         }
         reports.push(r);
     }
-    drop(results);
     if let Some(dir) = &report_dir {
         let names: Vec<String> = opts.mutants.iter().map(|m| m.name().to_string()).collect();
         let replay = report::cli::replay_all(&paths, seed, &names, filter.as_deref(), partition)
