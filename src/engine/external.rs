@@ -170,6 +170,7 @@ impl DriverParams {
     }
 
     /// Where the socket directory is inside an `image:` driver's container.
+    #[cfg(feature = "containers")]
     pub fn container_dir(&self) -> &'static str {
         match self.protocol {
             DriverProtocol::Cosi => CONTAINER_SOCKET_DIR,
@@ -233,8 +234,10 @@ impl DriverParams {
 }
 
 /// Where an `image:` COSI driver finds its socket directory (the COSI convention).
+#[cfg(feature = "containers")]
 pub const CONTAINER_SOCKET_DIR: &str = "/var/lib/cosi";
 /// Where an `image:` CSI driver finds its socket directory (a plugin's `/csi` mount).
+#[cfg(feature = "containers")]
 pub const CSI_CONTAINER_SOCKET_DIR: &str = "/csi";
 
 /// A spawned driver's wall clock tied to the lab's virtual clock: libfaketime
