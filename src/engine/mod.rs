@@ -75,7 +75,8 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
 
 /// [`run`] on a runtime and thread of its own, logging into a buffer of its
 /// own: how runs go side by side (`drivelab run`, seed sweeps, the mutant kill
-/// table) without one run's lines in another's evidence, and without a run
+/// table, the explorer, sweep-faults) without one run's lines in another's
+/// evidence, and without a run
 /// that blocks a thread stalling its neighbours. A panic is an error here.
 pub async fn run_isolated(
     scn: std::sync::Arc<Scenario>,
