@@ -402,11 +402,7 @@ impl KubeFake {
         let key = obj_key(kind, ns, name);
         let watched = self.inner.watch.active();
         let old: Option<Value> = match watched {
-            true => self
-                .objects()
-                .loaded(&*self.inner.store, OBJ_PREFIX)?
-                .get(&key)
-                .map(|o| Value::clone(o)),
+            true => self.stored(kind, ns, name)?,
             false => None,
         };
         self.inner.store.put_json(RV_KEY, &rv)?;
