@@ -1,9 +1,9 @@
 //! Durable state behind every fake: a small key/value trait with a sled
-//! implementation (so a fake restart keeps its state) and an in-memory one
-//! (for explorers that run thousands of cases).
+//! implementation (state that must outlive the process: an external CPI's) and
+//! an in-memory one (a run's fakes, which only ever restart in-process).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -74,11 +74,10 @@ pub trait StoreExt: Store {
 
 impl<S: Store + ?Sized> StoreExt for S {}
 
-/// A sled tree as a store. `flush` does not fsync: an fsync per request was
-/// most of the lab's per-call cost (issue 9) and bought nothing, since every
-/// restart the lab does is in-process over the same `sled::Db` (which sees
-/// unflushed writes). sled's own flusher writes dirty data out every 500 ms
-/// and when the last handle of a tree drops; `sync` forces it.
+/// A sled tree as a store, for state a process restart must find (the
+/// external CPI's). `flush` does not fsync: an fsync per request was most of
+/// the lab's per-call cost (issue 9). sled's own flusher writes dirty data out
+/// every 500 ms and when the last handle of a tree drops; `sync` forces it.
 pub struct SledStore {
     tree: sled::Tree,
 }
@@ -122,6 +121,19 @@ impl Store for SledStore {
     fn sync(&self) -> Result<(), StoreError> {
         self.tree.flush().map_err(backend)?;
         Ok(())
+    }
+}
+
+/// Named in-memory stores, as a sled database has named trees: opening a name
+/// again gives the same store, so a fake restarted in-process finds its state.
+#[derive(Default)]
+pub struct MemStores(Mutex<BTreeMap<String, Arc<MemStore>>>);
+
+impl MemStores {
+    /// The store called `name`, created empty on first use.
+    pub fn open(&self, name: &str) -> Arc<dyn Store> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(name.to_string()).or_default().clone()
     }
 }
 
@@ -175,6 +187,17 @@ mod tests {
         assert!(s.remove("a/1").unwrap());
         assert!(!s.remove("a/1").unwrap());
         assert_eq!(s.get("a/1").unwrap(), None);
+    }
+
+    #[test]
+    fn a_named_mem_store_reopens_with_its_state() {
+        let stores = MemStores::default();
+        stores.open("kube").put("k", b"v").unwrap();
+        assert_eq!(
+            stores.open("kube").get("k").unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
+        assert_eq!(stores.open("s3").get("k").unwrap(), None);
     }
 
     #[test]

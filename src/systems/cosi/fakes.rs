@@ -1,5 +1,5 @@
-//! The fakes of one run and their lifecycle: started on loopback over one sled
-//! database, restartable in place (same port, same state, connections broken).
+//! The fakes of one run and their lifecycle: started on loopback over in-memory
+//! stores, restartable in place (same port, same state, connections broken).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -12,12 +12,15 @@ use drivelab_fakes::kube::{Access, Grant, KubeFake};
 use drivelab_fakes::s3::{S3Config, S3Fake};
 use drivelab_fakes::secret::Secret;
 use drivelab_fakes::serve::{loopback, Listener};
-use drivelab_fakes::store::{SledStore, Store};
+use drivelab_fakes::store::{MemStore, Store};
 use drivelab_fakes::tls::TlsIdentity;
 
 /// The S3 server (data plane + admin API) and the Kubernetes API of one run.
 pub struct FakeSet {
-    db: sled::Db,
+    /// The S3 fake's state; a restarted fake is rebuilt from it.
+    s3_store: Arc<dyn Store>,
+    /// The Kubernetes fake's state; likewise.
+    kube_store: Arc<dyn Store>,
     s3_config: S3Config,
     kube_seed: u64,
     s3_gate: Gate,
@@ -37,16 +40,14 @@ pub struct FakeSet {
 }
 
 impl FakeSet {
-    /// Open the stores and start both fakes on 127.0.0.1.
+    /// Create the stores and start both fakes on 127.0.0.1.
     pub async fn start(
-        db: sled::Db,
         s3_config: S3Config,
         kube_seed: u64,
         s3_gate: Gate,
         kube_gate: Gate,
     ) -> anyhow::Result<Arc<Self>> {
         Self::start_on(
-            db,
             s3_config,
             kube_seed,
             s3_gate,
@@ -58,16 +59,20 @@ impl FakeSet {
 
     /// Like [`FakeSet::start`] on given addresses (`serve --ports`; port 0 = any).
     pub async fn start_on(
-        db: sled::Db,
         s3_config: S3Config,
         kube_seed: u64,
         s3_gate: Gate,
         kube_gate: Gate,
         (s3_addr, kube_addr): (SocketAddr, SocketAddr),
     ) -> anyhow::Result<Arc<Self>> {
-        let s3 = Self::new_s3(&db, &s3_config, &s3_gate)?;
+        // In memory: every restart the lab does is in-process, so the state
+        // only has to outlive the fake, not the process (and a store per run
+        // on disk was a sled database opened and torn down per explored case).
+        let s3_store: Arc<dyn Store> = Arc::new(MemStore::default());
+        let kube_store: Arc<dyn Store> = Arc::new(MemStore::default());
+        let s3 = Self::new_s3(&s3_store, &s3_config, &s3_gate)?;
         let kube_access = Access::default();
-        let kube = Self::new_kube(&db, kube_seed, &kube_gate, &kube_access)?;
+        let kube = Self::new_kube(&kube_store, kube_seed, &kube_gate, &kube_access)?;
         let s3_listener = s3
             .serve(s3_addr)
             .await
@@ -80,7 +85,8 @@ impl FakeSet {
         Ok(Arc::new(Self {
             s3_addr: s3_listener.addr,
             kube_addr: kube_listener.addr,
-            db,
+            s3_store,
+            kube_store,
             s3_config,
             kube_seed,
             s3_gate,
@@ -94,20 +100,18 @@ impl FakeSet {
         }))
     }
 
-    fn new_s3(db: &sled::Db, config: &S3Config, gate: &Gate) -> anyhow::Result<S3Fake> {
-        let store: Arc<dyn Store> = Arc::new(SledStore::open(db, "s3")?);
-        S3Fake::new(store, gate.clone(), config.clone())
+    fn new_s3(store: &Arc<dyn Store>, config: &S3Config, gate: &Gate) -> anyhow::Result<S3Fake> {
+        S3Fake::new(store.clone(), gate.clone(), config.clone())
             .map_err(|e| anyhow!("starting the S3 fake: {e}"))
     }
 
     fn new_kube(
-        db: &sled::Db,
+        store: &Arc<dyn Store>,
         seed: u64,
         gate: &Gate,
         access: &Access,
     ) -> anyhow::Result<KubeFake> {
-        let store: Arc<dyn Store> = Arc::new(SledStore::open(db, "kube")?);
-        KubeFake::with_access(store, gate.clone(), seed, access.clone())
+        KubeFake::with_access(store.clone(), gate.clone(), seed, access.clone())
             .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))
     }
 
@@ -147,7 +151,7 @@ impl FakeSet {
     }
 
     /// Restart a fake as a process restart would: connections break, the
-    /// in-memory instance is rebuilt from its sled state, the port stays.
+    /// in-memory instance is rebuilt from its store, the port stays.
     pub async fn restart(&self, c: Component) -> anyhow::Result<()> {
         match c {
             Component::S3 | Component::S3Admin => {
@@ -155,8 +159,7 @@ impl FakeSet {
                 if let Some(old) = l.take() {
                     old.stop().await;
                 }
-                self.s3_flush();
-                let s3 = Self::new_s3(&self.db, &self.s3_config, &self.s3_gate)?;
+                let s3 = Self::new_s3(&self.s3_store, &self.s3_config, &self.s3_gate)?;
                 *l = Some(bind_again(|a| s3.serve(a), self.s3_addr).await?);
                 *self.s3.write().unwrap_or_else(|p| p.into_inner()) = s3;
             }
@@ -165,9 +168,12 @@ impl FakeSet {
                 if let Some(old) = l.take() {
                     old.stop().await;
                 }
-                let _ = self.kube().flush();
-                let kube =
-                    Self::new_kube(&self.db, self.kube_seed, &self.kube_gate, &self.kube_access)?;
+                let kube = Self::new_kube(
+                    &self.kube_store,
+                    self.kube_seed,
+                    &self.kube_gate,
+                    &self.kube_access,
+                )?;
                 let tls = &self.kube_tls;
                 *l = Some(bind_again(|a| kube.serve_tls(a, tls), self.kube_addr).await?);
                 *self.kube.write().unwrap_or_else(|p| p.into_inner()) = kube;
@@ -175,10 +181,6 @@ impl FakeSet {
             other => return Err(anyhow!("{other} is not a fake that can restart")),
         }
         Ok(())
-    }
-
-    fn s3_flush(&self) {
-        let _ = self.db.flush();
     }
 
     /// Stop both listeners.

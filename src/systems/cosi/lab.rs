@@ -307,10 +307,6 @@ impl Lab {
             .prefix("drivelab-")
             .tempdir()
             .context("creating the run directory")?;
-        let db = sled::Config::new()
-            .path(dir.path().join("state"))
-            .open()
-            .context("opening the lab's sled store")?;
         let clock = SimClock::new();
         let history = History::new(clock.clone());
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
@@ -329,7 +325,7 @@ impl Lab {
             region: String::new(),
             backend: scn.s3_backend,
         };
-        let fakes = FakeSet::start(db, s3_config, rng.random(), gate(), gate()).await?;
+        let fakes = FakeSet::start(s3_config, rng.random(), gate(), gate()).await?;
         let planting_rng = ChaCha20Rng::seed_from_u64(rng.random());
         let s3_url = fakes.s3_url();
         let kube = fakes.kube();

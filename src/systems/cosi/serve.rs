@@ -317,10 +317,6 @@ pub async fn start(
         .prefix("drivelab-serve-")
         .tempdir()
         .context("creating the session directory")?;
-    let db = sled::Config::new()
-        .path(dir.path().join("state"))
-        .open()
-        .context("opening the session's sled store")?;
     // A live lab driven by hand: its clock starts at the wall-clock instant and
     // moves with real time, so objects written a minute apart are a minute apart
     // (a run's clock moves only with its schedule and stays reproducible).
@@ -351,7 +347,6 @@ pub async fn start(
     };
     let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
     let fakes = FakeSet::start_on(
-        db,
         s3_config,
         rng.random(),
         gate(),

@@ -26,7 +26,7 @@ use drivelab_fakes::json::str_at;
 use drivelab_fakes::kube::{Kind, KubeFake};
 use drivelab_fakes::secret::Secret;
 use drivelab_fakes::serve::{loopback, Listener};
-use drivelab_fakes::store::{SledStore, Store};
+use drivelab_fakes::store::{MemStores, Store};
 use futures_util::future::BoxFuture;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -326,13 +326,9 @@ impl CsiLab {
             .prefix("drivelab-csi-")
             .tempdir()
             .context("creating the run directory")?;
-        let db = sled::Config::new()
-            .path(dir.path().join("state"))
-            .open()
-            .context("opening the lab's sled store")?;
-        let store = |name: &str| -> anyhow::Result<Arc<dyn Store>> {
-            Ok(Arc::new(SledStore::open(&db, name)?) as Arc<dyn Store>)
-        };
+        // In memory: every restart the lab does is in-process.
+        let stores = MemStores::default();
+        let store = |name: &str| -> anyhow::Result<Arc<dyn Store>> { Ok(stores.open(name)) };
         let clock = SimClock::new();
         let history = History::new(clock.clone());
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
@@ -2182,13 +2178,9 @@ impl ServedCsi {
             .prefix("drivelab-serve-csi-")
             .tempdir()
             .context("creating the state directory")?;
-        let db = sled::Config::new()
-            .path(dir.path().join("state"))
-            .open()
-            .context("opening the sled store")?;
-        let store = |name: &str| -> anyhow::Result<Arc<dyn Store>> {
-            Ok(Arc::new(SledStore::open(&db, name)?) as Arc<dyn Store>)
-        };
+        // In memory: every restart the lab does is in-process.
+        let stores = MemStores::default();
+        let store = |name: &str| -> anyhow::Result<Arc<dyn Store>> { Ok(stores.open(name)) };
         let history = History::new(SimClock::new());
         let gate = || Gate::new(history.clone());
         // Secrets must not be guessable from a seed when a person uses them.
