@@ -34,6 +34,8 @@ struct Cache {
 
 /// Past this many distinct lengths a pending check costs more than a rebuild saves.
 const MAX_PENDING_LENGTHS: usize = 8;
+/// Up to this many pending values are searched for one by one.
+const FEW_PENDING: usize = 16;
 
 impl Cache {
     /// A value was labelled: the automaton no longer knows every one.
@@ -53,6 +55,14 @@ impl Cache {
     /// Whether a value the automaton does not know occurs in `text`.
     fn pending_in(&self, text: &str) -> bool {
         let t = text.as_bytes();
+        // A few values: search for each (a memchr-fast scan). Many: hash each
+        // window once per length (the lengths are few), not once per value.
+        if self.pending.len() <= FEW_PENDING {
+            return self
+                .pending
+                .iter()
+                .any(|v| memchr::memmem::find(t, v).is_some());
+        }
         self.lengths
             .keys()
             .filter(|l| **l <= t.len())
@@ -190,8 +200,12 @@ impl Normalizer {
         if patterns.is_empty() {
             return Matcher::Empty;
         }
+        // A contiguous NFA, not the DFA `auto` picks for small sets: a run
+        // scans each text once or twice, so building a DFA (most of an
+        // explored case's relabelling) never paid for its faster scan.
         match aho_corasick::AhoCorasick::builder()
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
             .build(&patterns)
         {
             Ok(ac) => Matcher::Ready(ac, labels),

@@ -1,6 +1,6 @@
 //! CSI figures: ControllerPublishVolume through the lab's path (fake
 //! external-attacher → gate + history → bosh-csi controller → fake Director →
-//! fake CPI, over sled) against a bare tonic client calling the same driver
+//! fake CPI, in memory as the engine wires them) against a bare tonic client calling the same driver
 //! whose Director is `DirectorStub` (answers every task at once); and a volume
 //! growth series (N volumes created, attached, detached on a few VMs).
 
@@ -91,7 +91,7 @@ impl Drop for DriverRt {
     }
 }
 
-/// The fake Director (with its in-process CPI) over sled, `vms` worker VMs.
+/// The fake Director (with its in-process CPI) over sled or memory, `vms` worker VMs.
 struct LabDirector {
     _dir: tempfile::TempDir,
     director: Director,
@@ -308,7 +308,7 @@ impl Path_ {
 
 /// Everything the CSI per-call run measured.
 pub struct CsiPerCall {
-    /// Publish then unpublish series per path (lab, lab_driver_direct, mem_director_direct, bare).
+    /// Publish then unpublish series per path (lab, lab_driver_direct, sled_director_direct, bare).
     pub series: Vec<Series>,
     /// Gate calls one lab publish+unpublish made (history entries / 2 / pairs).
     pub gated_calls_per_pair: f64,
@@ -324,7 +324,7 @@ pub async fn per_call(rounds: usize, batch: usize, warmup: usize) -> anyhow::Res
         .tempdir()?;
     let hook = Arc::new(IdleHook::default());
 
-    let lab = LabDirector::start(2, hook.clone(), Backing::Sled).await?;
+    let lab = LabDirector::start(2, hook.clone(), Backing::Mem).await?;
     let lab_driver = DriverRt::start(lab.listener.url(), &dir.path().join("lab.sock")).await?;
     let kube = KubeFake::new(Arc::new(MemStore::default()), lab.gate.clone(), 7)
         .map_err(|e| anyhow!("{e}"))?;
@@ -334,9 +334,9 @@ pub async fn per_call(rounds: usize, batch: usize, warmup: usize) -> anyhow::Res
         .map_err(|e| anyhow!("attacher: {e}"))?;
     let lab_bare = Bare::connect(&lab_driver.socket).await?;
 
-    let mem = LabDirector::start(2, hook.clone(), Backing::Mem).await?;
-    let mem_driver = DriverRt::start(mem.listener.url(), &dir.path().join("mem.sock")).await?;
-    let mem_bare = Bare::connect(&mem_driver.socket).await?;
+    let sled = LabDirector::start(2, hook.clone(), Backing::Sled).await?;
+    let sled_driver = DriverRt::start(sled.listener.url(), &dir.path().join("sled.sock")).await?;
+    let sled_bare = Bare::connect(&sled_driver.socket).await?;
 
     let stub = DirectorStub::default();
     let stub_url = stub.serve().await?;
@@ -347,39 +347,39 @@ pub async fn per_call(rounds: usize, batch: usize, warmup: usize) -> anyhow::Res
     // A few volumes per backend, made once (not measured).
     const VOLS: usize = 3;
     let mut lab_vols = Vec::new();
-    let mut mem_vols = Vec::new();
+    let mut sled_vols = Vec::new();
     let mut bare_vols = Vec::new();
     for i in 0..VOLS {
         lab_vols.push(lab_bare.create(&format!("pvc-bench-lab-{i}")).await?);
-        mem_vols.push(mem_bare.create(&format!("pvc-bench-mem-{i}")).await?);
+        sled_vols.push(sled_bare.create(&format!("pvc-bench-sled-{i}")).await?);
         bare_vols.push(bare.create(&format!("pvc-bench-bare-{i}")).await?);
     }
 
     let via_attacher = Path_::Attacher(attacher);
     let lab_direct = Path_::Bare(lab_bare.clone());
-    let mem_direct = Path_::Bare(mem_bare.clone());
+    let sled_direct = Path_::Bare(sled_bare.clone());
     let bare_path = Path_::Bare(bare.clone());
     let paths: [(&'static str, &'static str, &Path_, &[String], &[String]); 4] = [
         (
             "lab",
-            "fake attacher -> gate+history -> bosh-csi -> fake Director -> fake CPI (sled)",
+            "fake attacher -> gate+history -> bosh-csi -> fake Director -> fake CPI (MemStore, as the engine)",
             &via_attacher,
             &lab_vols,
             &lab.nodes,
         ),
         (
             "lab_driver_direct",
-            "bare client -> bosh-csi -> fake Director -> fake CPI (sled): no attacher",
+            "bare client -> bosh-csi -> fake Director -> fake CPI (MemStore): no attacher",
             &lab_direct,
             &lab_vols,
             &lab.nodes,
         ),
         (
-            "mem_director_direct",
-            "bare client -> bosh-csi -> fake Director -> fake CPI (MemStore): no attacher, no sled",
-            &mem_direct,
-            &mem_vols,
-            &mem.nodes,
+            "sled_director_direct",
+            "bare client -> bosh-csi -> fake Director -> fake CPI (sled, the engine before session 12): no attacher",
+            &sled_direct,
+            &sled_vols,
+            &sled.nodes,
         ),
         (
             "bare",
@@ -441,9 +441,9 @@ pub async fn per_call(rounds: usize, batch: usize, warmup: usize) -> anyhow::Res
             us: std::mem::take(&mut unpublish[i]),
         });
     }
-    drop((lab_driver, mem_driver, stub_driver));
+    drop((lab_driver, sled_driver, stub_driver));
     drop(lab.director);
-    drop(mem.director);
+    drop(sled.director);
     Ok(CsiPerCall {
         series,
         gated_calls_per_pair,
@@ -458,7 +458,7 @@ fn leak(s: String) -> &'static str {
 
 /// Volume growth at fakes level: `n` volumes created, each attached to one of
 /// `vms` VMs and detached again, through bosh-csi (bare client) → fake
-/// Director → fake CPI over sled. Wall, CPU and peak RSS of this process.
+/// Director → fake CPI over MemStore (as the engine). Wall, CPU and peak RSS of this process.
 pub async fn growth(n: usize, vms: u32) -> anyhow::Result<Value> {
     let dir = tempfile::Builder::new()
         .prefix("drivelab-bench-csi-growth-")
@@ -466,7 +466,7 @@ pub async fn growth(n: usize, vms: u32) -> anyhow::Result<Value> {
     let rss_before = peak_rss_mib();
     let cpu0 = cpu_seconds();
     let t = Instant::now();
-    let lab = LabDirector::start(vms, Arc::new(IdleHook::default()), Backing::Sled).await?;
+    let lab = LabDirector::start(vms, Arc::new(IdleHook::default()), Backing::Mem).await?;
     let driver = DriverRt::start(lab.listener.url(), &dir.path().join("ctl.sock")).await?;
     let client = Bare::connect(&driver.socket).await?;
     let setup_s = t.elapsed().as_secs_f64();

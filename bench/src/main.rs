@@ -205,8 +205,8 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<Measured> {
     let ratios = json!({
         "lab_over_bare": lab / med(&pc, "bare"),
         "lab_over_lab_driver_direct": lab / med(&pc, "lab_driver_direct"),
-        "lab_driver_direct_over_mem_fakes_direct": med(&pc, "lab_driver_direct") / med(&pc, "mem_fakes_direct"),
-        "mem_fakes_direct_over_bare": med(&pc, "mem_fakes_direct") / med(&pc, "bare"),
+        "lab_driver_direct_over_bare": med(&pc, "lab_driver_direct") / med(&pc, "bare"),
+        "before_sled_fakes_direct_over_bare": med(&pc, "sled_fakes_direct") / med(&pc, "bare"),
         "before_fix_lab_fsync_each_write_over_bare": med(&pc, "lab_fsync_each_write") / med(&pc, "bare"),
     });
     let per_call = json!({"ratios": ratios, "target_lab_over_bare": TARGET_RATIO, "raw": pc});
@@ -229,8 +229,8 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<Measured> {
     let csi_ratios = json!({
         "publish_lab_over_bare": cm("publish_lab") / cm("publish_bare"),
         "publish_lab_over_lab_driver_direct": cm("publish_lab") / cm("publish_lab_driver_direct"),
-        "publish_lab_driver_direct_over_mem_director_direct": cm("publish_lab_driver_direct") / cm("publish_mem_director_direct"),
-        "publish_mem_director_direct_over_bare": cm("publish_mem_director_direct") / cm("publish_bare"),
+        "publish_lab_driver_direct_over_bare": cm("publish_lab_driver_direct") / cm("publish_bare"),
+        "before_publish_sled_director_direct_over_bare": cm("publish_sled_director_direct") / cm("publish_bare"),
         "unpublish_lab_over_bare": cm("unpublish_lab") / cm("unpublish_bare"),
     });
     let csi_per_call =
@@ -603,7 +603,7 @@ fn print_table(r: &Value) {
     for (id, label) in [
         ("lab", "  lab path median"),
         ("lab_driver_direct", "  same driver+fakes, no sidecar"),
-        ("mem_fakes_direct", "  fakes on MemStore, no sidecar"),
+        ("sled_fakes_direct", "  before: fakes on sled, no sidecar"),
         ("bare", "  bare client + stub backend"),
         (
             "lab_fsync_each_write",
@@ -692,8 +692,8 @@ fn print_table(r: &Value) {
             "  same driver+fakes, no attacher",
         ),
         (
-            "publish_mem_director_direct",
-            "  fakes on MemStore, no attacher",
+            "publish_sled_director_direct",
+            "  before: fakes on sled, no attacher",
         ),
         ("publish_bare", "  bare client + Director stub"),
     ] {

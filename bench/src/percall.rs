@@ -127,11 +127,11 @@ impl GateHook for IdleHook {
 /// What the fakes' stores sit on.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Backing {
-    /// sled, as the engine opens it.
+    /// sled, as the engine opened it before session 12.
     Sled,
     /// sled with an fsync on every `flush` (what `SledStore` did before issue 9's fix).
     SledFsyncEachWrite,
-    /// `MemStore`.
+    /// `MemStore`, as the engine wires a run's fakes.
     Mem,
 }
 
@@ -157,7 +157,7 @@ impl Store for FsyncEachWrite {
     }
 }
 
-/// The lab's fakes, wired as `engine::fakes::FakeSet` wires them, over sled or memory.
+/// The lab's fakes, wired as `systems::cosi::fakes::FakeSet` wires them, over sled or memory.
 struct LabFakes {
     _dir: tempfile::TempDir,
     kube: KubeFake,
@@ -366,7 +366,7 @@ impl Series {
 
 /// Everything `run` measured.
 pub struct PerCall {
-    /// lab, lab-driver-direct, mem-fakes-direct, bare, lab-fsync-each-write (in that order).
+    /// lab, lab-driver-direct, sled-fakes-direct, bare, lab-fsync-each-write (in that order).
     pub series: Vec<Series>,
     /// Gate calls the lab path made per grant (history entries / grants).
     pub gated_calls_per_grant: f64,
@@ -380,7 +380,7 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
         .tempdir()?;
 
     // The lab's full path, and the same driver reached without the sidecar.
-    let lab = LabFakes::start(Backing::Sled).await?;
+    let lab = LabFakes::start(Backing::Mem).await?;
     let lab_driver = DriverRt::start(
         lab.kube_url.clone(),
         lab.token_file.clone(),
@@ -415,17 +415,17 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
         endpoint: old.s3_url.clone(),
     };
 
-    // The same fakes over memory instead of sled, reached directly.
-    let mem = LabFakes::start(Backing::Mem).await?;
-    let mem_driver = DriverRt::start(
-        mem.kube_url.clone(),
-        mem.token_file.clone(),
-        &dir.path().join("mem.sock"),
+    // The same fakes over sled (the engine before session 12), reached directly.
+    let sled = LabFakes::start(Backing::Sled).await?;
+    let sled_driver = DriverRt::start(
+        sled.kube_url.clone(),
+        sled.token_file.clone(),
+        &dir.path().join("sled.sock"),
     )
     .await?;
-    let mem_direct = Path_::Bare {
-        client: ProvisionerClient::new(connect_unix(&mem_driver.socket).await?),
-        endpoint: mem.s3_url.clone(),
+    let sled_direct = Path_::Bare {
+        client: ProvisionerClient::new(connect_unix(&sled_driver.socket).await?),
+        endpoint: sled.s3_url.clone(),
     };
 
     // The bare baseline: the stub answers admin, S3 and kube.
@@ -449,18 +449,18 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
     let paths: [(&'static str, &'static str, &Path_); 5] = [
         (
             "lab",
-            "sidecar -> gate+history -> driver -> gated S3/admin + kube fakes (sled)",
+            "sidecar -> gate+history -> driver -> gated S3/admin + kube fakes (MemStore, as the engine)",
             &via_sidecar,
         ),
         (
             "lab_driver_direct",
-            "bare client -> driver -> gated fakes (sled): no sidecar",
+            "bare client -> driver -> gated fakes (MemStore): no sidecar",
             &lab_direct,
         ),
         (
-            "mem_fakes_direct",
-            "bare client -> driver -> gated fakes (MemStore): no sidecar, no sled",
-            &mem_direct,
+            "sled_fakes_direct",
+            "bare client -> driver -> gated fakes (sled, the engine before session 12): no sidecar",
+            &sled_direct,
         ),
         ("bare", "bare client -> driver -> trivial axum stub", &bare),
         (
@@ -472,7 +472,7 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
     // lab and lab_driver_direct share a driver and fakes, so one bucket does for both.
     via_sidecar.create_bucket().await?;
     via_old_sidecar.create_bucket().await?;
-    mem_direct.create_bucket().await?;
+    sled_direct.create_bucket().await?;
     bare.create_bucket().await?;
 
     let mut series: Vec<Series> = paths
@@ -503,7 +503,7 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
         via_sidecar.grant(&format!("ba-bench-count-{k}")).await?;
     }
     let gated_calls_per_grant = ((lab.history.len() - before) as f64 - 5.0) / 2.0 / 5.0;
-    drop((lab_driver, old_driver, mem_driver, bare_driver));
+    drop((lab_driver, old_driver, sled_driver, bare_driver));
     Ok(PerCall {
         series,
         gated_calls_per_grant,
