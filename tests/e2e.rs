@@ -250,6 +250,45 @@ async fn faults_fire_where_aimed() {
     assert!(o.passed(), "{}", summary(&o));
 }
 
+/// Two crash faults in one call chain: the driver killed inside its second
+/// DriverCreateBucket (before its checkpoint write), while a crash is armed for
+/// that very call's reply. Each crash waits for the killed driver's callers;
+/// the outer call's caller hears only after its own crash, which waits for the
+/// first. They used to wait each other out for the whole bound (2 s real time
+/// per lab, a fifth of the explorer's schedules); now the outer call counts as
+/// settled once its crash has begun. Same seed, same history, both times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_in_one_call_chain_do_not_wait_each_other_out() {
+    drivelab::logcap::init(false);
+    let base = std::fs::read_to_string(scenario_path("explore/cosi-lifecycle.yaml")).unwrap();
+    let text = base.replacen(
+        "steps:\n",
+        "faults:\n  - crash_driver: { on: driver.DriverCreateBucket, nth: 2, when: after_commit }\n  - crash_driver: { on: kube.create_configmap, nth: 2, when: before_commit }\nsteps:\n",
+        1,
+    );
+    let scn = scenario::parse(Path::new("<test>/two-crashes.yaml"), &text)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let a = engine::run(&scn, &RunOptions::default()).await.unwrap();
+    let b = engine::run(&scn, &RunOptions::default()).await.unwrap();
+    assert!(a.passed(), "{}", summary(&a));
+    let ran_out: Vec<_> = a
+        .history
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::Note { text, .. } if text.contains("had not all seen it die")))
+        .collect();
+    assert!(
+        ran_out.is_empty(),
+        "a crash waited out its bound: {ran_out:?}"
+    );
+    let killed = a
+        .history
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::Fault { detail, .. } if detail.contains("killed")))
+        .count();
+    assert_eq!(killed, 2, "both crashes ran");
+    assert_eq!(a.history_text, b.history_text);
+}
+
 /// The CSI controller killed right after the Director accepted its create: the
 /// retry against the restarted controller must find that disk by name. (Its
 /// history is byte-deterministic since a crash waits for the killed driver's

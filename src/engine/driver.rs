@@ -230,19 +230,37 @@ impl DriverCrash {
         let Some(driver) = self.driver.upgrade() else {
             return;
         };
+        // After the record: a crash waiting for this call's caller may go on
+        // once it is marked, and the history then already says why.
+        if let Some(h) = self.hook.upgrade() {
+            h.crash_begun(during);
+        }
         let held = self.hook.upgrade().map(|h| h.driver_crashing());
         let settled = super::hook::LabHook::callers_settled(self.hook.clone(), during);
         let (crashing, history, what) = (self.crashing.clone(), self.history.clone(), self.what);
+        let hook = self.hook.clone();
         let done = tokio::spawn(async move {
             let _one_at_a_time = crashing.lock().await;
             driver.kill_and_wait().await;
             drop(held);
-            callers_saw_the_crash(&*settled).await;
+            if !callers_saw_the_crash(&*settled).await {
+                // Visible: a wait that ran out is real-time luck in the history.
+                history.record(EventKind::Note {
+                    component: Component::Lab,
+                    text: format!(
+                        "callers of the killed {what} had not all seen it die after {} s; restarting it anyway",
+                        CALLERS_NOTICE.as_secs()
+                    ),
+                });
+            }
             if let Err(e) = driver.crash_and_restart().await {
                 history.record(EventKind::Note {
                     component: Component::Lab,
                     text: format!("{what} did not come back: {e:#}"),
                 });
+            }
+            if let Some(h) = hook.upgrade() {
+                h.crash_done(during);
             }
             drop(busy);
         });
@@ -258,11 +276,16 @@ const CALLERS_NOTICE: Duration = Duration::from_secs(2);
 /// before it comes back: the restarted driver's start-up calls (the CSI
 /// controller fetches a UAA token) otherwise raced those failed replies in
 /// the history, which then differed run to run.
-async fn callers_saw_the_crash(settled: &(dyn Fn() -> bool + Send + Sync)) {
+/// False if [`CALLERS_NOTICE`] ran out first.
+async fn callers_saw_the_crash(settled: &(dyn Fn() -> bool + Send + Sync)) -> bool {
     let deadline = std::time::Instant::now() + CALLERS_NOTICE;
-    while !settled() && std::time::Instant::now() < deadline {
+    while !settled() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    true
 }
 
 /// The driver under test, however it ships. The engine only talks to this.

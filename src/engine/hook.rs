@@ -50,6 +50,9 @@ struct State {
     counts: BTreeMap<(Component, Op), u32>,
     partitions: Vec<Partition>,
     after: BTreeMap<CallId, Vec<FaultAction>>,
+    /// Calls whose own crash fault has begun (recorded, maybe waiting for
+    /// another crash to finish): their callers see the driver die with it.
+    crashing: std::collections::BTreeSet<CallId>,
     /// Faults and partitions no longer armed (healed, disarmed), kept for
     /// [`LabHook::unfired`]; a retired fault's calls are counted up to its retirement.
     retired: Vec<UnfiredFault>,
@@ -120,12 +123,26 @@ impl LabHook {
     }
 
     /// Whether every caller of a killed driver has seen it die: each call into
-    /// the driver but `during` has its reply or is held here.
+    /// the driver but `during` has its reply, is held here, or has a crash of
+    /// its own under way (its reply comes after that crash, which may be
+    /// waiting for this one: two crash faults in one call chain used to wait
+    /// each other out for the whole 2 s bound of `driver::CALLERS_NOTICE`).
     pub fn driver_callers_settled(&self, during: CallId) -> bool {
+        let crashing = self.lock().crashing.clone();
         self.history
             .open_calls_to(Component::Driver)
             .into_iter()
-            .all(|c| c == during || self.sched.is_parked(c))
+            .all(|c| c == during || self.sched.is_parked(c) || crashing.contains(&c))
+    }
+
+    /// A crash fault fired during call `id` has been recorded and will run.
+    pub(crate) fn crash_begun(&self, id: CallId) {
+        self.lock().crashing.insert(id);
+    }
+
+    /// That crash has finished (the driver is back, or did not come back).
+    pub(crate) fn crash_done(&self, id: CallId) {
+        self.lock().crashing.remove(&id);
     }
 
     /// [`LabHook::driver_callers_settled`] as a crash's wait condition; a hook
