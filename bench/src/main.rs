@@ -9,7 +9,7 @@
 //!   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
 //!   drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
 //!   drivelab-bench scale [--out reports/bench.json] [--dir bench/scale]
-//!   drivelab-bench child (percall | csi-percall | suite DIR | virtual | growth N | csi-growth N | madmin-rss N | explore | sweep)   (internal)
+//!   drivelab-bench child (percall [--only ID,..] | csi-percall | suite DIR | virtual | growth N | csi-growth N | madmin-rss N | explore | sweep)   (internal)
 //!
 //! Sections are plain functions called from `bench`/`measure_ratios`; a new
 //! one adds a child command and a report key.
@@ -117,7 +117,10 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
                 .map(|s| s.parse())
                 .transpose()?
                 .unwrap_or(40);
-            let pc = rt.block_on(percall::run(rounds, batch, 20))?;
+            let only: Vec<String> = flag(args, "--only")
+                .map(|s| s.split(',').map(str::to_string).collect())
+                .unwrap_or_default();
+            let pc = rt.block_on(percall::run(rounds, batch, 20, &only))?;
             let mut series = serde_json::Map::new();
             for s in &pc.series {
                 series.insert(s.id.to_string(), s.summary());

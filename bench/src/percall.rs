@@ -374,7 +374,13 @@ pub struct PerCall {
 
 /// Measure: `rounds` rounds, each `batch` grants per path, paths interleaved
 /// so that drift (page cache, CPU frequency, other tenants) hits all alike.
-pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<PerCall> {
+/// `only`: the ids of the paths to time (empty: all), so a profiler sees one path alone.
+pub async fn run(
+    rounds: usize,
+    batch: usize,
+    warmup: usize,
+    only: &[String],
+) -> anyhow::Result<PerCall> {
     let dir = tempfile::Builder::new()
         .prefix("drivelab-bench-sock-")
         .tempdir()?;
@@ -486,6 +492,9 @@ pub async fn run(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<P
     let mut n = 0usize;
     for round in 0..(rounds + 1) {
         for (i, (id, _, p)) in paths.iter().enumerate() {
+            if !only.is_empty() && !only.iter().any(|o| o == id) {
+                continue;
+            }
             let count = if round == 0 { warmup } else { batch };
             for _ in 0..count {
                 n += 1;

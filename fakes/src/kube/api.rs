@@ -640,8 +640,8 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                 force: false,
             };
             match method {
-                Method::GET => match fake.get_in(kind, ns, &name)? {
-                    Some(o) => Ok(reply(StatusCode::OK, o)),
+                Method::GET => match fake.get_shared(kind, ns, &name)? {
+                    Some(o) => Ok((StatusCode::OK, axum::Json(&*o)).into_response()),
                     None => Err(super::KubeError::NotFound { kind, name }.into()),
                 },
                 Method::PUT => {

@@ -303,40 +303,39 @@ struct Comparison {
 fn compare(s: &S, lhs: Option<&Value>, rhs: Option<&Value>, path: &mut Path, c: &mut Comparison) {
     let container = match (s.resolve(), lhs.or(rhs)) {
         (S::Obj(fields), Some(Value::Object(_))) => {
-            let (l, r) = (obj(lhs), obj(rhs));
-            let keys: BTreeSet<&String> = l.keys().chain(r.keys()).collect();
-            for k in keys {
+            let (l, r) = (
+                lhs.and_then(Value::as_object),
+                rhs.and_then(Value::as_object),
+            );
+            for k in member_keys(l, r) {
                 let t = fields
                     .iter()
                     .find(|(n, _)| n == k)
                     .map_or(&S::Free, |(_, t)| t);
                 path.push(format!("f:{k}"));
-                compare(t, l.get(k), r.get(k), path, c);
+                compare(t, member(l, k), member(r, k), path, c);
                 path.pop();
             }
             true
         }
         (S::Map(t), Some(Value::Object(_))) => {
-            let (l, r) = (obj(lhs), obj(rhs));
-            let keys: BTreeSet<&String> = l.keys().chain(r.keys()).collect();
-            for k in keys {
+            let (l, r) = (
+                lhs.and_then(Value::as_object),
+                rhs.and_then(Value::as_object),
+            );
+            for k in member_keys(l, r) {
                 path.push(format!("f:{k}"));
-                compare(t, l.get(k), r.get(k), path, c);
+                compare(t, member(l, k), member(r, k), path, c);
                 path.pop();
             }
             true
         }
         (S::Keyed(t, key), Some(Value::Array(_))) => {
-            let index = |v: Option<&Value>| -> BTreeMap<String, Value> {
-                v.and_then(Value::as_array)
-                    .map(|a| a.iter().map(|i| (key_element(i, key), i.clone())).collect())
-                    .unwrap_or_default()
-            };
-            let (l, r) = (index(lhs), index(rhs));
+            let (l, r) = (keyed_items(lhs, key), keyed_items(rhs, key));
             let keys: BTreeSet<&String> = l.keys().chain(r.keys()).collect();
             for k in keys {
                 path.push(k.clone());
-                compare(t, l.get(k), r.get(k), path, c);
+                compare(t, l.get(k).copied(), r.get(k).copied(), path, c);
                 path.pop();
             }
             true
@@ -378,8 +377,23 @@ fn compare(s: &S, lhs: Option<&Value>, rhs: Option<&Value>, path: &mut Path, c: 
     }
 }
 
-fn obj(v: Option<&Value>) -> Map<String, Value> {
-    v.and_then(Value::as_object).cloned().unwrap_or_default()
+/// The keys of either map, each once, in order.
+fn member_keys<'a>(
+    l: Option<&'a Map<String, Value>>,
+    r: Option<&'a Map<String, Value>>,
+) -> BTreeSet<&'a String> {
+    l.into_iter().chain(r).flat_map(Map::keys).collect()
+}
+
+/// A keyed list's items by their `k:` element.
+fn keyed_items<'a>(v: Option<&'a Value>, key: &str) -> BTreeMap<String, &'a Value> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().map(|i| (key_element(i, key), i)).collect())
+        .unwrap_or_default()
+}
+
+fn member<'a>(m: Option<&'a Map<String, Value>>, k: &str) -> Option<&'a Value> {
+    m.and_then(|m| m.get(k))
 }
 
 /// The object `lhs` with `rhs` applied over it (`TypedValue.Merge`).

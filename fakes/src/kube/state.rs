@@ -381,10 +381,17 @@ impl KubeFake {
     /// The stored object only (no virtual namespace).
     fn stored(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Value>> {
         Ok(self
+            .stored_shared(kind, ns, name)?
+            .map(Arc::unwrap_or_clone))
+    }
+
+    /// The stored object, shared with the decoded copy.
+    fn stored_shared(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Arc<Value>>> {
+        Ok(self
             .objects()
             .loaded(&*self.inner.store, OBJ_PREFIX)?
             .get(&obj_key(kind, ns, name))
-            .map(|o| Value::clone(o)))
+            .cloned())
     }
 
     /// Persist `obj` at `rv` (counter first, so a crash in between never
@@ -401,10 +408,10 @@ impl KubeFake {
     ) -> Result<()> {
         let key = obj_key(kind, ns, name);
         let watched = self.inner.watch.active();
-        let old: Option<Value> = match watched {
-            true => self.stored(kind, ns, name)?,
-            false => None,
-        };
+        if watched {
+            // The replaced object comes from the copy: load it before the write.
+            self.objects().loaded(&*self.inner.store, OBJ_PREFIX)?;
+        }
         self.inner.store.put_json(RV_KEY, &rv)?;
         **guard = rv;
         match obj {
@@ -413,15 +420,17 @@ impl KubeFake {
                 self.inner.store.remove(&key)?;
             }
         }
-        self.objects().commit(&key, obj);
+        // One decoded copy, shared by the fake's reads and the watch window.
+        let new = obj.map(|o| Arc::new(o.clone()));
+        let old = self.objects().commit(&key, new.clone());
         if !watched {
             return self.after_commit(guard, kind, obj, ns);
         }
         let last = match (obj, &old) {
             (None, Some(o)) => {
-                let mut o = o.clone();
+                let mut o = Value::clone(o);
                 meta_mut(&mut o).insert("resourceVersion".into(), json!(rv.to_string()));
-                Some(o)
+                Some(Arc::new(o))
             }
             _ => None,
         };
@@ -429,7 +438,7 @@ impl KubeFake {
             rv,
             kind,
             old,
-            new: obj.cloned(),
+            new,
             last,
         });
         self.after_commit(guard, kind, obj, ns)
@@ -1174,7 +1183,7 @@ impl KubeFake {
         }
         // Server-owned metadata always comes from the stored object.
         {
-            let old_md = meta(old).cloned().unwrap_or_default();
+            let old_md = meta(old);
             let md = meta_mut(&mut new);
             for f in [
                 "uid",
@@ -1185,7 +1194,7 @@ impl KubeFake {
                 "resourceVersion",
                 "generateName",
             ] {
-                match old_md.get(f) {
+                match old_md.and_then(|m| m.get(f)) {
                     Some(v) => md.insert(f.to_string(), v.clone()),
                     None => md.remove(f),
                 };
@@ -1317,9 +1326,23 @@ impl KubeFake {
     // ---- read -----------------------------------------------------------
 
     pub(crate) fn get_in(&self, kind: Kind, ns: Option<&str>, name: &str) -> Result<Option<Value>> {
+        Ok(self.get_shared(kind, ns, name)?.map(Arc::unwrap_or_clone))
+    }
+
+    /// The object, or `None`, shared with the fake's copy rather than cloned
+    /// (for readers that only look: the API's GET, the lab's snapshots).
+    pub fn get_shared(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<Value>>> {
         let scope = Self::scope(kind, ns)?;
         let _guard = self.lock();
-        self.load(kind, scope, name)
+        match self.stored_shared(kind, scope, name)? {
+            None if kind == Kind::Namespace => Ok(self.virtual_namespace(name)?.map(Arc::new)),
+            stored => Ok(stored),
+        }
     }
 
     /// Objects of `kind` (in `ns`, or everywhere), sorted by (namespace, name),

@@ -37,12 +37,12 @@ pub(crate) struct Change {
     /// The resourceVersion it was committed at.
     pub rv: u64,
     pub kind: Kind,
-    /// The object before (None: created).
-    pub old: Option<Value>,
+    /// The object before (None: created), shared with the fake's copy.
+    pub old: Option<Arc<Value>>,
     /// The object after (None: deleted; `last` then holds its final state).
-    pub new: Option<Value>,
+    pub new: Option<Arc<Value>>,
     /// A deleted object's final state, at the deletion's resourceVersion.
-    pub last: Option<Value>,
+    pub last: Option<Arc<Value>>,
 }
 
 /// Every change, to every watcher; and the recent ones, for resuming. Idle

@@ -41,19 +41,14 @@ impl Objects {
         self.by_key = None;
     }
 
-    /// A committed write (`None` removes the object). A copy not loaded
-    /// stays unloaded: it will be read from the store, write included.
-    pub(super) fn commit(&mut self, key: &str, obj: Option<&Value>) {
-        let Some(map) = &mut self.by_key else {
-            return;
-        };
+    /// A committed write (`None` removes the object); the object it replaced,
+    /// if the copy is loaded. A copy not loaded stays unloaded: it will be
+    /// read from the store, write included.
+    pub(super) fn commit(&mut self, key: &str, obj: Option<Arc<Value>>) -> Option<Arc<Value>> {
+        let map = self.by_key.as_mut()?;
         match obj {
-            Some(o) => {
-                map.insert(key.to_string(), Arc::new(o.clone()));
-            }
-            None => {
-                map.remove(key);
-            }
+            Some(o) => map.insert(key.to_string(), o),
+            None => map.remove(key),
         }
     }
 }
