@@ -60,8 +60,8 @@ pub struct RunOutcome {
     pub history: Vec<Event>,
     /// The history as JSON with ids labelled as in the snapshot (what reports write).
     pub history_text: String,
-    /// The snapshot after each step, for before/after diffs.
-    pub step_snapshots: Vec<StepSnapshot>,
+    /// What each step changed in the snapshot, for before/after diffs.
+    pub step_snapshots: crate::snapshot::SnapshotTrail,
     /// The scenario's own claims (decided by its verdicts).
     pub claims: Vec<crate::scenario::Claim>,
     /// The command that replays this run.
@@ -106,17 +106,6 @@ impl RunOutcome {
             && self.expect_failures.is_empty()
             && self.unfired_faults.iter().all(|f| f.optional)
     }
-}
-
-/// The ownership snapshot after one step (labels shared with the final one).
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct StepSnapshot {
-    /// 0-based step index.
-    pub step: usize,
-    /// The step, described.
-    pub name: String,
-    /// The snapshot text.
-    pub text: String,
 }
 
 /// A fault or partition the scenario set up that never acted: a failure of

@@ -2,7 +2,8 @@
 //! labelled in first-seen order (`<uid-1>`), secrets only as labels that change
 //! when the secret changes (`<secret-A>`), so a diff shows a rotation and no
 //! secret is ever written out. Each system renders its own snapshot
-//! (`crate::systems::*::snapshot`) through one.
+//! (`crate::systems::*::snapshot`) through one. Snapshots are compared as
+//! line diffs; a run keeps its per-step snapshots as what each step changed.
 use std::collections::BTreeMap;
 
 use drivelab_fakes::secret::Secret;
@@ -227,9 +228,172 @@ fn letters(mut n: usize) -> String {
     s.reverse();
     String::from_utf8(s).unwrap_or_default()
 }
+/// A line diff (Myers, minimal) with `context` unchanged lines around each
+/// change: lines start with "  ", "- " or "+ "; skipped runs become "…".
+/// Empty when equal. Linear in the lines when few of them changed.
+pub fn line_diff(a: &str, b: &str, context: usize) -> Vec<String> {
+    use similar::DiffOp;
+    let a: Vec<&str> = a.lines().collect();
+    let b: Vec<&str> = b.lines().collect();
+    let mut ops: Vec<(char, &str)> = Vec::new();
+    // A run of changes shows its removals before its additions, as `diff -u`.
+    let (mut removed, mut added): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+    for op in similar::capture_diff_slices(similar::Algorithm::Myers, &a, &b) {
+        let (old, new) = (op.old_range(), op.new_range());
+        if let DiffOp::Equal { .. } = op {
+            ops.extend(removed.drain(..).map(|l| ('-', l)));
+            ops.extend(added.drain(..).map(|l| ('+', l)));
+            ops.extend(a[old].iter().map(|l| (' ', *l)));
+        } else {
+            removed.extend(&a[old]);
+            added.extend(&b[new]);
+        }
+    }
+    ops.extend(removed.drain(..).map(|l| ('-', l)));
+    ops.extend(added.drain(..).map(|l| ('+', l)));
+    if ops.iter().all(|(k, _)| *k == ' ') {
+        return Vec::new();
+    }
+    // Distance to the nearest change, both ways, in two passes.
+    let mut near = vec![false; ops.len()];
+    for order in [true, false] {
+        let mut since: Option<usize> = None;
+        let idx: Box<dyn Iterator<Item = usize>> = match order {
+            true => Box::new(0..ops.len()),
+            false => Box::new((0..ops.len()).rev()),
+        };
+        for i in idx {
+            since = match ops[i].0 {
+                ' ' => since.map(|d| d + 1),
+                _ => Some(0),
+            };
+            near[i] |= since.is_some_and(|d| d <= context);
+        }
+    }
+    let mut out = Vec::new();
+    let mut skipped = false;
+    for ((k, line), shown) in ops.iter().zip(near) {
+        if shown {
+            if skipped {
+                out.push("…".to_string());
+                skipped = false;
+            }
+            out.push(format!("{k} {line}"));
+        } else {
+            skipped = true;
+        }
+    }
+    if skipped {
+        out.push("…".to_string());
+    }
+    out
+}
+
+/// The snapshot after each step, kept as what each step changed (a run of N
+/// steps over a state of N objects would otherwise hold N² lines), and the
+/// text after the last step, which the final snapshot is compared with.
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotTrail {
+    /// Each snapshotted step, in order.
+    pub steps: Vec<StepSnapshot>,
+    /// The snapshot after the last of them (empty before the first).
+    pub last: String,
+}
+
+/// What one step changed in the ownership snapshot.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepSnapshot {
+    /// 0-based step index.
+    pub step: usize,
+    /// The step, described.
+    pub name: String,
+    /// [`line_diff`] (3 lines of context) from the snapshot after the previous
+    /// snapshotted step (the empty text before the first) to this one.
+    pub diff: Vec<String>,
+}
+
+/// Lines of context around each change in a step's diff.
+pub const STEP_DIFF_CONTEXT: usize = 3;
+
+impl SnapshotTrail {
+    /// Record the snapshot `text` taken after step `step`.
+    pub fn push(&mut self, step: usize, name: String, text: String) {
+        let diff = line_diff(&self.last, &text, STEP_DIFF_CONTEXT);
+        self.steps.push(StepSnapshot { step, name, diff });
+        self.last = text;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_few_changes_in_a_long_snapshot_diff_as_a_few_lines() {
+        let a: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+        let b = a
+            .replace("line 7000\n", "line 7000 changed\n")
+            .replace("line 15000\n", "");
+        let d = line_diff(&a, &b, 1);
+        assert_eq!(
+            d,
+            vec![
+                "…",
+                "  line 6999",
+                "- line 7000",
+                "+ line 7000 changed",
+                "  line 7001",
+                "…",
+                "  line 14999",
+                "- line 15000",
+                "  line 15001",
+                "…",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_trail_keeps_what_each_step_changed_and_the_last_text() {
+        let mut t = SnapshotTrail::default();
+        t.push(0, "create".into(), "a\n".into());
+        t.push(2, "grant".into(), "a\nb\n".into());
+        t.push(3, "noop".into(), "a\nb\n".into());
+        assert_eq!(t.steps[0].diff, vec!["+ a"]);
+        assert_eq!(t.steps[1].diff, vec!["  a", "+ b"]);
+        assert!(t.steps[2].diff.is_empty());
+        assert_eq!(t.last, "a\nb\n");
+    }
+
+    fn lines() -> impl Strategy<Value = Vec<String>> {
+        prop::collection::vec(prop::sample::select(vec!["a", "b", "c", "d"]), 0..40)
+            .prop_map(|v| v.into_iter().map(String::from).collect())
+    }
+
+    proptest! {
+        /// With context wide enough to show every line, the diff is both
+        /// texts: its `-` and ` ` lines are the old one, `+` and ` ` the new;
+        /// within a run of changes removals come first; equal texts give nothing.
+        #[test]
+        fn a_full_context_diff_is_both_texts(a in lines(), b in lines()) {
+            let (ta, tb) = (a.join("\n"), b.join("\n"));
+            let d = line_diff(&ta, &tb, usize::MAX);
+            prop_assert_eq!(d.is_empty(), a == b);
+            if a != b {
+                let side = |keep: char| -> Vec<String> {
+                    d.iter()
+                        .filter(|l| l.starts_with(' ') || l.starts_with(keep))
+                        .map(|l| l[2..].to_string())
+                        .collect()
+                };
+                prop_assert_eq!(side('-'), a);
+                prop_assert_eq!(side('+'), b);
+                for w in d.windows(2) {
+                    prop_assert!(!(w[0].starts_with('+') && w[1].starts_with('-')), "{:?}", d);
+                }
+            }
+        }
+    }
 
     #[test]
     fn secrets_get_letters_in_first_seen_order_and_never_appear() {

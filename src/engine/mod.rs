@@ -16,7 +16,7 @@ pub(crate) mod queue;
 pub(crate) mod schedule;
 pub(crate) mod system;
 
-pub use crate::outcome::{ExpectFailure, RunOutcome, StepSnapshot, UnfiredFault};
+pub use crate::outcome::{ExpectFailure, RunOutcome, UnfiredFault};
 
 /// How to run.
 #[derive(Clone, Debug, Default)]

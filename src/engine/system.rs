@@ -6,8 +6,9 @@
 use drivelab_fakes::history::{EventKind, History};
 
 use super::hook::LabHook;
-use super::{ExpectFailure, StepSnapshot, StepSnapshots};
+use super::{ExpectFailure, StepSnapshots};
 use crate::scenario::{Expectation, Located, Scenario, Step};
+use crate::snapshot::SnapshotTrail;
 
 /// What the run loop asks of a system's lab (COSI, CSI).
 pub(crate) trait SystemLab: Send {
@@ -46,8 +47,8 @@ pub(crate) struct StepsRecord {
     /// `expect:` steps marked `reference_design: true` that were not judged
     /// because the driver is not a reference driver in its reference design.
     pub expect_not_exercised: Vec<ExpectFailure>,
-    /// The ownership snapshot after each step, for before/after diffs.
-    pub step_snapshots: Vec<StepSnapshot>,
+    /// What each step changed in the ownership snapshot, for before/after diffs.
+    pub step_snapshots: SnapshotTrail,
 }
 
 /// Run `scn`'s steps in order on `lab`.
@@ -100,11 +101,9 @@ pub(crate) async fn run_steps(
         lab.observe(i);
         if snapshots == StepSnapshots::Every && !expectation {
             let text = lab.render_snapshot()?;
-            lab.steps_record().step_snapshots.push(StepSnapshot {
-                step: i,
-                name: step.value.describe(),
-                text,
-            });
+            lab.steps_record()
+                .step_snapshots
+                .push(i, step.value.describe(), text);
         }
     }
     Ok(())

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::checks::Verdict;
 use crate::outcome::RunOutcome;
 use crate::scenario::Invariant;
+use crate::snapshot::{line_diff, STEP_DIFF_CONTEXT};
 
 /// Everything written about one scenario run; also what `run.json` holds, so
 /// `merge-reports` can rebuild an index from shard outputs without re-running.
@@ -66,6 +67,10 @@ pub struct ScenarioReport {
     pub snapshot: String,
     /// Snapshot after each step (labelled).
     pub step_snapshots: Vec<StepSnapshotReport>,
+    /// The snapshot after the last snapshotted step, which the final one is
+    /// compared with; `None` in reports written before steps kept diffs.
+    #[serde(default)]
+    pub last_step_snapshot: Option<String>,
     /// The labelled history.
     pub history: Vec<Event>,
 }
@@ -79,15 +84,19 @@ pub struct StepInfo {
     pub name: String,
 }
 
-/// A snapshot after a step.
+/// What a step changed in the ownership snapshot.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct StepSnapshotReport {
     /// 0-based step index.
     pub step: usize,
     /// The step, described.
     pub name: String,
-    /// Snapshot text.
-    pub text: String,
+    /// Line diff from the snapshot after the previous snapshotted step (the
+    /// empty text before the first). Older run.json files held each step's
+    /// full text instead (`text`); they read with no diff, and their verdicts
+    /// carry their diffs already.
+    #[serde(default)]
+    pub diff: Vec<String>,
 }
 
 /// One invariant's verdict with its evidence already cut out of the history.
@@ -183,7 +192,7 @@ impl ScenarioReport {
             &labels,
             &self.history,
             &self.step_snapshots,
-            &self.snapshot,
+            (self.last_step_snapshot.as_deref(), &self.snapshot),
         );
         r.claims = self
             .claims
@@ -216,15 +225,21 @@ impl ScenarioReport {
             .collect();
         let step_snapshots: Vec<StepSnapshotReport> = o
             .step_snapshots
+            .steps
             .iter()
             .map(|s| StepSnapshotReport {
                 step: s.step,
                 name: s.name.clone(),
-                text: s.text.clone(),
+                diff: s.diff.clone(),
             })
             .collect();
-        let verdicts =
-            verdict_reports(&o.verdicts, &labels, &history, &step_snapshots, &o.snapshot);
+        let verdicts = verdict_reports(
+            &o.verdicts,
+            &labels,
+            &history,
+            &step_snapshots,
+            (Some(&o.step_snapshots.last), &o.snapshot),
+        );
         let claims = o
             .claims
             .iter()
@@ -274,6 +289,7 @@ impl ScenarioReport {
             scale: o.scale.clone(),
             snapshot: o.snapshot.clone(),
             step_snapshots,
+            last_step_snapshot: Some(o.step_snapshots.last.clone()),
             history,
         }
     }
@@ -354,7 +370,7 @@ fn verdict_reports(
     labels: &Relabel,
     history: &[Event],
     step_snapshots: &[StepSnapshotReport],
-    snapshot: &str,
+    last_and_final: (Option<&str>, &str),
 ) -> Vec<VerdictReport> {
     verdicts
         .iter()
@@ -371,7 +387,7 @@ fn verdict_reports(
             if !v.passed {
                 r.slice = evidence_slice(history, &v.evidence);
                 r.failing_steps = failing_steps(history, &v.evidence);
-                r.diffs = snapshot_diffs(step_snapshots, snapshot, &r.failing_steps);
+                r.diffs = snapshot_diffs(step_snapshots, last_and_final, &r.failing_steps);
             }
             r
         })
@@ -519,11 +535,12 @@ pub fn failing_steps(history: &[Event], evidence: &[u64]) -> Vec<usize> {
 }
 
 /// A diff per failing step (before it → after it); a step without a snapshot
-/// of its own (`expect:`, the final convergence) compares the last step with
-/// the final snapshot, once.
+/// of its own (`expect:`, the final convergence) compares the last step's
+/// snapshot with the final one, once. `last_and_final`: those two texts (the
+/// first `None` in a report that predates it).
 fn snapshot_diffs(
     steps: &[StepSnapshotReport],
-    final_snapshot: &str,
+    last_and_final: (Option<&str>, &str),
     failing: &[usize],
 ) -> Vec<SnapshotDiff> {
     let mut out: Vec<SnapshotDiff> = Vec::new();
@@ -531,45 +548,54 @@ fn snapshot_diffs(
     for &i in failing {
         match steps.iter().position(|s| s.step == i) {
             Some(pos) => {
-                let (before_label, before) = match pos.checked_sub(1).and_then(|p| steps.get(p)) {
-                    Some(b) => (
-                        format!("after step {} ({})", b.step + 1, b.name),
-                        b.text.as_str(),
-                    ),
-                    None => ("before the first step".to_string(), ""),
+                let before_label = match pos.checked_sub(1).and_then(|p| steps.get(p)) {
+                    Some(b) => format!("after step {} ({})", b.step + 1, b.name),
+                    None => "before the first step".to_string(),
                 };
                 let a = &steps[pos];
                 out.push(SnapshotDiff {
                     label: format!("{before_label} → after step {} ({})", a.step + 1, a.name),
-                    lines: line_diff(before, &a.text, 3),
+                    lines: a.diff.clone(),
                 });
             }
             None if !final_done => {
                 final_done = true;
-                out.push(last_vs_final(steps, final_snapshot));
+                out.push(last_vs_final(steps, last_and_final));
             }
             None => {}
         }
     }
     if failing.is_empty() {
-        out.push(last_vs_final(steps, final_snapshot));
+        out.push(last_vs_final(steps, last_and_final));
     }
     out
 }
 
-fn last_vs_final(steps: &[StepSnapshotReport], final_snapshot: &str) -> SnapshotDiff {
+fn last_vs_final(
+    steps: &[StepSnapshotReport],
+    (last, final_snapshot): (Option<&str>, &str),
+) -> SnapshotDiff {
     match steps.last() {
-        Some(l) => SnapshotDiff {
-            label: format!(
+        Some(l) => {
+            let label = format!(
                 "after step {} ({}) → final (after healing and the last convergence)",
                 l.step + 1,
                 l.name
-            ),
-            lines: line_diff(&l.text, final_snapshot, 3),
-        },
+            );
+            match last {
+                Some(last) => SnapshotDiff {
+                    label,
+                    lines: line_diff(last, final_snapshot, STEP_DIFF_CONTEXT),
+                },
+                None => SnapshotDiff {
+                    label: format!("{label}: not recorded (this report predates it)"),
+                    lines: Vec::new(),
+                },
+            }
+        }
         None => SnapshotDiff {
             label: "final snapshot".into(),
-            lines: line_diff("", final_snapshot, 3),
+            lines: line_diff("", final_snapshot, STEP_DIFF_CONTEXT),
         },
     }
 }
@@ -740,72 +766,6 @@ fn align(raw: &str, labelled: &str) -> Vec<(String, String)> {
     }
     if pos != raw.len() {
         return Vec::new();
-    }
-    out
-}
-
-/// A line diff (LCS) with `context` unchanged lines around each change:
-/// lines start with "  ", "- " or "+ "; skipped runs become "…". Empty when equal.
-pub fn line_diff(a: &str, b: &str, context: usize) -> Vec<String> {
-    let a: Vec<&str> = a.lines().collect();
-    let b: Vec<&str> = b.lines().collect();
-    // Snapshots are small (tens of lines); a quadratic table is fine, but cap
-    // it so a pathological input cannot take the report down.
-    if a.len().saturating_mul(b.len()) > 4_000_000 {
-        return vec!["(snapshots too large to diff)".into()];
-    }
-    let (n, m) = (a.len(), b.len());
-    let mut lcs = vec![vec![0u32; m + 1]; n + 1];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let mut ops: Vec<(char, &str)> = Vec::new();
-    let (mut i, mut j) = (0, 0);
-    while i < n || j < m {
-        if i < n && j < m && a[i] == b[j] {
-            ops.push((' ', a[i]));
-            i += 1;
-            j += 1;
-        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            // Removals before additions, as `diff -u` shows them.
-            ops.push(('-', a[i]));
-            i += 1;
-        } else {
-            ops.push(('+', b[j]));
-            j += 1;
-        }
-    }
-    if ops.iter().all(|(k, _)| *k == ' ') {
-        return Vec::new();
-    }
-    let changed: Vec<usize> = ops
-        .iter()
-        .enumerate()
-        .filter(|(_, (k, _))| *k != ' ')
-        .map(|(i, _)| i)
-        .collect();
-    let near = |i: usize| changed.iter().any(|&c| c.abs_diff(i) <= context);
-    let mut out = Vec::new();
-    let mut skipped = false;
-    for (idx, (k, line)) in ops.iter().enumerate() {
-        if *k != ' ' || near(idx) {
-            if skipped {
-                out.push("…".to_string());
-                skipped = false;
-            }
-            out.push(format!("{k} {line}"));
-        } else {
-            skipped = true;
-        }
-    }
-    if skipped {
-        out.push("…".to_string());
     }
     out
 }

@@ -510,31 +510,22 @@ impl Lab {
     fn render_snapshot(&mut self) -> anyhow::Result<String> {
         let kube = self.kube();
         let backend = self.backend();
-        let accesses = kube.list(Kind::BucketAccess, None)?;
+        let accesses = kube.list_shared(Kind::BucketAccess, None)?;
         let mut credential_secrets = Vec::new();
         for a in &accesses {
             let ns = str_at(a, &["metadata", "namespace"]);
-            if let Some(sec) = kube.get(
-                Kind::Secret,
-                Some(&ns),
-                &str_at(a, &["spec", "credentialsSecretName"]),
-            )? {
+            let name = str_at(a, &["spec", "credentialsSecretName"]);
+            if let Some(sec) = kube.get_shared(Kind::Secret, Some(&ns), &name)? {
                 credential_secrets.push(sec);
             }
         }
-        let mut checkpoints = Vec::new();
-        for o in kube.list(Kind::Secret, Some(DRIVER_STATE_NAMESPACE))? {
-            checkpoints.push(("secret", o));
-        }
-        for o in kube.list(Kind::ConfigMap, Some(DRIVER_STATE_NAMESPACE))? {
-            checkpoints.push(("configmap", o));
-        }
+        let checkpoints = self.checkpoints()?;
         for u in &self.uids {
             self.norm.id("uid", u);
         }
         let input = SnapshotInput {
-            claims: kube.list(Kind::BucketClaim, None)?,
-            buckets: kube.list(Kind::Bucket, None)?,
+            claims: kube.list_shared(Kind::BucketClaim, None)?,
+            buckets: kube.list_shared(Kind::Bucket, None)?,
             accesses,
             credential_secrets,
             checkpoints,
@@ -1342,21 +1333,15 @@ impl Lab {
     }
 
     /// The objects in the driver's state namespace (its checkpoints).
-    fn checkpoints(&self) -> anyhow::Result<Vec<(&'static str, Value)>> {
-        let mut checkpoints = Vec::new();
-        for o in self
-            .kube()
-            .list(Kind::Secret, Some(DRIVER_STATE_NAMESPACE))?
-        {
-            checkpoints.push(("secret", o));
-        }
-        for o in self
-            .kube()
-            .list(Kind::ConfigMap, Some(DRIVER_STATE_NAMESPACE))?
-        {
-            checkpoints.push(("configmap", o));
-        }
-        Ok(checkpoints)
+    fn checkpoints(&self) -> anyhow::Result<Vec<(&'static str, Arc<Value>)>> {
+        let kube = self.kube();
+        let ns = Some(DRIVER_STATE_NAMESPACE);
+        let secrets = kube.list_shared(Kind::Secret, ns)?.into_iter();
+        let maps = kube.list_shared(Kind::ConfigMap, ns)?.into_iter();
+        Ok(secrets
+            .map(|o| ("secret", o))
+            .chain(maps.map(|o| ("configmap", o)))
+            .collect())
     }
 
     /// Every secret value the run created or handed out (what no-secret-leak searches for).
@@ -1441,10 +1426,10 @@ impl Lab {
         let ready_claims = ready_claims(&claims, &bucket_objects);
         let snapshot = snapshot::render(
             &SnapshotInput {
-                claims,
-                buckets,
-                accesses,
-                credential_secrets,
+                claims: claims.into_iter().map(Arc::new).collect(),
+                buckets: buckets.into_iter().map(Arc::new).collect(),
+                accesses: accesses.into_iter().map(Arc::new).collect(),
+                credential_secrets: credential_secrets.into_iter().map(Arc::new).collect(),
                 checkpoints,
                 backend: &backend,
                 lab_buckets: &lab_buckets,

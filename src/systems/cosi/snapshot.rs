@@ -3,6 +3,7 @@
 //! secret through the run's [`Normalizer`].
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use drivelab_fakes::json::{at as c, bool_at as b, str_at as s};
@@ -12,18 +13,19 @@ use serde_json::Value;
 use super::checks::BackendState;
 use crate::snapshot::Normalizer;
 
-/// What the snapshot is built from.
+/// What the snapshot is built from: the kube fake's objects, shared with it
+/// rather than copied (a snapshot after every step reads all of them).
 pub struct SnapshotInput<'a> {
     /// BucketClaims, in scenario order of creation (deleted ones are simply absent).
-    pub claims: Vec<Value>,
+    pub claims: Vec<Arc<Value>>,
     /// Bucket objects.
-    pub buckets: Vec<Value>,
+    pub buckets: Vec<Arc<Value>>,
     /// BucketAccesses.
-    pub accesses: Vec<Value>,
+    pub accesses: Vec<Arc<Value>>,
     /// Credentials Secrets named by accesses (namespace/name → object).
-    pub credential_secrets: Vec<Value>,
+    pub credential_secrets: Vec<Arc<Value>>,
     /// Objects in the driver's state namespace (its checkpoints): (kind, object).
-    pub checkpoints: Vec<(&'static str, Value)>,
+    pub checkpoints: Vec<(&'static str, Arc<Value>)>,
     /// The backend as the driver left it.
     pub backend: &'a BackendState,
     /// Backend buckets the lab itself owns (canaries), shown apart.
@@ -209,9 +211,10 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     norm.text_all(&out)
 }
 
-fn sorted(objs: &[Value], norm: &Normalizer) -> Vec<Value> {
-    let mut v: Vec<Value> = objs.to_vec();
-    v.sort_by_key(|o| {
+fn sorted(objs: &[Arc<Value>], norm: &Normalizer) -> Vec<Arc<Value>> {
+    let mut v: Vec<Arc<Value>> = objs.to_vec();
+    // Each key is a relabelling: worth computing once per object.
+    v.sort_by_cached_key(|o| {
         norm.text(&format!(
             "{}/{}",
             s(o, &["metadata", "namespace"]),
