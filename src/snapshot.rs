@@ -166,6 +166,11 @@ impl Normalizer {
 
     /// `text` with every known secret and id replaced by its label.
     pub fn text(&self, text: &str) -> String {
+        // A whole text that is one known value is its label (the automaton's
+        // leftmost-longest match would cover it all; secrets win, as there).
+        if let Some(l) = self.secrets.get(text).or_else(|| self.labels.get(text)) {
+            return l.clone();
+        }
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.pending_in(text) {
             cache.invalidate();
