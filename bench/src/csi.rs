@@ -391,6 +391,9 @@ pub async fn per_call(rounds: usize, batch: usize, warmup: usize) -> anyhow::Res
     ];
     let mut publish: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
     let mut unpublish: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
+    // CPU of the whole process around each call (see percall::Series::cpu_s).
+    let mut publish_cpu = vec![0.0; paths.len()];
+    let mut unpublish_cpu = vec![0.0; paths.len()];
     let mut k = 0usize;
     for round in 0..(rounds + 1) {
         for (i, (_, _, p, vols, nodes)) in paths.iter().enumerate() {
@@ -399,11 +402,16 @@ pub async fn per_call(rounds: usize, batch: usize, warmup: usize) -> anyhow::Res
                 k += 1;
                 let v = &vols[k % vols.len()];
                 let node = &nodes[k % nodes.len()];
+                let c0 = cpu_seconds();
                 let dp = p.publish(v, node).await?;
+                let c1 = cpu_seconds();
                 let du = p.unpublish(v, node).await?;
+                let c2 = cpu_seconds();
                 if round > 0 {
                     publish[i].push(dp.as_secs_f64() * 1e6);
                     unpublish[i].push(du.as_secs_f64() * 1e6);
+                    publish_cpu[i] += c1 - c0;
+                    unpublish_cpu[i] += c2 - c1;
                 }
             }
         }
@@ -434,11 +442,13 @@ pub async fn per_call(rounds: usize, batch: usize, warmup: usize) -> anyhow::Res
             id: leak(format!("publish_{id}")),
             what,
             us: std::mem::take(&mut publish[i]),
+            cpu_s: publish_cpu[i],
         });
         series.push(Series {
             id: leak(format!("unpublish_{id}")),
             what,
             us: std::mem::take(&mut unpublish[i]),
+            cpu_s: unpublish_cpu[i],
         });
     }
     drop((lab_driver, sled_driver, stub_driver));

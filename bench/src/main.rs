@@ -191,6 +191,12 @@ fn med(v: &Value, id: &str) -> f64 {
     v["series"][id]["median_us"].as_f64().unwrap_or(f64::NAN)
 }
 
+fn cpu(v: &Value, id: &str) -> f64 {
+    v["series"][id]["cpu_us_per_call"]
+        .as_f64()
+        .unwrap_or(f64::NAN)
+}
+
 /// What `measure_ratios` measured (JSON sections of the report).
 struct Measured {
     per_call: Value,
@@ -211,6 +217,10 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<Measured> {
         "lab_driver_direct_over_bare": med(&pc, "lab_driver_direct") / med(&pc, "bare"),
         "before_sled_fakes_direct_over_bare": med(&pc, "sled_fakes_direct") / med(&pc, "bare"),
         "before_fix_lab_fsync_each_write_over_bare": med(&pc, "lab_fsync_each_write") / med(&pc, "bare"),
+        // The same comparison in CPU per call: what the lab's own work costs,
+        // without the scheduling noise a shared 2-core machine adds to wall time.
+        "cpu_lab_over_bare": cpu(&pc, "lab") / cpu(&pc, "bare"),
+        "cpu_lab_driver_direct_over_bare": cpu(&pc, "lab_driver_direct") / cpu(&pc, "bare"),
     });
     let per_call = json!({"ratios": ratios, "target_lab_over_bare": TARGET_RATIO, "raw": pc});
 
@@ -235,6 +245,8 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<Measured> {
         "publish_lab_driver_direct_over_bare": cm("publish_lab_driver_direct") / cm("publish_bare"),
         "before_publish_sled_director_direct_over_bare": cm("publish_sled_director_direct") / cm("publish_bare"),
         "unpublish_lab_over_bare": cm("unpublish_lab") / cm("unpublish_bare"),
+        "cpu_publish_lab_over_bare": cpu(&cpc, "publish_lab") / cpu(&cpc, "publish_bare"),
+        "cpu_unpublish_lab_over_bare": cpu(&cpc, "unpublish_lab") / cpu(&cpc, "unpublish_bare"),
     });
     let csi_per_call =
         json!({"ratios": csi_ratios, "target_lab_over_bare": TARGET_RATIO, "raw": cpc});
@@ -621,6 +633,17 @@ fn print_table(r: &Value) {
         ));
     }
     rows.push((
+        "  CPU per call, lab / bare (every thread of the process)".into(),
+        format!(
+            "{:.2}x ({:.0} / {:.0} us)",
+            f(&pc["ratios"]["cpu_lab_over_bare"]),
+            f(&s["lab"]["cpu_us_per_call"]),
+            f(&s["bare"]["cpu_us_per_call"])
+        ),
+        "-".into(),
+        "",
+    ));
+    rows.push((
         "  gated calls per lab grant".into(),
         format!("{:.1}", f(&pc["raw"]["gated_calls_per_grant"])),
         "-".into(),
@@ -711,6 +734,18 @@ fn print_table(r: &Value) {
     rows.push((
         "  ControllerUnpublishVolume lab / bare".into(),
         format!("{ur:.2}x"),
+        "-".into(),
+        "",
+    ));
+    rows.push((
+        "  CPU per call, lab / bare: publish, unpublish".into(),
+        format!(
+            "{:.2}x, {:.2}x ({:.0} / {:.0} us publish)",
+            f(&c["ratios"]["cpu_publish_lab_over_bare"]),
+            f(&c["ratios"]["cpu_unpublish_lab_over_bare"]),
+            f(&cs["publish_lab"]["cpu_us_per_call"]),
+            f(&cs["publish_bare"]["cpu_us_per_call"])
+        ),
         "-".into(),
         "",
     ));

@@ -28,7 +28,7 @@ use drivelab_proto::cosi::{
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 
-use crate::measure::{median, quantile};
+use crate::measure::{cpu_seconds, median, quantile};
 use crate::stub::Stub;
 
 const ADMIN_NS: &str = "drivelab-system";
@@ -349,10 +349,13 @@ pub struct Series {
     pub what: &'static str,
     /// Each call's wall time.
     pub us: Vec<f64>,
+    /// The process's CPU (user + sys, every thread: client, sidecar, driver,
+    /// fakes or stub all live in it) over this path's measured batches.
+    pub cpu_s: f64,
 }
 
 impl Series {
-    /// `{median_us, p10_us, p90_us, n}`.
+    /// `{median_us, p10_us, p90_us, n, cpu_us_per_call}`.
     pub fn summary(&self) -> Value {
         json!({
             "what": self.what,
@@ -360,6 +363,7 @@ impl Series {
             "p10_us": quantile(&self.us, 0.1),
             "p90_us": quantile(&self.us, 0.9),
             "n": self.us.len(),
+            "cpu_us_per_call": self.cpu_s * 1e6 / self.us.len().max(1) as f64,
         })
     }
 }
@@ -487,6 +491,7 @@ pub async fn run(
             id,
             what,
             us: Vec::new(),
+            cpu_s: 0.0,
         })
         .collect();
     let mut n = 0usize;
@@ -496,12 +501,18 @@ pub async fn run(
                 continue;
             }
             let count = if round == 0 { warmup } else { batch };
+            // CPU, unlike wall time, does not count waiting to be scheduled:
+            // the steadier figure on a shared machine.
+            let cpu0 = cpu_seconds();
             for _ in 0..count {
                 n += 1;
                 let d = p.grant(&format!("ba-bench-{id}-{n}")).await?;
                 if round > 0 {
                     series[i].us.push(d.as_secs_f64() * 1e6);
                 }
+            }
+            if round > 0 {
+                series[i].cpu_s += cpu_seconds() - cpu0;
             }
         }
     }
