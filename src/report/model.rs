@@ -553,8 +553,13 @@ fn snapshot_diffs(
                     None => "before the first step".to_string(),
                 };
                 let a = &steps[pos];
+                let mut label = format!("{before_label} → after step {} ({})", a.step + 1, a.name);
+                // A report from before steps kept diffs has none to show.
+                if last_and_final.0.is_none() {
+                    label.push_str(": not recorded (this report predates it)");
+                }
                 out.push(SnapshotDiff {
-                    label: format!("{before_label} → after step {} ({})", a.step + 1, a.name),
+                    label,
                     lines: a.diff.clone(),
                 });
             }
@@ -886,6 +891,37 @@ pub fn claims_table(reports: &[ScenarioReport]) -> Vec<ClaimRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_diffs_come_from_the_trail_and_old_reports_say_theirs_were_not_kept() {
+        let kept = StepSnapshotReport {
+            step: 0,
+            name: "create".into(),
+            diff: vec!["+ a".into()],
+        };
+        // Failing steps 0 (snapshotted) and 1 (the final convergence).
+        let d = snapshot_diffs(
+            std::slice::from_ref(&kept),
+            (Some("a\n"), "a\nb\n"),
+            &[0, 1],
+        );
+        assert_eq!(d[0].lines, vec!["+ a"]);
+        assert_eq!(d[1].lines, vec!["  a", "+ b"]);
+        assert!(!d[0].label.contains("not recorded"));
+        // run.json from before: full texts, no last step snapshot.
+        let old: StepSnapshotReport =
+            serde_json::from_str(r#"{"step":0,"name":"create","text":"a\n"}"#).unwrap();
+        let d = snapshot_diffs(&[old], (None, "a\nb\n"), &[0, 1]);
+        for diff in &d {
+            assert!(
+                diff.label
+                    .ends_with("not recorded (this report predates it)"),
+                "{}",
+                diff.label
+            );
+            assert!(diff.lines.is_empty());
+        }
+    }
 
     #[test]
     fn diff_shows_rotation() {
