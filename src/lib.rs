@@ -7,6 +7,7 @@
 //! judged → `runs` (the durable record; `drivelab report RUN` judges a stored
 //! record again) → `report`.
 
+pub mod alloc;
 pub mod checks;
 pub mod engine;
 pub mod explore;

@@ -385,6 +385,9 @@ fn parse_mutant(s: &str) -> Result<Mutant, String> {
     })
 }
 
+#[global_allocator]
+static ALLOC: drivelab::alloc::Allocator = drivelab::alloc::Allocator {};
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     drivelab::logcap::init_with(cli.verbose, cli.log_format == LogFormat::Json);

@@ -65,6 +65,9 @@ const RESERVE_FOR_EXPLORE: f64 = 60.0;
 /// VMs the volume growth series spreads its attachments over.
 const VOLUME_VMS: u32 = 4;
 
+#[global_allocator]
+static ALLOC: drivelab::alloc::Allocator = drivelab::alloc::Allocator {};
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let r = match args.first().map(String::as_str) {
