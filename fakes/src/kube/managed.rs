@@ -75,7 +75,7 @@ impl Managed {
         let entries = obj
             .pointer("/metadata/managedFields")
             .and_then(Value::as_array)
-            .cloned()
+            .map(Vec::as_slice)
             .unwrap_or_default();
         for e in entries {
             let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
@@ -601,6 +601,91 @@ pub(crate) fn record_update(kind: Kind, old: Option<&Value>, new: &mut Value, w:
     compare(s, old, Some(new), &mut Vec::new(), &mut c);
     let changed: FieldSet = strip(c.added.union(&c.modified).cloned().collect());
     let removed = strip(std::mem::take(&mut c.removed));
+    if let Some(entries) = old.and_then(|o| rewritten_by_owner(kind, o, new, &changed, &removed, w))
+    {
+        if cfg!(debug_assertions) {
+            // Every debug run (the suite, the tests) checks the shortcut
+            // against the general rule.
+            let mut slow = new.clone();
+            record_update_sets(kind, old, &mut slow, w, changed, removed);
+            assert_eq!(
+                slow.pointer("/metadata/managedFields"),
+                Some(&entries),
+                "managedFields shortcut differs from the general update"
+            );
+        }
+        if let Some(md) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            md.insert("managedFields".into(), entries);
+        }
+        return;
+    }
+    record_update_sets(kind, old, new, w, changed, removed);
+}
+
+/// The most common update — a manager rewriting fields it alone already
+/// owns, nothing removed, managedFields sent back as read (or not at all) —
+/// changes only that manager's `time` (and apiVersion): the live entries,
+/// re-stamped and re-sorted, without decoding and re-rendering every set.
+/// `None` when the update is anything else.
+fn rewritten_by_owner(
+    kind: Kind,
+    old: &Value,
+    new: &Value,
+    changed: &FieldSet,
+    removed: &FieldSet,
+    w: &Writer,
+) -> Option<Value> {
+    if changed.is_empty() || !removed.is_empty() {
+        return None;
+    }
+    let live = old.pointer("/metadata/managedFields")?.as_array()?;
+    match new.pointer("/metadata/managedFields") {
+        None => {}
+        Some(sent) if sent.as_array() == Some(live) => {}
+        Some(_) => return None,
+    }
+    let subresource = if w.status { "status" } else { "" };
+    let field = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let is_mine = |e: &Value| {
+        field(e, "operation") == "Update"
+            && field(e, "manager") == w.manager
+            && field(e, "subresource") == subresource
+    };
+    let owns = |e: &Value, p: &Path| {
+        let mut node = e.get("fieldsV1");
+        for el in p {
+            node = node.and_then(|n| n.get(el.as_str()));
+        }
+        node.and_then(Value::as_object)
+            .is_some_and(|m| m.is_empty() || m.contains_key("."))
+    };
+    let mine = live.iter().position(is_mine)?;
+    for (i, e) in live.iter().enumerate() {
+        let other = i != mine;
+        if changed.iter().any(|p| owns(e, p) == other) {
+            return None;
+        }
+    }
+    let mut entries = live.clone();
+    entries[mine]["time"] = json!(w.now);
+    entries[mine]["apiVersion"] = json!(kind.api_version());
+    // The server's order (`Managed::to_json`): operation, time, manager, apiVersion, subresource.
+    entries.sort_by_cached_key(|e| {
+        ["operation", "time", "manager", "apiVersion", "subresource"].map(|k| field(e, k))
+    });
+    Some(Value::Array(entries))
+}
+
+/// [`record_update`] by its sets: decode every manager's fields, move
+/// `changed` to the writer, drop `removed`, render them again.
+fn record_update_sets(
+    kind: Kind,
+    old: Option<&Value>,
+    new: &mut Value,
+    w: &Writer,
+    changed: FieldSet,
+    removed: FieldSet,
+) {
     // A body that sets managedFields replaces them; one without keeps the live
     // object's, so clients that do not know the field never erase it
     // (apimachinery `decodeLiveOrNew`).
@@ -927,6 +1012,81 @@ mod tests {
         let m = Managed::of(&changed);
         let names: Vec<&str> = m.0.keys().map(|k| k.manager.as_str()).collect();
         assert_eq!(names, ["first", "second"]);
+    }
+
+    /// The owner-rewrite shortcut is taken where it applies, and gives what
+    /// the general rule gives: the writer's entry re-stamped and moved to
+    /// its place in the server's order.
+    #[test]
+    fn an_owner_rewriting_its_own_fields_takes_the_shortcut_to_the_same_entries() {
+        let at = |now| Writer {
+            manager: "driver",
+            status: false,
+            now,
+        };
+        let mut v1 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
+        record_update(Kind::ConfigMap, None, &mut v1, &at("2025-01-01T00:00:01Z"));
+        let mut v2 = v1.clone();
+        v2["data"]["x"] = json!("3");
+        record_update(Kind::ConfigMap, Some(&v1), &mut v2, &w("other"));
+        // "driver" rewrites a and b (its own, kube-rs style: managedFields sent back).
+        let mut v3 = v2.clone();
+        v3["data"]["a"] = json!("10");
+        v3["data"]["b"] = json!("20");
+        let c = |old: &Value, new: &Value| {
+            let mut c = Comparison::default();
+            compare(
+                root(Kind::ConfigMap),
+                Some(old),
+                Some(new),
+                &mut Vec::new(),
+                &mut c,
+            );
+            (
+                strip(c.added.union(&c.modified).cloned().collect()),
+                strip(c.removed),
+            )
+        };
+        let (changed, removed) = c(&v2, &v3);
+        let now = at("2025-01-01T00:00:09Z");
+        let short = rewritten_by_owner(Kind::ConfigMap, &v2, &v3, &changed, &removed, &now)
+            .expect("an owner rewriting its own fields takes the shortcut");
+        let mut general = v3.clone();
+        record_update_sets(
+            Kind::ConfigMap,
+            Some(&v2),
+            &mut general,
+            &now,
+            changed,
+            removed,
+        );
+        assert_eq!(general["metadata"]["managedFields"], short);
+        let order: Vec<&str> = short
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            order,
+            ["other", "driver"],
+            "the re-stamped entry sorts by its new time"
+        );
+        // Not the shortcut: a field another manager owns, a removal, or new fields.
+        let mut takes_x = v2.clone();
+        takes_x["data"]["x"] = json!("4");
+        let mut drops_b = v2.clone();
+        drops_b["data"].as_object_mut().unwrap().remove("b");
+        let mut adds_y = v2.clone();
+        adds_y["data"]["y"] = json!("5");
+        for new in [takes_x, drops_b, adds_y] {
+            let (changed, removed) = c(&v2, &new);
+            assert_eq!(
+                rewritten_by_owner(Kind::ConfigMap, &v2, &new, &changed, &removed, &now),
+                None,
+                "{new}"
+            );
+        }
     }
 
     #[test]

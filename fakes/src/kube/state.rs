@@ -372,10 +372,20 @@ impl KubeFake {
 
     /// The stored object, or for a namespace its virtual stand-in.
     fn load(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Value>> {
-        match self.stored(kind, ns, name)? {
-            None if kind == Kind::Namespace => self.virtual_namespace(name),
+        Ok(self.load_shared(kind, ns, name)?.map(Arc::unwrap_or_clone))
+    }
+
+    /// [`Self::load`] without copying a stored object out of the decoded copy.
+    fn load_shared(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Arc<Value>>> {
+        match self.stored_shared(kind, ns, name)? {
+            None if kind == Kind::Namespace => Ok(self.virtual_namespace(name)?.map(Arc::new)),
             stored => Ok(stored),
         }
+    }
+
+    /// Whether [`Self::load`] finds the object.
+    fn exists(&self, kind: Kind, ns: &str, name: &str) -> Result<bool> {
+        Ok(self.load_shared(kind, ns, name)?.is_some())
     }
 
     /// The stored object only (no virtual namespace).
@@ -957,7 +967,7 @@ impl KubeFake {
             let mut chosen = None;
             for attempt in 0..GENERATE_NAME_ATTEMPTS {
                 let candidate = format!("{prefix}{}", name_suffix(self.inner.seed, rv, attempt));
-                if self.load(kind, &ns, &candidate)?.is_none() {
+                if !self.exists(kind, &ns, &candidate)? {
                     chosen = Some(candidate);
                     break;
                 }
@@ -975,7 +985,7 @@ impl KubeFake {
         }
         self.validate_and_default(kind, &mut obj)?;
         super::storage::admit_create(kind, &mut obj);
-        if self.load(kind, &ns, &name)?.is_some() {
+        if self.exists(kind, &ns, &name)? {
             return Err(KubeError::AlreadyExists { kind, name });
         }
         let now = self.now();
@@ -1037,7 +1047,7 @@ impl KubeFake {
         }
         let mut guard = self.lock();
         let old = self
-            .load(kind, &ns, &name)?
+            .load_shared(kind, &ns, &name)?
             .ok_or_else(|| KubeError::NotFound {
                 kind,
                 name: name.clone(),
@@ -1065,7 +1075,7 @@ impl KubeFake {
         }
         let now = self.now();
         let mut guard = self.lock();
-        let Some(old) = self.load(kind, scope, name)? else {
+        let Some(old) = self.load_shared(kind, scope, name)? else {
             if let (PatchBody::Apply(body), false) = (&patch, opts.status_only) {
                 // Server-side apply creates what does not exist yet.
                 let config = super::managed::scope_config(kind, body, false);
