@@ -1349,10 +1349,7 @@ impl KubeFake {
     ) -> Result<Option<Arc<Value>>> {
         let scope = Self::scope(kind, ns)?;
         let _guard = self.lock();
-        match self.stored_shared(kind, scope, name)? {
-            None if kind == Kind::Namespace => Ok(self.virtual_namespace(name)?.map(Arc::new)),
-            stored => Ok(stored),
-        }
+        self.load_shared(kind, scope, name)
     }
 
     /// Objects of `kind` (in `ns`, or everywhere), sorted by (namespace, name),
