@@ -318,7 +318,13 @@ pub struct CsiPerCall {
 
 /// `rounds` rounds of `batch` publish+unpublish pairs per path, paths
 /// interleaved; each pair uses one of a few volumes on one of two nodes.
-pub async fn per_call(rounds: usize, batch: usize, warmup: usize) -> anyhow::Result<CsiPerCall> {
+/// `only`: the ids of the paths to time (empty: all), so a profiler sees one path alone.
+pub async fn per_call(
+    rounds: usize,
+    batch: usize,
+    warmup: usize,
+    only: &[String],
+) -> anyhow::Result<CsiPerCall> {
     let dir = tempfile::Builder::new()
         .prefix("drivelab-bench-csi-sock-")
         .tempdir()?;
@@ -396,7 +402,10 @@ pub async fn per_call(rounds: usize, batch: usize, warmup: usize) -> anyhow::Res
     let mut unpublish_cpu = vec![0.0; paths.len()];
     let mut k = 0usize;
     for round in 0..(rounds + 1) {
-        for (i, (_, _, p, vols, nodes)) in paths.iter().enumerate() {
+        for (i, (id, _, p, vols, nodes)) in paths.iter().enumerate() {
+            if !only.is_empty() && !only.iter().any(|o| o == id) {
+                continue;
+            }
             let count = if round == 0 { warmup } else { batch };
             for _ in 0..count {
                 k += 1;

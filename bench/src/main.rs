@@ -9,7 +9,7 @@
 //!   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
 //!   drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
 //!   drivelab-bench scale [--out reports/bench.json] [--dir bench/scale]
-//!   drivelab-bench child (percall [--only ID,..] | csi-percall | suite DIR | virtual | growth N | csi-growth N | madmin-rss N | explore | sweep)   (internal)
+//!   drivelab-bench child ((percall | csi-percall) [--rounds R --batch B --only ID,..] | suite DIR | virtual | growth N | csi-growth N | madmin-rss N | explore | sweep)   (internal)
 //!
 //! Sections are plain functions called from `bench`/`measure_ratios`; a new
 //! one adds a child command and a report key.
@@ -96,13 +96,34 @@ fn flag(args: &[String], name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
-/// The engine needs a multi-thread runtime (the driver has its own as well);
-/// two workers, as `drivelab run` uses.
+/// The runtime a child times the lab on: shaped as the engine runs each
+/// scenario ([`drivelab::engine::RUN_WORKERS`] workers; the driver has a
+/// runtime of its own beside it). The bare paths share it, so both sides of
+/// every ratio run on the same threads.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(drivelab::engine::RUN_WORKERS)
         .enable_all()
         .build()?)
+}
+
+/// `--rounds R --batch B --only ID,..` of the per-call children (`only`
+/// empty: every path), so a profiler can see one path alone.
+fn timing_flags(
+    args: &[String],
+    rounds: usize,
+    batch: usize,
+) -> anyhow::Result<(usize, usize, Vec<String>)> {
+    let num = |name: &str, default: usize| -> anyhow::Result<usize> {
+        Ok(flag(args, name)
+            .map(|s| s.parse())
+            .transpose()?
+            .unwrap_or(default))
+    };
+    let only = flag(args, "--only")
+        .map(|s| s.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    Ok((num("--rounds", rounds)?, num("--batch", batch)?, only))
 }
 
 fn run_child(args: &[String]) -> anyhow::Result<Value> {
@@ -112,17 +133,7 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
     let rt = runtime()?;
     match args.first().map(String::as_str) {
         Some("percall") => {
-            let rounds: usize = flag(args, "--rounds")
-                .map(|s| s.parse())
-                .transpose()?
-                .unwrap_or(8);
-            let batch: usize = flag(args, "--batch")
-                .map(|s| s.parse())
-                .transpose()?
-                .unwrap_or(40);
-            let only: Vec<String> = flag(args, "--only")
-                .map(|s| s.split(',').map(str::to_string).collect())
-                .unwrap_or_default();
+            let (rounds, batch, only) = timing_flags(args, 8, 40)?;
             let pc = rt.block_on(percall::run(rounds, batch, 20, &only))?;
             let mut series = serde_json::Map::new();
             for s in &pc.series {
@@ -135,7 +146,8 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
             rt.block_on(scenarios::suite(&dir))
         }
         Some("csi-percall") => {
-            let pc = rt.block_on(csi::per_call(8, 20, 10))?;
+            let (rounds, batch, only) = timing_flags(args, 8, 20)?;
+            let pc = rt.block_on(csi::per_call(rounds, batch, 10, &only))?;
             let mut series = serde_json::Map::new();
             for s in &pc.series {
                 series.insert(s.id.to_string(), s.summary());

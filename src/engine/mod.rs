@@ -73,6 +73,13 @@ pub async fn run(scn: &Scenario, opts: &RunOptions) -> anyhow::Result<RunOutcome
     crate::systems::run(scn, opts, seed, &mutants).await
 }
 
+/// Worker threads of the runtime each run gets ([`run_isolated`]): one, so
+/// the lab's fakes and sidecars hand work to each other on one thread instead
+/// of waking a second one for every hop (on 2 cores that cost a context
+/// switch per hop); the driver has a runtime of its own beside it.
+/// Benchmarks that time the lab build their runtime with this too.
+pub const RUN_WORKERS: usize = 1;
+
 /// [`run`] on a runtime and thread of its own, logging into a buffer of its
 /// own: how runs go side by side (`drivelab run`, seed sweeps, the mutant kill
 /// table, the explorer, sweep-faults) without one run's lines in another's
@@ -90,7 +97,7 @@ pub async fn run_isolated(
             let log = crate::logcap::RunLog::new();
             crate::logcap::adopt(Some(log.clone()));
             let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
+                .worker_threads(RUN_WORKERS)
                 .thread_name("run")
                 .on_thread_start(move || crate::logcap::adopt(Some(log.clone())))
                 .enable_all()

@@ -498,7 +498,7 @@ fn authenticate(inner: &Inner, headers: &HeaderMap, path: &str) -> Result<Claims
             "Not authorized: '{path}' requires a bearer token"
         )));
     };
-    let claims = auth::verify(
+    let claims = inner.verified.verify(
         &inner.config.token_signing_key,
         tok.trim(),
         inner.now_secs(),

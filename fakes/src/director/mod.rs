@@ -253,6 +253,8 @@ pub(crate) struct Inner {
     pub gate: Gate,
     pub cpi: Cpi,
     pub config: DirectorConfig,
+    /// Bearer tokens already verified under `config.token_signing_key`.
+    pub verified: auth::Verified,
     pub locks: Arc<LockTable>,
     pub clock: SimClock,
     sched: Mutex<Sched>,
@@ -336,6 +338,7 @@ impl Director {
             gate,
             cpi,
             config,
+            verified: auth::Verified::default(),
             locks: Arc::default(),
             clock,
             wake: Notify::new(),

@@ -211,6 +211,12 @@ pub struct State {
     /// disk changes: a driver that finds a disk by listing (bosh-csi does, as
     /// the API offers no lookup by name) asks for it several times per volume.
     listed: Arc<Mutex<Option<bytes::Bytes>>>,
+    /// Task records read or written since this Director started, decoded
+    /// (write-through, like `disks`): a task is read at every poll, settle
+    /// round and job checkpoint, and decoding its JSON each time was a tenth
+    /// of the fake's CPU per attach. Only this Director writes its tasks; a
+    /// restarted one starts with an empty cache over the same store.
+    tasks: Arc<Mutex<BTreeMap<u64, TaskRec>>>,
 }
 
 fn task_key(id: u64) -> String {
@@ -223,6 +229,7 @@ impl State {
             store,
             disks: Arc::default(),
             listed: Arc::default(),
+            tasks: Arc::default(),
         }
     }
 
@@ -380,11 +387,24 @@ impl State {
     }
 
     pub fn task(&self, id: u64) -> Result<Option<TaskRec>, StoreError> {
-        self.store.get_json(&task_key(id))
+        let mut cache = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = cache.get(&id) {
+            return Ok(Some(t.clone()));
+        }
+        let t: Option<TaskRec> = self.store.get_json(&task_key(id))?;
+        if let Some(t) = &t {
+            cache.insert(id, t.clone());
+        }
+        Ok(t)
     }
 
+    /// Store first, then the cache: a failed write leaves the cache as the store is.
     pub fn put_task(&self, t: &TaskRec) -> Result<(), StoreError> {
-        self.store.put_json(&task_key(t.id), t)?;
+        {
+            let mut cache = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+            self.store.put_json(&task_key(t.id), t)?;
+            cache.insert(t.id, t.clone());
+        }
         self.store.flush()
     }
 
