@@ -498,15 +498,17 @@ fn authenticate(inner: &Inner, headers: &HeaderMap, path: &str) -> Result<Claims
             "Not authorized: '{path}' requires a bearer token"
         )));
     };
-    let claims = inner.verified.verify(
-        &inner.config.token_signing_key,
-        tok.trim(),
-        inner.now_secs(),
-    )
-    .map_err(|e| match e {
-        auth::TokenError::Expired => ApiError::unauthorized("Token expired"),
-        auth::TokenError::Invalid => ApiError::unauthorized("Invalid token"),
-    })?;
+    let claims = inner
+        .verified
+        .verify(
+            &inner.config.token_signing_key,
+            tok.trim(),
+            inner.now_secs(),
+        )
+        .map_err(|e| match e {
+            auth::TokenError::Expired => ApiError::unauthorized("Token expired"),
+            auth::TokenError::Invalid => ApiError::unauthorized("Invalid token"),
+        })?;
     // The Director checks the context id right after authentication, on every route.
     if context_id(headers).chars().count() > 64 {
         // ContextIdViolatedMax

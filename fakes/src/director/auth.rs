@@ -215,7 +215,10 @@ mod tests {
         assert_eq!(kept.verify(&k, t.expose(), 100), Err(TokenError::Expired));
         // More clients than it keeps: it starts over and still answers.
         for i in 0..(VERIFIED_KEPT as u64 + 3) {
-            let c = Claims { jti: i.to_string(), ..claims() };
+            let c = Claims {
+                jti: i.to_string(),
+                ..claims()
+            };
             let t = issue(&k, &c);
             assert_eq!(kept.verify(&k, t.expose(), 5), Ok(c));
         }
