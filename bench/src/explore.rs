@@ -85,8 +85,9 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Value> {
     let mut seeds_run = 0;
     'seeds: for seed in 1..=SEEDS {
         for (i, m) in mutants.iter().enumerate() {
+            // A mutant may take the cap once per base.
             let left = plan.total.saturating_sub(started.elapsed());
-            if left < plan.per_run {
+            if left < plan.per_run * bases.len() as u32 {
                 break 'seeds;
             }
             // The next base only after a miss: a detection's time is within
