@@ -403,7 +403,7 @@ pub async fn per_call(
     let mut k = 0usize;
     for round in 0..(rounds + 1) {
         for (i, (id, _, p, vols, nodes)) in paths.iter().enumerate() {
-            if !only.is_empty() && !only.iter().any(|o| o == id) {
+            if !crate::percall::timed(only, id) {
                 continue;
             }
             let count = if round == 0 { warmup } else { batch };

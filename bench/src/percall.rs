@@ -376,6 +376,11 @@ pub struct PerCall {
     pub gated_calls_per_grant: f64,
 }
 
+/// Whether path `id` is timed under `--only` (`only` empty: every path).
+pub fn timed(only: &[String], id: &str) -> bool {
+    only.is_empty() || only.iter().any(|o| o == id)
+}
+
 /// Measure: `rounds` rounds, each `batch` grants per path, paths interleaved
 /// so that drift (page cache, CPU frequency, other tenants) hits all alike.
 /// `only`: the ids of the paths to time (empty: all), so a profiler sees one path alone.
@@ -497,7 +502,7 @@ pub async fn run(
     let mut n = 0usize;
     for round in 0..(rounds + 1) {
         for (i, (id, _, p)) in paths.iter().enumerate() {
-            if !only.is_empty() && !only.iter().any(|o| o == id) {
+            if !timed(only, id) {
                 continue;
             }
             let count = if round == 0 { warmup } else { batch };
