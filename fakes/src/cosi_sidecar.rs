@@ -19,6 +19,10 @@
 //! - Finalizers on BucketClaim/BucketAccess while the sidecar owns them; deletion
 //!   (a `deletionTimestamp` set by the API server) runs the driver cleanup, then
 //!   drops the finalizer.
+//! - A granted access marks its Bucket (`bucketaccess-bucket-protection`); deleting
+//!   a marked bucket's claim first deletes every BucketAccess of that claim
+//!   (`BucketListener.Update`, sidecar/pkg/bucket), so each is revoked in turn,
+//!   and goes on to DriverDeleteBucket without waiting for those revokes.
 //! - AlreadyExists is an error like any other (requeue), never success.
 //! - DriverDeleteBucket carries the Bucket's parameters as `delete_context`, and
 //!   is sent only for deletionPolicy Delete; Retain makes no call and keeps the
@@ -79,6 +83,10 @@ const CONNECTION_LOST: &str = "transport: connection to the driver lost";
 pub const CLAIM_FINALIZER: &str = "cosi.objectstorage.k8s.io/bucketclaim-protection";
 /// Finalizer the sidecar puts on BucketAccesses it works on.
 pub const ACCESS_FINALIZER: &str = "cosi.objectstorage.k8s.io/bucketaccess-protection";
+/// Finalizer a successful grant puts on the Bucket object: while it is there,
+/// deleting the bucket first deletes every BucketAccess of its claim.
+pub const ACCESSED_BUCKET_FINALIZER: &str =
+    "cosi.objectstorage.k8s.io/bucketaccess-bucket-protection";
 /// Default per-call deadline, in real time (a hung driver must not hang the
 /// lab): the external-provisioner's `--timeout` default, 10 s. A scenario's
 /// `driver: { call_timeout: … }` overrides it ([`CosiSidecar::set_call_timeout`]).
@@ -472,6 +480,8 @@ pub struct CosiSidecar {
     driver_name: String,
     failures: Mutex<BTreeMap<Target, u32>>,
     exchanges: Mutex<Vec<Exchange>>,
+    /// Targets its own writes woke ([`CosiSidecar::take_woken`]).
+    woken: Mutex<Vec<Target>>,
     /// Set after a transport failure: dial afresh before the next call, as
     /// grpc-go's reconnect would, rather than trust a channel to a dead peer.
     redial: std::sync::atomic::AtomicBool,
@@ -525,6 +535,7 @@ impl CosiSidecar {
             driver_name: info.name,
             failures: Mutex::default(),
             exchanges: Mutex::default(),
+            woken: Mutex::default(),
             redial: Default::default(),
             call_timeout_ms: std::sync::atomic::AtomicU64::new(
                 DEFAULT_CALL_TIMEOUT.as_millis() as u64
@@ -635,7 +646,7 @@ impl CosiSidecar {
         if deleting(&claim) {
             return self.delete_claim(ns, name, bucket_name.as_deref()).await;
         }
-        self.ensure_finalizer(Kind::BucketClaim, ns, name, &claim, CLAIM_FINALIZER)?;
+        self.ensure_finalizer(Kind::BucketClaim, Some(ns), name, &claim, CLAIM_FINALIZER)?;
         let bucket_name = match bucket_name {
             Some(b) => b,
             None => self.bind_claim(ns, name, &claim)?,
@@ -752,6 +763,7 @@ impl CosiSidecar {
     ) -> Result<Step, SidecarError> {
         if let Some(bucket_name) = bucket_name {
             if let Some(bucket) = self.kube().get(Kind::Bucket, None, bucket_name)? {
+                self.delete_accesses_of(&bucket, ns, name)?;
                 let policy =
                     str_at(&bucket, &["spec", "deletionPolicy"]).unwrap_or_else(|| "Retain".into());
                 let bucket_id = str_at(&bucket, &["status", "bucketID"]);
@@ -777,8 +789,47 @@ impl CosiSidecar {
                 }
             }
         }
-        self.release(Kind::BucketClaim, ns, name)?;
+        self.drop_finalizer(Kind::BucketClaim, Some(ns), name, CLAIM_FINALIZER)?;
         Ok(Step::Done)
+    }
+
+    /// The Bucket controller's first deletion step: once a grant has marked the
+    /// bucket, delete every BucketAccess of its claim (their own deletion then
+    /// revokes), then unmark it. It does not wait for those revokes, so the
+    /// driver may see DriverDeleteBucket before them.
+    fn delete_accesses_of(
+        &self,
+        bucket: &Value,
+        ns: &str,
+        claim: &str,
+    ) -> Result<(), SidecarError> {
+        if !has_finalizer(bucket, ACCESSED_BUCKET_FINALIZER) {
+            return Ok(());
+        }
+        for access in self.kube().list(Kind::BucketAccess, Some(ns))? {
+            if str_at(&access, &["spec", "bucketClaimName"]).as_deref() != Some(claim) {
+                continue;
+            }
+            let Some(name) = str_at(&access, &["metadata", "name"]) else {
+                continue;
+            };
+            match self.kube().delete(Kind::BucketAccess, Some(ns), &name) {
+                Ok(_) | Err(KubeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            lock(&self.woken).push(Target::Access {
+                namespace: ns.to_string(),
+                name,
+            });
+        }
+        let bucket_name = str_at(bucket, &["metadata", "name"]).unwrap_or_default();
+        self.drop_finalizer(Kind::Bucket, None, &bucket_name, ACCESSED_BUCKET_FINALIZER)
+    }
+
+    /// Objects this sidecar changed in a way its watch would deliver back to it
+    /// (so far: the BucketAccesses a claim's deletion deleted), taken once.
+    pub fn take_woken(&self) -> Vec<Target> {
+        std::mem::take(&mut *lock(&self.woken))
     }
 
     async fn reconcile_access(&self, ns: &str, name: &str) -> Result<Step, SidecarError> {
@@ -814,13 +865,19 @@ impl CosiSidecar {
                     Err(e) => return Err(e.into()),
                 }
             }
-            self.release(Kind::BucketAccess, ns, name)?;
+            self.drop_finalizer(Kind::BucketAccess, Some(ns), name, ACCESS_FINALIZER)?;
             return Ok(Step::Done);
         }
         if bool_at(&access, &["status", "accessGranted"]) {
             return Ok(Step::Done);
         }
-        self.ensure_finalizer(Kind::BucketAccess, ns, name, &access, ACCESS_FINALIZER)?;
+        self.ensure_finalizer(
+            Kind::BucketAccess,
+            Some(ns),
+            name,
+            &access,
+            ACCESS_FINALIZER,
+        )?;
         let uid =
             str_at(&access, &["metadata", "uid"]).ok_or_else(|| malformed("no metadata.uid"))?;
         let claim_name = str_at(&access, &["spec", "bucketClaimName"])
@@ -919,6 +976,16 @@ impl CosiSidecar {
                 Err(e) => return Err(e.into()),
             }
         }
+        // Re-read: another grant on the same bucket may have added it meanwhile.
+        if let Some(bucket) = self.kube().get(Kind::Bucket, None, &bucket_name)? {
+            self.ensure_finalizer(
+                Kind::Bucket,
+                None,
+                &bucket_name,
+                &bucket,
+                ACCESSED_BUCKET_FINALIZER,
+            )?;
+        }
         self.kube().merge_patch(
             Kind::BucketAccess,
             Some(ns),
@@ -933,50 +1000,48 @@ impl CosiSidecar {
     fn ensure_finalizer(
         &self,
         kind: Kind,
-        ns: &str,
+        ns: Option<&str>,
         name: &str,
         obj: &Value,
         finalizer: &str,
     ) -> Result<(), SidecarError> {
+        if has_finalizer(obj, finalizer) {
+            return Ok(());
+        }
         let mut list: Vec<Value> = at(obj, &["metadata", "finalizers"])
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        if list.iter().any(|f| f.as_str() == Some(finalizer)) {
-            return Ok(());
-        }
         list.push(json!(finalizer));
-        self.kube().merge_patch(
-            kind,
-            Some(ns),
-            name,
-            json!({"metadata": {"finalizers": list}}),
-        )?;
+        self.kube()
+            .merge_patch(kind, ns, name, json!({"metadata": {"finalizers": list}}))?;
         Ok(())
     }
 
-    /// Cleanup done: drop our finalizer so the API server completes the deletion.
-    fn release(&self, kind: Kind, ns: &str, name: &str) -> Result<(), SidecarError> {
-        let Some(obj) = self.kube().get(kind, Some(ns), name)? else {
+    /// Cleanup done: drop `finalizer` so the API server completes the deletion.
+    fn drop_finalizer(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        name: &str,
+        finalizer: &str,
+    ) -> Result<(), SidecarError> {
+        let Some(obj) = self.kube().get(kind, ns, name)? else {
             return Ok(());
         };
         let list: Vec<Value> = at(&obj, &["metadata", "finalizers"])
             .and_then(Value::as_array)
             .map(|l| {
                 l.iter()
-                    .filter(|f| {
-                        f.as_str() != Some(CLAIM_FINALIZER) && f.as_str() != Some(ACCESS_FINALIZER)
-                    })
+                    .filter(|f| f.as_str() != Some(finalizer))
                     .cloned()
                     .collect()
             })
             .unwrap_or_default();
-        match self.kube().merge_patch(
-            kind,
-            Some(ns),
-            name,
-            json!({"metadata": {"finalizers": list}}),
-        ) {
+        match self
+            .kube()
+            .merge_patch(kind, ns, name, json!({"metadata": {"finalizers": list}}))
+        {
             Ok(_) | Err(KubeError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -1205,6 +1270,12 @@ fn string_map(v: &Value, path: &[&str]) -> BTreeMap<String, String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+fn has_finalizer(obj: &Value, finalizer: &str) -> bool {
+    at(obj, &["metadata", "finalizers"])
+        .and_then(Value::as_array)
+        .is_some_and(|l| l.iter().any(|f| f.as_str() == Some(finalizer)))
 }
 
 fn deleting(v: &Value) -> bool {

@@ -987,7 +987,6 @@ impl Lab {
         self.drain(self.converge_within).await
     }
 
-    /// Act on one reconcile's result: done, or back on the queue after its back-off.
     /// Why an object is not where an expectation wanted it, from the history:
     /// the sidecar's last requeue note for it and the driver's reply just
     /// before (code and message). Empty when the sidecar never requeued it.
@@ -1027,7 +1026,12 @@ impl Lab {
         format!("{answered}; the sidecar's last word: {note}")
     }
 
+    /// Act on one reconcile's result: done, or back on the queue after its back-off.
     fn settle(&mut self, t: Target, r: Reconcile) {
+        // What the sidecar's own writes changed reaches it again, as a watch event would.
+        for woken in self.sidecar.take_woken() {
+            self.queue.push(self.clock.now(), woken);
+        }
         if let Reconcile::Requeue { after, reason } = r {
             self.history.record(EventKind::Note {
                 component: Component::Sidecar,
