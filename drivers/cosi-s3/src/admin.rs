@@ -225,6 +225,13 @@ impl Backend {
         {
             Ok(_) => Ok(()),
             Err(e) if is_no_such_user(&e) => Ok(()),
+            // RustFS answers remove-user of a user already gone with
+            // InternalError (it asks `is_temp_user` first): user-info's answer
+            // tells that apart from a real failure.
+            Err(e @ BackendError::Api { .. }) => match self.user_info(access_key).await {
+                Ok(None) => Ok(()),
+                _ => Err(e),
+            },
             Err(e) => Err(e),
         }
     }
@@ -282,6 +289,23 @@ impl Backend {
 
     /// The policy document, or None if there is no such policy.
     pub async fn info_canned_policy(&self, name: &str) -> Result<Option<Value>, BackendError> {
+        match self.read_policy(name).await {
+            // RustFS answers a missing policy with InternalError "policy does
+            // not exist": the list of canned policies tells that apart from a
+            // real failure. Listed after all: made meanwhile, read it again.
+            Err(e @ BackendError::Api { status: 500.., .. }) => {
+                match self.list_canned_policies().await {
+                    Ok(names) if !names.iter().any(|n| n == name) => Ok(None),
+                    Ok(_) => self.read_policy(name).await,
+                    Err(_) => Err(e),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// One info-canned-policy call; a not-found code is `None`.
+    async fn read_policy(&self, name: &str) -> Result<Option<Value>, BackendError> {
         match self
             .admin(
                 Method::GET,
@@ -302,6 +326,26 @@ impl Backend {
             Err(e) if is_no_such_policy(&e) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The names of every canned policy (list-canned-policies: name → document).
+    pub async fn list_canned_policies(&self) -> Result<Vec<String>, BackendError> {
+        let body = self
+            .admin(
+                Method::GET,
+                "list-canned-policies",
+                "list-canned-policies",
+                &[],
+                Vec::new(),
+            )
+            .await?;
+        let v: Value = serde_json::from_slice(&body).map_err(|e| BackendError::Local {
+            op: "list-canned-policies",
+            detail: format!("answer is not JSON: {e}"),
+        })?;
+        Ok(v.as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default())
     }
 
     /// Remove a canned policy; one already gone is success.
@@ -567,14 +611,22 @@ impl Backend {
     }
 }
 
+/// RustFS's code for a missing user or policy (`iam_error_to_s3_error`).
+const NO_SUCH_RESOURCE: &str = "NoSuchResource";
+
 fn is_no_such_user(e: &BackendError) -> bool {
-    e.is(&[ADMIN_NO_SUCH_USER, "NoSuchUser", "XRustfsAdminNoSuchUser"])
-        || matches!(e, BackendError::Api { status: 404, code, .. } if code == "NotFound")
+    e.is(&[
+        ADMIN_NO_SUCH_USER,
+        NO_SUCH_RESOURCE,
+        "NoSuchUser",
+        "XRustfsAdminNoSuchUser",
+    ]) || matches!(e, BackendError::Api { status: 404, code, .. } if code == "NotFound")
 }
 
 fn is_no_such_policy(e: &BackendError) -> bool {
     e.is(&[
         ADMIN_NO_SUCH_POLICY,
+        NO_SUCH_RESOURCE,
         "NoSuchPolicy",
         "XRustfsAdminNoSuchPolicy",
     ]) || matches!(e, BackendError::Api { status: 404, code, .. } if code == "NotFound")

@@ -12,7 +12,8 @@ use http::{HeaderValue, Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::errors::{admin_error_response, ApiError};
+use super::backend::Site;
+use super::errors::{admin_error_response, rustfs_admin_error_response, ApiError};
 use super::madmin;
 use super::policy::Policy;
 use super::sigv4::{parse_query, query_value};
@@ -111,7 +112,10 @@ pub(crate) async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Res
     let path = parts.uri.path().to_string();
     match serve(&inner, parts, body).await {
         Ok(r) => r,
-        Err(e) => admin_error_response(&e, &path),
+        Err(e) => match inner.config.backend {
+            super::Backend::Minio => admin_error_response(&e, &path),
+            super::Backend::Rustfs => rustfs_admin_error_response(&e),
+        },
     }
 }
 
@@ -130,15 +134,16 @@ async fn serve(
     body: Body,
 ) -> Result<Response, ApiError> {
     let path = parts.uri.path().to_string();
-    let Surface::Admin { flavour, route } = surface(&path, inner.config.backend) else {
-        return Err(version_mismatch(""));
+    let backend = inner.config.backend;
+    let Surface::Admin { flavour, route } = surface(&path, backend) else {
+        return Err(backend.unknown_route(version_mismatch("")));
     };
     let Some(route) = route else {
         let found = path.split('/').nth(3).unwrap_or("");
-        return Err(version_mismatch(found));
+        return Err(backend.unknown_route(version_mismatch(found)));
     };
     let query = parse_query(parts.uri.query())?;
-    let body = read_body(&parts, body, BodyLimit::Admin).await?;
+    let body = read_body(&parts, body, BodyLimit::Admin(backend)).await?;
     let (who, (body, _trailers)) = authenticate(inner, &parts, &query, body)?;
     if !matches!(who, Principal::Root) {
         return Err(ApiError::access_denied());
@@ -177,8 +182,7 @@ async fn serve(
                 parts.method, inner.config.backend
             ),
         )),
-        // Both servers answer a route they do not have this way.
-        _ => Err(version_mismatch("v3")),
+        _ => Err(backend.unknown_route(version_mismatch("v3"))),
     }
 }
 
@@ -226,6 +230,10 @@ fn groups_not_supported() -> ApiError {
 }
 
 impl Ctx {
+    fn backend(&self) -> super::Backend {
+        self.inner.config.backend
+    }
+
     fn arg(&self, name: &str) -> String {
         query_value(&self.query, name).unwrap_or_default()
     }
@@ -233,7 +241,7 @@ impl Ctx {
     fn required(&self, name: &str) -> Result<String, ApiError> {
         let v = self.arg(name);
         if v.is_empty() {
-            return Err(ApiError::admin_invalid_argument(format!(
+            return Err(self.backend().invalid_argument(format!(
                 "Invalid arguments specified: '{name}' is required."
             )));
         }
@@ -253,11 +261,13 @@ impl Ctx {
                     .await
                     .map_err(|e| match e {
                         madmin::MadminError::Kdf(m) => ApiError::internal(m),
-                        _ => ApiError::admin_bad_json(),
+                        other => self
+                            .backend()
+                            .bad_body(&format!("failed to decrypt MinIO admin payload: {other}")),
                     })?
             }
         };
-        serde_json::from_slice(&plain).map_err(|_| ApiError::admin_bad_json())
+        serde_json::from_slice(&plain).map_err(|e| self.backend().bad_body(&e.to_string()))
     }
 
     /// A JSON answer, madmin-encrypted on `/minio/admin` for the calls whose
@@ -282,23 +292,17 @@ impl Ctx {
 
     async fn add_user(&self, body: bytes::Bytes) -> Result<Response, ApiError> {
         let ak = self.required("accessKey")?;
-        let backend = self.inner.config.backend;
+        let backend = self.backend();
         backend.check_user_access_key(&ak)?;
         if ak == self.inner.config.admin_access_key {
-            return Err(ApiError::admin_invalid_argument(
-                "Adding a user with the same access key as the root credential is not allowed",
-            ));
+            return Err(backend.root_user_refused());
         }
         let req: AddUserReq = self.body_json(body).await?;
         backend.check_user_secret_key(&req.secret_key)?;
         let status = match req.status.as_str() {
             "" | "enabled" => "enabled",
             "disabled" => "disabled",
-            other => {
-                return Err(ApiError::admin_invalid_argument(format!(
-                    "Invalid status '{other}'"
-                )))
-            }
+            other => return Err(backend.invalid_argument(format!("Invalid status '{other}'"))),
         };
         let st = &self.inner.state;
         let _g = st.lock();
@@ -323,7 +327,7 @@ impl Ctx {
         let st = &self.inner.state;
         let _g = st.lock();
         if !st.remove_user(&ak)? {
-            return Err(ApiError::admin_no_such_user());
+            return Err(self.backend().no_such_user(&ak, Site::Remove));
         }
         st.flush()?;
         Ok(ok_empty())
@@ -335,7 +339,7 @@ impl Ctx {
             .inner
             .state
             .user(&ak)?
-            .ok_or_else(ApiError::admin_no_such_user)?;
+            .ok_or_else(|| self.backend().no_such_user(&ak, Site::Info))?;
         Ok(json_response(
             200,
             user_info_json(&u).to_string().into_bytes(),
@@ -357,13 +361,16 @@ impl Ctx {
         let ak = self.required("accessKey")?;
         let status = self.arg("status");
         if status != "enabled" && status != "disabled" {
-            return Err(ApiError::admin_invalid_argument(format!(
-                "Invalid status '{status}'"
-            )));
+            return Err(self.backend().invalid_argument(match self.backend() {
+                super::Backend::Minio => format!("Invalid status '{status}'"),
+                super::Backend::Rustfs => format!("invalid account status: {status}"),
+            }));
         }
         let st = &self.inner.state;
         let _g = st.lock();
-        let mut u = st.user(&ak)?.ok_or_else(ApiError::admin_no_such_user)?;
+        let mut u = st
+            .user(&ak)?
+            .ok_or_else(|| self.backend().no_such_user(&ak, Site::SetStatus))?;
         u.status = status;
         u.updated_at = now_rfc3339();
         st.put_user(&ak, &u)?;
@@ -388,7 +395,7 @@ impl Ctx {
             .inner
             .state
             .policy(&name)?
-            .ok_or_else(ApiError::admin_no_such_policy)?;
+            .ok_or_else(|| self.missing_policy(Site::Info))?;
         let body = if self.arg("v") == "2" {
             json!({"PolicyName": name, "Policy": p.document, "CreateDate": p.created_at, "UpdateDate": p.updated_at})
         } else {
@@ -399,7 +406,8 @@ impl Ctx {
 
     fn add_policy(&self, body: &[u8]) -> Result<Response, ApiError> {
         let name = self.required("name")?;
-        if name.contains(',') {
+        // RustFS's handler has no such check (`policies.rs` AddCannedPolicy).
+        if name.contains(',') && self.backend() == super::Backend::Minio {
             return Err(ApiError::admin_invalid_argument(
                 "Policy name may not contain comma",
             ));
@@ -411,8 +419,7 @@ impl Ctx {
                 "Your proposed upload exceeds the maximum allowed object size.",
             ));
         }
-        let (_, document) =
-            Policy::parse(body).map_err(|m| ApiError::new(400, "XMinioMalformedIAMPolicy", m))?;
+        let (_, document) = Policy::parse(body).map_err(|m| self.backend().malformed_policy(m))?;
         let st = &self.inner.state;
         let _g = st.lock();
         let now = now_rfc3339();
@@ -438,10 +445,13 @@ impl Ctx {
         let name = self.required("name")?;
         let st = &self.inner.state;
         let _g = st.lock();
-        let backend = self.inner.config.backend;
-        let rec = st
-            .policy(&name)?
-            .ok_or_else(ApiError::admin_no_such_policy)?;
+        let backend = self.backend();
+        let Some(rec) = st.policy(&name)? else {
+            return match backend.no_such_policy(Site::Remove) {
+                Some(e) => Err(e),
+                None => Ok(ok_empty()),
+            };
+        };
         if rec.builtin {
             if let Some(e) = backend.builtin_removal() {
                 return Err(e);
@@ -456,10 +466,17 @@ impl Ctx {
         Ok(ok_empty())
     }
 
+    /// A missing policy where both servers answer an error.
+    fn missing_policy(&self, site: Site) -> ApiError {
+        self.backend()
+            .no_such_policy(site)
+            .unwrap_or_else(|| ApiError::internal("policy does not exist"))
+    }
+
     fn check_policies_exist(&self, names: &[String]) -> Result<(), ApiError> {
         for n in names {
             if self.inner.state.policy(n)?.is_none() {
-                return Err(ApiError::admin_no_such_policy());
+                return Err(self.missing_policy(Site::Mapping));
             }
         }
         Ok(())
@@ -480,8 +497,13 @@ impl Ctx {
         names.dedup();
         let st = &self.inner.state;
         let _g = st.lock();
+        // RustFS looks the user up first, MinIO the policies.
+        let user = st.user(&target)?;
+        if self.backend() == super::Backend::Minio {
+            self.check_policies_exist(&names)?;
+        }
+        let mut u = user.ok_or_else(|| self.backend().no_such_user(&target, Site::Mapping))?;
         self.check_policies_exist(&names)?;
-        let mut u = st.user(&target)?.ok_or_else(ApiError::admin_no_such_user)?;
         u.policies = names;
         u.updated_at = now_rfc3339();
         st.put_user(&target, &u)?;
@@ -498,7 +520,7 @@ impl Ctx {
             || req.policies.is_empty()
             || req.policies.iter().any(String::is_empty)
         {
-            return Err(ApiError::admin_invalid_argument(
+            return Err(self.backend().invalid_argument(
                 "Invalid arguments specified: 'policies' and 'user' are required.",
             ));
         }
@@ -510,7 +532,7 @@ impl Ctx {
             }
             let mut u = st
                 .user(&req.user)?
-                .ok_or_else(ApiError::admin_no_such_user)?;
+                .ok_or_else(|| self.backend().no_such_user(&req.user, Site::Mapping))?;
             let mut changed = Vec::new();
             for p in &req.policies {
                 let present = u.policies.contains(p);
@@ -523,15 +545,14 @@ impl Ctx {
                 }
             }
             if changed.is_empty() {
-                return Err(ApiError::new(
-                    400,
-                    "XMinioAdminPolicyChangeAlreadyApplied",
-                    "The specified policy change is already in effect.",
-                ));
+                if let Some(e) = self.backend().change_already_applied() {
+                    return Err(e);
+                }
+            } else {
+                u.updated_at = now_rfc3339();
+                st.put_user(&req.user, &u)?;
+                st.flush()?;
             }
-            u.updated_at = now_rfc3339();
-            st.put_user(&req.user, &u)?;
-            st.flush()?;
             changed
         };
         let field = if attach {
@@ -539,8 +560,13 @@ impl Ctx {
         } else {
             "policiesDetached"
         };
-        self.encrypted_json(&json!({ field: changed, "updatedAt": now_rfc3339() }))
-            .await
+        // An empty list is left out (RustFS's answer to a change already in effect).
+        let mut answer = serde_json::Map::new();
+        if !changed.is_empty() {
+            answer.insert(field.into(), json!(changed));
+        }
+        answer.insert("updatedAt".into(), json!(now_rfc3339()));
+        self.encrypted_json(&Value::Object(answer)).await
     }
 
     fn info(&self) -> Result<Response, ApiError> {

@@ -48,16 +48,10 @@ impl Backend {
     /// `auth.ContainsReservedChars`; RustFS `crates/iam/src/sys.rs`
     /// `IamSys::create_user` with `is_access_key_valid`, `contains_reserved_chars`).
     /// RustFS's handler (`rustfs/src/admin/handlers/user.rs` `AddUser::call`)
-    /// also refuses whitespace; MinIO's refuses nothing more here.
+    /// refuses whitespace first (InvalidArgument), and its
+    /// `map_add_user_create_error` answers every other create error as
+    /// InternalError; MinIO's refuses nothing more, with its own 400 codes.
     pub(crate) fn check_user_access_key(self, ak: &str) -> Result<(), ApiError> {
-        if ak.len() < 3 {
-            return Err(self.invalid_access_key("access key length should be at least 3"));
-        }
-        if ak.contains(['=', ',']) {
-            return Err(
-                self.invalid_access_key("access key contains reserved characters '=' or ','")
-            );
-        }
         if self == Backend::Rustfs && ak.chars().any(char::is_whitespace) {
             return Err(ApiError::new(
                 400,
@@ -65,14 +59,27 @@ impl Backend {
                 "access key contains spaces",
             ));
         }
-        Ok(())
-    }
-
-    fn invalid_access_key(self, msg: &str) -> ApiError {
-        match self {
-            Backend::Minio => ApiError::new(400, "XMinioAdminInvalidAccessKey", msg),
-            Backend::Rustfs => ApiError::new(400, "InvalidArgument", msg),
+        if ak.len() < 3 {
+            return Err(match self {
+                Backend::Minio => ApiError::new(
+                    400,
+                    "XMinioAdminInvalidAccessKey",
+                    "access key length should be at least 3",
+                ),
+                Backend::Rustfs => create_failed("invalid access key length"),
+            });
         }
+        if ak.contains(['=', ',']) {
+            return Err(match self {
+                Backend::Minio => ApiError::new(
+                    400,
+                    "XMinioAdminInvalidAccessKey",
+                    "access key contains reserved characters '=' or ','",
+                ),
+                Backend::Rustfs => create_failed("access key contains reserved characters =,"),
+            });
+        }
+        Ok(())
     }
 
     /// add-user's secret-key rule: 8 or more bytes, no upper bound, on both
@@ -80,6 +87,7 @@ impl Backend {
     /// `crates/policy/src/auth` `is_secret_key_valid`). MinIO's 40-byte
     /// `secretKeyMaxLen` only bounds generated and service-account
     /// credentials (`CreateNewCredentialsWithMetadata`), never add-user.
+    /// RustFS refuses an empty one in its handler ("secret key is required").
     pub(crate) fn check_user_secret_key(self, sk: &str) -> Result<(), ApiError> {
         if sk.len() >= 8 {
             return Ok(());
@@ -90,12 +98,120 @@ impl Backend {
                 "XMinioAdminInvalidSecretKey",
                 "secret key length should be at least 8",
             ),
+            Backend::Rustfs if sk.is_empty() => {
+                ApiError::new(400, "InvalidArgument", "secret key is required")
+            }
+            Backend::Rustfs => create_failed("invalid secret key length"),
+        })
+    }
+
+    /// add-user with the root credential's access key.
+    pub(crate) fn root_user_refused(self) -> ApiError {
+        match self {
+            Backend::Minio => ApiError::admin_invalid_argument(
+                "Adding a user with the same access key as the root credential is not allowed",
+            ),
             Backend::Rustfs => ApiError::new(
                 400,
                 "InvalidArgument",
-                "secret key length should be at least 8",
+                "cannot create a user with the system access key",
             ),
-        })
+        }
+    }
+
+    /// A user that does not exist, as the handler at `site` answers it.
+    /// MinIO: `XMinioAdminNoSuchUser` (404) everywhere. RustFS
+    /// (`rustfs/src/admin/handlers/user.rs`): user-info maps `NoSuchUser`
+    /// through `iam_error_to_s3_error` (NoSuchResource, 404); remove-user
+    /// first asks `is_temp_user`, whose NoSuchUser it answers as
+    /// InternalError; set-user-status answers InternalError; the policy
+    /// mapping handlers (`policies.rs`) check the user first: InvalidArgument
+    /// "user not exist".
+    pub(crate) fn no_such_user(self, ak: &str, site: Site) -> ApiError {
+        let gone = format!("user '{ak}' does not exist");
+        match (self, site) {
+            (Backend::Minio, _) => ApiError::admin_no_such_user(),
+            (Backend::Rustfs, Site::Info) => ApiError::new(404, "NoSuchResource", gone),
+            (Backend::Rustfs, Site::Remove) => ApiError::new(
+                500,
+                "InternalError",
+                format!("failed to query temporary user state: {gone}"),
+            ),
+            (Backend::Rustfs, Site::SetStatus) => ApiError::new(
+                500,
+                "InternalError",
+                format!("failed to set user status: {gone}"),
+            ),
+            (Backend::Rustfs, Site::Mapping) => {
+                ApiError::new(400, "InvalidArgument", "user not exist")
+            }
+        }
+    }
+
+    /// A canned policy that does not exist, as the handler at `site`
+    /// answers it; `None` where the server answers success. MinIO:
+    /// `XMinioAdminNoSuchPolicy` (404) everywhere. RustFS: info-canned-policy
+    /// and the mapping handlers answer `NoSuchPolicy` as InternalError
+    /// "policy does not exist"; remove-canned-policy (`IamCache::delete_policy`)
+    /// takes a missing policy as already removed.
+    pub(crate) fn no_such_policy(self, site: Site) -> Option<ApiError> {
+        match (self, site) {
+            (Backend::Minio, _) => Some(ApiError::admin_no_such_policy()),
+            (Backend::Rustfs, Site::Remove) => None,
+            (Backend::Rustfs, _) => {
+                Some(ApiError::new(500, "InternalError", "policy does not exist"))
+            }
+        }
+    }
+
+    /// A request argument the handler refuses.
+    pub(crate) fn invalid_argument(self, msg: impl Into<String>) -> ApiError {
+        match self {
+            Backend::Minio => ApiError::admin_invalid_argument(msg),
+            Backend::Rustfs => ApiError::new(400, "InvalidArgument", msg),
+        }
+    }
+
+    /// A body that is not the JSON the handler expects (or does not decrypt).
+    /// RustFS: InvalidRequest ("invalid JSON: ...", `read_compatible_admin_body`).
+    pub(crate) fn bad_body(self, detail: &str) -> ApiError {
+        match self {
+            Backend::Minio => ApiError::admin_bad_json(),
+            Backend::Rustfs => {
+                ApiError::new(400, "InvalidRequest", format!("invalid JSON: {detail}"))
+            }
+        }
+    }
+
+    /// A policy document that does not parse.
+    pub(crate) fn malformed_policy(self, msg: String) -> ApiError {
+        match self {
+            Backend::Minio => ApiError::new(400, "XMinioMalformedIAMPolicy", msg),
+            Backend::Rustfs => ApiError::new(400, "InvalidRequest", msg),
+        }
+    }
+
+    /// Attaching a policy already attached (or detaching one that is not):
+    /// MinIO refuses (`errNoPolicyToAttachOrDetach`); RustFS answers success
+    /// with nothing in the changed list (`policies.rs`).
+    pub(crate) fn change_already_applied(self) -> Option<ApiError> {
+        match self {
+            Backend::Minio => Some(ApiError::new(
+                400,
+                "XMinioAdminPolicyChangeAlreadyApplied",
+                "The specified policy change is already in effect.",
+            )),
+            Backend::Rustfs => None,
+        }
+    }
+
+    /// An admin route the server does not have: MinIO's version-mismatch
+    /// answer; RustFS's router answers NotImplemented.
+    pub(crate) fn unknown_route(self, minio: ApiError) -> ApiError {
+        match self {
+            Backend::Minio => minio,
+            Backend::Rustfs => ApiError::new(501, "NotImplemented", ""),
+        }
     }
 
     /// Removing a canned policy still attached to a user: both refuse.
@@ -128,6 +244,29 @@ impl Backend {
             Backend::Minio => None,
         }
     }
+}
+
+/// Which admin handler met a missing user or policy: the servers answer
+/// each differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Site {
+    /// user-info, info-canned-policy.
+    Info,
+    /// remove-user, remove-canned-policy.
+    Remove,
+    /// set-user-status.
+    SetStatus,
+    /// set-user-or-group-policy, attach, detach.
+    Mapping,
+}
+
+/// RustFS's add-user answer to a create error (`map_add_user_create_error`).
+fn create_failed(why: &str) -> ApiError {
+    ApiError::new(
+        500,
+        "InternalError",
+        format!("failed to create user: {why}"),
+    )
 }
 
 impl std::fmt::Display for Backend {

@@ -1,6 +1,6 @@
 //! The error answers of the fake: one `ApiError` type for every failure a
-//! request can meet, rendered as S3's XML `<Error>` document or as the
-//! MinIO admin API's JSON error, always tagged for the gate.
+//! request can meet, rendered as S3's XML `<Error>` document, as the MinIO
+//! admin API's JSON error or as RustFS's admin error, always tagged for the gate.
 
 use axum::body::Body;
 use axum::response::Response;
@@ -81,7 +81,7 @@ impl ApiError {
         )
     }
 
-    // Admin API (MinIO's codes; RustFS answers the same ones on its alias).
+    // Admin API, MinIO's codes (RustFS's are in `Backend`).
     pub fn admin_no_such_user() -> Self {
         Self::new(
             404,
@@ -201,6 +201,24 @@ pub(crate) fn admin_error_response(e: &ApiError, resource: &str) -> Response {
         "HostId": "drivelab",
     });
     tagged(e.status, &e.code, "json", Body::from(body.to_string()))
+}
+
+/// An admin API error as RustFS answers it on either prefix: an s3s
+/// `S3Error`, rendered as `<Error><Code/><Message/></Error>` XML with the
+/// code's own status (`rustfs/src/admin/handlers/iam_error.rs`; s3s
+/// `serialize_error`). No `Resource`, no JSON, no `XMinioAdmin*` codes.
+pub(crate) fn rustfs_admin_error_response(e: &ApiError) -> Response {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message></Error>",
+        xml_escape(&e.code),
+        xml_escape(&e.message),
+    );
+    tagged(e.status, &e.code, "xml", Body::from(body))
+}
+
+/// A gate rejection in RustFS's admin error shape (its admin routes' renderer).
+pub(crate) fn render_rustfs_admin_rejection(r: &Rejection) -> Response {
+    rustfs_admin_error_response(&ApiError::new(r.http_status, &r.code, r.message.clone()))
 }
 
 /// A gate rejection in S3's XML shape (the S3 routes' renderer).
