@@ -197,8 +197,9 @@ struct Ctx {
 struct AddUserReq {
     #[serde(rename = "secretKey")]
     secret_key: String,
+    /// MinIO defaults it to enabled; RustFS's `AddOrUpdateUserReq` requires it.
     #[serde(default)]
-    status: String,
+    status: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -232,6 +233,15 @@ fn groups_not_supported() -> ApiError {
 impl Ctx {
     fn backend(&self) -> super::Backend {
         self.inner.config.backend
+    }
+
+    /// RustFS's user handlers refuse to act on the caller's own access key
+    /// (`user.rs` RemoveUser, SetUserStatus); the caller is always root here.
+    fn refuse_own_user(&self, ak: &str, why: &str) -> Result<(), ApiError> {
+        if self.backend() == super::Backend::Rustfs && ak == self.inner.config.admin_access_key {
+            return Err(ApiError::new(400, "InvalidArgument", why));
+        }
+        Ok(())
     }
 
     fn arg(&self, name: &str) -> String {
@@ -299,10 +309,20 @@ impl Ctx {
         }
         let req: AddUserReq = self.body_json(body).await?;
         backend.check_user_secret_key(&req.secret_key)?;
-        let status = match req.status.as_str() {
-            "" | "enabled" => "enabled",
-            "disabled" => "disabled",
-            other => return Err(backend.invalid_argument(format!("Invalid status '{other}'"))),
+        let status = match (backend, req.status.as_deref()) {
+            (_, Some("enabled")) => "enabled",
+            (_, Some("disabled")) => "disabled",
+            (super::Backend::Minio, None | Some("")) => "enabled",
+            // RustFS reads `status` as its AccountStatus enum.
+            (super::Backend::Rustfs, other) => {
+                return Err(backend.bad_body(&match other {
+                    None => "missing field `status`".to_string(),
+                    Some(v) => format!("unknown variant `{v}`, expected `enabled` or `disabled`"),
+                }))
+            }
+            (super::Backend::Minio, Some(other)) => {
+                return Err(backend.invalid_argument(format!("Invalid status '{other}'")))
+            }
         };
         let st = &self.inner.state;
         let _g = st.lock();
@@ -324,6 +344,7 @@ impl Ctx {
 
     fn remove_user(&self) -> Result<Response, ApiError> {
         let ak = self.required("accessKey")?;
+        self.refuse_own_user(&ak, "cannot remove the current user")?;
         let st = &self.inner.state;
         let _g = st.lock();
         if !st.remove_user(&ak)? {
@@ -359,6 +380,7 @@ impl Ctx {
 
     fn set_user_status(&self) -> Result<Response, ApiError> {
         let ak = self.required("accessKey")?;
+        self.refuse_own_user(&ak, "cannot change the status of the current user")?;
         let status = self.arg("status");
         if status != "enabled" && status != "disabled" {
             return Err(self.backend().invalid_argument(match self.backend() {

@@ -22,10 +22,8 @@
 //! - Admin errors on the rustfs profile are s3s XML errors with RustFS's
 //!   codes and statuses per handler (`Backend::no_such_user` and friends,
 //!   each citing its handler); their messages follow RustFS's texts where
-//!   the source read gives them. Not followed there: add-user without a
-//!   `status` field is accepted (RustFS refuses the body), remove-user and
-//!   set-user-status of the caller's own access key are not refused, and
-//!   add-canned-policy keeps MinIO's 20 KiB document limit. info-canned-policy
+//!   the source read gives them. Not followed there: add-canned-policy
+//!   keeps MinIO's 20 KiB document limit (RustFS reads up to 1 MiB). info-canned-policy
 //!   answers MinIO's shapes (the bare document, or with `v=2`
 //!   `{PolicyName, Policy, CreateDate, UpdateDate}`): RustFS always answers
 //!   its `PolicyInfo` with the document as an object, whose exact field names

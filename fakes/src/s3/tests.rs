@@ -872,7 +872,21 @@ mod fidelity;
 /// does: RustFS per handler in s3s XML, MinIO with its admin JSON codes.
 #[tokio::test]
 async fn a_missing_user_or_policy_is_answered_as_each_server_does() {
-    let cases: [(&str, &str, Backend, u16, &str); 10] = [
+    let cases: [(&str, &str, Backend, u16, &str); 12] = [
+        (
+            "DELETE",
+            "remove-user?accessKey=rootadmin",
+            Backend::Rustfs,
+            400,
+            "InvalidArgument",
+        ),
+        (
+            "PUT",
+            "set-user-status?accessKey=rootadmin&status=disabled",
+            Backend::Rustfs,
+            400,
+            "InvalidArgument",
+        ),
         (
             "GET",
             "user-info?accessKey=ghost",
@@ -980,4 +994,34 @@ async fn a_missing_user_or_policy_is_answered_as_each_server_does() {
             (Backend::Minio, _) => assert!(body.starts_with('{'), "{body}"),
         }
     }
+}
+
+/// RustFS reads add-user's `status` as an enum with no default; MinIO takes
+/// a missing one as enabled.
+#[tokio::test]
+async fn add_user_status_is_required_on_rustfs() {
+    let (f, _) = fake();
+    let r = admin(
+        &f,
+        "PUT",
+        "add-user?accessKey=nostatus",
+        br#"{"secretKey":"secret-123"}"#,
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (400, Some("InvalidRequest"))
+    );
+    let r = admin(
+        &f,
+        "PUT",
+        "add-user?accessKey=nostatus",
+        br#"{"secretKey":"secret-123","status":"on"}"#,
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (400, Some("InvalidRequest"))
+    );
+    assert!(f.users().is_empty());
 }
