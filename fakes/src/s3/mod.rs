@@ -22,12 +22,13 @@
 //! - Admin errors on the rustfs profile are s3s XML errors with RustFS's
 //!   codes and statuses per handler (`Backend::no_such_user` and friends,
 //!   each citing its handler); their messages follow RustFS's texts where
-//!   the source read gives them. Not followed there: add-canned-policy
-//!   keeps MinIO's 20 KiB document limit (RustFS reads up to 1 MiB). info-canned-policy
-//!   answers MinIO's shapes (the bare document, or with `v=2`
-//!   `{PolicyName, Policy, CreateDate, UpdateDate}`): RustFS always answers
-//!   its `PolicyInfo` with the document as an object, whose exact field names
-//!   at the commit followed could not be read.
+//!   the source read gives them.
+//! - add-canned-policy keeps MinIO's 20 KiB document limit on both profiles
+//!   (RustFS reads up to 1 MiB).
+//! - info-canned-policy answers MinIO's shapes on both profiles (the bare
+//!   document, or with `v=2` `{PolicyName, Policy, CreateDate, UpdateDate}`):
+//!   RustFS always answers its `PolicyInfo` with the document as an object,
+//!   whose exact field names at the commit followed could not be read.
 //! - Virtual-host-style addressing is served for `BUCKET.localhost` hosts
 //!   only (no configurable domain); any other Host is path-style, as on a
 //!   server with no domain configured.
