@@ -12,7 +12,7 @@ use http::{HeaderValue, Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::backend::Site;
+use super::backend::{Backend, Site};
 use super::errors::{admin_error_response, rustfs_admin_error_response, ApiError};
 use super::madmin;
 use super::policy::Policy;
@@ -113,8 +113,8 @@ pub(crate) async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Res
     match serve(&inner, parts, body).await {
         Ok(r) => r,
         Err(e) => match inner.config.backend {
-            super::Backend::Minio => admin_error_response(&e, &path),
-            super::Backend::Rustfs => rustfs_admin_error_response(&e),
+            Backend::Minio => admin_error_response(&e, &path),
+            Backend::Rustfs => rustfs_admin_error_response(&e),
         },
     }
 }
@@ -231,14 +231,14 @@ fn groups_not_supported() -> ApiError {
 }
 
 impl Ctx {
-    fn backend(&self) -> super::Backend {
+    fn backend(&self) -> Backend {
         self.inner.config.backend
     }
 
     /// RustFS's user handlers refuse to act on the caller's own access key
     /// (`user.rs` RemoveUser, SetUserStatus); the caller is always root here.
     fn refuse_own_user(&self, ak: &str, why: &str) -> Result<(), ApiError> {
-        if self.backend() == super::Backend::Rustfs && ak == self.inner.config.admin_access_key {
+        if self.backend() == Backend::Rustfs && ak == self.inner.config.admin_access_key {
             return Err(ApiError::new(400, "InvalidArgument", why));
         }
         Ok(())
@@ -312,15 +312,15 @@ impl Ctx {
         let status = match (backend, req.status.as_deref()) {
             (_, Some("enabled")) => "enabled",
             (_, Some("disabled")) => "disabled",
-            (super::Backend::Minio, None | Some("")) => "enabled",
+            (Backend::Minio, None | Some("")) => "enabled",
             // RustFS reads `status` as its AccountStatus enum.
-            (super::Backend::Rustfs, other) => {
+            (Backend::Rustfs, other) => {
                 return Err(backend.bad_body(&match other {
                     None => "missing field `status`".to_string(),
                     Some(v) => format!("unknown variant `{v}`, expected `enabled` or `disabled`"),
                 }))
             }
-            (super::Backend::Minio, Some(other)) => {
+            (Backend::Minio, Some(other)) => {
                 return Err(backend.invalid_argument(format!("Invalid status '{other}'")))
             }
         };
@@ -384,8 +384,8 @@ impl Ctx {
         let status = self.arg("status");
         if status != "enabled" && status != "disabled" {
             return Err(self.backend().invalid_argument(match self.backend() {
-                super::Backend::Minio => format!("Invalid status '{status}'"),
-                super::Backend::Rustfs => format!("invalid account status: {status}"),
+                Backend::Minio => format!("Invalid status '{status}'"),
+                Backend::Rustfs => format!("invalid account status: {status}"),
             }));
         }
         let st = &self.inner.state;
@@ -429,7 +429,7 @@ impl Ctx {
     fn add_policy(&self, body: &[u8]) -> Result<Response, ApiError> {
         let name = self.required("name")?;
         // RustFS's handler has no such check (`policies.rs` AddCannedPolicy).
-        if name.contains(',') && self.backend() == super::Backend::Minio {
+        if name.contains(',') && self.backend() == Backend::Minio {
             return Err(ApiError::admin_invalid_argument(
                 "Policy name may not contain comma",
             ));
@@ -521,7 +521,7 @@ impl Ctx {
         let _g = st.lock();
         // RustFS looks the user up first, MinIO the policies.
         let user = st.user(&target)?;
-        if self.backend() == super::Backend::Minio {
+        if self.backend() == Backend::Minio {
             self.check_policies_exist(&names)?;
         }
         let mut u = user.ok_or_else(|| self.backend().no_such_user(&target, Site::Mapping))?;
