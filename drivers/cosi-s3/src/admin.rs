@@ -290,9 +290,9 @@ impl Backend {
     /// The policy document, or None if there is no such policy.
     pub async fn info_canned_policy(&self, name: &str) -> Result<Option<Value>, BackendError> {
         match self.read_policy(name).await {
-            // RustFS answers a missing policy with InternalError "policy does
-            // not exist": the list of canned policies tells that apart from a
-            // real failure. Listed after all: made meanwhile, read it again.
+            // Any other server error: the list of canned policies tells a
+            // missing policy apart from a real failure (listing them all, so
+            // only then). Listed after all: made meanwhile, read it again.
             Err(e @ BackendError::Api { status: 500.., .. }) => {
                 match self.list_canned_policies().await {
                     Ok(names) if !names.iter().any(|n| n == name) => Ok(None),
@@ -623,13 +623,21 @@ fn is_no_such_user(e: &BackendError) -> bool {
     ]) || matches!(e, BackendError::Api { status: 404, code, .. } if code == "NotFound")
 }
 
+/// RustFS's message for a missing policy, answered as InternalError by
+/// info-canned-policy and the policy mapping handlers.
+const RUSTFS_NO_SUCH_POLICY: &str = "policy does not exist";
+
 fn is_no_such_policy(e: &BackendError) -> bool {
-    e.is(&[
-        ADMIN_NO_SUCH_POLICY,
-        NO_SUCH_RESOURCE,
-        "NoSuchPolicy",
-        "XRustfsAdminNoSuchPolicy",
-    ]) || matches!(e, BackendError::Api { status: 404, code, .. } if code == "NotFound")
+    let rustfs = matches!(e, BackendError::Api { code, message, .. }
+        if code == "InternalError" && message == RUSTFS_NO_SUCH_POLICY);
+    rustfs
+        || e.is(&[
+            ADMIN_NO_SUCH_POLICY,
+            NO_SUCH_RESOURCE,
+            "NoSuchPolicy",
+            "XRustfsAdminNoSuchPolicy",
+        ])
+        || matches!(e, BackendError::Api { status: 404, code, .. } if code == "NotFound")
 }
 
 /// info-canned-policy answers the bare document (v1) or `{"PolicyName","Policy":{..}}` (v2).
@@ -732,6 +740,33 @@ mod tests {
         };
         assert!(is_no_such_user(&e));
         assert!(!is_no_such_policy(&e));
+    }
+
+    #[test]
+    fn reads_rustfs_admin_errors() {
+        let x = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InternalError</Code><Message>policy does not exist</Message></Error>";
+        let (code, message) = parse_error_body(x, StatusCode::INTERNAL_SERVER_ERROR, false);
+        let missing = BackendError::Api {
+            op: "info-canned-policy",
+            status: 500,
+            code,
+            message,
+        };
+        assert!(is_no_such_policy(&missing));
+        let other = BackendError::Api {
+            op: "info-canned-policy",
+            status: 500,
+            code: "InternalError".into(),
+            message: "io error: disk".into(),
+        };
+        assert!(!is_no_such_policy(&other));
+        let user = BackendError::Api {
+            op: "user-info",
+            status: 404,
+            code: "NoSuchResource".into(),
+            message: "user 'u' does not exist".into(),
+        };
+        assert!(is_no_such_user(&user));
     }
 
     #[test]
