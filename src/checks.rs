@@ -70,13 +70,17 @@ pub struct LeakScan {
 }
 
 impl LeakScan {
-    /// Search every artifact for every secret of the run.
-    pub fn run(all: &[Secret], artifacts: &[(String, String)]) -> Self {
+    /// Search every artifact (name, text) for every secret of the run. Borrowed
+    /// texts do: a run's history is its largest text, held once.
+    pub fn run<N: AsRef<str>, T: AsRef<str>>(all: &[Secret], artifacts: &[(N, T)]) -> Self {
         // Very short values would match by accident; real secrets here are ≥ 16 chars.
         let secrets: Vec<&Secret> = all.iter().filter(|s| s.expose().len() >= 8).collect();
         let mut scan = LeakScan {
             secrets: secrets.len(),
-            artifacts: artifacts.iter().map(|(name, _)| name.clone()).collect(),
+            artifacts: artifacts
+                .iter()
+                .map(|(name, _)| name.as_ref().to_string())
+                .collect(),
             ..Default::default()
         };
         // One automaton over every secret, one pass per artifact: searching each
@@ -92,9 +96,10 @@ impl LeakScan {
             }
         };
         for (name, text) in artifacts {
+            let (name, text) = (name.as_ref(), text.as_ref());
             // First occurrence of each secret, reported in secret order.
             let mut first = std::collections::BTreeMap::new();
-            for m in ac.find_overlapping_iter(text.as_str()) {
+            for m in ac.find_overlapping_iter(text) {
                 first.entry(m.pattern().as_usize()).or_insert(m.start());
             }
             for (i, pos) in first {

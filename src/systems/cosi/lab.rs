@@ -1469,14 +1469,18 @@ impl Lab {
         let history_text = norm.text_all(&history_json);
         let logs = crate::logcap::since(log_start);
         let mut artifacts = vec![
-            ("snapshot".into(), snapshot.clone()),
-            ("history".into(), history_json),
-            ("history (normalised)".into(), history_text.clone()),
-            ("log".into(), logs),
+            ("snapshot", snapshot.as_str()),
+            ("history", history_json.as_str()),
+            ("history (normalised)", history_text.as_str()),
+            ("log", logs.as_str()),
         ];
         if !driver_output.is_empty() {
-            artifacts.push(("driver output".into(), driver_output));
+            artifacts.push(("driver output", driver_output.as_str()));
         }
+        let leak_scan = crate::checks::LeakScan::run(&secrets, &artifacts);
+        // The raw history was wanted for the scan only: not held through judging.
+        drop(artifacts);
+        drop(history_json);
         let secret_shapes = checks::lifecycle::secret_shapes(&exchanges);
         let obs = Observations {
             exchanges,
@@ -1495,7 +1499,7 @@ impl Lab {
             ready_claims,
             twin_secrets: twin,
             secret_shapes,
-            leak_scan: crate::checks::LeakScan::run(&secrets, &artifacts),
+            leak_scan,
             planted: self.planted.clone(),
         };
         let (record, verdicts) =

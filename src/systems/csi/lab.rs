@@ -1352,16 +1352,20 @@ impl CsiLab {
         let logs = crate::logcap::since(log_start);
         let secrets = self.secrets();
         let mut artifacts = vec![
-            ("snapshot".into(), snapshot.clone()),
-            ("history".into(), history_json),
-            ("history (normalised)".into(), history_text.clone()),
-            ("log".into(), logs),
+            ("snapshot", snapshot.as_str()),
+            ("history", history_json.as_str()),
+            ("history (normalised)", history_text.as_str()),
+            ("log", logs.as_str()),
         ];
         artifacts.extend(
             driver_outputs
-                .into_iter()
-                .map(|out| ("driver output".into(), out)),
+                .iter()
+                .map(|out| ("driver output", out.as_str())),
         );
+        let leak_scan = crate::checks::LeakScan::run(&secrets, &artifacts);
+        // The raw history was wanted for the scan only: not held through judging.
+        drop(artifacts);
+        drop(history_json);
         let obs = CsiObservations {
             samples: std::mem::take(&mut self.samples),
             calls: Vec::new(),
@@ -1403,7 +1407,7 @@ impl CsiLab {
             pending: self.pending.clone(),
             backups: self.cbt.backups.clone(),
             replays: self.cbt.replays.clone(),
-            leak_scan: crate::checks::LeakScan::run(&secrets, &artifacts),
+            leak_scan,
             reference_orphans: self.reference_orphans(scn),
             bosh_backend: self.backend.is_some(),
             driver_name: self.driver_name.clone(),
