@@ -417,7 +417,7 @@ impl Ctx {
             .inner
             .state
             .policy(&name)?
-            .ok_or_else(|| self.missing_policy(Site::Info))?;
+            .ok_or_else(|| self.backend().no_such_policy())?;
         let body = if self.arg("v") == "2" {
             json!({"PolicyName": name, "Policy": p.document, "CreateDate": p.created_at, "UpdateDate": p.updated_at})
         } else {
@@ -469,7 +469,7 @@ impl Ctx {
         let _g = st.lock();
         let backend = self.backend();
         let Some(rec) = st.policy(&name)? else {
-            return match backend.no_such_policy(Site::Remove) {
+            return match backend.missing_policy_removal() {
                 Some(e) => Err(e),
                 None => Ok(ok_empty()),
             };
@@ -488,17 +488,10 @@ impl Ctx {
         Ok(ok_empty())
     }
 
-    /// A missing policy where both servers answer an error.
-    fn missing_policy(&self, site: Site) -> ApiError {
-        self.backend()
-            .no_such_policy(site)
-            .unwrap_or_else(|| ApiError::internal("policy does not exist"))
-    }
-
     fn check_policies_exist(&self, names: &[String]) -> Result<(), ApiError> {
         for n in names {
             if self.inner.state.policy(n)?.is_none() {
-                return Err(self.missing_policy(Site::Mapping));
+                return Err(self.backend().no_such_policy());
             }
         }
         Ok(())
@@ -519,13 +512,16 @@ impl Ctx {
         names.dedup();
         let st = &self.inner.state;
         let _g = st.lock();
-        // RustFS looks the user up first, MinIO the policies.
-        let user = st.user(&target)?;
+        // MinIO looks the policies up first, RustFS the user.
         if self.backend() == Backend::Minio {
             self.check_policies_exist(&names)?;
         }
-        let mut u = user.ok_or_else(|| self.backend().no_such_user(&target, Site::Mapping))?;
-        self.check_policies_exist(&names)?;
+        let mut u = st
+            .user(&target)?
+            .ok_or_else(|| self.backend().no_such_user(&target, Site::Mapping))?;
+        if self.backend() == Backend::Rustfs {
+            self.check_policies_exist(&names)?;
+        }
         u.policies = names;
         u.updated_at = now_rfc3339();
         st.put_user(&target, &u)?;

@@ -148,19 +148,24 @@ impl Backend {
         }
     }
 
-    /// A canned policy that does not exist, as the handler at `site`
-    /// answers it; `None` where the server answers success. MinIO:
-    /// `XMinioAdminNoSuchPolicy` (404) everywhere. RustFS: info-canned-policy
-    /// and the mapping handlers answer `NoSuchPolicy` as InternalError
-    /// "policy does not exist"; remove-canned-policy (`IamCache::delete_policy`)
-    /// takes a missing policy as already removed.
-    pub(crate) fn no_such_policy(self, site: Site) -> Option<ApiError> {
-        match (self, site) {
-            (Backend::Minio, _) => Some(ApiError::admin_no_such_policy()),
-            (Backend::Rustfs, Site::Remove) => None,
-            (Backend::Rustfs, _) => {
-                Some(ApiError::new(500, "InternalError", "policy does not exist"))
-            }
+    /// A canned policy that does not exist, where a handler needs it
+    /// (info-canned-policy, set-policy, attach). MinIO:
+    /// `XMinioAdminNoSuchPolicy` (404). RustFS: `NoSuchPolicy` answered as
+    /// InternalError "policy does not exist" (`policies.rs`).
+    pub(crate) fn no_such_policy(self) -> ApiError {
+        match self {
+            Backend::Minio => ApiError::admin_no_such_policy(),
+            Backend::Rustfs => ApiError::new(500, "InternalError", "policy does not exist"),
+        }
+    }
+
+    /// remove-canned-policy of a policy that does not exist: MinIO refuses
+    /// (`XMinioAdminNoSuchPolicy`); RustFS (`IamCache::delete_policy`) takes
+    /// it as already removed (`None`: success).
+    pub(crate) fn missing_policy_removal(self) -> Option<ApiError> {
+        match self {
+            Backend::Minio => Some(ApiError::admin_no_such_policy()),
+            Backend::Rustfs => None,
         }
     }
 
@@ -246,13 +251,12 @@ impl Backend {
     }
 }
 
-/// Which admin handler met a missing user or policy: the servers answer
-/// each differently.
+/// Which admin handler met a missing user: the servers answer each differently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Site {
-    /// user-info, info-canned-policy.
+    /// user-info.
     Info,
-    /// remove-user, remove-canned-policy.
+    /// remove-user.
     Remove,
     /// set-user-status.
     SetStatus,

@@ -356,3 +356,114 @@ async fn add_user_on(f: &S3Fake, backend: Backend, ak: &str, sk: &str) {
         String::from_utf8_lossy(&r.body)
     );
 }
+
+/// Each profile answers a missing user or policy as its server's handler
+/// does: RustFS per handler in s3s XML, MinIO with its admin JSON codes.
+#[tokio::test]
+async fn a_missing_user_or_policy_is_answered_as_each_server_does() {
+    let cases: [(&str, &str, Backend, u16, &str); 12] = [
+        (
+            "DELETE",
+            "remove-user?accessKey=rootadmin",
+            Backend::Rustfs,
+            400,
+            "InvalidArgument",
+        ),
+        (
+            "PUT",
+            "set-user-status?accessKey=rootadmin&status=disabled",
+            Backend::Rustfs,
+            400,
+            "InvalidArgument",
+        ),
+        (
+            "GET",
+            "user-info?accessKey=ghost",
+            Backend::Rustfs,
+            404,
+            "NoSuchResource",
+        ),
+        (
+            "DELETE",
+            "remove-user?accessKey=ghost",
+            Backend::Rustfs,
+            500,
+            "InternalError",
+        ),
+        (
+            "PUT",
+            "set-user-status?accessKey=ghost&status=enabled",
+            Backend::Rustfs,
+            500,
+            "InternalError",
+        ),
+        (
+            "GET",
+            "info-canned-policy?name=ghost",
+            Backend::Rustfs,
+            500,
+            "InternalError",
+        ),
+        (
+            "DELETE",
+            "remove-canned-policy?name=ghost",
+            Backend::Rustfs,
+            200,
+            "",
+        ),
+        (
+            "PUT",
+            "set-user-or-group-policy?policyName=ghost&userOrGroup=ghost&isGroup=false",
+            Backend::Rustfs,
+            400,
+            "InvalidArgument",
+        ),
+        (
+            "GET",
+            "user-info?accessKey=ghost",
+            Backend::Minio,
+            404,
+            "XMinioAdminNoSuchUser",
+        ),
+        (
+            "DELETE",
+            "remove-user?accessKey=ghost",
+            Backend::Minio,
+            404,
+            "XMinioAdminNoSuchUser",
+        ),
+        (
+            "GET",
+            "info-canned-policy?name=ghost",
+            Backend::Minio,
+            404,
+            "XMinioAdminNoSuchPolicy",
+        ),
+        (
+            "DELETE",
+            "remove-canned-policy?name=ghost",
+            Backend::Minio,
+            404,
+            "XMinioAdminNoSuchPolicy",
+        ),
+    ];
+    for (method, route, backend, status, code) in cases {
+        let f = fake_with(backend, "us-east-1");
+        let r = admin_on(&f, backend, method, route, b"").await;
+        assert_eq!(
+            (r.status, r.code().unwrap_or_default().as_str()),
+            (status, code),
+            "{backend} {method} {route}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let body = String::from_utf8_lossy(&r.body);
+        match (backend, status) {
+            (_, 200) => {}
+            (Backend::Rustfs, _) => assert!(
+                body.starts_with("<?xml") && !body.contains("<Resource>"),
+                "{body}"
+            ),
+            (Backend::Minio, _) => assert!(body.starts_with('{'), "{body}"),
+        }
+    }
+}
