@@ -161,6 +161,8 @@ pub struct Event {
 #[derive(Default, Debug)]
 struct Inner {
     events: Vec<Event>,
+    /// Events moved out by [`History::take_events`]: `events[0]` is event `taken`.
+    taken: usize,
     next_call: u64,
     /// Calls without a reply yet, and whom each went to.
     open: std::collections::BTreeMap<CallId, Component>,
@@ -193,7 +195,7 @@ impl History {
     }
 
     fn push(&self, inner: &mut Inner, kind: EventKind) -> u64 {
-        let seq = inner.events.len() as u64;
+        let seq = (inner.taken + inner.events.len()) as u64;
         inner.events.push(Event {
             seq,
             at: self.clock.now(),
@@ -250,24 +252,38 @@ impl History {
             .any(|e| matches!(&e.kind, EventKind::Reply { id: r, .. } if *r == id))
     }
 
-    /// A copy of every event so far, in order.
+    /// A copy of every event so far, in order (after [`History::take_events`]:
+    /// those recorded since).
     pub fn events(&self) -> Vec<Event> {
         self.lock().events.clone()
     }
 
+    /// Every event so far, moved out rather than copied: a run's end hands its
+    /// history to the outcome, and the largest runs held it twice. Later events
+    /// keep their sequence numbers; `len` and `events_from` still count from
+    /// the first event ever recorded; `events` returns only those after this.
+    pub fn take_events(&self) -> Vec<Event> {
+        let mut g = self.lock();
+        let events = std::mem::take(&mut g.events);
+        g.taken += events.len();
+        events
+    }
+
     /// A copy of the events from index `from` on (a probe reads its own calls
-    /// without copying the whole history each time).
+    /// without copying the whole history each time); taken events are not
+    /// returned.
     pub fn events_from(&self, from: usize) -> Vec<Event> {
         let g = self.lock();
         g.events
-            .get(from..)
+            .get(from.saturating_sub(g.taken)..)
             .map(<[Event]>::to_vec)
             .unwrap_or_default()
     }
 
     /// Number of events so far.
     pub fn len(&self) -> usize {
-        self.lock().events.len()
+        let g = self.lock();
+        g.taken + g.events.len()
     }
 
     /// True before anything was recorded.
@@ -336,4 +352,35 @@ pub fn calls(events: &[Event]) -> Vec<CallRecord> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(h: &History, text: &str) -> u64 {
+        h.record(EventKind::Note {
+            component: Component::Lab,
+            text: text.into(),
+        })
+    }
+
+    #[test]
+    fn taken_events_keep_their_place() {
+        let h = History::new(SimClock::new());
+        note(&h, "a");
+        note(&h, "b");
+        let taken = h.take_events();
+        assert_eq!(taken.iter().map(|e| e.seq).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(h.len(), 2);
+        assert!(h.events().is_empty());
+        // What comes after is numbered on, and found by the index it has.
+        assert_eq!(note(&h, "c"), 2);
+        assert_eq!(h.len(), 3);
+        let after = h.events_from(2);
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].seq, 2);
+        assert_eq!(h.events_from(0).len(), 1, "taken events are not returned");
+        assert!(h.events_from(3).is_empty());
+    }
 }

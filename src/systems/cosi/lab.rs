@@ -1448,7 +1448,7 @@ impl Lab {
         // An external driver's own output is searched for leaks too (a builtin
         // has none). Read before the history: it notes what it held back of a flood.
         let driver_output = self.driver.output();
-        let history = self.history.events();
+        let history = self.history.take_events();
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
         // What reports write: ids labelled like the snapshot, so two runs diff cleanly.
         // Keys of accesses gone by the end appear only in the history: label them

@@ -1339,7 +1339,7 @@ impl CsiLab {
             .map(|d| d.output())
             .filter(|out| !out.is_empty())
             .collect();
-        let history = self.history.events();
+        let history = self.history.take_events();
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
         let history_text = self.norm.text_all(&history_json);
         // Without the BOSH backend the lab cannot see what the driver made:
@@ -1429,7 +1429,7 @@ impl CsiLab {
             });
         let figures = match &scale {
             Some(s) => pool_figure_lines(s),
-            None => attach_figures(&self.history.events()),
+            None => attach_figures(&history),
         };
         Ok(RunOutcome {
             scenario: scn.name.clone(),
