@@ -979,7 +979,9 @@ async fn list_disks(State(inner): State<Shared>, headers: HeaderMap) -> Result<R
     // Scoped lists differ by caller; the unscoped one is the same for all.
     let body = match scoped {
         true => inner.state.with_disks(render).map(bytes::Bytes::from),
-        false => inner.state.listed_disks(render),
+        false => inner
+            .state
+            .listed_disks(|d| serde_json::to_vec(&ListedDisk::from(d)).unwrap_or_default()),
     }
     .map_err(ApiError::internal)?;
     Ok(([(http::header::CONTENT_TYPE, "application/json")], body).into_response())

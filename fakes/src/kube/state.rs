@@ -121,13 +121,14 @@ fn obj_key(kind: Kind, ns: &str, name: &str) -> String {
     format!("{OBJ_PREFIX}{}/{ns}/{name}", kind.plural())
 }
 
-/// Objects in list order: by (namespace, name), as the real server lists them.
+/// An object's place in a list: (namespace, name), as the real server lists them.
+fn list_order(obj: &Value) -> (&str, &str) {
+    (meta_str(obj, "namespace"), meta_str(obj, "name"))
+}
+
+/// Objects in list order.
 fn sorted<V: std::borrow::Borrow<Value>>(mut items: Vec<V>) -> Vec<V> {
-    items.sort_by(|a, b| {
-        let (a, b) = (a.borrow(), b.borrow());
-        (meta_str(a, "namespace"), meta_str(a, "name"))
-            .cmp(&(meta_str(b, "namespace"), meta_str(b, "name")))
-    });
+    items.sort_by(|a, b| list_order(a.borrow()).cmp(&list_order(b.borrow())));
     items
 }
 
@@ -1370,7 +1371,7 @@ impl KubeFake {
             .map(Arc::unwrap_or_clone)
             .collect();
         drop(guard);
-        Ok((sorted(items), rv))
+        Ok((items, rv))
     }
 
     /// Every object of `kind` (in `ns`, or everywhere), sorted by (namespace,
@@ -1380,13 +1381,15 @@ impl KubeFake {
         let guard = self.lock();
         let items = self.scan(kind, ns)?;
         drop(guard);
-        Ok(sorted(items))
+        Ok(items)
     }
 
-    /// Every object of `kind` (in `ns`, or everywhere): the stored ones, and
-    /// for namespaces the virtual ones too.
+    /// Every object of `kind` (in `ns`, or everywhere) in list order, by
+    /// (namespace, name): the stored ones, and for namespaces the virtual
+    /// ones too.
     fn scan(&self, kind: Kind, ns: Option<&str>) -> Result<Vec<Arc<Value>>> {
-        let prefix = match ns.filter(|_| kind.namespaced()) {
+        let one_namespace = ns.filter(|_| kind.namespaced());
+        let prefix = match one_namespace {
             Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
             None => format!("{OBJ_PREFIX}{}/", kind.plural()),
         };
@@ -1399,7 +1402,20 @@ impl KubeFake {
         if kind == Kind::Namespace {
             let virtual_ones = self.virtual_namespaces(&out)?;
             out.extend(virtual_ones.into_iter().map(Arc::new));
+            return Ok(sorted(out));
         }
+        // Under one key prefix (one namespace, or a cluster-scoped kind) the
+        // store's key order is name order already. Across namespaces it is
+        // not ("a-b/" sorts before "a/"). Sorting every list again was 4% of a
+        // 1000-node run, each comparison four map lookups.
+        if one_namespace.is_none() && kind.namespaced() {
+            return Ok(sorted(out));
+        }
+        debug_assert!(
+            out.windows(2)
+                .all(|w| list_order(&w[0]) <= list_order(&w[1])),
+            "{kind:?} under one prefix not in (namespace, name) order"
+        );
         Ok(out)
     }
 
