@@ -967,23 +967,16 @@ async fn delete_disk(
 async fn list_disks(State(inner): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
     let c = authenticate(&inner, &headers, "/dynamic_disks")?;
     require(&c, &[Permission::List])?;
+    // Scoped lists differ by caller; each disk's entry is the same for all.
     let scoped = inner.config.per_deployment_scoping;
-    let render = |disks: &std::collections::BTreeMap<String, DiskRec>| {
-        let out: Vec<ListedDisk<'_>> = disks
-            .values()
-            .filter(|d| !scoped || c.may_touch(&d.deployment))
-            .map(ListedDisk::from)
-            .collect();
-        serde_json::to_vec(&out).unwrap_or_default()
-    };
-    // Scoped lists differ by caller; the unscoped one is the same for all.
-    let body = match scoped {
-        true => inner.state.with_disks(render).map(bytes::Bytes::from),
-        false => inner
-            .state
-            .listed_disks(|d| serde_json::to_vec(&ListedDisk::from(d)).unwrap_or_default()),
-    }
-    .map_err(ApiError::internal)?;
+    let body = inner
+        .state
+        .listed_disks(
+            !scoped,
+            |d| c.may_touch(&d.deployment),
+            |d| serde_json::to_vec(&ListedDisk::from(d)).unwrap_or_default(),
+        )
+        .map_err(ApiError::internal)?;
     Ok(([(http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 

@@ -351,23 +351,26 @@ impl State {
         listed.body = None;
     }
 
-    /// Every disk, in name order, as a JSON array of what `render` writes for
-    /// each (compact, as `serde_json::to_vec` of the list writes it); an entry
-    /// is rendered again only after its disk changed (`render` must not call
-    /// back into `State`).
+    /// The disks `include` keeps, in name order, as a JSON array of what
+    /// `render` writes for each (compact, as `serde_json::to_vec` of the list
+    /// writes it). An entry is rendered again only after its disk changed;
+    /// the whole body is kept too when every disk is listed (`all`: the
+    /// unscoped list, the same for every caller). `include` and `render`
+    /// must not call back into `State`.
     pub fn listed_disks(
         &self,
+        all: bool,
+        include: impl Fn(&DiskRec) -> bool,
         render: impl Fn(&DiskRec) -> Vec<u8>,
     ) -> Result<bytes::Bytes, StoreError> {
         self.with_index(|index| {
             let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(body) = &listed.body {
+            if let Some(body) = listed.body.as_ref().filter(|_| all) {
                 return Ok(body.clone());
             }
-            let mut body = Vec::new();
-            body.push(b'[');
-            for (i, (name, d)) in index.iter().enumerate() {
-                if i > 0 {
+            let mut body = vec![b'['];
+            for (name, d) in index.iter().filter(|(_, d)| all || include(d)) {
+                if body.len() > 1 {
                     body.push(b',');
                 }
                 match listed.entries.get(name) {
@@ -380,17 +383,12 @@ impl State {
                 }
             }
             body.push(b']');
-            Ok(listed.body.insert(body.into()).clone())
+            let body = bytes::Bytes::from(body);
+            if all {
+                listed.body = Some(body.clone());
+            }
+            Ok(body)
         })
-    }
-
-    /// Run `f` over every disk record by name, without copying them (the
-    /// index stays locked meanwhile: `f` must not call back into `State`).
-    pub fn with_disks<T>(
-        &self,
-        f: impl FnOnce(&BTreeMap<String, DiskRec>) -> T,
-    ) -> Result<T, StoreError> {
-        self.with_index(|index| Ok(f(index)))
     }
 
     pub fn snapshot(&self, cid: &str) -> Result<Option<SnapshotRec>, StoreError> {
@@ -511,7 +509,7 @@ mod tests {
         let state = State::new(Arc::new(MemStore::default()));
         let list = || {
             state
-                .listed_disks(|d| serde_json::to_vec(d).unwrap())
+                .listed_disks(true, |_| true, |d| serde_json::to_vec(d).unwrap())
                 .unwrap()
         };
         assert_eq!(&list()[..], b"[]");
@@ -525,8 +523,26 @@ mod tests {
         assert!(list().windows(4).any(|w| w == b"vm-1"));
         state.remove_disk("a").unwrap();
         assert_eq!(list(), whole(&state));
+        // A scoped list (no whole body kept) from the same entries.
+        state.put_disk(&disk("d", None)).unwrap();
+        let only_b = state
+            .listed_disks(false, |d| d.name != "c", |d| serde_json::to_vec(d).unwrap())
+            .unwrap();
+        let want: Vec<DiskRec> = state
+            .disks()
+            .unwrap()
+            .into_iter()
+            .filter(|d| d.name != "c")
+            .collect();
+        assert_eq!(only_b, serde_json::to_vec(&want).unwrap());
+        assert_eq!(
+            list(),
+            whole(&state),
+            "a scoped list leaves the whole one as it was"
+        );
         state.remove_disk("b").unwrap();
         state.remove_disk("c").unwrap();
+        state.remove_disk("d").unwrap();
         assert_eq!(&list()[..], b"[]");
     }
 }
