@@ -368,21 +368,32 @@ impl State {
             if let Some(body) = listed.body.as_ref().filter(|_| all) {
                 return Ok(body.clone());
             }
+            // Both maps are in name order, and every kept entry names a disk
+            // (a change or removal drops it): walk them side by side rather
+            // than look each name up.
             let mut body = vec![b'['];
-            for (name, d) in index.iter().filter(|(_, d)| all || include(d)) {
+            let mut fresh = Vec::new();
+            let mut kept = listed.entries.iter().peekable();
+            for (name, d) in index.iter() {
+                while kept.next_if(|(k, _)| *k < name).is_some() {}
+                let hit = kept.next_if(|(k, _)| *k == name).map(|(_, e)| e);
+                if !(all || include(d)) {
+                    continue;
+                }
                 if body.len() > 1 {
                     body.push(b',');
                 }
-                match listed.entries.get(name) {
+                match hit {
                     Some(e) => body.extend_from_slice(e),
                     None => {
-                        let e = render(d);
+                        let e = bytes::Bytes::from(render(d));
                         body.extend_from_slice(&e);
-                        listed.entries.insert(name.clone(), e.into());
+                        fresh.push((name.clone(), e));
                     }
                 }
             }
             body.push(b']');
+            listed.entries.extend(fresh);
             let body = bytes::Bytes::from(body);
             if all {
                 listed.body = Some(body.clone());
