@@ -261,7 +261,8 @@ impl History {
     /// Every event so far, moved out rather than copied: a run's end hands its
     /// history to the outcome, and the largest runs held it twice. Later events
     /// keep their sequence numbers; `len` and `events_from` still count from
-    /// the first event ever recorded; `events` returns only those after this.
+    /// the first event ever recorded; `events`, `events_from` and `has_reply`
+    /// see only the events recorded after this.
     pub fn take_events(&self) -> Vec<Event> {
         let mut g = self.lock();
         let events = std::mem::take(&mut g.events);
