@@ -69,7 +69,40 @@ pub struct LeakScan {
     pub error: Option<String>,
 }
 
+/// The texts one run leaves behind, each searched for the run's secrets
+/// (both labs list them here, so a new one is searched in every system).
+pub struct RunTexts<'a> {
+    /// The final snapshot.
+    pub snapshot: &'a str,
+    /// The history as recorded (ids raw).
+    pub history: &'a str,
+    /// The history as reports write it (ids labelled).
+    pub history_normalised: &'a str,
+    /// The lab's log lines for this run.
+    pub log: &'a str,
+    /// What external drivers wrote (empty ones are not listed).
+    pub driver_outputs: &'a [&'a str],
+}
+
 impl LeakScan {
+    /// Search a run's texts, under the names its findings give.
+    pub fn of_run(all: &[Secret], texts: &RunTexts<'_>) -> Self {
+        let mut artifacts = vec![
+            ("snapshot", texts.snapshot),
+            ("history", texts.history),
+            ("history (normalised)", texts.history_normalised),
+            ("log", texts.log),
+        ];
+        artifacts.extend(
+            texts
+                .driver_outputs
+                .iter()
+                .filter(|out| !out.is_empty())
+                .map(|out| ("driver output", *out)),
+        );
+        Self::run(all, &artifacts)
+    }
+
     /// Search every artifact (name, text) for every secret of the run. Borrowed
     /// texts do: a run's history is its largest text, held once.
     pub fn run<N: AsRef<str>, T: AsRef<str>>(all: &[Secret], artifacts: &[(N, T)]) -> Self {

@@ -1468,18 +1468,17 @@ impl Lab {
         }
         let history_text = norm.text_all(&history_json);
         let logs = crate::logcap::since(log_start);
-        let mut artifacts = vec![
-            ("snapshot", snapshot.as_str()),
-            ("history", history_json.as_str()),
-            ("history (normalised)", history_text.as_str()),
-            ("log", logs.as_str()),
-        ];
-        if !driver_output.is_empty() {
-            artifacts.push(("driver output", driver_output.as_str()));
-        }
-        let leak_scan = crate::checks::LeakScan::run(&secrets, &artifacts);
+        let leak_scan = crate::checks::LeakScan::of_run(
+            &secrets,
+            &crate::checks::RunTexts {
+                snapshot: &snapshot,
+                history: &history_json,
+                history_normalised: &history_text,
+                log: &logs,
+                driver_outputs: &[driver_output.as_str()],
+            },
+        );
         // The raw history was wanted for the scan only: not held through judging.
-        drop(artifacts);
         drop(history_json);
         let secret_shapes = checks::lifecycle::secret_shapes(&exchanges);
         let obs = Observations {

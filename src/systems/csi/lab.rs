@@ -1337,7 +1337,6 @@ impl CsiLab {
         let driver_outputs: Vec<String> = std::iter::once(&self.controller)
             .chain(plugins)
             .map(|d| d.output())
-            .filter(|out| !out.is_empty())
             .collect();
         let history = self.history.take_events();
         let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
@@ -1351,20 +1350,18 @@ impl CsiLab {
         };
         let logs = crate::logcap::since(log_start);
         let secrets = self.secrets();
-        let mut artifacts = vec![
-            ("snapshot", snapshot.as_str()),
-            ("history", history_json.as_str()),
-            ("history (normalised)", history_text.as_str()),
-            ("log", logs.as_str()),
-        ];
-        artifacts.extend(
-            driver_outputs
-                .iter()
-                .map(|out| ("driver output", out.as_str())),
+        let driver_outputs: Vec<&str> = driver_outputs.iter().map(String::as_str).collect();
+        let leak_scan = crate::checks::LeakScan::of_run(
+            &secrets,
+            &crate::checks::RunTexts {
+                snapshot: &snapshot,
+                history: &history_json,
+                history_normalised: &history_text,
+                log: &logs,
+                driver_outputs: &driver_outputs,
+            },
         );
-        let leak_scan = crate::checks::LeakScan::run(&secrets, &artifacts);
         // The raw history was wanted for the scan only: not held through judging.
-        drop(artifacts);
         drop(history_json);
         let obs = CsiObservations {
             samples: std::mem::take(&mut self.samples),
