@@ -85,19 +85,20 @@ impl BoshCsiDriver {
         let _claim = self.claim(&base)?;
         let director = self.director()?;
 
-        let existing = director.list().await?;
         let mut disk_name = base.clone();
         if self.mutant(Mutant::CreateNotIdempotent) {
             // Seeded bug: no lookup; a "fresh" name per call.
-            let n = existing
+            let n = director
+                .list()
+                .await?
                 .iter()
                 .filter(|d| d.name.starts_with(&base))
                 .count();
             if n > 0 {
                 disk_name = format!("{base}-{n}");
             }
-        } else if let Some(d) = existing.iter().find(|d| d.name == base) {
-            return self.existing_volume(d, &req, &params);
+        } else if let Some(d) = director.find(&base).await? {
+            return self.existing_volume(&d, &req, &params);
         }
 
         let create = CreateDisk {

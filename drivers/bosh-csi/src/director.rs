@@ -3,8 +3,10 @@
 //! on 401), the write endpoints that answer `302 Location: /tasks/<id>`, task
 //! polling, and the mapping of Director answers to CSI error codes.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -62,6 +64,83 @@ impl DynamicDisk {
                     .is_some_and(|(_, uuid)| uuid == instance_id)
         })
     }
+}
+
+/// A listed disk read in place: its strings borrow the list's body (unless
+/// escaped), so a lookup in a list of thousands copies only the disk it returns.
+#[derive(Deserialize)]
+struct ListedDisk<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    disk_cid: Cow<'a, str>,
+    #[serde(borrow, default)]
+    deployment: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    instance: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    availability_zone: Option<Cow<'a, str>>,
+    #[serde(default)]
+    size: i64,
+    #[serde(borrow, default)]
+    disk_pool_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    cpi: Option<Cow<'a, str>>,
+}
+
+impl From<ListedDisk<'_>> for DynamicDisk {
+    fn from(d: ListedDisk<'_>) -> Self {
+        let owned = |s: Option<Cow<str>>| s.map(Cow::into_owned);
+        DynamicDisk {
+            name: d.name.into_owned(),
+            disk_cid: d.disk_cid.into_owned(),
+            deployment: owned(d.deployment),
+            instance: owned(d.instance),
+            availability_zone: owned(d.availability_zone),
+            size: d.size,
+            disk_pool_name: owned(d.disk_pool_name),
+            cpi: owned(d.cpi),
+        }
+    }
+}
+
+/// The entry called `name` in a disk list's body (the first, if several are).
+fn find_in(body: &[u8], name: &str) -> Result<Option<DynamicDisk>, DriverError> {
+    // Checked as UTF-8 once, so the parser need not check each string again.
+    let body = std::str::from_utf8(body).map_err(|e| not_a_list(&e))?;
+    let mut de = serde_json::Deserializer::from_str(body);
+    serde::Deserializer::deserialize_seq(&mut de, FindNamed(name))
+        .and_then(|found| de.end().map(|()| found))
+        .map_err(|e| not_a_list(&e))
+}
+
+/// Visits a disk list keeping only the first entry called `.0`: no list of
+/// entries is built, and the others are read in place and dropped.
+struct FindNamed<'n>(&'n str);
+
+impl<'de> serde::de::Visitor<'de> for FindNamed<'_> {
+    type Value = Option<DynamicDisk>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of dynamic disks")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(d) = seq.next_element::<ListedDisk<'de>>()? {
+            if found.is_none() && d.name == self.0 {
+                found = Some(d.into());
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Why a body is not a disk list, as the driver reports it.
+fn not_a_list(e: &dyn std::fmt::Display) -> DriverError {
+    DriverError::Internal(format!(
+        "GET /dynamic_disks answered something that is not a disk list: {e}"
+    ))
 }
 
 /// The body of `POST /dynamic_disks`.
@@ -174,22 +253,25 @@ impl Director {
 
     /// Every dynamic disk the token may see.
     pub async fn list(&self) -> Result<Vec<DynamicDisk>, DriverError> {
+        serde_json::from_slice(&self.list_body().await?).map_err(|e| not_a_list(&e))
+    }
+
+    /// The disk called `name`, if any. Only its entry is copied out of the
+    /// body: the list holds every disk of the deployment, and a fleet's
+    /// lookups would otherwise spend their time copying thousands they drop.
+    pub async fn find(&self, name: &str) -> Result<Option<DynamicDisk>, DriverError> {
+        find_in(&self.list_body().await?, name)
+    }
+
+    /// The body of `GET /dynamic_disks`, undecoded.
+    async fn list_body(&self) -> Result<Bytes, DriverError> {
         let a = self
             .call("list dynamic disks", Method::GET, "/dynamic_disks", None)
             .await?;
         if a.status != StatusCode::OK {
             return Err(director_error("list dynamic disks", a.status, &a.body));
         }
-        serde_json::from_slice(&a.body).map_err(|e| {
-            DriverError::Internal(format!(
-                "GET /dynamic_disks answered something that is not a disk list: {e}"
-            ))
-        })
-    }
-
-    /// The disk called `name`, if any.
-    pub async fn find(&self, name: &str) -> Result<Option<DynamicDisk>, DriverError> {
-        Ok(self.list().await?.into_iter().find(|d| d.name == name))
+        Ok(a.body)
     }
 
     /// Create a disk (not attached) and wait for the task; returns its disk_cid.
@@ -688,6 +770,37 @@ mod tests {
         assert_eq!(listed.len(), 2);
         assert_eq!(listed[0].size, 1024);
         assert_eq!(listed[1].attached_instance(), None);
+    }
+
+    #[test]
+    fn a_lookup_copies_the_entry_it_finds() {
+        let body = br#"[{"name":"csi-0","extra":[1,{"x":null}]},
+            {"name":"csi-\u0031","disk_cid":"d-1","deployment":"k8s","instance":"worker/abc",
+             "availability_zone":"z1","size":2048,"disk_pool_name":"fast","cpi":"c","metadata":{"a":"b"}},
+            {"name":"csi-1","disk_cid":"a later twin"}]"#;
+        let found = find_in(body, "csi-1").unwrap().unwrap();
+        let listed: Vec<DynamicDisk> = serde_json::from_slice(body).unwrap();
+        assert_eq!(
+            found, listed[1],
+            "the first entry of that name, read as a list reads it"
+        );
+        assert!(found.attached_to("abc"));
+        assert_eq!(find_in(body, "csi-2").unwrap(), None);
+        for bad in [
+            &b"{}"[..],
+            b"[{\"size\":1}]",
+            b"[{\"name\":1}]",
+            b"[{\"name\":\"csi-0\",\"size\":\"big\"},{\"name\":\"csi-1\"}]",
+            b"<html>",
+            b"[] trailing",
+            b"[{\"name\":\"\xff\"}]",
+        ] {
+            assert!(
+                matches!(find_in(bad, "csi-1"), Err(DriverError::Internal(m)) if m.contains("not a disk list")),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]
