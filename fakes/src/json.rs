@@ -11,10 +11,13 @@ pub fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
 
 /// The string at `path`, or `""`.
 pub fn str_at(v: &Value, path: &[&str]) -> String {
-    at(v, path)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
+    str_ref(v, path).to_string()
+}
+
+/// The string at `path`, or `""`, borrowed: for comparisons in scans, which
+/// would otherwise copy each string they look at.
+pub fn str_ref<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    at(v, path).and_then(Value::as_str).unwrap_or("")
 }
 
 /// The boolean at `path`, or `false`.

@@ -37,7 +37,7 @@ use super::{
 };
 use crate::gate::Gate;
 use crate::history::Component;
-use crate::json::bool_at;
+use crate::json::{bool_at, str_ref};
 use crate::kube::{Kind, KubeFake};
 
 /// What the attacher reconciles.
@@ -294,7 +294,8 @@ impl Attacher {
 
     fn reconcile_volume(&self, pv_name: &str) -> Result<Step, CsiError> {
         let kube = self.kube();
-        let Some(pv) = kube.get(Kind::PersistentVolume, None, pv_name)? else {
+        // Looked at only (every resync visits every PV): shared, not copied.
+        let Some(pv) = kube.get_shared(Kind::PersistentVolume, None, pv_name)? else {
             return Ok(Step::Done);
         };
         if !deleting(&pv) || !has_finalizer(&pv, &self.finalizer) {
@@ -304,8 +305,8 @@ impl Attacher {
             .list_shared(Kind::VolumeAttachment, None)?
             .iter()
             .any(|va| {
-                str_at(va, &["spec", "source", "persistentVolumeName"]) == pv_name
-                    && str_at(va, &["spec", "attacher"]) == self.driver_name
+                str_ref(va, &["spec", "source", "persistentVolumeName"]) == pv_name
+                    && str_ref(va, &["spec", "attacher"]) == self.driver_name
                     && has_finalizer(va, &self.finalizer)
             });
         if in_use {

@@ -685,7 +685,7 @@ pub(crate) fn string_map(v: &Value, path: &[&str]) -> BTreeMap<String, String> {
 }
 
 pub(crate) fn deleting(v: &Value) -> bool {
-    !str_at(v, &["metadata", "deletionTimestamp"]).is_empty()
+    !crate::json::str_ref(v, &["metadata", "deletionTimestamp"]).is_empty()
 }
 
 pub(crate) fn has_finalizer(v: &Value, f: &str) -> bool {

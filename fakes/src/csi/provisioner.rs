@@ -45,6 +45,7 @@ use super::{
 };
 use crate::gate::Gate;
 use crate::history::Component;
+use crate::json::str_ref;
 use crate::kube::{format_quantity, parse_quantity, Kind, KubeError, KubeFake, PVC_PROTECTION};
 
 /// Finalizer on PVs this provisioner will delete (reclaimPolicy Delete).
@@ -165,8 +166,9 @@ impl Provisioner {
             // The claim is gone: whatever PV was bound to it is released.
             let mut pending = Vec::new();
             for pv in kube.list_shared(Kind::PersistentVolume, None)? {
-                if str_at(&pv, &["spec", "claimRef", "namespace"]) == ns
-                    && str_at(&pv, &["spec", "claimRef", "name"]) == name
+                // The name first: it tells PVs apart, the namespace seldom does.
+                if str_ref(&pv, &["spec", "claimRef", "name"]) == name
+                    && str_ref(&pv, &["spec", "claimRef", "namespace"]) == ns
                 {
                     let pv_name = str_at(&pv, &["metadata", "name"]);
                     if let Step::Retry(r) = self.reconcile_volume(&pv_name).await? {
@@ -408,23 +410,24 @@ impl Provisioner {
     /// Release, reclaim or finish deleting one PV.
     async fn reconcile_volume(&self, name: &str) -> Result<Step, CsiError> {
         let kube = self.kube();
-        let Some(pv) = kube.get(Kind::PersistentVolume, None, name)? else {
+        // Looked at only (every resync visits every PV): shared, not copied.
+        let Some(pv) = kube.get_shared(Kind::PersistentVolume, None, name)? else {
             return Ok(Step::Done);
         };
-        let ours = str_at(&pv, &["metadata", "annotations", PROVISIONED_BY]) == self.driver_name
-            || str_at(&pv, &["spec", "csi", "driver"]) == self.driver_name;
+        let ours = str_ref(&pv, &["metadata", "annotations", PROVISIONED_BY]) == self.driver_name
+            || str_ref(&pv, &["spec", "csi", "driver"]) == self.driver_name;
         if !ours {
             return Ok(Step::Done);
         }
-        let claim_ns = str_at(&pv, &["spec", "claimRef", "namespace"]);
-        let claim_name = str_at(&pv, &["spec", "claimRef", "name"]);
-        let claim_uid = str_at(&pv, &["spec", "claimRef", "uid"]);
+        let claim_ns = str_ref(&pv, &["spec", "claimRef", "namespace"]);
+        let claim_name = str_ref(&pv, &["spec", "claimRef", "name"]);
+        let claim_uid = str_ref(&pv, &["spec", "claimRef", "uid"]);
         let claim_alive = !claim_name.is_empty()
             && kube
-                .get(Kind::PersistentVolumeClaim, Some(&claim_ns), &claim_name)?
+                .get_shared(Kind::PersistentVolumeClaim, Some(claim_ns), claim_name)?
                 // An empty uid is a pre-bound claimRef: any claim of that name is its claim.
                 .is_some_and(|c| {
-                    claim_uid.is_empty() || str_at(&c, &["metadata", "uid"]) == claim_uid
+                    claim_uid.is_empty() || str_ref(&c, &["metadata", "uid"]) == claim_uid
                 });
         let released = !claim_name.is_empty() && !claim_alive;
         if !released && !deleting(&pv) {
