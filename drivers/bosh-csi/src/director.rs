@@ -20,32 +20,25 @@ use crate::secret::Secret;
 /// A token is refreshed this long before UAA says it expires.
 const TOKEN_EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
-/// One disk as `GET /dynamic_disks` lists it. Fields the driver does not act
-/// on are kept lenient (absent or null is fine) so a richer Director still parses.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+/// One disk as `GET /dynamic_disks` lists it (read through [`ListedDisk`],
+/// which holds the wire shape).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DynamicDisk {
     /// Disk name (our volume id).
     pub name: String,
     /// IaaS disk id.
-    #[serde(default)]
     pub disk_cid: String,
     /// Owning deployment.
-    #[serde(default)]
     pub deployment: Option<String>,
     /// Instance the disk is attached to, if any.
-    #[serde(default)]
     pub instance: Option<String>,
     /// Availability zone.
-    #[serde(default)]
     pub availability_zone: Option<String>,
     /// Size in MiB.
-    #[serde(default)]
     pub size: i64,
     /// Disk pool.
-    #[serde(default)]
     pub disk_pool_name: Option<String>,
     /// CPI the disk lives in.
-    #[serde(default)]
     pub cpi: Option<String>,
 }
 
@@ -66,8 +59,10 @@ impl DynamicDisk {
     }
 }
 
-/// A listed disk read in place: its strings borrow the list's body (unless
-/// escaped), so a lookup in a list of thousands copies only the disk it returns.
+/// One entry of `GET /dynamic_disks` as it is on the wire, read in place: its
+/// strings borrow the list's body (unless escaped), so a lookup in a list of
+/// thousands copies only the disk it returns. Fields the driver does not act
+/// on are lenient (absent or null is fine) so a richer Director still parses.
 #[derive(Deserialize)]
 struct ListedDisk<'a> {
     #[serde(borrow)]
@@ -102,6 +97,12 @@ impl From<ListedDisk<'_>> for DynamicDisk {
             cpi: owned(d.cpi),
         }
     }
+}
+
+/// Every disk in a disk list's body.
+fn list_in(body: &[u8]) -> Result<Vec<DynamicDisk>, DriverError> {
+    let listed: Vec<ListedDisk> = serde_json::from_slice(body).map_err(|e| not_a_list(&e))?;
+    Ok(listed.into_iter().map(DynamicDisk::from).collect())
 }
 
 /// The entry called `name` in a disk list's body (the first, if several are).
@@ -253,7 +254,7 @@ impl Director {
 
     /// Every dynamic disk the token may see.
     pub async fn list(&self) -> Result<Vec<DynamicDisk>, DriverError> {
-        serde_json::from_slice(&self.list_body().await?).map_err(|e| not_a_list(&e))
+        list_in(&self.list_body().await?)
     }
 
     /// The disk called `name`, if any. Only its entry is copied out of the
@@ -763,8 +764,8 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(none.attached_instance(), None);
-        let listed: Vec<DynamicDisk> = serde_json::from_str(
-            r#"[{"name":"csi-1","disk_cid":"d-1","deployment":"k8s","instance":null,"availability_zone":"z1","size":1024,"disk_pool_name":"fast","cpi":"c","metadata":{"a":"b"}},{"name":"csi-2"}]"#,
+        let listed = list_in(
+            br#"[{"name":"csi-1","disk_cid":"d-1","deployment":"k8s","instance":null,"availability_zone":"z1","size":1024,"disk_pool_name":"fast","cpi":"c","metadata":{"a":"b"}},{"name":"csi-2"}]"#,
         )
         .unwrap();
         assert_eq!(listed.len(), 2);
@@ -779,11 +780,22 @@ mod tests {
              "availability_zone":"z1","size":2048,"disk_pool_name":"fast","cpi":"c","metadata":{"a":"b"}},
             {"name":"csi-1","disk_cid":"a later twin"}]"#;
         let found = find_in(body, "csi-1").unwrap().unwrap();
-        let listed: Vec<DynamicDisk> = serde_json::from_slice(body).unwrap();
+        let listed = list_in(body).unwrap();
         assert_eq!(
             found, listed[1],
             "the first entry of that name, read as a list reads it"
         );
+        let want = DynamicDisk {
+            name: "csi-1".into(),
+            disk_cid: "d-1".into(),
+            deployment: Some("k8s".into()),
+            instance: Some("worker/abc".into()),
+            availability_zone: Some("z1".into()),
+            size: 2048,
+            disk_pool_name: Some("fast".into()),
+            cpi: Some("c".into()),
+        };
+        assert_eq!(found, want);
         assert!(found.attached_to("abc"));
         assert_eq!(find_in(body, "csi-2").unwrap(), None);
         for bad in [
