@@ -144,7 +144,7 @@ impl Attacher {
     }
 
     fn node_id(&self, kube: &KubeFake, node: &str) -> Result<Option<String>, CsiError> {
-        let Some(csinode) = kube.get(Kind::CsiNode, None, node)? else {
+        let Some(csinode) = kube.get_shared(Kind::CsiNode, None, node)? else {
             return Ok(None);
         };
         Ok(crate::json::at(&csinode, &["spec", "drivers"])
@@ -159,7 +159,7 @@ impl Attacher {
 
     async fn reconcile_attachment(&self, name: &str) -> Result<Step, CsiError> {
         let kube = self.kube();
-        let Some(va) = kube.get(Kind::VolumeAttachment, None, name)? else {
+        let Some(va) = kube.get_shared(Kind::VolumeAttachment, None, name)? else {
             return Ok(Step::Done);
         };
         if str_at(&va, &["spec", "attacher"]) != self.driver_name {
@@ -183,7 +183,7 @@ impl Attacher {
             Ok(Step::Retry(message))
         };
         add_finalizer(&kube, Kind::VolumeAttachment, None, &va, &self.finalizer)?;
-        let Some(pv) = kube.get(Kind::PersistentVolume, None, &pv_name)? else {
+        let Some(pv) = kube.get_shared(Kind::PersistentVolume, None, &pv_name)? else {
             return fail(&kube, format!("persistentvolume {pv_name:?} not found"));
         };
         if !deleting(&pv) {
@@ -250,7 +250,7 @@ impl Attacher {
         if !has_finalizer(va, &self.finalizer) {
             return Ok(Step::Done);
         }
-        let pv = kube.get(Kind::PersistentVolume, None, pv_name)?;
+        let pv = kube.get_shared(Kind::PersistentVolume, None, pv_name)?;
         let node_id = self.node_id(kube, node)?;
         match (pv, node_id) {
             (Some(pv), Some(node_id)) if self.publishes => {

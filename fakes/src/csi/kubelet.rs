@@ -31,7 +31,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use drivelab_proto::csi;
 use drivelab_proto::csi::node_client::NodeClient;
@@ -45,6 +45,10 @@ use crate::gate::Gate;
 use crate::history::Component;
 use crate::json::bool_at;
 use crate::kube::{Kind, KubeError, KubeFake};
+
+/// A pod's CSI volumes of this driver: each PV (shared with the API's copy)
+/// and whether the pod mounts it read-only.
+type PodVolumes = Vec<(Arc<Value>, bool)>;
 
 /// What the node agent reconciles.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -261,7 +265,7 @@ impl NodeAgent {
         let registered = lock(&self.state).node_id.is_some()
             && self
                 .kube()
-                .get(Kind::CsiNode, None, &self.node)?
+                .get_shared(Kind::CsiNode, None, &self.node)?
                 .and_then(|n| crate::json::at(&n, &["spec", "drivers"]).cloned())
                 .and_then(|d| d.as_array().cloned())
                 .is_some_and(|d| d.iter().any(|x| str_at(x, &["name"]) == self.driver_name));
@@ -291,7 +295,7 @@ impl NodeAgent {
             entry["allocatable"] = json!({"count": info.max_volumes_per_node});
         }
         let kube = self.kube();
-        match kube.get(Kind::CsiNode, None, &self.node)? {
+        match kube.get_shared(Kind::CsiNode, None, &self.node)? {
             None => {
                 let obj = json!({
                     "apiVersion": "storage.k8s.io/v1",
@@ -332,7 +336,7 @@ impl NodeAgent {
         let pod = if ns.is_empty() {
             None
         } else {
-            kube.get(Kind::Pod, Some(ns), name)?
+            kube.get_shared(Kind::Pod, Some(ns), name)?
         };
         let key = (ns.to_string(), name.to_string());
         let live = pod
@@ -356,28 +360,28 @@ impl NodeAgent {
                     retry => Ok(retry),
                 }
             }
-            None => self.tear_down(&kube, &key, pod.as_ref()).await,
+            None => self.tear_down(&kube, &key, pod.as_deref()).await,
         }
     }
 
-    /// The pod's CSI volumes of this driver: (volume name, PV, read-only), or why not yet.
+    /// The pod's CSI volumes of this driver, or why not yet.
     fn pod_volumes(
         &self,
         kube: &KubeFake,
         ns: &str,
         pod: &Value,
-    ) -> Result<Result<Vec<(Value, bool)>, String>, CsiError> {
+    ) -> Result<Result<PodVolumes, String>, CsiError> {
         let mut out = Vec::new();
         let vols = crate::json::at(pod, &["spec", "volumes"])
             .and_then(Value::as_array)
-            .cloned()
+            .map(Vec::as_slice)
             .unwrap_or_default();
         for v in vols {
-            let claim = str_at(&v, &["persistentVolumeClaim", "claimName"]);
+            let claim = str_at(v, &["persistentVolumeClaim", "claimName"]);
             if claim.is_empty() {
                 continue;
             }
-            let Some(pvc) = kube.get(Kind::PersistentVolumeClaim, Some(ns), &claim)? else {
+            let Some(pvc) = kube.get_shared(Kind::PersistentVolumeClaim, Some(ns), &claim)? else {
                 return Ok(Err(format!("persistentvolumeclaim {ns}/{claim} not found")));
             };
             let pv_name = str_at(&pvc, &["spec", "volumeName"]);
@@ -386,13 +390,13 @@ impl NodeAgent {
                     "persistentvolumeclaim {ns}/{claim} is not bound"
                 )));
             }
-            let Some(pv) = kube.get(Kind::PersistentVolume, None, &pv_name)? else {
+            let Some(pv) = kube.get_shared(Kind::PersistentVolume, None, &pv_name)? else {
                 return Ok(Err(format!("persistentvolume {pv_name} not found")));
             };
             if str_at(&pv, &["spec", "csi", "driver"]) != self.driver_name {
                 continue;
             }
-            let ro = bool_at(&v, &["persistentVolumeClaim", "readOnly"])
+            let ro = bool_at(v, &["persistentVolumeClaim", "readOnly"])
                 || bool_at(&pv, &["spec", "csi", "readOnly"]);
             out.push((pv, ro));
         }
@@ -440,7 +444,7 @@ impl NodeAgent {
             let handle = str_at(pv, &["spec", "csi", "volumeHandle"]);
             let va_name = attachment_name(&handle, &self.driver_name, &self.node);
             // The attach/detach controller's part: ask for the attach.
-            let va = match kube.get(Kind::VolumeAttachment, None, &va_name)? {
+            let va = match kube.get_shared(Kind::VolumeAttachment, None, &va_name)? {
                 Some(va) => va,
                 None => {
                     let obj = json!({

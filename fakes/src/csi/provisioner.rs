@@ -143,7 +143,7 @@ impl Provisioner {
 
     async fn reconcile_claim(&self, ns: &str, name: &str) -> Result<Step, CsiError> {
         let kube = self.kube();
-        let mut pvc = kube.get(Kind::PersistentVolumeClaim, Some(ns), name)?;
+        let mut pvc = kube.get_shared(Kind::PersistentVolumeClaim, Some(ns), name)?;
         if let Some(p) = pvc.as_ref().filter(|p| deleting(p)) {
             // The pvc-protection controller's part: the claim goes only once no pod uses it.
             if let Some(user) = self.pod_using(&kube, ns, name)? {
@@ -159,21 +159,16 @@ impl Provisioner {
                     name,
                     PVC_PROTECTION,
                 )?;
-                pvc = kube.get(Kind::PersistentVolumeClaim, Some(ns), name)?;
+                pvc = kube.get_shared(Kind::PersistentVolumeClaim, Some(ns), name)?;
             }
         }
         let Some(pvc) = pvc else {
             // The claim is gone: whatever PV was bound to it is released.
             let mut pending = Vec::new();
-            for pv in kube.list_shared(Kind::PersistentVolume, None)? {
-                // The name first: it tells PVs apart, the namespace seldom does.
-                if str_ref(&pv, &["spec", "claimRef", "name"]) == name
-                    && str_ref(&pv, &["spec", "claimRef", "namespace"]) == ns
-                {
-                    let pv_name = str_at(&pv, &["metadata", "name"]);
-                    if let Step::Retry(r) = self.reconcile_volume(&pv_name).await? {
-                        pending.push(r);
-                    }
+            for pv in kube.volumes_claiming(ns, name)? {
+                let pv_name = str_at(&pv, &["metadata", "name"]);
+                if let Step::Retry(r) = self.reconcile_volume(&pv_name).await? {
+                    pending.push(r);
                 }
             }
             return Ok(if pending.is_empty() {
@@ -196,7 +191,7 @@ impl Provisioner {
         }
         let bound_to = str_at(&pvc, &["spec", "volumeName"]);
         if !bound_to.is_empty() {
-            if let Some(pv) = kube.get(Kind::PersistentVolume, None, &bound_to)? {
+            if let Some(pv) = kube.get_shared(Kind::PersistentVolume, None, &bound_to)? {
                 if str_at(&pvc, &["status", "phase"]) != "Bound" {
                     self.bind(&kube, &pvc, &pv)?;
                 }
@@ -211,7 +206,7 @@ impl Provisioner {
         if class_name.is_empty() {
             return Ok(Step::Done);
         }
-        let Some(class) = kube.get(Kind::StorageClass, None, &class_name)? else {
+        let Some(class) = kube.get_shared(Kind::StorageClass, None, &class_name)? else {
             return Ok(Step::Retry(format!("storageclass {class_name} not found")));
         };
         if str_at(&class, &["provisioner"]) != self.driver_name {
@@ -219,7 +214,7 @@ impl Provisioner {
         }
         let pv_name = format!("pvc-{uid}");
         // Provisioned before (the PVC update was lost): bind, do not create again.
-        if let Some(pv) = kube.get(Kind::PersistentVolume, None, &pv_name)? {
+        if let Some(pv) = kube.get_shared(Kind::PersistentVolume, None, &pv_name)? {
             self.bind(&kube, &pvc, &pv)?;
             return Ok(Step::Done);
         }
@@ -247,7 +242,7 @@ impl Provisioner {
         let pv = match kube.create(Kind::PersistentVolume, pv) {
             Ok(pv) => pv,
             Err(KubeError::AlreadyExists { .. }) => kube
-                .get(Kind::PersistentVolume, None, &pv_name)?
+                .get_shared(Kind::PersistentVolume, None, &pv_name)?
                 .ok_or_else(|| malformed("PV vanished while binding"))?,
             Err(e) => return Err(e.into()),
         };
@@ -502,7 +497,7 @@ impl Provisioner {
     /// statically created one bound with reclaimPolicy Delete).
     pub fn protect(&self, pv_name: &str) -> Result<(), CsiError> {
         let kube = self.kube();
-        if let Some(pv) = kube.get(Kind::PersistentVolume, None, pv_name)? {
+        if let Some(pv) = kube.get_shared(Kind::PersistentVolume, None, pv_name)? {
             if !deleting(&pv) && str_at(&pv, &["spec", "persistentVolumeReclaimPolicy"]) == "Delete"
             {
                 add_finalizer(&kube, Kind::PersistentVolume, None, &pv, PV_FINALIZER)?;

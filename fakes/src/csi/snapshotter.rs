@@ -333,7 +333,7 @@ impl Snapshotter {
             },
         });
         match kube.create(Kind::VolumeSnapshotContent, content) {
-            Ok(c) => Ok(Ok(Some(c))),
+            Ok(c) => Ok(Ok(Some(Value::clone(&c)))),
             Err(KubeError::AlreadyExists { .. }) => Ok(Ok(kube.get(
                 Kind::VolumeSnapshotContent,
                 None,

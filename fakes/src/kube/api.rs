@@ -413,7 +413,7 @@ async fn handle(State(fake): State<KubeFake>, req: Request) -> Response {
     }
 }
 
-fn reply(code: StatusCode, body: Value) -> Response {
+fn reply(code: StatusCode, body: &Value) -> Response {
     (code, axum::Json(body)).into_response()
 }
 
@@ -616,7 +616,7 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                 let warnings = validate_fields(&mut body, kind, mode, true)?;
                 let created = fake.create_in(kind, ns.as_deref(), body, opts)?;
                 Ok(with_warnings(
-                    reply(StatusCode::CREATED, created),
+                    reply(StatusCode::CREATED, &created),
                     &warnings,
                 ))
             }
@@ -650,7 +650,7 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                     let mut body = read_object(kind, req).await?;
                     let warnings = validate_fields(&mut body, kind, mode, true)?;
                     let out = fake.replace_in(kind, ns, Some(&name), body, opts)?;
-                    Ok(with_warnings(reply(StatusCode::OK, out), &warnings))
+                    Ok(with_warnings(reply(StatusCode::OK, &out), &warnings))
                 }
                 Method::PATCH => {
                     opts.field_validation = Some(params.field_validation("PatchOptions")?);
@@ -827,7 +827,7 @@ fn list(
     }
     Ok(reply(
         StatusCode::OK,
-        json!({
+        &json!({
             "kind": format!("{}List", kind.kind_name()),
             "apiVersion": kind.api_version(),
             "metadata": metadata,
@@ -918,7 +918,7 @@ async fn patch(
     } else {
         StatusCode::OK
     };
-    Ok(with_warnings(reply(code, out), &warnings))
+    Ok(with_warnings(reply(code, &out), &warnings))
 }
 
 /// Adds each warning as a `Warning: 299 - "text"` header (RFC 7234), as the
@@ -997,10 +997,10 @@ async fn delete(
                 }
                 Ok(reply(
                     StatusCode::OK,
-                    json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","details":details}),
+                    &json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","details":details}),
                 ))
             } else {
-                Ok(reply(StatusCode::OK, object))
+                Ok(reply(StatusCode::OK, &object))
             }
         }
     }
@@ -1118,7 +1118,7 @@ fn discovery(d: &Discovery, host: &str, accept: &str) -> Result<Response, ApiErr
             return Ok(r);
         }
     };
-    Ok(reply(StatusCode::OK, body))
+    Ok(reply(StatusCode::OK, &body))
 }
 
 #[cfg(test)]

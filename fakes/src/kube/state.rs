@@ -400,7 +400,7 @@ impl KubeFake {
     fn stored_shared(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Arc<Value>>> {
         Ok(self
             .objects()
-            .loaded(&*self.inner.store, OBJ_PREFIX)?
+            .loaded(&*self.inner.store)?
             .get(&obj_key(kind, ns, name))
             .cloned())
     }
@@ -413,7 +413,7 @@ impl KubeFake {
         guard: &mut MutexGuard<'_, u64>,
         rv: u64,
         kind: Kind,
-        obj: Option<&Value>,
+        obj: Option<Arc<Value>>,
         ns: &str,
         name: &str,
     ) -> Result<()> {
@@ -421,23 +421,24 @@ impl KubeFake {
         let watched = self.inner.watch.active();
         if watched {
             // The replaced object comes from the copy: load it before the write.
-            self.objects().loaded(&*self.inner.store, OBJ_PREFIX)?;
+            self.objects().loaded(&*self.inner.store)?;
         }
         self.inner.store.put_json(RV_KEY, &rv)?;
         **guard = rv;
-        match obj {
-            Some(o) => self.inner.store.put_json(&key, o)?,
+        match &obj {
+            Some(o) => self.inner.store.put_json(&key, &**o)?,
             None => {
                 self.inner.store.remove(&key)?;
             }
         }
-        // One decoded copy, shared by the fake's reads and the watch window.
-        let new = obj.map(|o| Arc::new(o.clone()));
-        let old = self.objects().commit(&key, new.clone());
+        // One decoded copy, shared by the fake's reads, the watch window and
+        // the writer's answer.
+        let gone = obj.is_none();
+        let old = self.objects().commit(&key, obj.clone());
         if !watched {
-            return self.after_commit(guard, kind, obj, ns);
+            return self.after_commit(guard, kind, gone, ns);
         }
-        let last = match (obj, &old) {
+        let last = match (&obj, &old) {
             (None, Some(o)) => {
                 let mut o = Value::clone(o);
                 meta_mut(&mut o).insert("resourceVersion".into(), json!(rv.to_string()));
@@ -449,10 +450,10 @@ impl KubeFake {
             rv,
             kind,
             old,
-            new,
+            new: obj,
             last,
         });
-        self.after_commit(guard, kind, obj, ns)
+        self.after_commit(guard, kind, gone, ns)
     }
 
     /// A removal may have emptied a terminating namespace, which then goes too.
@@ -460,12 +461,13 @@ impl KubeFake {
         &self,
         guard: &mut MutexGuard<'_, u64>,
         kind: Kind,
-        obj: Option<&Value>,
+        gone: bool,
         ns: &str,
     ) -> Result<()> {
-        match (obj, kind.namespaced()) {
-            (None, true) => self.finish_namespace(guard, ns),
-            _ => Ok(()),
+        if gone && kind.namespaced() {
+            self.finish_namespace(guard, ns)
+        } else {
+            Ok(())
         }
     }
 
@@ -922,7 +924,7 @@ impl KubeFake {
         path_ns: Option<&str>,
         obj: Value,
         opts: WriteOpts,
-    ) -> Result<Value> {
+    ) -> Result<Arc<Value>> {
         let obj = self.normalize(kind, path_ns, None, obj)?;
         let mut guard = self.lock();
         self.create_locked(&mut guard, kind, obj, opts)
@@ -934,7 +936,7 @@ impl KubeFake {
         kind: Kind,
         mut obj: Value,
         opts: WriteOpts,
-    ) -> Result<Value> {
+    ) -> Result<Arc<Value>> {
         let ns = meta_str(&obj, "namespace").to_string();
         if !meta_str(&obj, "resourceVersion").is_empty() {
             return Err(bad(
@@ -1014,11 +1016,12 @@ impl KubeFake {
             };
             super::managed::record_update(kind, None, &mut obj, &w);
         }
+        let obj = Arc::new(obj);
         if !opts.dry_run {
             if record_ns {
                 self.record_namespace(**guard, &ns)?;
             }
-            self.commit(guard, rv, kind, Some(&obj), &ns, &name)?;
+            self.commit(guard, rv, kind, Some(obj.clone()), &ns, &name)?;
         }
         Ok(obj)
     }
@@ -1032,7 +1035,7 @@ impl KubeFake {
         path_name: Option<&str>,
         obj: Value,
         opts: WriteOpts,
-    ) -> Result<Value> {
+    ) -> Result<Arc<Value>> {
         let new = self.normalize(kind, path_ns, path_name, obj)?;
         let ns = meta_str(&new, "namespace").to_string();
         let name = meta_str(&new, "name").to_string();
@@ -1065,7 +1068,7 @@ impl KubeFake {
         name: &str,
         patch: PatchBody,
         opts: WriteOpts,
-    ) -> Result<(Value, Vec<String>)> {
+    ) -> Result<(Arc<Value>, Vec<String>)> {
         let scope = Self::scope(kind, ns)?;
         if let PatchBody::Apply(body) = &patch {
             super::managed::check_config(kind, body)?;
@@ -1158,7 +1161,7 @@ impl KubeFake {
         old: &Value,
         mut new: Value,
         opts: WriteOpts,
-    ) -> Result<Value> {
+    ) -> Result<Arc<Value>> {
         let name = meta_str(old, "name").to_string();
         let ns = meta_str(old, "namespace").to_string();
         let old_rv = meta_str(old, "resourceVersion");
@@ -1232,14 +1235,15 @@ impl KubeFake {
         }
         // A no-op write keeps its resourceVersion, as the real server does.
         if &new == old {
-            return Ok(new);
+            return Ok(Arc::new(new));
         }
         let rv = **guard + 1;
         meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
         let deleting = !meta_str(&new, "deletionTimestamp").is_empty();
+        let keep = !(deleting && finalizers(&new).is_empty());
+        let new = Arc::new(new);
         if !opts.dry_run {
-            let keep = !(deleting && finalizers(&new).is_empty());
-            self.commit(guard, rv, kind, keep.then_some(&new), &ns, &name)?;
+            self.commit(guard, rv, kind, keep.then(|| new.clone()), &ns, &name)?;
         }
         Ok(new)
     }
@@ -1296,7 +1300,14 @@ impl KubeFake {
                 md.insert("deletionGracePeriodSeconds".into(), json!(grace));
                 md.insert("resourceVersion".into(), json!(next.to_string()));
                 if !opts.dry_run {
-                    self.commit(guard, next, kind, Some(&marked), scope, name)?;
+                    self.commit(
+                        guard,
+                        next,
+                        kind,
+                        Some(Arc::new(marked.clone())),
+                        scope,
+                        name,
+                    )?;
                 }
                 return Ok(Some(Deleted {
                     object: marked,
@@ -1318,7 +1329,14 @@ impl KubeFake {
             md.insert("deletionGracePeriodSeconds".into(), json!(0));
             md.insert("resourceVersion".into(), json!(next.to_string()));
             if !opts.dry_run {
-                self.commit(guard, next, kind, Some(&marked), scope, name)?;
+                self.commit(
+                    guard,
+                    next,
+                    kind,
+                    Some(Arc::new(marked.clone())),
+                    scope,
+                    name,
+                )?;
             }
             return Ok(Some(Deleted {
                 object: marked,
@@ -1384,6 +1402,15 @@ impl KubeFake {
         Ok(items)
     }
 
+    /// The PersistentVolumes whose `spec.claimRef` names claim `ns`/`name`,
+    /// by name (what a scan of every PV for that claimRef finds, from an
+    /// index the fake keeps as it writes).
+    pub fn volumes_claiming(&self, ns: &str, name: &str) -> Result<Vec<Arc<Value>>> {
+        let _guard = self.lock();
+        let claim = (ns.to_string(), name.to_string());
+        Ok(self.objects().pvs_claiming(&*self.inner.store, &claim)?)
+    }
+
     /// Every object of `kind` (in `ns`, or everywhere) in list order, by
     /// (namespace, name): the stored ones, and for namespaces the virtual
     /// ones too.
@@ -1393,12 +1420,10 @@ impl KubeFake {
             Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
             None => format!("{OBJ_PREFIX}{}/", kind.plural()),
         };
-        let mut out: Vec<Arc<Value>> = objects::under(
-            self.objects().loaded(&*self.inner.store, OBJ_PREFIX)?,
-            &prefix,
-        )
-        .cloned()
-        .collect();
+        let mut out: Vec<Arc<Value>> =
+            objects::under(self.objects().loaded(&*self.inner.store)?, &prefix)
+                .cloned()
+                .collect();
         if kind == Kind::Namespace {
             let virtual_ones = self.virtual_namespaces(&out)?;
             out.extend(virtual_ones.into_iter().map(Arc::new));
@@ -1422,7 +1447,8 @@ impl KubeFake {
     // ---- in-process API -------------------------------------------------
 
     /// Create `obj` (namespace from its metadata for namespaced kinds); 409 AlreadyExists if taken.
-    pub fn create(&self, kind: Kind, obj: Value) -> Result<Value> {
+    /// The answer is the stored object itself, shared, not a copy of it.
+    pub fn create(&self, kind: Kind, obj: Value) -> Result<Arc<Value>> {
         self.create_in(kind, None, obj, WriteOpts::IN_PROCESS)
     }
 
@@ -1445,19 +1471,20 @@ impl KubeFake {
 
     /// Replace the stored object named by `obj`'s metadata; a compare-and-swap
     /// when `metadata.resourceVersion` is set. May write `status` directly.
-    pub fn replace(&self, kind: Kind, obj: Value) -> Result<Value> {
+    /// The answer is the stored object, shared.
+    pub fn replace(&self, kind: Kind, obj: Value) -> Result<Arc<Value>> {
         self.replace_in(kind, None, None, obj, WriteOpts::IN_PROCESS)
     }
 
     /// RFC 7386 merge patch; a compare-and-swap when the patch carries
-    /// `metadata.resourceVersion`.
+    /// `metadata.resourceVersion`. The answer is the stored object, shared.
     pub fn merge_patch(
         &self,
         kind: Kind,
         namespace: Option<&str>,
         name: &str,
         patch: Value,
-    ) -> Result<Value> {
+    ) -> Result<Arc<Value>> {
         self.patch_in(
             kind,
             namespace,
@@ -1582,11 +1609,11 @@ mod tests {
     fn replace_is_cas() {
         let f = fake(1);
         let v1 = f.create(Kind::ConfigMap, cm("a")).unwrap();
-        let mut v2 = v1.clone();
+        let mut v2 = Value::clone(&v1);
         v2["data"]["k"] = json!("w");
         let v2 = f.replace(Kind::ConfigMap, v2).unwrap();
         assert_eq!(v2["metadata"]["resourceVersion"], "2");
-        let mut stale = v1.clone();
+        let mut stale = Value::clone(&v1);
         stale["data"]["k"] = json!("z");
         assert!(matches!(
             f.replace(Kind::ConfigMap, stale.clone()),
@@ -1599,7 +1626,7 @@ mod tests {
         assert_eq!(v3["metadata"]["uid"], v1["metadata"]["uid"]);
         // A no-op keeps the version.
         assert_eq!(
-            f.replace(Kind::ConfigMap, v3.clone()).unwrap()["metadata"]["resourceVersion"],
+            f.replace(Kind::ConfigMap, Value::clone(&v3)).unwrap()["metadata"]["resourceVersion"],
             v3["metadata"]["resourceVersion"]
         );
     }
@@ -1759,6 +1786,78 @@ mod tests {
         let after = new.create(Kind::ConfigMap, cm("after")).unwrap();
         let rv = |o: &Value| meta_str(o, "resourceVersion").parse::<u64>().unwrap();
         assert!(rv(&after) > rv(&late));
+    }
+
+    fn pv(name: &str, claim: Option<(&str, &str)>) -> Value {
+        let mut pv = json!({"metadata":{"name":name},"spec":{
+            "capacity":{"storage":"1Gi"},"accessModes":["ReadWriteOnce"],
+            "csi":{"driver":"d","volumeHandle":name}}});
+        if let Some((ns, n)) = claim {
+            pv["spec"]["claimRef"] = json!({"namespace":ns,"name":n});
+        }
+        pv
+    }
+
+    /// What `volumes_claiming` stands in for: a scan of every PV.
+    fn scanned(f: &KubeFake, ns: &str, name: &str) -> Vec<String> {
+        f.list(Kind::PersistentVolume, None)
+            .unwrap()
+            .iter()
+            .filter(|p| {
+                p["spec"]["claimRef"]["name"] == name && p["spec"]["claimRef"]["namespace"] == ns
+            })
+            .map(|p| meta_str(p, "name").to_string())
+            .collect()
+    }
+
+    fn claiming(f: &KubeFake, ns: &str, name: &str) -> Vec<String> {
+        let got: Vec<String> = f
+            .volumes_claiming(ns, name)
+            .unwrap()
+            .iter()
+            .map(|p| meta_str(p, "name").to_string())
+            .collect();
+        assert_eq!(
+            got,
+            scanned(f, ns, name),
+            "index differs from a scan for {ns}/{name}"
+        );
+        got
+    }
+
+    #[test]
+    fn volumes_claiming_follows_every_write_as_a_scan_would() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::default());
+        let f = KubeFake::new(store.clone(), gate(), 3).unwrap();
+        f.create(Kind::PersistentVolume, pv("b", Some(("app", "data"))))
+            .unwrap();
+        f.create(Kind::PersistentVolume, pv("a", Some(("app", "data"))))
+            .unwrap();
+        f.create(Kind::PersistentVolume, pv("c", Some(("other", "data"))))
+            .unwrap();
+        f.create(Kind::PersistentVolume, pv("free", None)).unwrap();
+        assert_eq!(claiming(&f, "app", "data"), ["a", "b"]);
+        assert_eq!(claiming(&f, "other", "data"), ["c"]);
+        assert!(claiming(&f, "app", "nothing").is_empty());
+        // Rebinding moves the volume from one claim to the other.
+        f.merge_patch(
+            Kind::PersistentVolume,
+            None,
+            "b",
+            json!({"spec":{"claimRef":{"namespace":"other","name":"data"}}}),
+        )
+        .unwrap();
+        assert_eq!(claiming(&f, "app", "data"), ["a"]);
+        assert_eq!(claiming(&f, "other", "data"), ["b", "c"]);
+        f.delete(Kind::PersistentVolume, None, "a").unwrap();
+        assert!(claiming(&f, "app", "data").is_empty());
+        // A second handle over the same store builds its index from the store,
+        // and sees what the first one writes after it.
+        let g = KubeFake::new(store, gate(), 3).unwrap();
+        assert_eq!(claiming(&g, "other", "data"), ["b", "c"]);
+        f.create(Kind::PersistentVolume, pv("d", Some(("app", "data"))))
+            .unwrap();
+        assert_eq!(claiming(&g, "app", "data"), ["d"]);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! marks it Terminating, deletes what is in it, and removes it once nothing is
 //! left (objects kept by finalizers keep it Terminating).
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 
 use super::{meta_mut, meta_str, uid_for, validate, Deleted, KubeFake, Preconditions, WriteOpts};
@@ -209,7 +211,7 @@ impl KubeFake {
                 gone: false,
             }));
         }
-        self.commit(guard, rv, kind, Some(&marked), "", name)?;
+        self.commit(guard, rv, kind, Some(Arc::new(marked.clone())), "", name)?;
         self.inner.store.remove(&declared_key(name))?;
         // What the namespace controller does, here at once rather than later.
         for k in Kind::ALL.into_iter().filter(|k| k.namespaced()) {
