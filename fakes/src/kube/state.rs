@@ -1280,66 +1280,38 @@ impl KubeFake {
         };
         check_preconditions(kind, name, &old, pre)?;
         let next = **guard + 1;
-        if kind == Kind::Pod && super::storage::pod_deletes_gracefully(&old) {
-            let grace = pre
-                .grace_period_seconds
-                .unwrap_or_else(|| super::storage::pod_default_grace(&old));
-            // Graceful: the pod stays, marked, until its kubelet has torn it down
-            // and deletes it again with a zero grace period.
-            if grace > 0 {
-                if !meta_str(&old, "deletionTimestamp").is_empty() {
-                    return Ok(Some(Deleted {
-                        object: old,
-                        gone: false,
-                    }));
-                }
-                let mut marked = old.clone();
-                let when = self.now_plus(grace);
-                let md = meta_mut(&mut marked);
-                md.insert("deletionTimestamp".into(), json!(when));
-                md.insert("deletionGracePeriodSeconds".into(), json!(grace));
-                md.insert("resourceVersion".into(), json!(next.to_string()));
-                if !opts.dry_run {
-                    self.commit(
-                        guard,
-                        next,
-                        kind,
-                        Some(Arc::new(marked.clone())),
-                        scope,
-                        name,
-                    )?;
-                }
-                return Ok(Some(Deleted {
-                    object: marked,
-                    gone: false,
-                }));
-            }
-        }
-        if !finalizers(&old).is_empty() {
+        // Graceful: a pod stays, marked, until its kubelet has torn it down
+        // and deletes it again with a zero grace period.
+        let grace = (kind == Kind::Pod && super::storage::pod_deletes_gracefully(&old))
+            .then(|| {
+                pre.grace_period_seconds
+                    .unwrap_or_else(|| super::storage::pod_default_grace(&old))
+            })
+            .filter(|g| *g > 0);
+        let mark = match grace {
+            Some(g) => Some((self.now_plus(g), g)),
+            // Finalizers keep the object, marked, until they are all removed.
+            None if !finalizers(&old).is_empty() => Some((self.now(), 0)),
+            None => None,
+        };
+        if let Some((when, grace)) = mark {
             if !meta_str(&old, "deletionTimestamp").is_empty() {
                 return Ok(Some(Deleted {
                     object: old,
                     gone: false,
                 }));
             }
-            let mut marked = old.clone();
-            let now = self.now();
+            let mut marked = old;
             let md = meta_mut(&mut marked);
-            md.insert("deletionTimestamp".into(), json!(now));
-            md.insert("deletionGracePeriodSeconds".into(), json!(0));
+            md.insert("deletionTimestamp".into(), json!(when));
+            md.insert("deletionGracePeriodSeconds".into(), json!(grace));
             md.insert("resourceVersion".into(), json!(next.to_string()));
+            let marked = Arc::new(marked);
             if !opts.dry_run {
-                self.commit(
-                    guard,
-                    next,
-                    kind,
-                    Some(Arc::new(marked.clone())),
-                    scope,
-                    name,
-                )?;
+                self.commit(guard, next, kind, Some(marked.clone()), scope, name)?;
             }
             return Ok(Some(Deleted {
-                object: marked,
+                object: Arc::unwrap_or_clone(marked),
                 gone: false,
             }));
         }
