@@ -262,13 +262,17 @@ impl NodeAgent {
 
     async fn register(&self) -> Result<Step, CsiError> {
         // Kubelet registers a plugin once per plugin start, not on every resync.
-        let registered = lock(&self.state).node_id.is_some()
-            && self
-                .kube()
-                .get_shared(Kind::CsiNode, None, &self.node)?
-                .and_then(|n| crate::json::at(&n, &["spec", "drivers"]).cloned())
-                .and_then(|d| d.as_array().cloned())
-                .is_some_and(|d| d.iter().any(|x| str_at(x, &["name"]) == self.driver_name));
+        let registered = lock(&self.state).node_id.is_some() && {
+            let csinode = self.kube().get_shared(Kind::CsiNode, None, &self.node)?;
+            csinode
+                .as_deref()
+                .and_then(|n| crate::json::at(n, &["spec", "drivers"]))
+                .and_then(Value::as_array)
+                .is_some_and(|d| {
+                    d.iter()
+                        .any(|x| crate::json::str_ref(x, &["name"]) == self.driver_name)
+                })
+        };
         if registered {
             return Ok(Step::Done);
         }
