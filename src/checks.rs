@@ -3,11 +3,12 @@
 //! no-secret-leak. The checks themselves live with their system
 //! (`crate::systems::*::checks`), each a pure function of its observations.
 
-use drivelab_fakes::history::CallId;
+use drivelab_fakes::history::{CallId, Event};
 use drivelab_fakes::secret::Secret;
 use serde::{Deserialize, Serialize};
 
 use crate::scenario::Invariant;
+use crate::snapshot::Normalizer;
 
 /// A check's result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -69,15 +70,12 @@ pub struct LeakScan {
     pub error: Option<String>,
 }
 
-/// The texts one run leaves behind, each searched for the run's secrets
-/// (both labs list them here, so a new one is searched in every system).
+/// The texts one run leaves behind besides its history, each searched for
+/// the run's secrets (both labs list them here, so a new one is searched in
+/// every system).
 pub struct RunTexts<'a> {
     /// The final snapshot.
     pub snapshot: &'a str,
-    /// The history as recorded (ids raw).
-    pub history: &'a str,
-    /// The history as reports write it (ids labelled).
-    pub history_normalised: &'a str,
     /// The lab's log lines for this run.
     pub log: &'a str,
     /// What external drivers wrote (empty ones are not listed).
@@ -85,65 +83,111 @@ pub struct RunTexts<'a> {
 }
 
 impl LeakScan {
-    /// Search a run's texts, under the names its findings give.
-    pub fn of_run(all: &[Secret], texts: &RunTexts<'_>) -> Self {
-        let mut artifacts = vec![
-            ("snapshot", texts.snapshot),
-            ("history", texts.history),
-            ("history (normalised)", texts.history_normalised),
-            ("log", texts.log),
-        ];
-        artifacts.extend(
-            texts
-                .driver_outputs
-                .iter()
-                .filter(|out| !out.is_empty())
-                .map(|out| ("driver output", *out)),
-        );
-        Self::run(all, &artifacts)
+    /// Search a run's texts and its history, both as recorded (ids raw) and
+    /// as reports write it (ids labelled by `norm`), under the names its
+    /// findings give. Returns the labelled history too: it is made a line
+    /// at a time while both forms are searched, so neither is held whole.
+    pub fn of_run(
+        all: &[Secret],
+        texts: &RunTexts<'_>,
+        history: &[Event],
+        norm: &mut Normalizer,
+    ) -> (Self, String) {
+        let mut scan = Scanner::new(all);
+        scan.whole("snapshot", texts.snapshot);
+        let raw = scan.artifact("history");
+        let labelled = scan.artifact("history (normalised)");
+        let history_text = norm.json_all(history, |r, l| {
+            scan.feed(raw, r);
+            scan.feed(labelled, l);
+        });
+        scan.whole("log", texts.log);
+        for out in texts.driver_outputs.iter().filter(|out| !out.is_empty()) {
+            scan.whole("driver output", out);
+        }
+        (scan.finish(), history_text)
     }
 
     /// Search every artifact (name, text) for every secret of the run. Borrowed
     /// texts do: a run's history is its largest text, held once.
     pub fn run<N: AsRef<str>, T: AsRef<str>>(all: &[Secret], artifacts: &[(N, T)]) -> Self {
+        let mut scan = Scanner::new(all);
+        for (name, text) in artifacts {
+            scan.whole(name.as_ref(), text.as_ref());
+        }
+        scan.finish()
+    }
+}
+
+/// One automaton over every secret of a run, fed each artifact whole or in
+/// pieces that end at line ends. Searching each secret separately made the
+/// scan O(secrets × text), quadratic in a run's size.
+struct Scanner {
+    /// `None` when the secrets could not be compiled (then nothing is searched).
+    ac: Option<aho_corasick::AhoCorasick>,
+    scan: LeakScan,
+    /// Per artifact: lines fed so far, and each secret's first line.
+    seen: Vec<(usize, std::collections::BTreeMap<usize, usize>)>,
+}
+
+/// An artifact a [`Scanner`] was told of, by its place in the findings.
+#[derive(Clone, Copy)]
+struct Artifact(usize);
+
+impl Scanner {
+    fn new(all: &[Secret]) -> Self {
         // Very short values would match by accident; real secrets here are ≥ 16 chars.
         let secrets: Vec<&Secret> = all.iter().filter(|s| s.expose().len() >= 8).collect();
         let mut scan = LeakScan {
             secrets: secrets.len(),
-            artifacts: artifacts
-                .iter()
-                .map(|(name, _)| name.as_ref().to_string())
-                .collect(),
             ..Default::default()
         };
-        // One automaton over every secret, one pass per artifact: searching each
-        // secret separately made this O(secrets × text), quadratic in a run's size.
         let ac = aho_corasick::AhoCorasick::builder()
             .match_kind(aho_corasick::MatchKind::Standard)
-            .build(secrets.iter().map(|s| s.expose()));
-        let ac = match ac {
-            Ok(ac) => ac,
-            Err(e) => {
-                scan.error = Some(format!("secret matcher could not be built: {e}"));
-                return scan;
-            }
-        };
-        for (name, text) in artifacts {
-            let (name, text) = (name.as_ref(), text.as_ref());
-            // First occurrence of each secret, reported in secret order.
-            let mut first = std::collections::BTreeMap::new();
-            for m in ac.find_overlapping_iter(text) {
-                first.entry(m.pattern().as_usize()).or_insert(m.start());
-            }
-            for (i, pos) in first {
-                let line = text[..pos].matches('\n').count() + 1;
-                scan.findings.push(format!(
+            .build(secrets.iter().map(|s| s.expose()))
+            .map_err(|e| scan.error = Some(format!("secret matcher could not be built: {e}")))
+            .ok();
+        Self {
+            ac,
+            scan,
+            seen: Vec::new(),
+        }
+    }
+
+    fn artifact(&mut self, name: &str) -> Artifact {
+        self.scan.artifacts.push(name.to_string());
+        self.seen.push(Default::default());
+        Artifact(self.seen.len() - 1)
+    }
+
+    fn whole(&mut self, name: &str, text: &str) {
+        let a = self.artifact(name);
+        self.feed(a, text);
+    }
+
+    /// Search the next piece of `a`; a piece ends at a line end or the text's end.
+    fn feed(&mut self, a: Artifact, piece: &str) {
+        let Some(ac) = &self.ac else { return };
+        let (lines, first) = &mut self.seen[a.0];
+        for m in ac.find_overlapping_iter(piece) {
+            first.entry(m.pattern().as_usize()).or_insert_with(|| {
+                *lines + memchr::memchr_iter(b'\n', &piece.as_bytes()[..m.start()]).count() + 1
+            });
+        }
+        *lines += memchr::memchr_iter(b'\n', piece.as_bytes()).count();
+    }
+
+    /// First occurrence of each secret, by artifact, in secret order.
+    fn finish(mut self) -> LeakScan {
+        for (name, (_, first)) in self.scan.artifacts.iter().zip(&self.seen) {
+            for (i, line) in first {
+                self.scan.findings.push(format!(
                     "{name}:{line}: contains secret #{} of this run",
                     i + 1
                 ));
             }
         }
-        scan
+        self.scan
     }
 }
 
@@ -164,4 +208,77 @@ pub(crate) fn no_secret_leak(scan: &LeakScan) -> Verdict {
             scan.artifacts.len()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use drivelab_fakes::clock::SimClock;
+    use drivelab_fakes::history::{Component, EventKind, History};
+
+    use super::*;
+
+    /// A history long enough to be scanned in several pieces, with two
+    /// secrets in it: one the normaliser labels, one it does not know.
+    #[test]
+    fn a_history_scanned_in_pieces_is_found_where_the_whole_text_has_it() {
+        let (known, unknown) = (
+            Secret::new("known-secret-0123456789"),
+            Secret::new("unknown-secret-abcdefgh"),
+        );
+        let h = History::new(SimClock::new());
+        for i in 0..5_000 {
+            let text = match i {
+                3_000 => format!("handed out {}", known.expose()),
+                4_321 => format!("leaked {} here", unknown.expose()),
+                _ => format!("note {i}"),
+            };
+            h.record(EventKind::Note {
+                component: Component::Lab,
+                text,
+            });
+        }
+        let events = h.take_events();
+        let mut norm = Normalizer::default();
+        norm.secret(&known);
+        let all = [known.clone(), unknown.clone()];
+        let texts = RunTexts {
+            snapshot: "",
+            log: "",
+            driver_outputs: &["", "driver said unknown-secret-abcdefgh"],
+        };
+        let (scan, labelled) = LeakScan::of_run(&all, &texts, &events, &mut norm);
+
+        // The same findings as a scan of the whole texts, which the
+        // history's lines fed one piece at a time must give.
+        let raw = serde_json::to_string_pretty(&events).unwrap();
+        assert!(raw.len() > 4 * 64 * 1024);
+        let whole = LeakScan::run(
+            &all,
+            &[
+                ("snapshot", ""),
+                ("history", raw.as_str()),
+                ("history (normalised)", labelled.as_str()),
+                ("log", ""),
+                ("driver output", texts.driver_outputs[1]),
+            ],
+        );
+        assert_eq!(scan, whole);
+        let line = |needle: &str| raw.lines().position(|l| l.contains(needle)).unwrap() + 1;
+        assert_eq!(
+            scan.findings,
+            [
+                format!(
+                    "history:{}: contains secret #1 of this run",
+                    line("handed out")
+                ),
+                format!("history:{}: contains secret #2 of this run", line("leaked")),
+                format!(
+                    "history (normalised):{}: contains secret #2 of this run",
+                    line("leaked")
+                ),
+                "driver output:1: contains secret #2 of this run".to_string(),
+            ]
+        );
+        assert!(labelled.contains("handed out <secret-A>"));
+    }
 }

@@ -82,13 +82,82 @@ impl std::fmt::Debug for Normalizer {
 }
 
 /// Every known secret and id with its label, compiled once.
+#[derive(Clone)]
 enum Matcher {
     /// Nothing is known yet: text passes unchanged.
     Empty,
     /// The automaton and, per pattern, its label.
-    Ready(aho_corasick::AhoCorasick, Vec<String>),
+    Ready(aho_corasick::AhoCorasick, std::sync::Arc<[String]>),
     /// The pattern set could not be compiled (only on absurd sets).
     Failed,
+}
+
+impl Matcher {
+    /// Append `text` to `out` with every known value replaced by its label.
+    fn replace_into(&self, text: &str, out: &mut String) {
+        match self {
+            Matcher::Ready(ac, labels) => {
+                ac.replace_all_with(text, out, |m, _, out| {
+                    out.push_str(&labels[m.pattern().as_usize()]);
+                    true
+                });
+            }
+            Matcher::Empty => out.push_str(text),
+            // Never write unlabelled text.
+            Matcher::Failed => out.push_str("<snapshot could not be labelled>"),
+        }
+    }
+}
+
+/// An `io::Write` that hands on what is written in pieces of whole lines of
+/// about [`LineChunks::PIECE`] bytes (per line, the per-call setup of the
+/// searches made relabelling a sixth slower); [`LineChunks::finish`] hands
+/// on the unterminated rest.
+struct LineChunks<F: FnMut(&str)> {
+    pending: Vec<u8>,
+    f: F,
+}
+
+impl<F: FnMut(&str)> LineChunks<F> {
+    const PIECE: usize = 64 * 1024;
+
+    fn new(f: F) -> Self {
+        Self {
+            pending: Vec::with_capacity(Self::PIECE + 4096),
+            f,
+        }
+    }
+
+    /// Hand on `pending` up to its last newline, keeping the rest.
+    fn emit_lines(&mut self) {
+        if let Some(end) = memchr::memrchr(b'\n', &self.pending) {
+            // A newline byte never falls inside a UTF-8 sequence, so whole
+            // lines cut from valid UTF-8 are valid.
+            (self.f)(&String::from_utf8_lossy(&self.pending[..=end]));
+            self.pending.drain(..=end);
+        }
+    }
+
+    fn finish(mut self) {
+        self.emit_lines();
+        if !self.pending.is_empty() {
+            (self.f)(&String::from_utf8_lossy(&self.pending));
+        }
+    }
+}
+
+impl<F: FnMut(&str)> std::io::Write for LineChunks<F> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        if self.pending.len() >= Self::PIECE {
+            self.emit_lines();
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Normalizer {
@@ -137,8 +206,48 @@ impl Normalizer {
     /// as `<hex-N>` in order of appearance, so two runs of one seed compare equal.
     pub fn text_all(&mut self, text: &str) -> String {
         let known = self.text(text);
-        let bytes = known.as_bytes();
         let mut out = String::with_capacity(known.len());
+        self.label_hex(&known, &mut out);
+        out
+    }
+
+    /// `value` as pretty JSON, relabelled as [`Normalizer::text_all`] relabels
+    /// the whole text, but built a line at a time: the unlabelled JSON of a
+    /// long history is never held whole (with its relabelled copies it was a
+    /// third of a 2,000-grant run's peak). `each_lines(raw, labelled)` sees
+    /// each piece of whole lines both ways, in order.
+    pub fn json_all<T: serde::Serialize + ?Sized>(
+        &mut self,
+        value: &T,
+        mut each_lines: impl FnMut(&str, &str),
+    ) -> String {
+        // Ids known now rewrite every line, as the whole text's one pass would;
+        // hex runs labelled on the way are rewritten by the hex pass alone,
+        // which finds the same label. No id, secret or hex run spans a line:
+        // JSON escapes a newline inside a string.
+        let known = self.current_matcher();
+        let mut out = String::new();
+        let mut rewritten = String::new();
+        let mut lines = LineChunks::new(|raw: &str| {
+            rewritten.clear();
+            known.replace_into(raw, &mut rewritten);
+            let start = out.len();
+            self.label_hex(&rewritten, &mut out);
+            each_lines(raw, &out[start..]);
+        });
+        // Serialising a Serialize to memory fails only on a map with
+        // non-string keys, which no history holds.
+        let _ = serde_json::to_writer_pretty(&mut lines, value);
+        lines.finish();
+        // Grown by doubling: up to half of it would be held empty until the report is written.
+        out.shrink_to_fit();
+        out
+    }
+
+    /// Append `known` to `out` with each remaining run of 16+ lowercase hex
+    /// digits, standing alone, replaced by its `<hex-N>` label.
+    fn label_hex(&mut self, known: &str, out: &mut String) {
+        let bytes = known.as_bytes();
         let mut i = 0;
         while i < bytes.len() {
             let is_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
@@ -161,7 +270,6 @@ impl Normalizer {
             out.push(ch);
             i += ch.len_utf8();
         }
-        out
     }
 
     /// `text` with every known secret and id replaced by its label.
@@ -175,13 +283,21 @@ impl Normalizer {
         if cache.pending_in(text) {
             cache.invalidate();
         }
-        let matcher = cache.matcher.get_or_insert_with(|| self.compile());
-        match matcher {
-            Matcher::Ready(ac, labels) => ac.replace_all(text, labels),
-            Matcher::Empty => text.to_string(),
-            // Never write unlabelled text.
-            Matcher::Failed => "<snapshot could not be labelled>".to_string(),
+        let mut out = String::new();
+        cache
+            .matcher
+            .get_or_insert_with(|| self.compile())
+            .replace_into(text, &mut out);
+        out
+    }
+
+    /// The automaton over every value labelled so far (a copy that shares it).
+    fn current_matcher(&self) -> Matcher {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if !cache.pending.is_empty() {
+            cache.invalidate();
         }
+        cache.matcher.get_or_insert_with(|| self.compile()).clone()
     }
 
     fn cache_mut(&mut self) -> &mut Cache {
@@ -214,7 +330,7 @@ impl Normalizer {
             .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
             .build(&patterns)
         {
-            Ok(ac) => Matcher::Ready(ac, labels),
+            Ok(ac) => Matcher::Ready(ac, labels.into()),
             Err(_) => Matcher::Failed,
         }
     }
@@ -434,9 +550,69 @@ mod tests {
     /// `text` as an automaton compiled from scratch over every value rewrites it.
     fn from_scratch(n: &Normalizer, text: &str) -> String {
         match n.compile() {
-            Matcher::Ready(ac, labels) => ac.replace_all(text, &labels),
+            Matcher::Ready(ac, labels) => ac.replace_all(text, &labels[..]),
             Matcher::Empty => text.to_string(),
             Matcher::Failed => unreachable!("small pattern sets compile"),
+        }
+    }
+
+    #[test]
+    fn a_long_value_by_pieces_is_the_whole_text_relabelled() {
+        // Longer than several pieces, with known ids and hex runs throughout
+        // and hex runs repeating across pieces.
+        let values: Vec<String> = (0..20_000u64)
+            .map(|i| format!("ba-{:04} key-{:016x} {}", i % 97, (i % 1500) * 7919, i))
+            .collect();
+        let fresh = || {
+            let mut n = Normalizer::default();
+            for i in (0..97).step_by(3) {
+                n.id("uid", &format!("ba-{i:04}"));
+            }
+            n
+        };
+        let (mut whole, mut lines) = (fresh(), fresh());
+        let text = serde_json::to_string_pretty(&values).unwrap();
+        assert!(text.len() > 4 * LineChunks::<fn(&str)>::PIECE);
+        let want = whole.text_all(&text);
+        let mut pieces = 0;
+        let got = lines.json_all(&values, |_, _| pieces += 1);
+        assert_eq!(got, want);
+        assert!(pieces > 4, "{pieces} pieces");
+        assert!(got.contains("<hex-1500>") && !got.contains("<hex-1501>"));
+    }
+
+    proptest::proptest! {
+        /// A value relabelled a line at a time is the whole text relabelled:
+        /// same text, same labels after, and the lines handed on are the raw
+        /// and the relabelled text, each whole.
+        #[test]
+        fn json_by_lines_is_the_whole_text_relabelled(
+            known in proptest::collection::vec((proptest::bool::ANY, "[0-9a-f]{2,20}"), 0..8),
+            values in proptest::collection::vec("[0-9a-f\\- \n\"]{0,48}", 0..12),
+        ) {
+            let fresh = || {
+                let mut n = Normalizer::default();
+                n.fixed("http://127.0.0.1:1", "endpoint");
+                for (secret, v) in &known {
+                    if *secret {
+                        n.secret(&Secret::new(v));
+                    } else {
+                        n.id("uid", v);
+                    }
+                }
+                n
+            };
+            let (mut whole, mut lines) = (fresh(), fresh());
+            let want = whole.text_all(&serde_json::to_string_pretty(&values).unwrap());
+            let (mut raw, mut labelled) = (String::new(), String::new());
+            let got = lines.json_all(&values, |r, l| {
+                raw.push_str(r);
+                labelled.push_str(l);
+            });
+            proptest::prop_assert_eq!(&got, &want);
+            proptest::prop_assert_eq!(raw, serde_json::to_string_pretty(&values).unwrap());
+            proptest::prop_assert_eq!(labelled, got);
+            proptest::prop_assert_eq!(whole.text_all("ffff0123456789abcdef"), lines.text_all("ffff0123456789abcdef"));
         }
     }
 

@@ -65,6 +65,7 @@ const RESERVE_FOR_EXPLORE: f64 = 60.0;
 /// VMs the volume growth series spreads its attachments over.
 const VOLUME_VMS: u32 = 4;
 
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOC: drivelab::alloc::Allocator = drivelab::alloc::Allocator {};
 

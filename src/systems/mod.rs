@@ -29,7 +29,7 @@ pub(crate) async fn run(
 }
 
 /// What one system's checks read at the end of a run.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize)]
 #[serde(tag = "system", content = "observations", rename_all = "lowercase")]
 pub enum Observed {
     /// A COSI run.
@@ -46,7 +46,7 @@ pub const RECORD_FORMAT: u32 = 1;
 /// as written (secrets as keyed fingerprints), so `drivelab report RUN`
 /// judges a stored run exactly as the run did — or, after the checks
 /// change, as they now would.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Record {
     /// [`RECORD_FORMAT`] when written.
     pub format: u32,
@@ -57,6 +57,67 @@ pub struct Record {
     /// What they read.
     #[serde(flatten)]
     pub observed: Observed,
+}
+
+/// Read by hand, not derived: a derived read of the flattened `observed`
+/// buffers every observation as an untyped tree before typing it, which was
+/// a twelfth of a 2,000-grant run's peak memory. The written form puts
+/// `system` before `observations`, so each is read once, straight into its type.
+impl<'de> Deserialize<'de> for Record {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(RecordVisitor)
+    }
+}
+
+struct RecordVisitor;
+
+impl<'de> serde::de::Visitor<'de> for RecordVisitor {
+    type Value = Record;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a run's record")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Record, A::Error> {
+        use serde::de::Error;
+        /// `Observed`'s tag, as its derived `Serialize` writes it.
+        #[derive(Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        enum Tag {
+            Cosi,
+            Csi,
+        }
+        let mut format = None;
+        let mut invariants = None;
+        let mut require_exercised = None;
+        let mut system = None;
+        let mut observed = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "format" => format = Some(map.next_value()?),
+                "invariants" => invariants = Some(map.next_value()?),
+                "require_exercised" => require_exercised = Some(map.next_value()?),
+                "system" => system = Some(map.next_value()?),
+                "observations" => {
+                    observed = Some(match system {
+                        Some(Tag::Cosi) => Observed::Cosi(map.next_value()?),
+                        Some(Tag::Csi) => Observed::Csi(map.next_value()?),
+                        None => return Err(A::Error::custom("`observations` before `system`")),
+                    })
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Record {
+            format: format.ok_or_else(|| A::Error::missing_field("format"))?,
+            invariants: invariants.ok_or_else(|| A::Error::missing_field("invariants"))?,
+            require_exercised: require_exercised
+                .ok_or_else(|| A::Error::missing_field("require_exercised"))?,
+            observed: observed.ok_or_else(|| A::Error::missing_field("observations"))?,
+        })
+    }
 }
 
 /// Why a stored record cannot be judged.
@@ -138,5 +199,50 @@ fn require_exercised(required: &[Invariant], verdicts: &mut [Verdict]) {
                     .into(),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record_text(system_first: bool) -> String {
+        let obs = serde_json::to_string(&cosi::checks::Observations::default()).unwrap();
+        let (system, obs) = (
+            r#""system":"cosi""#.to_string(),
+            format!(r#""observations":{obs}"#),
+        );
+        let (a, b) = if system_first {
+            (system, obs)
+        } else {
+            (obs, system)
+        };
+        format!(r#"{{"format":{RECORD_FORMAT},"invariants":[],"require_exercised":[],{a},{b}}}"#)
+    }
+
+    #[test]
+    fn a_record_reads_back_as_written_and_a_foreign_one_is_refused_clearly() {
+        let written = Record {
+            format: RECORD_FORMAT,
+            invariants: Invariant::all().to_vec(),
+            require_exercised: Invariant::all()[..1].to_vec(),
+            observed: Observed::Csi(Box::default()),
+        };
+        let text = serde_json::to_string(&written).unwrap();
+        let read: Record = serde_json::from_str(&text).unwrap();
+        assert_eq!(serde_json::to_string(&read).unwrap(), text);
+        assert!(judge_text(&record_text(true), &[]).is_ok());
+
+        let err = |t: &str| judge_text(t, &[]).unwrap_err().to_string();
+        assert!(err(&record_text(false)).contains("`observations` before `system`"));
+        assert!(
+            err(r#"{"format":1,"invariants":[],"require_exercised":[]}"#)
+                .contains("missing field `observations`")
+        );
+        let other = record_text(true).replace(
+            &format!(r#""format":{RECORD_FORMAT}"#),
+            r#""format":99,"later":[1]"#,
+        );
+        assert!(err(&other).contains("has form 99"), "{}", err(&other));
     }
 }

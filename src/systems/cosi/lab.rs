@@ -1239,6 +1239,8 @@ impl Lab {
     }
 
     fn backend(&self) -> BackendState {
+        // Decoded once: each read decodes every policy document from the store.
+        let policies = self.fakes.s3().policies();
         BackendState {
             users: self
                 .fakes
@@ -1256,21 +1258,12 @@ impl Lab {
                     )
                 })
                 .collect(),
-            builtin_policies: self
-                .fakes
-                .s3()
-                .policies()
-                .into_iter()
+            builtin_policies: policies
+                .iter()
                 .filter(|p| p.builtin)
-                .map(|p| p.name)
+                .map(|p| p.name.clone())
                 .collect(),
-            policies: self
-                .fakes
-                .s3()
-                .policies()
-                .into_iter()
-                .map(|p| (p.name, p.document))
-                .collect(),
+            policies: policies.into_iter().map(|p| (p.name, p.document)).collect(),
             buckets: self
                 .fakes
                 .s3()
@@ -1449,7 +1442,6 @@ impl Lab {
         // has none). Read before the history: it notes what it held back of a flood.
         let driver_output = self.driver.output();
         let history = self.history.take_events();
-        let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
         // What reports write: ids labelled like the snapshot, so two runs diff cleanly.
         // Keys of accesses gone by the end appear only in the history: label them
         // in exchange order (deterministic by seed).
@@ -1466,20 +1458,17 @@ impl Lab {
                 }
             }
         }
-        let history_text = norm.text_all(&history_json);
         let logs = crate::logcap::since(log_start);
-        let leak_scan = crate::checks::LeakScan::of_run(
+        let (leak_scan, history_text) = crate::checks::LeakScan::of_run(
             &secrets,
             &crate::checks::RunTexts {
                 snapshot: &snapshot,
-                history: &history_json,
-                history_normalised: &history_text,
                 log: &logs,
                 driver_outputs: &[driver_output.as_str()],
             },
+            &history,
+            &mut norm,
         );
-        // The raw history was wanted for the scan only: not held through judging.
-        drop(history_json);
         let secret_shapes = checks::lifecycle::secret_shapes(&exchanges);
         let obs = Observations {
             exchanges,

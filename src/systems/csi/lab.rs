@@ -1339,8 +1339,6 @@ impl CsiLab {
             .map(|d| d.output())
             .collect();
         let history = self.history.take_events();
-        let history_json = serde_json::to_string_pretty(&history).unwrap_or_default();
-        let history_text = self.norm.text_all(&history_json);
         // Without the BOSH backend the lab cannot see what the driver made:
         // it asks the driver (ListVolumes/ListSnapshots, when advertised).
         let (listed_volumes, listed_snapshots) = if self.backend.is_none() {
@@ -1351,18 +1349,16 @@ impl CsiLab {
         let logs = crate::logcap::since(log_start);
         let secrets = self.secrets();
         let driver_outputs: Vec<&str> = driver_outputs.iter().map(String::as_str).collect();
-        let leak_scan = crate::checks::LeakScan::of_run(
+        let (leak_scan, history_text) = crate::checks::LeakScan::of_run(
             &secrets,
             &crate::checks::RunTexts {
                 snapshot: &snapshot,
-                history: &history_json,
-                history_normalised: &history_text,
                 log: &logs,
                 driver_outputs: &driver_outputs,
             },
+            &history,
+            &mut self.norm,
         );
-        // The raw history was wanted for the scan only: not held through judging.
-        drop(history_json);
         let obs = CsiObservations {
             samples: std::mem::take(&mut self.samples),
             calls: Vec::new(),
