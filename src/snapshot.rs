@@ -141,9 +141,9 @@ impl Matcher {
 }
 
 /// An `io::Write` that hands on what is written in pieces of whole lines of
-/// about [`LineChunks::PIECE`] bytes (per line, the per-call setup of the
-/// searches made relabelling a sixth slower); [`LineChunks::finish`] hands
-/// on the unterminated rest.
+/// about [`LineChunks::PIECE`] bytes (pieces, not single lines: each search
+/// of a piece has a setup cost); [`LineChunks::finish`] hands on the
+/// unterminated rest.
 struct LineChunks<F: FnMut(&str)> {
     pending: Vec<u8>,
     f: F,
@@ -314,8 +314,8 @@ impl Normalizer {
         let cache = &mut *cache;
         let base = cache.matcher.get_or_insert_with(|| self.compile(None));
         let mut out = String::new();
-        // A few pending values: look for each (a memchr-fast scan). More:
-        // their own automaton says whether one occurs, and rewrites with the old.
+        // A few pending values: their automaton is wanted only if one occurs
+        // (a memchr-fast scan for each). More: it is searched beside the old one.
         let recent = match cache.pending.len() {
             0 => None,
             n if n <= FEW_PENDING => cache
