@@ -316,26 +316,21 @@ impl Normalizer {
         let mut out = String::new();
         // A few pending values: their automaton is wanted only if one occurs
         // (a memchr-fast scan for each). More: it is searched beside the old one.
-        let recent = match cache.pending.len() {
-            0 => None,
+        let pending_may_occur = match cache.pending.len() {
+            0 => false,
             n if n <= FEW_PENDING => cache
                 .pending
                 .iter()
-                .any(|v| memchr::memmem::find(text.as_bytes(), v.as_bytes()).is_some())
-                .then(|| {
-                    &*cache
-                        .recent
-                        .get_or_insert_with(|| self.compile(Some(&cache.pending)))
-                }),
-            _ => Some(
-                &*cache
-                    .recent
-                    .get_or_insert_with(|| self.compile(Some(&cache.pending))),
-            ),
+                .any(|v| memchr::memmem::find(text.as_bytes(), v.as_bytes()).is_some()),
+            _ => true,
         };
-        match recent {
-            Some(recent) => base.replace_with(recent, text, &mut out),
-            None => base.replace_into(text, &mut out),
+        if pending_may_occur {
+            let recent = cache
+                .recent
+                .get_or_insert_with(|| self.compile(Some(&cache.pending)));
+            base.replace_with(recent, text, &mut out);
+        } else {
+            base.replace_into(text, &mut out);
         }
         out
     }
