@@ -19,6 +19,41 @@ pub struct Normalizer {
     /// labelling a new id; rebuilding per call made a step cost O(ids²) (issue
     /// 9's profile: 65% of a growth run's CPU; at 1000 nodes, 72%).
     cache: std::sync::Mutex<Cache>,
+    /// The last snapshot's lines relabelled, for [`Normalizer::text_all_lines`].
+    lines: Option<LineMemo>,
+}
+
+/// The lines of the last text relabelled through [`Normalizer::text_all_lines`],
+/// and the values labelled since (only while such a memo exists): a line none
+/// of them occurs in relabels as it did. A snapshot after every step relabelled
+/// the whole state each step, a third of a 500-grant `drivelab run`.
+#[derive(Default)]
+struct LineMemo {
+    /// Raw line, with its newline → the line relabelled.
+    lines: LineMap,
+    /// Values labelled (or labelled anew) in order, from when the memo began.
+    log: Vec<Box<str>>,
+    /// Every line in `lines` was relabelled knowing `log[..known]`.
+    known: usize,
+    /// A labelled value holds a newline: it could span lines, so texts are
+    /// relabelled whole.
+    multiline: bool,
+}
+
+/// Raw line → relabelled line. Hashed with foldhash: SipHash was a third of
+/// the relabelling that remained.
+type LineMap = std::collections::HashMap<Box<str>, Box<str>, foldhash::fast::RandomState>;
+
+/// Where in `text` any of `values` starts, in text order (one search of the
+/// whole text, not one per line); `None`: it could not be searched, so any
+/// line may hold one. None of them holds a newline, so each lies in one line;
+/// a match hidden inside another is in that one's line too.
+fn stale_lines(text: &str, values: &[Box<str>]) -> Option<Vec<usize>> {
+    if values.is_empty() {
+        return Some(Vec::new());
+    }
+    let ac = aho_corasick::AhoCorasick::new(values.iter().map(|v| v.as_bytes())).ok()?;
+    Some(ac.find_iter(text).map(|m| m.start()).collect())
 }
 
 /// The compiled automaton and what it does not know yet.
@@ -214,6 +249,7 @@ impl Normalizer {
             // May relabel a known value, which the automaton would still use.
             self.labels.insert(raw.to_string(), format!("<{label}>"));
             self.cache_mut().invalidate();
+            self.log_for_lines(raw);
         }
     }
 
@@ -239,6 +275,63 @@ impl Normalizer {
         let known = self.text(text);
         let mut out = String::with_capacity(known.len());
         self.label_hex(&known, &mut out);
+        out
+    }
+
+    /// [`Normalizer::text_all`] of a text much like the last one given here,
+    /// line by line: a line given last time is not relabelled again unless a
+    /// value labelled since occurs in it. The result is `text_all`'s, byte
+    /// for byte (a test checks it); a snapshot taken after every step pays
+    /// for what the step changed, not for the whole state again.
+    pub fn text_all_lines(&mut self, text: &str) -> String {
+        let mut memo = self.lines.take().unwrap_or_default();
+        if memo.multiline {
+            self.lines = Some(memo);
+            return self.text_all(text);
+        }
+        let start = memo.log.len();
+        let stale = stale_lines(text, &memo.log[memo.known..start]);
+        let mut kept = std::mem::take(&mut memo.lines);
+        // Values labelled from here on are logged for the next call.
+        self.lines = Some(memo);
+        let (base, recent) = self.frozen_matchers();
+        let mut lines = LineMap::with_capacity_and_hasher(kept.len() + 16, Default::default());
+        let mut out = String::with_capacity(text.len());
+        let mut rewritten = String::new();
+        let (mut at, mut next_stale) = (0, 0);
+        for line in text.split_inclusive('\n') {
+            let (from, to) = (at, at + line.len());
+            at = to;
+            let is_stale = stale.as_ref().is_none_or(|starts| {
+                while starts.get(next_stale).is_some_and(|&m| m < from) {
+                    next_stale += 1;
+                }
+                starts.get(next_stale).is_some_and(|&m| m < to)
+            });
+            if let Some(l) = lines.get(line) {
+                out.push_str(l);
+                continue;
+            }
+            let (key, labelled) = match kept.remove_entry(line) {
+                Some(entry) if !is_stale => entry,
+                _ => {
+                    rewritten.clear();
+                    match &recent {
+                        Some(r) => base.replace_with(r, line, &mut rewritten),
+                        None => base.replace_into(line, &mut rewritten),
+                    }
+                    let mut l = String::with_capacity(rewritten.len());
+                    self.label_hex(&rewritten, &mut l);
+                    (line.into(), l.into_boxed_str())
+                }
+            };
+            out.push_str(&labelled);
+            lines.insert(key, labelled);
+        }
+        if let Some(memo) = &mut self.lines {
+            memo.lines = lines;
+            memo.known = start;
+        }
         out
     }
 
@@ -338,6 +431,33 @@ impl Normalizer {
     fn added(&mut self, raw: &str) {
         let total = self.labels.len() + self.secrets.len();
         self.cache_mut().added(raw, total);
+        self.log_for_lines(raw);
+    }
+
+    /// A value labelled, or labelled anew: lines it occurs in must be relabelled.
+    fn log_for_lines(&mut self, raw: &str) {
+        if let Some(memo) = &mut self.lines {
+            memo.multiline |= raw.contains('\n');
+            memo.log.push(raw.into());
+        }
+    }
+
+    /// Both automata as they are now, for a text rewritten in pieces as its
+    /// one pass would be (values labelled on the way are not used by it).
+    fn frozen_matchers(&self) -> (Matcher, Option<Matcher>) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let cache = &mut *cache;
+        let base = cache
+            .matcher
+            .get_or_insert_with(|| self.compile(None))
+            .clone();
+        let recent = (!cache.pending.is_empty()).then(|| {
+            cache
+                .recent
+                .get_or_insert_with(|| self.compile(Some(&cache.pending)))
+                .clone()
+        });
+        (base, recent)
     }
 
     /// The automaton over every value labelled so far (a copy that shares it).
@@ -695,6 +815,39 @@ mod tests {
                     n.id("x", &value);
                 }
                 proptest::prop_assert_eq!(n.text(&text), from_scratch(&n, &text));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A text relabelled through the last text's lines is the text
+        /// relabelled whole, step after step, with values labelled between
+        /// and during (hex runs), lines repeated, and values that hold a newline.
+        #[test]
+        fn relabelling_by_kept_lines_is_relabelling_whole(
+            pool in proptest::collection::vec("[0-9a-f -]{0,40}", 1..8),
+            steps in proptest::collection::vec(
+                (0..8u8, "[0-9a-f]{1,20}", proptest::collection::vec(0..8usize, 0..12), proptest::bool::ANY),
+                1..40),
+        ) {
+            let (mut whole, mut lines) = (Normalizer::default(), Normalizer::default());
+            for (op, value, picks, end_newline) in steps {
+                for n in [&mut whole, &mut lines] {
+                    match op {
+                        0 | 1 => { n.id("uid", &value); }
+                        2 => { n.secret(&Secret::new(&value)); }
+                        3 => n.fixed(&value, "endpoint"),
+                        4 => { n.id("uid", &format!("{value}\n{value}")); }
+                        _ => {}
+                    }
+                }
+                let mut text = picks.iter().map(|&i| pool[i % pool.len()].as_str()).collect::<Vec<_>>().join("\n");
+                if end_newline {
+                    text.push('\n');
+                }
+                proptest::prop_assert_eq!(lines.text_all_lines(&text), whole.text_all(&text));
+                proptest::prop_assert_eq!(&lines.labels, &whole.labels);
+                proptest::prop_assert_eq!(&lines.secrets, &whole.secrets);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! drivelab-bench: `make bench` prints what the lab costs (per driver call,
-//! COSI and CSI; whole suite; virtual clock; growth in BucketAccesses and in
-//! volumes) beside its targets and writes
+//! COSI and CSI; whole suite; virtual clock; growth in BucketAccesses, with
+//! the final snapshot and with one per step, and in volumes) beside its
+//! targets and writes
 //! reports/bench.json; `make bench-check` re-measures the ratios only and
 //! compares them with the committed file, with a generous margin.
 //!
@@ -9,7 +10,7 @@
 //!   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
 //!   drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
 //!   drivelab-bench scale [--out reports/bench.json] [--dir bench/scale]
-//!   drivelab-bench child ((percall | csi-percall) [--rounds R --batch B --only ID,..] | suite DIR | virtual | growth N | csi-growth N | madmin-rss N | explore | sweep)   (internal)
+//!   drivelab-bench child ((percall | csi-percall) [--rounds R --batch B --only ID,..] | suite DIR | virtual | growth N [--step-snapshots] | csi-growth N | madmin-rss N | explore | sweep)   (internal)
 //!
 //! Sections are plain functions called from `bench`/`measure_ratios`; a new
 //! one adds a child command and a report key.
@@ -219,6 +220,7 @@ struct Measured {
     csi_per_call: Value,
     vc: Value,
     growth: Value,
+    step_growth: Value,
     volume_growth: Value,
 }
 
@@ -248,6 +250,17 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<Measured> {
         &[10, 100, 1000, 10000],
         max_n,
         |n| vec!["growth".into(), n.to_string()],
+        started,
+        RESERVE_AFTER_BA_GROWTH,
+    );
+
+    // What `drivelab run` pays: it snapshots after every step, which the
+    // series above leaves out (session 20 found it quadratic there).
+    let step_growth = growth_series(
+        "one claim + N grants, a snapshot after every step as `drivelab run` takes them (StepSnapshots::Every)",
+        &[10, 100, 1000],
+        max_n,
+        |n| vec!["growth".into(), n.to_string(), "--step-snapshots".into()],
         started,
         RESERVE_AFTER_BA_GROWTH,
     );
@@ -284,6 +297,7 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<Measured> {
         csi_per_call,
         vc,
         growth,
+        step_growth,
         volume_growth,
     })
 }
@@ -430,6 +444,7 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
         "madmin_rss": madmin,
         "virtual_clock": m.vc,
         "growth": m.growth,
+        "step_growth": m.step_growth,
         "volume_growth": m.volume_growth,
         "explore": explore,
         "sweep": sweep,
@@ -715,6 +730,12 @@ fn print_table(r: &Value) {
         "",
     ));
     growth_rows(&mut rows, &r["growth"], "growth", "BucketAccesses");
+    growth_rows(
+        &mut rows,
+        &r["step_growth"],
+        "growth, snapshot per step",
+        "BucketAccesses",
+    );
     let c = &r["csi_per_call"];
     let cs = &c["raw"]["series"];
     let cr = f(&c["ratios"]["publish_lab_over_bare"]);

@@ -192,7 +192,12 @@ struct Lab {
     /// The driver's bearer token for the Kubernetes API.
     kube_token: Secret,
     converge_within: Duration,
+    /// Every object the scenario created, in creation order (labelled first, in this order).
     uids: Vec<String>,
+    /// How many of `uids` the normaliser has been given (they only grow).
+    uids_labelled: usize,
+    /// What the last per-step snapshot decoded of the credentials Secrets.
+    bucket_infos: snapshot::BucketInfos,
     retries: Vec<RetryObservation>,
     policies_at_grant: BTreeMap<String, BTreeMap<String, Value>>,
     account_of: BTreeMap<String, (String, String)>,
@@ -442,6 +447,8 @@ impl Lab {
             kube_token,
             converge_within: scn.converge_within,
             uids: Vec::new(),
+            uids_labelled: 0,
+            bucket_infos: snapshot::BucketInfos::default(),
             retries: Vec::new(),
             policies_at_grant: BTreeMap::new(),
             account_of: BTreeMap::new(),
@@ -520,14 +527,15 @@ impl Lab {
             }
         }
         let checkpoints = self.checkpoints()?;
-        for u in &self.uids {
+        for u in &self.uids[self.uids_labelled..] {
             self.norm.id("uid", u);
         }
+        self.uids_labelled = self.uids.len();
         let input = SnapshotInput {
             claims: kube.list_shared(Kind::BucketClaim, None)?,
             buckets: kube.list_shared(Kind::Bucket, None)?,
             accesses,
-            credential_secrets,
+            credential_secrets: self.bucket_infos.read(credential_secrets),
             checkpoints,
             backend: &backend,
             lab_buckets: &self.lab_buckets,
@@ -1426,7 +1434,13 @@ impl Lab {
                 claims: claims.into_iter().map(Arc::new).collect(),
                 buckets: buckets.into_iter().map(Arc::new).collect(),
                 accesses: accesses.into_iter().map(Arc::new).collect(),
-                credential_secrets: credential_secrets.into_iter().map(Arc::new).collect(),
+                credential_secrets: credential_secrets
+                    .into_iter()
+                    .map(|sec| {
+                        let info = snapshot::bucket_info(&sec).map(Arc::new);
+                        (Arc::new(sec), info)
+                    })
+                    .collect(),
                 checkpoints,
                 backend: &backend,
                 lab_buckets: &lab_buckets,

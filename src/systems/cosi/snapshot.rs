@@ -22,14 +22,48 @@ pub struct SnapshotInput<'a> {
     pub buckets: Vec<Arc<Value>>,
     /// BucketAccesses.
     pub accesses: Vec<Arc<Value>>,
-    /// Credentials Secrets named by accesses (namespace/name → object).
-    pub credential_secrets: Vec<Arc<Value>>,
+    /// Credentials Secrets named by accesses, each with its `BucketInfo`.
+    pub credential_secrets: Vec<CredentialSecret>,
     /// Objects in the driver's state namespace (its checkpoints): (kind, object).
     pub checkpoints: Vec<(&'static str, Arc<Value>)>,
     /// The backend as the driver left it.
     pub backend: &'a BackendState,
     /// Backend buckets the lab itself owns (canaries), shown apart.
     pub lab_buckets: &'a [String],
+}
+
+/// A credentials Secret and its decoded `BucketInfo` (`None`: unreadable).
+pub type CredentialSecret = (Arc<Value>, Option<Arc<Value>>);
+
+/// The `BucketInfo`s the last snapshot decoded, by the Secret object they
+/// came from: a snapshot after every step decoded every Secret twice, though
+/// a step changes one or two.
+#[derive(Default)]
+pub struct BucketInfos(std::collections::HashMap<usize, CredentialSecret>);
+
+impl BucketInfos {
+    /// Each Secret with its `BucketInfo`, decoded unless it was last time;
+    /// Secrets not among these are forgotten.
+    pub fn read(&mut self, secrets: Vec<Arc<Value>>) -> Vec<CredentialSecret> {
+        // Keyed by address: a kept entry holds its Secret, so while it is
+        // kept no other object can have that address.
+        let mut last = std::mem::take(&mut self.0);
+        let read: Vec<CredentialSecret> = secrets
+            .into_iter()
+            .map(|sec| match last.remove(&(Arc::as_ptr(&sec) as usize)) {
+                Some(kept) => kept,
+                None => {
+                    let info = bucket_info(&sec).map(Arc::new);
+                    (sec, info)
+                }
+            })
+            .collect();
+        self.0 = read
+            .iter()
+            .map(|(sec, info)| (Arc::as_ptr(sec) as usize, (sec.clone(), info.clone())))
+            .collect();
+        read
+    }
 }
 
 /// Render the canonical snapshot. `norm` should already know the run's uids in
@@ -45,8 +79,8 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     for a in &input.accesses {
         norm.id("account", &s(a, &["status", "accountID"]));
     }
-    for sec in &input.credential_secrets {
-        if let Some(info) = bucket_info(sec) {
+    for (_, info) in &input.credential_secrets {
+        if let Some(info) = info {
             let key = s(&info, &["spec", "secretS3", "accessKeyID"]);
             norm.id("key", &key);
             norm.secret(&Secret::new(s(
@@ -81,7 +115,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
 
     let mut out = String::new();
     let _ = writeln!(out, "claims:");
-    for c in sorted(&input.claims, norm) {
+    for c in sorted(&input.claims, |o| o, norm) {
         let _ = writeln!(
             out,
             "  {}/{}: class {}, bucket {}, ready {}",
@@ -93,7 +127,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
         );
     }
     let _ = writeln!(out, "buckets (objects):");
-    for bk in sorted(&input.buckets, norm) {
+    for bk in sorted(&input.buckets, |o| o, norm) {
         let claim = match c(&bk, &["spec", "bucketClaim"]) {
             Some(cl) if !cl.is_null() => format!("{}/{}", s(cl, &["namespace"]), s(cl, &["name"])),
             _ => "released".to_string(),
@@ -109,7 +143,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
         );
     }
     let _ = writeln!(out, "accesses:");
-    for a in sorted(&input.accesses, norm) {
+    for a in sorted(&input.accesses, |o| o, norm) {
         let _ = writeln!(
             out,
             "  {}/{}: claim {}, class {}, account {}, granted {}, secret {}",
@@ -123,13 +157,13 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
         );
     }
     let _ = writeln!(out, "credential secrets:");
-    for sec in sorted(&input.credential_secrets, norm) {
+    for (sec, info) in sorted(&input.credential_secrets, |(sec, _)| sec, norm) {
         let name = format!(
             "{}/{}",
             s(&sec, &["metadata", "namespace"]),
             s(&sec, &["metadata", "name"])
         );
-        match bucket_info(&sec) {
+        match info {
             Some(info) => {
                 let key = s(&info, &["spec", "secretS3", "accessKeyID"]);
                 let secret = norm.secret(&Secret::new(s(
@@ -208,13 +242,15 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
         .collect();
     cps.sort();
     out.extend(cps.into_iter().map(|l| l + "\n"));
-    norm.text_all(&out)
+    norm.text_all_lines(&out)
 }
 
-fn sorted(objs: &[Arc<Value>], norm: &Normalizer) -> Vec<Arc<Value>> {
-    let mut v: Vec<Arc<Value>> = objs.to_vec();
+/// `objs` by the relabelled namespace/name of each one's object.
+fn sorted<T: Clone>(objs: &[T], object: impl Fn(&T) -> &Value, norm: &Normalizer) -> Vec<T> {
+    let mut v: Vec<T> = objs.to_vec();
     // Each key is a relabelling: worth computing once per object.
-    v.sort_by_cached_key(|o| {
+    v.sort_by_cached_key(|t| {
+        let o = object(t);
         norm.text(&format!(
             "{}/{}",
             s(o, &["metadata", "namespace"]),
