@@ -81,10 +81,10 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     }
     for (_, info) in &input.credential_secrets {
         if let Some(info) = info {
-            let key = s(&info, &["spec", "secretS3", "accessKeyID"]);
+            let key = s(info, &["spec", "secretS3", "accessKeyID"]);
             norm.id("key", &key);
             norm.secret(&Secret::new(s(
-                &info,
+                info,
                 &["spec", "secretS3", "accessSecretKey"],
             )));
             // Policies in the order of the accesses that use them, not of random key order.
