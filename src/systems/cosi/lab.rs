@@ -198,6 +198,8 @@ struct Lab {
     uids_labelled: usize,
     /// What the last per-step snapshot decoded of the credentials Secrets.
     bucket_infos: snapshot::BucketInfos,
+    /// The lines the last per-step snapshot showed its objects as.
+    object_lines: snapshot::ObjectLines,
     retries: Vec<RetryObservation>,
     policies_at_grant: BTreeMap<String, BTreeMap<String, Value>>,
     account_of: BTreeMap<String, (String, String)>,
@@ -449,6 +451,7 @@ impl Lab {
             uids: Vec::new(),
             uids_labelled: 0,
             bucket_infos: snapshot::BucketInfos::default(),
+            object_lines: snapshot::ObjectLines::default(),
             retries: Vec::new(),
             policies_at_grant: BTreeMap::new(),
             account_of: BTreeMap::new(),
@@ -540,7 +543,11 @@ impl Lab {
             backend: &backend,
             lab_buckets: &self.lab_buckets,
         };
-        Ok(snapshot::render(&input, &mut self.norm))
+        Ok(snapshot::render(
+            &input,
+            &mut self.norm,
+            &mut self.object_lines,
+        ))
     }
 
     async fn stop(&mut self) {
@@ -1446,6 +1453,8 @@ impl Lab {
                 lab_buckets: &lab_buckets,
             },
             &mut norm,
+            // Nothing kept: the objects are read afresh after the last step.
+            &mut snapshot::ObjectLines::default(),
         );
 
         let probes = self.probe_all(&live).await;

@@ -68,7 +68,7 @@ impl BucketInfos {
 
 /// Render the canonical snapshot. `norm` should already know the run's uids in
 /// creation order; the rest is labelled here in a fixed walk order.
-pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
+pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut ObjectLines) -> String {
     // Label ids in a fixed walk order so labels do not depend on random values.
     for c in &input.claims {
         norm.id("uid", &s(c, &["metadata", "uid"]));
@@ -116,76 +116,57 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "claims:");
     for c in sorted(&input.claims, |o| o, norm) {
-        let _ = writeln!(
-            out,
-            "  {}/{}: class {}, bucket {}, ready {}",
-            s(&c, &["metadata", "namespace"]),
-            s(&c, &["metadata", "name"]),
-            s(&c, &["spec", "bucketClassName"]),
-            or_dash(&s(&c, &["status", "bucketName"])),
-            b(&c, &["status", "bucketReady"]),
-        );
+        out.push_str(kept.line(Section::Claim, &c, || {
+            format!(
+                "  {}/{}: class {}, bucket {}, ready {}\n",
+                s(&c, &["metadata", "namespace"]),
+                s(&c, &["metadata", "name"]),
+                s(&c, &["spec", "bucketClassName"]),
+                or_dash(&s(&c, &["status", "bucketName"])),
+                b(&c, &["status", "bucketReady"]),
+            )
+        }));
     }
     let _ = writeln!(out, "buckets (objects):");
     for bk in sorted(&input.buckets, |o| o, norm) {
-        let claim = match c(&bk, &["spec", "bucketClaim"]) {
-            Some(cl) if !cl.is_null() => format!("{}/{}", s(cl, &["namespace"]), s(cl, &["name"])),
-            _ => "released".to_string(),
-        };
-        let _ = writeln!(
-            out,
-            "  {}: claim {}, policy {}, bucketID {}, ready {}",
-            s(&bk, &["metadata", "name"]),
-            claim,
-            s(&bk, &["spec", "deletionPolicy"]),
-            or_dash(&s(&bk, &["status", "bucketID"])),
-            b(&bk, &["status", "bucketReady"]),
-        );
+        out.push_str(kept.line(Section::Bucket, &bk, || {
+            let claim = match c(&bk, &["spec", "bucketClaim"]) {
+                Some(cl) if !cl.is_null() => {
+                    format!("{}/{}", s(cl, &["namespace"]), s(cl, &["name"]))
+                }
+                _ => "released".to_string(),
+            };
+            format!(
+                "  {}: claim {}, policy {}, bucketID {}, ready {}\n",
+                s(&bk, &["metadata", "name"]),
+                claim,
+                s(&bk, &["spec", "deletionPolicy"]),
+                or_dash(&s(&bk, &["status", "bucketID"])),
+                b(&bk, &["status", "bucketReady"]),
+            )
+        }));
     }
     let _ = writeln!(out, "accesses:");
     for a in sorted(&input.accesses, |o| o, norm) {
-        let _ = writeln!(
-            out,
-            "  {}/{}: claim {}, class {}, account {}, granted {}, secret {}",
-            s(&a, &["metadata", "namespace"]),
-            s(&a, &["metadata", "name"]),
-            s(&a, &["spec", "bucketClaimName"]),
-            s(&a, &["spec", "bucketAccessClassName"]),
-            or_dash(&s(&a, &["status", "accountID"])),
-            b(&a, &["status", "accessGranted"]),
-            s(&a, &["spec", "credentialsSecretName"]),
-        );
+        out.push_str(kept.line(Section::Access, &a, || {
+            format!(
+                "  {}/{}: claim {}, class {}, account {}, granted {}, secret {}\n",
+                s(&a, &["metadata", "namespace"]),
+                s(&a, &["metadata", "name"]),
+                s(&a, &["spec", "bucketClaimName"]),
+                s(&a, &["spec", "bucketAccessClassName"]),
+                or_dash(&s(&a, &["status", "accountID"])),
+                b(&a, &["status", "accessGranted"]),
+                s(&a, &["spec", "credentialsSecretName"]),
+            )
+        }));
     }
     let _ = writeln!(out, "credential secrets:");
     for (sec, info) in sorted(&input.credential_secrets, |(sec, _)| sec, norm) {
-        let name = format!(
-            "{}/{}",
-            s(&sec, &["metadata", "namespace"]),
-            s(&sec, &["metadata", "name"])
-        );
-        match info {
-            Some(info) => {
-                let key = s(&info, &["spec", "secretS3", "accessKeyID"]);
-                let secret = norm.secret(&Secret::new(s(
-                    &info,
-                    &["spec", "secretS3", "accessSecretKey"],
-                )));
-                let _ = writeln!(
-                    out,
-                    "  {name}: BucketInfo {} bucket {}, auth {}, key {}, secret {}, endpoint {}, region {}",
-                    s(&info, &["metadata", "name"]),
-                    s(&info, &["spec", "bucketName"]),
-                    s(&info, &["spec", "authenticationType"]),
-                    key,
-                    secret,
-                    s(&info, &["spec", "secretS3", "endpoint"]),
-                    s(&info, &["spec", "secretS3", "region"]),
-                );
-            }
-            None => {
-                let _ = writeln!(out, "  {name}: no readable BucketInfo");
-            }
-        }
+        // The secret's label is the same each time (the walk above gave it one).
+        out.push_str(kept.line(Section::CredentialSecret, &sec, || {
+            credential_secret_line(&sec, info.as_deref(), norm)
+        }));
     }
     let _ = writeln!(out, "backend users:");
     let mut users: Vec<String> = input
@@ -235,14 +216,86 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer) -> String {
     bks.sort();
     out.extend(bks.into_iter().map(|l| l + "\n"));
     let _ = writeln!(out, "driver checkpoints:");
+    // A checkpoint's digests and secrets were labelled when it was first
+    // shown: shown again unchanged, its line is the same.
     let mut cps: Vec<String> = input
         .checkpoints
         .iter()
-        .map(|(kind, o)| format!("  {kind} {}", checkpoint_line(o, norm)))
+        .map(|(kind, o)| {
+            kept.line(Section::Checkpoint, o, || {
+                format!("  {kind} {}", checkpoint_line(o, norm))
+            })
+            .to_string()
+        })
         .collect();
     cps.sort();
     out.extend(cps.into_iter().map(|l| l + "\n"));
+    kept.forget_unused();
     norm.text_all_lines(&out)
+}
+
+/// The line of one credentials Secret (with its newline).
+fn credential_secret_line(sec: &Value, info: Option<&Value>, norm: &mut Normalizer) -> String {
+    let name = format!(
+        "{}/{}",
+        s(sec, &["metadata", "namespace"]),
+        s(sec, &["metadata", "name"])
+    );
+    let Some(info) = info else {
+        return format!("  {name}: no readable BucketInfo\n");
+    };
+    let secret = norm.secret(&Secret::new(s(
+        info,
+        &["spec", "secretS3", "accessSecretKey"],
+    )));
+    format!(
+        "  {name}: BucketInfo {} bucket {}, auth {}, key {}, secret {}, endpoint {}, region {}\n",
+        s(info, &["metadata", "name"]),
+        s(info, &["spec", "bucketName"]),
+        s(info, &["spec", "authenticationType"]),
+        s(info, &["spec", "secretS3", "accessKeyID"]),
+        secret,
+        s(info, &["spec", "secretS3", "endpoint"]),
+        s(info, &["spec", "secretS3", "region"]),
+    )
+}
+
+/// Which part of the snapshot a kept line belongs to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Section {
+    Claim,
+    Bucket,
+    Access,
+    CredentialSecret,
+    Checkpoint,
+}
+
+/// The line each kube object was last shown as, kept while the snapshot
+/// shows the same object: the kube fake hands out one shared tree per
+/// stored version, so the same tree is the same object, unchanged. A
+/// snapshot after every step formatted every object again each step.
+#[derive(Default)]
+pub struct ObjectLines {
+    /// (section, address) → the object (which pins the address while kept),
+    /// its line, and whether this snapshot showed it.
+    lines: std::collections::HashMap<(Section, usize), (Arc<Value>, String, bool)>,
+}
+
+impl ObjectLines {
+    /// `obj`'s line in `section`, made by `make` unless it was kept.
+    fn line(&mut self, section: Section, obj: &Arc<Value>, make: impl FnOnce() -> String) -> &str {
+        let entry = self
+            .lines
+            .entry((section, Arc::as_ptr(obj) as usize))
+            .or_insert_with(|| (obj.clone(), make(), true));
+        entry.2 = true;
+        &entry.1
+    }
+
+    /// Drop the lines of objects this snapshot did not show.
+    fn forget_unused(&mut self) {
+        self.lines.retain(|_, (_, _, shown)| std::mem::take(shown));
+    }
 }
 
 /// `objs` by the relabelled namespace/name of each one's object.
@@ -345,4 +398,117 @@ fn checkpoint_line(o: &Value, norm: &mut Normalizer) -> String {
 
 fn is_digest(v: &str) -> bool {
     v.len() >= 32 && v.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(ns: &str, name: &str, rest: Value) -> Arc<Value> {
+        let mut o =
+            json!({"metadata": {"namespace": ns, "name": name, "uid": format!("uid-of-{name}")}});
+        if let (Some(o), Some(rest)) = (o.as_object_mut(), rest.as_object()) {
+            o.extend(rest.clone());
+        }
+        Arc::new(o)
+    }
+
+    fn access(name: &str, granted: bool) -> Arc<Value> {
+        object(
+            "default",
+            name,
+            json!({"spec": {"bucketClaimName": "photos", "bucketAccessClassName": "rw",
+                     "credentialsSecretName": format!("{name}-creds")},
+                   "status": {"accountID": format!("acct-{name}"), "accessGranted": granted}}),
+        )
+    }
+
+    fn credentials(name: &str, secret: &str) -> Arc<Value> {
+        let info = json!({"metadata": {"name": format!("ba-{name}")},
+            "spec": {"bucketName": "b1", "authenticationType": "Key",
+                     "secretS3": {"accessKeyID": format!("KEY-{name}"), "accessSecretKey": secret,
+                                  "endpoint": "http://127.0.0.1:1", "region": "us-east-1"}}});
+        let enc = base64::engine::general_purpose::STANDARD.encode(info.to_string());
+        object(
+            "default",
+            &format!("{name}-creds"),
+            json!({"data": {"BucketInfo": enc}}),
+        )
+    }
+
+    /// One step's objects: a claim, and (access, its Secret) pairs.
+    fn render_step(
+        claim: &Arc<Value>,
+        accesses: &[(Arc<Value>, Arc<Value>)],
+        norm: &mut Normalizer,
+        kept: &mut ObjectLines,
+        infos: &mut BucketInfos,
+    ) -> String {
+        let backend = BackendState::default();
+        let input = SnapshotInput {
+            claims: vec![claim.clone()],
+            buckets: vec![],
+            accesses: accesses.iter().map(|(a, _)| a.clone()).collect(),
+            credential_secrets: infos.read(accesses.iter().map(|(_, s)| s.clone()).collect()),
+            checkpoints: vec![(
+                "configmap",
+                object(
+                    "driver",
+                    "state",
+                    json!({"kind": "ConfigMap", "data": {"n": accesses.len().to_string()}}),
+                ),
+            )],
+            backend: &backend,
+            lab_buckets: &[],
+        };
+        render(&input, norm, kept)
+    }
+
+    #[test]
+    fn kept_lines_render_as_fresh_ones_and_follow_changed_objects() {
+        let claim = |ready: bool| {
+            object(
+                "default",
+                "photos",
+                json!({"spec": {"bucketClassName": "standard"}, "status": {"bucketName": "b1", "bucketReady": ready}}),
+            )
+        };
+        let (unready, ready) = (claim(false), claim(true));
+        let a1 = (
+            access("a1", false),
+            credentials("a1", "secret-one-aaaaaaaaaa"),
+        );
+        let a1_granted = (
+            access("a1", true),
+            credentials("a1", "secret-two-bbbbbbbbbb"),
+        );
+        let a2 = (
+            access("a2", true),
+            credentials("a2", "secret-three-cccccccc"),
+        );
+        let steps: Vec<(&Arc<Value>, Vec<(Arc<Value>, Arc<Value>)>)> = vec![
+            (&unready, vec![]),
+            (&ready, vec![a1.clone()]),
+            // a1 changed (new objects, a rotated secret), a2 is new, the claim is the same object.
+            (&ready, vec![a1_granted.clone(), a2.clone()]),
+            (&ready, vec![a2.clone()]),
+        ];
+        let (mut norm_kept, mut kept, mut infos) = Default::default();
+        let mut norm_fresh = Normalizer::default();
+        for (i, (claim, accesses)) in steps.iter().enumerate() {
+            let got = render_step(claim, accesses, &mut norm_kept, &mut kept, &mut infos);
+            let want = render_step(
+                claim,
+                accesses,
+                &mut norm_fresh,
+                &mut ObjectLines::default(),
+                &mut BucketInfos::default(),
+            );
+            assert_eq!(got, want, "step {i}");
+        }
+        // Only the last snapshot's objects are kept: the claim, a2 and its Secret, the checkpoint.
+        assert_eq!(kept.lines.len(), 4);
+        assert_eq!(infos.0.len(), 1);
+    }
 }
