@@ -70,13 +70,23 @@ impl BucketInfos {
 /// creation order; the rest is labelled here in a fixed walk order.
 pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut ObjectLines) -> String {
     // Label ids in a fixed walk order so labels do not depend on random values.
-    for c in &input.claims {
+    // An object the last snapshot showed as it is was walked then: labelling
+    // its ids again would change nothing.
+    let new = |section, objs: &[Arc<Value>]| -> Vec<Arc<Value>> {
+        let shown = |o: &&Arc<Value>| kept.shown(section, o);
+        objs.iter().filter(|o| !shown(o)).cloned().collect()
+    };
+    let (claims, accesses) = (
+        new(Section::Claim, &input.claims),
+        new(Section::Access, &input.accesses),
+    );
+    for c in &claims {
         norm.id("uid", &s(c, &["metadata", "uid"]));
     }
-    for a in &input.accesses {
+    for a in &accesses {
         norm.id("uid", &s(a, &["metadata", "uid"]));
     }
-    for a in &input.accesses {
+    for a in &accesses {
         norm.id("account", &s(a, &["status", "accountID"]));
     }
     for (_, info) in &input.credential_secrets {
@@ -110,7 +120,9 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
         norm.id("policy", p);
     }
     for (_, o) in &input.checkpoints {
-        norm.id("checkpoint", &s(o, &["metadata", "name"]));
+        if !kept.shown(Section::Checkpoint, o) {
+            norm.id("checkpoint", &s(o, &["metadata", "name"]));
+        }
     }
 
     let mut out = String::new();
@@ -290,6 +302,12 @@ impl ObjectLines {
             .or_insert_with(|| (obj.clone(), make(), true));
         entry.2 = true;
         &entry.1
+    }
+
+    /// Whether the last snapshot showed `obj` (this very object) in `section`.
+    fn shown(&self, section: Section, obj: &Arc<Value>) -> bool {
+        self.lines
+            .contains_key(&(section, Arc::as_ptr(obj) as usize))
     }
 
     /// Drop the lines of objects this snapshot did not show.
