@@ -335,6 +335,13 @@ impl Normalizer {
         out
     }
 
+    /// Drop the lines kept by [`Normalizer::text_all_lines`] (and stop
+    /// logging labelled values for them): after a run's last snapshot they
+    /// would only add a snapshot's size to the end of the run's peak.
+    pub fn forget_lines(&mut self) {
+        self.lines = None;
+    }
+
     /// `value` as pretty JSON, relabelled as [`Normalizer::text_all`] relabels
     /// the whole text, but built a line at a time: the unlabelled JSON of a
     /// long history is never held whole (with its relabelled copies it was a

@@ -1419,6 +1419,9 @@ impl Lab {
         let checkpoints = self.checkpoints()?;
 
         // The snapshot first: probes below write objects, which are not the driver's doing.
+        // What the per-step snapshots kept is of no use from here on.
+        self.object_lines = Default::default();
+        self.bucket_infos = Default::default();
         let mut norm = std::mem::take(&mut self.norm);
         let lab_buckets = self.lab_buckets.clone();
         let checkpoint_text = checkpoints
@@ -1456,6 +1459,7 @@ impl Lab {
             // Nothing kept: the objects are read afresh after the last step.
             &mut snapshot::ObjectLines::default(),
         );
+        norm.forget_lines();
 
         let probes = self.probe_all(&live).await;
         let exchanges: Vec<Exchange> = self.sidecar.exchanges();
