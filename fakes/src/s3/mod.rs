@@ -157,6 +157,17 @@ pub struct WriteCursor {
     pos: usize,
 }
 
+/// Names put or removed since a cursor (see [`S3Fake::changed_since`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangedNames {
+    /// Access keys.
+    pub users: std::collections::BTreeSet<String>,
+    /// Canned policies.
+    pub policies: std::collections::BTreeSet<String>,
+    /// Buckets, including those whose objects changed.
+    pub buckets: std::collections::BTreeSet<String>,
+}
+
 /// Users (access keys) and buckets written since a cursor, in write order
 /// (a name written twice appears twice).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -389,6 +400,7 @@ impl S3Fake {
                         out.buckets.push(b);
                     }
                 }
+                state::Written::Policy(_) => {}
             }
         }
         (
@@ -397,6 +409,42 @@ impl S3Fake {
                 instance,
                 pos: pos_after,
             },
+        )
+    }
+
+    /// The users, policies and buckets (with their objects) put or removed
+    /// since `cursor`, each named once, and the cursor to pass next time;
+    /// `None` if the cursor is from another instance (the fake was
+    /// restarted): then anything may have changed.
+    pub fn changed_since(&self, cursor: WriteCursor) -> (Option<ChangedNames>, WriteCursor) {
+        let j = self.inner.state.journal();
+        let next = WriteCursor {
+            instance: j.instance,
+            pos: j.entries.len(),
+        };
+        if j.instance != cursor.instance {
+            return (None, next);
+        }
+        let mut out = ChangedNames::default();
+        for e in &j.entries[cursor.pos.min(j.entries.len())..] {
+            let (set, name) = match e {
+                state::Written::User(n) => (&mut out.users, n),
+                state::Written::Policy(n) => (&mut out.policies, n),
+                state::Written::Bucket(n) => (&mut out.buckets, n),
+            };
+            set.insert(name.clone());
+        }
+        (Some(out), next)
+    }
+
+    /// The object keys of `bucket`, sorted, if it exists.
+    pub fn bucket_objects(&self, bucket: &str) -> Option<Vec<String>> {
+        let st = &self.inner.state;
+        st.bucket(bucket).ok().flatten()?;
+        Some(
+            st.objects(bucket)
+                .map(|o| o.into_iter().map(|(k, _)| k).collect())
+                .unwrap_or_default(),
         )
     }
 

@@ -99,8 +99,12 @@ pub(crate) struct Journal {
 /// One journal entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Written {
+    /// A user was put or removed.
     User(String),
+    /// A bucket was put or removed, or an object in it.
     Bucket(String),
+    /// A canned policy was put or removed.
+    Policy(String),
 }
 
 static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -142,6 +146,7 @@ impl State {
             .map(|(k, _)| Written::User(k))
             .collect();
         seeded.extend(s.buckets()?.into_iter().map(|(k, _)| Written::Bucket(k)));
+        seeded.extend(s.policies()?.into_iter().map(|(k, _)| Written::Policy(k)));
         s.journal().entries = seeded;
         Ok(s)
     }
@@ -168,7 +173,9 @@ impl State {
         Ok(())
     }
     pub fn remove_user(&self, ak: &str) -> Result<bool, StoreError> {
-        self.store.remove(&format!("{USER}{ak}"))
+        let removed = self.store.remove(&format!("{USER}{ak}"))?;
+        self.journal().entries.push(Written::User(ak.to_string()));
+        Ok(removed)
     }
     pub fn users(&self) -> Result<Vec<(String, UserRec)>, StoreError> {
         Ok(strip(USER, self.store.scan_json(USER)?))
@@ -178,10 +185,18 @@ impl State {
         self.store.get_json(&format!("{POLICY}{name}"))
     }
     pub fn put_policy(&self, name: &str, p: &PolicyRec) -> Result<(), StoreError> {
-        self.store.put_json(&format!("{POLICY}{name}"), p)
+        self.store.put_json(&format!("{POLICY}{name}"), p)?;
+        self.journal()
+            .entries
+            .push(Written::Policy(name.to_string()));
+        Ok(())
     }
     pub fn remove_policy(&self, name: &str) -> Result<bool, StoreError> {
-        self.store.remove(&format!("{POLICY}{name}"))
+        let removed = self.store.remove(&format!("{POLICY}{name}"))?;
+        self.journal()
+            .entries
+            .push(Written::Policy(name.to_string()));
+        Ok(removed)
     }
     pub fn policies(&self) -> Result<Vec<(String, PolicyRec)>, StoreError> {
         Ok(strip(POLICY, self.store.scan_json(POLICY)?))
@@ -198,7 +213,11 @@ impl State {
         Ok(())
     }
     pub fn remove_bucket(&self, name: &str) -> Result<bool, StoreError> {
-        self.store.remove(&format!("{BUCKET}{name}"))
+        let removed = self.store.remove(&format!("{BUCKET}{name}"))?;
+        self.journal()
+            .entries
+            .push(Written::Bucket(name.to_string()));
+        Ok(removed)
     }
     pub fn buckets(&self) -> Result<Vec<(String, BucketRec)>, StoreError> {
         Ok(strip(BUCKET, self.store.scan_json(BUCKET)?))
@@ -219,11 +238,19 @@ impl State {
     ) -> Result<(), StoreError> {
         self.store.put(&format!("{DATA}{bucket}/{key}"), data)?;
         self.store
-            .put_json(&format!("{OBJECT}{bucket}/{key}"), meta)
+            .put_json(&format!("{OBJECT}{bucket}/{key}"), meta)?;
+        self.journal()
+            .entries
+            .push(Written::Bucket(bucket.to_string()));
+        Ok(())
     }
     pub fn remove_object(&self, bucket: &str, key: &str) -> Result<bool, StoreError> {
         self.store.remove(&format!("{DATA}{bucket}/{key}"))?;
-        self.store.remove(&format!("{OBJECT}{bucket}/{key}"))
+        let removed = self.store.remove(&format!("{OBJECT}{bucket}/{key}"))?;
+        self.journal()
+            .entries
+            .push(Written::Bucket(bucket.to_string()));
+        Ok(removed)
     }
     /// Objects of `bucket` in key order.
     pub fn objects(&self, bucket: &str) -> Result<Vec<(String, ObjectMeta)>, StoreError> {

@@ -866,6 +866,49 @@ async fn written_since_reads_only_what_is_new_and_still_there() {
     assert!(g.policy("readwrite").is_some_and(|p| p.builtin));
 }
 
+#[tokio::test]
+async fn changed_since_names_every_put_and_removal_once() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::default());
+    let (f, _) = fake_on(store.clone());
+    // The first read from a default cursor: anything may have changed.
+    let (first, c0) = f.changed_since(WriteCursor::default());
+    assert!(first.is_none());
+    add_user(&f, "alice", "alicesecret1").await;
+    add_user(&f, "bob", "bobsecret123").await;
+    admin(&f, "DELETE", "remove-user?accessKey=bob", b"").await;
+    let doc = bucket_policy("bkt1");
+    let put = |name: &'static str| admin(&f, "PUT", name, doc.as_bytes());
+    assert_eq!(put("add-canned-policy?name=p1").await.status, 200);
+    assert_eq!(put("add-canned-policy?name=p2").await.status, 200);
+    let gone = admin(&f, "DELETE", "remove-canned-policy?name=p2", b"").await;
+    assert_eq!(gone.status, 200);
+    assert_eq!(call(&f, "PUT", "/bkt1", AK, SK, b"").await.status, 200);
+    assert_eq!(call(&f, "PUT", "/bkt2", AK, SK, b"").await.status, 200);
+    assert_eq!(call(&f, "DELETE", "/bkt2", AK, SK, b"").await.status, 204);
+    let (changed, c1) = f.changed_since(c0);
+    let changed = changed.expect("same instance");
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+    assert_eq!(changed.users, names(&["alice", "bob"]), "removed ones too");
+    assert_eq!(changed.policies, names(&["p1", "p2"]));
+    assert_eq!(changed.buckets, names(&["bkt1", "bkt2"]));
+    // An object written is its bucket changed; nothing else is.
+    assert_eq!(call(&f, "PUT", "/bkt1/k", AK, SK, b"x").await.status, 200);
+    let (changed, c2) = f.changed_since(c1);
+    assert_eq!(
+        changed,
+        Some(ChangedNames {
+            buckets: names(&["bkt1"]),
+            ..Default::default()
+        })
+    );
+    assert_eq!(f.bucket_objects("bkt1"), Some(vec!["k".to_string()]));
+    assert_eq!(f.bucket_objects("bkt2"), None);
+    assert_eq!(f.changed_since(c2).0, Some(ChangedNames::default()));
+    // A fake reopened over the same store: the old cursor says nothing about it.
+    let (g, _) = fake_on(store);
+    assert!(g.changed_since(c2).0.is_none());
+}
+
 mod fidelity;
 
 /// RustFS reads add-user's `status` as an enum with no default; MinIO takes

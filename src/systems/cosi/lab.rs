@@ -200,6 +200,9 @@ struct Lab {
     bucket_infos: snapshot::BucketInfos,
     /// The lines the last per-step snapshot showed its objects as.
     object_lines: snapshot::ObjectLines,
+    /// The backend as the last per-step snapshot read it, and the S3 fake's
+    /// journal position it is current at.
+    backend_seen: Option<(drivelab_fakes::s3::WriteCursor, BackendState)>,
     retries: Vec<RetryObservation>,
     policies_at_grant: BTreeMap<String, BTreeMap<String, Value>>,
     account_of: BTreeMap<String, (String, String)>,
@@ -452,6 +455,7 @@ impl Lab {
             uids_labelled: 0,
             bucket_infos: snapshot::BucketInfos::default(),
             object_lines: snapshot::ObjectLines::default(),
+            backend_seen: None,
             retries: Vec::new(),
             policies_at_grant: BTreeMap::new(),
             account_of: BTreeMap::new(),
@@ -519,7 +523,7 @@ impl Lab {
     /// The ownership snapshot of the state right now.
     fn render_snapshot(&mut self) -> anyhow::Result<String> {
         let kube = self.kube();
-        let backend = self.backend();
+        let (cursor, backend) = self.backend_updated();
         let accesses = kube.list_shared(Kind::BucketAccess, None)?;
         let mut credential_secrets = Vec::new();
         for a in &accesses {
@@ -543,11 +547,9 @@ impl Lab {
             backend: &backend,
             lab_buckets: &self.lab_buckets,
         };
-        Ok(snapshot::render(
-            &input,
-            &mut self.norm,
-            &mut self.object_lines,
-        ))
+        let text = snapshot::render(&input, &mut self.norm, &mut self.object_lines);
+        self.backend_seen = Some((cursor, backend));
+        Ok(text)
     }
 
     async fn stop(&mut self) {
@@ -1262,16 +1264,7 @@ impl Lab {
                 .s3()
                 .users()
                 .into_iter()
-                .map(|u| {
-                    (
-                        u.access_key.clone(),
-                        UserState {
-                            secret: Secret::new(u.secret_key.clone()),
-                            status: u.status.clone(),
-                            policies: u.policies.clone(),
-                        },
-                    )
-                })
+                .map(|u| (u.access_key.clone(), user_state(u)))
                 .collect(),
             builtin_policies: policies
                 .iter()
@@ -1287,6 +1280,67 @@ impl Lab {
                 .map(|b| (b.name, b.objects))
                 .collect(),
         }
+    }
+
+    /// The backend as [`Lab::backend`] reads it, kept between per-step
+    /// snapshots and re-read only where the S3 fake's journal says it was
+    /// written since (every user and policy record was decoded each step).
+    /// Taken out of `backend_seen`: the caller puts it back.
+    fn backend_updated(&mut self) -> (drivelab_fakes::s3::WriteCursor, BackendState) {
+        let s3 = self.fakes.s3();
+        let (cursor, mut state) = self.backend_seen.take().unwrap_or_default();
+        let (changed, next) = s3.changed_since(cursor);
+        match changed {
+            // Another instance (a restart) or the first read: read it all.
+            None => state = self.backend(),
+            Some(changed) => {
+                for ak in &changed.users {
+                    match s3.user(ak) {
+                        Some(u) => {
+                            state.users.insert(ak.clone(), user_state(u));
+                        }
+                        None => {
+                            state.users.remove(ak);
+                        }
+                    }
+                }
+                for name in &changed.policies {
+                    state.builtin_policies.remove(name);
+                    match s3.policy(name) {
+                        Some(p) => {
+                            if p.builtin {
+                                state.builtin_policies.insert(name.clone());
+                            }
+                            state.policies.insert(name.clone(), p.document);
+                        }
+                        None => {
+                            state.policies.remove(name);
+                        }
+                    }
+                }
+                for name in &changed.buckets {
+                    match s3.bucket_objects(name) {
+                        Some(objects) => {
+                            state.buckets.insert(name.clone(), objects);
+                        }
+                        None => {
+                            state.buckets.remove(name);
+                        }
+                    }
+                }
+            }
+        }
+        // Every test and `make e2e` scenario checks the kept view against a
+        // full read, unless something was written meanwhile (a driver may
+        // write in the background).
+        #[cfg(debug_assertions)]
+        {
+            let full = self.backend();
+            if s3.changed_since(next).0 == Some(Default::default()) {
+                assert_eq!(state, full, "the kept backend view drifted");
+            }
+        }
+        (next, state)
     }
 
     fn current_credentials(
@@ -1782,6 +1836,15 @@ pub(crate) fn create_classes(
         .map_err(|e| anyhow!("creating BucketAccessClass {}: {e}", c.name))?;
     }
     Ok(())
+}
+
+/// A user as the checks see it.
+fn user_state(u: drivelab_fakes::s3::UserView) -> UserState {
+    UserState {
+        secret: Secret::new(u.secret_key),
+        status: u.status,
+        policies: u.policies,
+    }
 }
 
 fn checkpoint_text(o: &Value) -> String {
