@@ -21,6 +21,9 @@ pub struct Normalizer {
     cache: std::sync::Mutex<Cache>,
     /// The last snapshot's lines relabelled, for [`Normalizer::text_all_lines`].
     lines: Option<LineMemo>,
+    /// A labelled value holds a newline: it could span lines, so
+    /// [`Normalizer::text_all_lines`] relabels texts whole.
+    multiline: bool,
 }
 
 /// The lines of the last text relabelled through [`Normalizer::text_all_lines`],
@@ -31,13 +34,9 @@ pub struct Normalizer {
 struct LineMemo {
     /// Raw line, with its newline → the line relabelled.
     lines: LineMap,
-    /// Values labelled (or labelled anew) in order, from when the memo began.
+    /// Values labelled (or labelled anew) in order since the last call began:
+    /// the kept lines were relabelled knowing every value before these.
     log: Vec<Box<str>>,
-    /// Every line in `lines` was relabelled knowing `log[..known]`.
-    known: usize,
-    /// A labelled value holds a newline: it could span lines, so texts are
-    /// relabelled whole.
-    multiline: bool,
 }
 
 /// Raw line → relabelled line. Hashed with foldhash: SipHash was a third of
@@ -284,13 +283,13 @@ impl Normalizer {
     /// for byte (a test checks it); a snapshot taken after every step pays
     /// for what the step changed, not for the whole state again.
     pub fn text_all_lines(&mut self, text: &str) -> String {
-        let mut memo = self.lines.take().unwrap_or_default();
-        if memo.multiline {
-            self.lines = Some(memo);
+        if self.multiline {
+            self.lines = None;
             return self.text_all(text);
         }
+        let mut memo = self.lines.take().unwrap_or_default();
         let start = memo.log.len();
-        let stale = stale_lines(text, &memo.log[memo.known..start]);
+        let stale = stale_lines(text, &memo.log);
         let mut kept = std::mem::take(&mut memo.lines);
         // Values labelled from here on are logged for the next call.
         self.lines = Some(memo);
@@ -330,7 +329,8 @@ impl Normalizer {
         }
         if let Some(memo) = &mut self.lines {
             memo.lines = lines;
-            memo.known = start;
+            // Every kept line was relabelled knowing these.
+            memo.log.drain(..start);
         }
         out
     }
@@ -443,8 +443,10 @@ impl Normalizer {
 
     /// A value labelled, or labelled anew: lines it occurs in must be relabelled.
     fn log_for_lines(&mut self, raw: &str) {
+        // Whether or not lines are kept yet: one labelled before the first
+        // call can span lines as well.
+        self.multiline |= raw.contains('\n');
         if let Some(memo) = &mut self.lines {
-            memo.multiline |= raw.contains('\n');
             memo.log.push(raw.into());
         }
     }
@@ -832,7 +834,8 @@ mod tests {
         /// and during (hex runs), lines repeated, and values that hold a newline.
         #[test]
         fn relabelling_by_kept_lines_is_relabelling_whole(
-            pool in proptest::collection::vec("[0-9a-f -]{0,40}", 1..8),
+            // `x` next to a hex run keeps the hex pass from labelling it there.
+            pool in proptest::collection::vec("[0-9a-fx -]{0,40}", 1..8),
             steps in proptest::collection::vec(
                 (0..8u8, "[0-9a-f]{1,20}", proptest::collection::vec(0..8usize, 0..12), proptest::bool::ANY),
                 1..40),
@@ -857,6 +860,19 @@ mod tests {
                 proptest::prop_assert_eq!(&lines.secrets, &whole.secrets);
             }
         }
+    }
+
+    #[test]
+    fn a_hex_run_labelled_during_a_call_relabels_kept_lines_next_time() {
+        // The first line shows the run glued to an `x` (the hex pass leaves
+        // it); the second alone, so the pass labels it there. Next time the
+        // automaton knows it and rewrites it in the first line too.
+        let text = "x0123456789abcdef0\n 0123456789abcdef0\n";
+        let (mut whole, mut lines) = (Normalizer::default(), Normalizer::default());
+        for _ in 0..2 {
+            assert_eq!(lines.text_all_lines(text), whole.text_all(text));
+        }
+        assert_eq!(lines.text_all_lines(text), "x<hex-1>\n <hex-1>\n");
     }
 
     #[test]
