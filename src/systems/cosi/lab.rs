@@ -1476,6 +1476,7 @@ impl Lab {
         // What the per-step snapshots kept is of no use from here on.
         self.object_lines = Default::default();
         self.bucket_infos = Default::default();
+        self.backend_seen = None;
         let mut norm = std::mem::take(&mut self.norm);
         let lab_buckets = self.lab_buckets.clone();
         let checkpoint_text = checkpoints
