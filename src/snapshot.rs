@@ -174,6 +174,24 @@ impl Matcher {
     }
 }
 
+/// The automata of every value known at one moment, copied (they share
+/// their tables), for a text rewritten in pieces as one pass would rewrite it.
+struct Frozen {
+    base: Matcher,
+    /// Over the values labelled since `base` was built, if any.
+    recent: Option<Matcher>,
+}
+
+impl Frozen {
+    /// Append `text` to `out` with every value known then replaced by its label.
+    fn replace_into(&self, text: &str, out: &mut String) {
+        match &self.recent {
+            Some(r) => self.base.replace_with(r, text, out),
+            None => self.base.replace_into(text, out),
+        }
+    }
+}
+
 /// An `io::Write` that hands on what is written in pieces of whole lines of
 /// about [`LineChunks::PIECE`] bytes (pieces, not single lines: each search
 /// of a piece has a setup cost); [`LineChunks::finish`] hands on the
@@ -293,7 +311,7 @@ impl Normalizer {
         let mut kept = std::mem::take(&mut memo.lines);
         // Values labelled from here on are logged for the next call.
         self.lines = Some(memo);
-        let (base, recent) = self.frozen_matchers();
+        let known = self.frozen_matchers();
         let mut lines = LineMap::with_capacity_and_hasher(kept.len() + 16, Default::default());
         let mut out = String::with_capacity(text.len());
         let mut rewritten = String::new();
@@ -315,10 +333,7 @@ impl Normalizer {
                 Some(entry) if !is_stale => entry,
                 _ => {
                     rewritten.clear();
-                    match &recent {
-                        Some(r) => base.replace_with(r, line, &mut rewritten),
-                        None => base.replace_into(line, &mut rewritten),
-                    }
+                    known.replace_into(line, &mut rewritten);
                     let mut l = String::with_capacity(rewritten.len());
                     self.label_hex(&rewritten, &mut l);
                     (line.into(), l.into_boxed_str())
@@ -356,7 +371,7 @@ impl Normalizer {
         // hex runs labelled on the way are rewritten by the hex pass alone,
         // which finds the same label. No id, secret or hex run spans a line:
         // JSON escapes a newline inside a string.
-        let known = self.current_matcher();
+        let known = self.frozen_matchers();
         let mut out = String::new();
         let mut rewritten = String::new();
         let mut lines = LineChunks::new(|raw: &str| {
@@ -453,7 +468,7 @@ impl Normalizer {
 
     /// Both automata as they are now, for a text rewritten in pieces as its
     /// one pass would be (values labelled on the way are not used by it).
-    fn frozen_matchers(&self) -> (Matcher, Option<Matcher>) {
+    fn frozen_matchers(&self) -> Frozen {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let cache = &mut *cache;
         let base = cache
@@ -466,19 +481,7 @@ impl Normalizer {
                 .get_or_insert_with(|| self.compile(Some(&cache.pending)))
                 .clone()
         });
-        (base, recent)
-    }
-
-    /// The automaton over every value labelled so far (a copy that shares it).
-    fn current_matcher(&self) -> Matcher {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if !cache.pending.is_empty() {
-            cache.invalidate();
-        }
-        cache
-            .matcher
-            .get_or_insert_with(|| self.compile(None))
-            .clone()
+        Frozen { base, recent }
     }
 
     fn cache_mut(&mut self) -> &mut Cache {
