@@ -38,30 +38,23 @@ pub type CredentialSecret = (Arc<Value>, Option<Arc<Value>>);
 /// The `BucketInfo`s the last snapshot decoded, by the Secret object they
 /// came from: a snapshot after every step decoded every Secret twice, though
 /// a step changes one or two.
-#[derive(Default)]
-pub struct BucketInfos(std::collections::HashMap<usize, CredentialSecret>);
+pub type BucketInfos = ByObject<Option<Arc<Value>>>;
 
 impl BucketInfos {
     /// Each Secret with its `BucketInfo`, decoded unless it was last time;
     /// Secrets not among these are forgotten.
     pub fn read(&mut self, secrets: Vec<Arc<Value>>) -> Vec<CredentialSecret> {
-        // Keyed by address: a kept entry holds its Secret, so while it is
-        // kept no other object can have that address.
-        let mut last = std::mem::take(&mut self.0);
-        let read: Vec<CredentialSecret> = secrets
+        let read = secrets
             .into_iter()
-            .map(|sec| match last.remove(&(Arc::as_ptr(&sec) as usize)) {
-                Some(kept) => kept,
-                None => {
-                    let info = bucket_info(&sec).map(Arc::new);
-                    (sec, info)
-                }
+            .map(|sec| {
+                let info = self.get(Section::CredentialSecret, &sec, || {
+                    bucket_info(&sec).map(Arc::new)
+                });
+                let info = info.clone();
+                (sec, info)
             })
             .collect();
-        self.0 = read
-            .iter()
-            .map(|(sec, info)| (Arc::as_ptr(sec) as usize, (sec.clone(), info.clone())))
-            .collect();
+        self.forget_unused();
         read
     }
 }
@@ -128,7 +121,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     let mut out = String::new();
     let _ = writeln!(out, "claims:");
     for c in sorted(&input.claims, |o| o, norm) {
-        out.push_str(kept.line(Section::Claim, &c, || {
+        out.push_str(kept.get(Section::Claim, &c, || {
             format!(
                 "  {}/{}: class {}, bucket {}, ready {}\n",
                 s(&c, &["metadata", "namespace"]),
@@ -141,7 +134,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     }
     let _ = writeln!(out, "buckets (objects):");
     for bk in sorted(&input.buckets, |o| o, norm) {
-        out.push_str(kept.line(Section::Bucket, &bk, || {
+        out.push_str(kept.get(Section::Bucket, &bk, || {
             let claim = match c(&bk, &["spec", "bucketClaim"]) {
                 Some(cl) if !cl.is_null() => {
                     format!("{}/{}", s(cl, &["namespace"]), s(cl, &["name"]))
@@ -160,7 +153,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     }
     let _ = writeln!(out, "accesses:");
     for a in sorted(&input.accesses, |o| o, norm) {
-        out.push_str(kept.line(Section::Access, &a, || {
+        out.push_str(kept.get(Section::Access, &a, || {
             format!(
                 "  {}/{}: claim {}, class {}, account {}, granted {}, secret {}\n",
                 s(&a, &["metadata", "namespace"]),
@@ -176,7 +169,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     let _ = writeln!(out, "credential secrets:");
     for (sec, info) in sorted(&input.credential_secrets, |(sec, _)| sec, norm) {
         // The secret's label is the same each time (the walk above gave it one).
-        out.push_str(kept.line(Section::CredentialSecret, &sec, || {
+        out.push_str(kept.get(Section::CredentialSecret, &sec, || {
             credential_secret_line(&sec, info.as_deref(), norm)
         }));
     }
@@ -234,7 +227,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
         .checkpoints
         .iter()
         .map(|(kind, o)| {
-            kept.line(Section::Checkpoint, o, || {
+            kept.get(Section::Checkpoint, o, || {
                 format!("  {kind} {}", checkpoint_line(o, norm))
             })
             .to_string()
@@ -272,7 +265,7 @@ fn credential_secret_line(sec: &Value, info: Option<&Value>, norm: &mut Normaliz
     )
 }
 
-/// Which part of the snapshot a kept line belongs to.
+/// Which part of the snapshot a kept object was read for.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Section {
     Claim,
@@ -283,36 +276,48 @@ enum Section {
 }
 
 /// The line each kube object was last shown as, kept while the snapshot
-/// shows the same object: the kube fake hands out one shared tree per
-/// stored version, so the same tree is the same object, unchanged. A
-/// snapshot after every step formatted every object again each step.
-#[derive(Default)]
-pub struct ObjectLines {
-    /// (section, address) → the object (which pins the address while kept),
-    /// its line, and whether this snapshot showed it.
-    lines: std::collections::HashMap<(Section, usize), (Arc<Value>, String, bool)>,
+/// shows the same object (see [`ByObject`]). A snapshot after every step
+/// formatted every object again each step.
+pub type ObjectLines = ByObject<String>;
+
+/// Something made from each kube object a snapshot reads, kept while the
+/// next snapshot reads the same object: the kube fake hands out one shared
+/// tree per stored version, so the same tree is the same object, unchanged.
+pub struct ByObject<T> {
+    /// (section, address) → the object (which pins the address while kept,
+    /// so no other object can have it), what was made of it, and whether
+    /// this snapshot read it.
+    kept: std::collections::HashMap<(Section, usize), (Arc<Value>, T, bool)>,
 }
 
-impl ObjectLines {
-    /// `obj`'s line in `section`, made by `make` unless it was kept.
-    fn line(&mut self, section: Section, obj: &Arc<Value>, make: impl FnOnce() -> String) -> &str {
+impl<T> Default for ByObject<T> {
+    fn default() -> Self {
+        Self {
+            kept: Default::default(),
+        }
+    }
+}
+
+impl<T> ByObject<T> {
+    /// What was made of `obj` in `section`, made by `make` unless it was kept.
+    fn get(&mut self, section: Section, obj: &Arc<Value>, make: impl FnOnce() -> T) -> &T {
         let entry = self
-            .lines
+            .kept
             .entry((section, Arc::as_ptr(obj) as usize))
             .or_insert_with(|| (obj.clone(), make(), true));
         entry.2 = true;
         &entry.1
     }
 
-    /// Whether the last snapshot showed `obj` (this very object) in `section`.
+    /// Whether the last snapshot read `obj` (this very object) in `section`.
     fn shown(&self, section: Section, obj: &Arc<Value>) -> bool {
-        self.lines
+        self.kept
             .contains_key(&(section, Arc::as_ptr(obj) as usize))
     }
 
-    /// Drop the lines of objects this snapshot did not show.
+    /// Drop what was made of objects this snapshot did not read.
     fn forget_unused(&mut self) {
-        self.lines.retain(|_, (_, _, shown)| std::mem::take(shown));
+        self.kept.retain(|_, (_, _, read)| std::mem::take(read));
     }
 }
 
@@ -526,7 +531,7 @@ mod tests {
             assert_eq!(got, want, "step {i}");
         }
         // Only the last snapshot's objects are kept: the claim, a2 and its Secret, the checkpoint.
-        assert_eq!(kept.lines.len(), 4);
-        assert_eq!(infos.0.len(), 1);
+        assert_eq!(kept.kept.len(), 4);
+        assert_eq!(infos.kept.len(), 1);
     }
 }
