@@ -151,6 +151,11 @@ impl State {
         Ok(s)
     }
 
+    /// Note a write in the journal (after it is in the store).
+    fn wrote(&self, w: Written) {
+        self.journal().entries.push(w);
+    }
+
     pub fn journal(&self) -> MutexGuard<'_, Journal> {
         self.journal.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -169,12 +174,12 @@ impl State {
     }
     pub fn put_user(&self, ak: &str, u: &UserRec) -> Result<(), StoreError> {
         self.store.put_json(&format!("{USER}{ak}"), u)?;
-        self.journal().entries.push(Written::User(ak.to_string()));
+        self.wrote(Written::User(ak.to_string()));
         Ok(())
     }
     pub fn remove_user(&self, ak: &str) -> Result<bool, StoreError> {
         let removed = self.store.remove(&format!("{USER}{ak}"))?;
-        self.journal().entries.push(Written::User(ak.to_string()));
+        self.wrote(Written::User(ak.to_string()));
         Ok(removed)
     }
     pub fn users(&self) -> Result<Vec<(String, UserRec)>, StoreError> {
@@ -186,16 +191,12 @@ impl State {
     }
     pub fn put_policy(&self, name: &str, p: &PolicyRec) -> Result<(), StoreError> {
         self.store.put_json(&format!("{POLICY}{name}"), p)?;
-        self.journal()
-            .entries
-            .push(Written::Policy(name.to_string()));
+        self.wrote(Written::Policy(name.to_string()));
         Ok(())
     }
     pub fn remove_policy(&self, name: &str) -> Result<bool, StoreError> {
         let removed = self.store.remove(&format!("{POLICY}{name}"))?;
-        self.journal()
-            .entries
-            .push(Written::Policy(name.to_string()));
+        self.wrote(Written::Policy(name.to_string()));
         Ok(removed)
     }
     pub fn policies(&self) -> Result<Vec<(String, PolicyRec)>, StoreError> {
@@ -207,16 +208,12 @@ impl State {
     }
     pub fn put_bucket(&self, name: &str, b: &BucketRec) -> Result<(), StoreError> {
         self.store.put_json(&format!("{BUCKET}{name}"), b)?;
-        self.journal()
-            .entries
-            .push(Written::Bucket(name.to_string()));
+        self.wrote(Written::Bucket(name.to_string()));
         Ok(())
     }
     pub fn remove_bucket(&self, name: &str) -> Result<bool, StoreError> {
         let removed = self.store.remove(&format!("{BUCKET}{name}"))?;
-        self.journal()
-            .entries
-            .push(Written::Bucket(name.to_string()));
+        self.wrote(Written::Bucket(name.to_string()));
         Ok(removed)
     }
     pub fn buckets(&self) -> Result<Vec<(String, BucketRec)>, StoreError> {
@@ -239,17 +236,13 @@ impl State {
         self.store.put(&format!("{DATA}{bucket}/{key}"), data)?;
         self.store
             .put_json(&format!("{OBJECT}{bucket}/{key}"), meta)?;
-        self.journal()
-            .entries
-            .push(Written::Bucket(bucket.to_string()));
+        self.wrote(Written::Bucket(bucket.to_string()));
         Ok(())
     }
     pub fn remove_object(&self, bucket: &str, key: &str) -> Result<bool, StoreError> {
         self.store.remove(&format!("{DATA}{bucket}/{key}"))?;
         let removed = self.store.remove(&format!("{OBJECT}{bucket}/{key}"))?;
-        self.journal()
-            .entries
-            .push(Written::Bucket(bucket.to_string()));
+        self.wrote(Written::Bucket(bucket.to_string()));
         Ok(removed)
     }
     /// Objects of `bucket` in key order.

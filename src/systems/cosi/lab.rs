@@ -1294,40 +1294,21 @@ impl Lab {
             // Another instance (a restart) or the first read: read it all.
             None => state = self.backend(),
             Some(changed) => {
-                for ak in &changed.users {
-                    match s3.user(ak) {
-                        Some(u) => {
-                            state.users.insert(ak.clone(), user_state(u));
-                        }
-                        None => {
-                            state.users.remove(ak);
-                        }
-                    }
-                }
-                for name in &changed.policies {
-                    state.builtin_policies.remove(name);
-                    match s3.policy(name) {
-                        Some(p) => {
-                            if p.builtin {
-                                state.builtin_policies.insert(name.clone());
-                            }
-                            state.policies.insert(name.clone(), p.document);
-                        }
-                        None => {
-                            state.policies.remove(name);
-                        }
-                    }
-                }
-                for name in &changed.buckets {
-                    match s3.bucket_objects(name) {
-                        Some(objects) => {
-                            state.buckets.insert(name.clone(), objects);
-                        }
-                        None => {
-                            state.buckets.remove(name);
-                        }
-                    }
-                }
+                refresh(&mut state.users, &changed.users, |ak| {
+                    s3.user(ak).map(user_state)
+                });
+                let builtin = &mut state.builtin_policies;
+                refresh(&mut state.policies, &changed.policies, |name| {
+                    let p = s3.policy(name);
+                    match &p {
+                        Some(p) if p.builtin => builtin.insert(name.to_string()),
+                        _ => builtin.remove(name),
+                    };
+                    p.map(|p| p.document)
+                });
+                refresh(&mut state.buckets, &changed.buckets, |name| {
+                    s3.bucket_objects(name)
+                });
             }
         }
         // Every test and `make e2e` scenario checks the kept view against a
@@ -1837,6 +1818,24 @@ pub(crate) fn create_classes(
         .map_err(|e| anyhow!("creating BucketAccessClass {}: {e}", c.name))?;
     }
     Ok(())
+}
+
+/// Read each of `names` into `map` again, or drop it where `read` finds it gone.
+fn refresh<T>(
+    map: &mut BTreeMap<String, T>,
+    names: &std::collections::BTreeSet<String>,
+    mut read: impl FnMut(&str) -> Option<T>,
+) {
+    for name in names {
+        match read(name) {
+            Some(v) => {
+                map.insert(name.clone(), v);
+            }
+            None => {
+                map.remove(name);
+            }
+        }
+    }
 }
 
 /// A user as the checks see it.
