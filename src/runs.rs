@@ -664,29 +664,21 @@ impl Redactor {
 }
 
 fn open(dir: &Path, wait: Duration) -> Result<sled::Db, RunStoreError> {
-    let give_up = std::time::Instant::now() + wait;
-    loop {
-        // No background flusher: every write is flushed by hand, and joining the
-        // flusher thread on close cost ~20 ms per open (4 ms without).
-        match sled::Config::new().path(dir).flush_every_ms(None).open() {
-            Ok(db) => return Ok(db),
-            // sled's only word for "another process holds the lock".
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
-                if std::time::Instant::now() >= give_up {
-                    return Err(RunStoreError::Busy {
-                        path: dir.to_path_buf(),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(20));
+    // No background flusher: every write is flushed by hand, and joining the
+    // flusher thread on close cost ~20 ms per open (4 ms without).
+    let config = sled::Config::new().path(dir).flush_every_ms(None);
+    drivelab_fakes::store::open_sled(&config, wait).map_err(|source| {
+        if drivelab_fakes::store::lock_held(&source) {
+            RunStoreError::Busy {
+                path: dir.to_path_buf(),
             }
-            Err(source) => {
-                return Err(RunStoreError::Db {
-                    path: dir.to_path_buf(),
-                    source,
-                })
+        } else {
+            RunStoreError::Db {
+                path: dir.to_path_buf(),
+                source,
             }
         }
-    }
+    })
 }
 
 fn put_json<T: Serialize>(

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -73,6 +74,29 @@ pub trait StoreExt: Store {
 }
 
 impl<S: Store + ?Sized> StoreExt for S {}
+
+/// Open the sled database `config` names, waiting up to `wait` while its lock
+/// is held. Another process may hold it, and so may this one for a moment
+/// after dropping its last handle: sled's background threads release the
+/// lock only when they finish. Other errors return at once.
+pub fn open_sled(config: &sled::Config, wait: Duration) -> Result<sled::Db, sled::Error> {
+    let give_up = Instant::now() + wait;
+    loop {
+        match config.open() {
+            Err(e) if lock_held(&e) && Instant::now() < give_up => {
+                tracing::debug!(error = %e, "sled database busy, retrying");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// True if `e` says another handle holds the database's lock (sled's only
+/// word for it is this message).
+pub fn lock_held(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
 
 /// A sled tree as a store, for state a process restart must find (the
 /// external CPI's). `flush` does not fsync: an fsync per request was most of
@@ -173,6 +197,13 @@ impl Store for MemStore {
     }
 }
 
+/// Reopen a test's sled database, waiting out the lock a dropped handle's
+/// background threads may still hold.
+#[cfg(test)]
+pub(crate) fn reopen(dir: &std::path::Path) -> sled::Db {
+    open_sled(&sled::Config::new().path(dir), Duration::from_secs(30)).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,7 +245,7 @@ mod tests {
             exercise(&s);
             s.sync().unwrap();
         }
-        let db = sled::open(dir.path()).unwrap();
+        let db = reopen(dir.path());
         let s = SledStore::open(&db, "t").unwrap();
         assert_eq!(s.get("a/2").unwrap().as_deref(), Some(&b"y"[..]));
     }

@@ -179,17 +179,7 @@ fn handle(opts: &ExternalOptions, raw: &[u8]) -> (Result<Value, CpiFault>, Strin
 /// Concurrent Director calls run concurrent processes; sled admits one per
 /// directory, so wait our turn (the IaaS's API serialises them too).
 fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
-    let start = Instant::now();
-    loop {
-        match sled::open(dir) {
-            Ok(db) => return Ok(db),
-            Err(e) if start.elapsed() < Duration::from_secs(60) => {
-                tracing::debug!(error = %e, "cpi state busy, retrying");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    crate::store::open_sled(&sled::Config::new().path(dir), Duration::from_secs(60))
 }
 
 fn record_call(dir: &Path, req: &Request) {

@@ -218,7 +218,7 @@ fn state_survives_a_reopen() {
         core.dispatch("create_disk", &[json!(5), json!({}), Value::Null])
             .unwrap()
     };
-    let db = sled::open(dir.path()).unwrap();
+    let db = crate::store::reopen(dir.path());
     let core = CpiCore::new(
         Arc::new(crate::store::SledStore::open(&db, "cpi").unwrap()),
         CpiConfig::default(),

@@ -1850,7 +1850,7 @@ mod tests {
             f.flush().unwrap();
             (o["metadata"]["uid"].clone(), f.resource_version())
         };
-        let db = sled::open(dir.path()).unwrap();
+        let db = crate::store::reopen(dir.path());
         let f = KubeFake::new(Arc::new(SledStore::open(&db, "kube").unwrap()), gate(), 5).unwrap();
         assert_eq!(f.resource_version(), rv);
         let o = f.get(Kind::Secret, Some("drv"), "ckpt").unwrap().unwrap();

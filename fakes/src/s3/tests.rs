@@ -563,7 +563,7 @@ async fn restart_over_the_same_sled_dir_keeps_state() {
         )
         .await;
     }
-    let db = sled::open(dir.path()).unwrap();
+    let db = crate::store::reopen(dir.path());
     let (f, _) = fake_on(Arc::new(SledStore::open(&db, "s3").unwrap()));
     let users = f.users();
     assert_eq!(users.len(), 1);
