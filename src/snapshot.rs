@@ -21,22 +21,45 @@ pub struct Normalizer {
     cache: std::sync::Mutex<Cache>,
     /// The last snapshot's lines relabelled, for [`Normalizer::text_all_lines`].
     lines: Option<LineMemo>,
+    /// Short texts relabelled, for [`Normalizer::text_kept`].
+    texts: Option<TextMemo>,
+    /// While either memo exists: the values labelled (or labelled anew) since
+    /// the last [`Normalizer::text_all_lines`] call began, in order. What
+    /// was relabelled knowing every value before one of them is stale if it
+    /// occurs in the text.
+    log: Vec<Box<str>>,
+    /// How many values were logged before `log[0]`.
+    log_base: usize,
     /// A labelled value holds a newline: it could span lines, so
     /// [`Normalizer::text_all_lines`] relabels texts whole.
     multiline: bool,
 }
 
 /// The lines of the last text relabelled through [`Normalizer::text_all_lines`],
-/// and the values labelled since (only while such a memo exists): a line none
-/// of them occurs in relabels as it did. A snapshot after every step relabelled
-/// the whole state each step, a third of a 500-grant `drivelab run`.
+/// each relabelled knowing every value before the log's start: a line none
+/// of the logged values occurs in relabels as it did. A snapshot after every
+/// step relabelled the whole state each step, a third of a 500-grant
+/// `drivelab run`.
 #[derive(Default)]
 struct LineMemo {
     /// Raw line, with its newline → the line relabelled.
     lines: LineMap,
-    /// Values labelled (or labelled anew) in order since the last call began:
-    /// the kept lines were relabelled knowing every value before these.
-    log: Vec<Box<str>>,
+}
+
+/// Short texts relabelled by [`Normalizer::text_kept`] (a snapshot's sort
+/// keys and backend names, the same every step), each right as of the log
+/// position `settled` (counting from the first value ever logged); kept
+/// until a snapshot no longer asks for one.
+#[derive(Default)]
+struct TextMemo {
+    texts: std::collections::HashMap<Box<str>, KeptText, foldhash::fast::RandomState>,
+    settled: usize,
+}
+
+struct KeptText {
+    labelled: Box<str>,
+    /// Asked for since the last [`Normalizer::text_all_lines`] call.
+    used: bool,
 }
 
 /// Raw line → relabelled line. Hashed with foldhash: SipHash was a third of
@@ -51,8 +74,20 @@ fn stale_lines(text: &str, values: &[Box<str>]) -> Option<Vec<usize>> {
     if values.is_empty() {
         return Some(Vec::new());
     }
-    let ac = aho_corasick::AhoCorasick::new(values.iter().map(|v| v.as_bytes())).ok()?;
+    let ac = any_of(values)?;
     Some(ac.find_iter(text).map(|m| m.start()).collect())
+}
+
+/// A searcher for where any of `values` occurs. Leftmost-first, because only
+/// a leftmost match kind lets aho-corasick use its SIMD prefilter (Teddy)
+/// for a few patterns: most of a snapshot's bytes are hex, which defeats
+/// the rare-byte prefilter a standard search uses (the search was 12% of a
+/// 1,000-grant run with a snapshot per step).
+fn any_of(values: &[Box<str>]) -> Option<aho_corasick::AhoCorasick> {
+    aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+        .build(values.iter().map(|v| v.as_bytes()))
+        .ok()
 }
 
 /// The compiled automaton and what it does not know yet.
@@ -260,6 +295,12 @@ impl Normalizer {
         label
     }
 
+    /// Whether `raw` has a label (as an id or a secret); the empty text has
+    /// none and needs none.
+    pub fn knows(&self, raw: &str) -> bool {
+        raw.is_empty() || self.labels.contains_key(raw) || self.secrets.contains_key(raw)
+    }
+
     /// Label a fixed value with a fixed name (e.g. the endpoint URL).
     pub fn fixed(&mut self, raw: &str, label: &str) {
         if !raw.is_empty() {
@@ -301,13 +342,18 @@ impl Normalizer {
     /// for byte (a test checks it); a snapshot taken after every step pays
     /// for what the step changed, not for the whole state again.
     pub fn text_all_lines(&mut self, text: &str) -> String {
+        let start = self.log.len();
+        // The end of a snapshot: kept texts it did not ask for go.
+        self.settle_texts(true);
         if self.multiline {
             self.lines = None;
-            return self.text_all(text);
+            let out = self.text_all(text);
+            self.log.drain(..start);
+            self.log_base += start;
+            return out;
         }
         let mut memo = self.lines.take().unwrap_or_default();
-        let start = memo.log.len();
-        let stale = stale_lines(text, &memo.log);
+        let stale = stale_lines(text, &self.log);
         let mut kept = std::mem::take(&mut memo.lines);
         // Values labelled from here on are logged for the next call.
         self.lines = Some(memo);
@@ -344,10 +390,66 @@ impl Normalizer {
         }
         if let Some(memo) = &mut self.lines {
             memo.lines = lines;
-            // Every kept line was relabelled knowing these.
-            memo.log.drain(..start);
         }
+        // Every kept line and text was relabelled knowing these.
+        self.log.drain(..start);
+        self.log_base += start;
         out
+    }
+
+    /// [`Normalizer::text`] of a short text asked for again and again (a
+    /// sort key, a name): kept from the last time unless a value labelled
+    /// since occurs in it. Kept texts are checked in one search when values
+    /// were labelled since the last check, and dropped when nothing asked
+    /// for them between two checks.
+    pub fn text_kept(&mut self, raw: &str) -> String {
+        let now = self.log_base + self.log.len();
+        if self.texts.as_ref().is_some_and(|m| m.settled < now) {
+            // Values were labelled since: one search over every kept text.
+            self.settle_texts(false);
+        }
+        let memo = self.texts.get_or_insert_with(|| TextMemo {
+            settled: now,
+            ..Default::default()
+        });
+        if let Some(k) = memo.texts.get_mut(raw) {
+            k.used = true;
+            return k.labelled.to_string();
+        }
+        let labelled = self.text(raw);
+        if let Some(memo) = &mut self.texts {
+            let kept = KeptText {
+                labelled: labelled.as_str().into(),
+                used: true,
+            };
+            memo.texts.insert(raw.into(), kept);
+        }
+        labelled
+    }
+
+    /// Check every kept text against the values logged since the memo was
+    /// last settled, in one search, and drop the stale ones; with
+    /// `drop_unused`, also those nothing asked for since the last such call.
+    fn settle_texts(&mut self, drop_unused: bool) {
+        let Some(memo) = &mut self.texts else { return };
+        let values = &self.log[memo.settled - self.log_base..];
+        let ac = if values.is_empty() {
+            None
+        } else {
+            match any_of(values) {
+                Some(ac) => Some(ac),
+                // Cannot search: keep nothing.
+                None => {
+                    memo.texts.clear();
+                    None
+                }
+            }
+        };
+        memo.texts.retain(|raw, k| {
+            let used = !drop_unused || std::mem::take(&mut k.used);
+            used && ac.as_ref().is_none_or(|ac| !ac.is_match(raw.as_bytes()))
+        });
+        memo.settled = self.log_base + self.log.len();
     }
 
     /// Drop the lines kept by [`Normalizer::text_all_lines`] (and stop
@@ -355,6 +457,9 @@ impl Normalizer {
     /// would only add a snapshot's size to the end of the run's peak.
     pub fn forget_lines(&mut self) {
         self.lines = None;
+        self.texts = None;
+        self.log_base += self.log.len();
+        self.log = Vec::new();
     }
 
     /// `value` as pretty JSON, relabelled as [`Normalizer::text_all`] relabels
@@ -461,8 +566,8 @@ impl Normalizer {
         // Whether or not lines are kept yet: one labelled before the first
         // call can span lines as well.
         self.multiline |= raw.contains('\n');
-        if let Some(memo) = &mut self.lines {
-            memo.log.push(raw.into());
+        if self.lines.is_some() || self.texts.is_some() {
+            self.log.push(raw.into());
         }
     }
 
@@ -834,7 +939,8 @@ mod tests {
     proptest::proptest! {
         /// A text relabelled through the last text's lines is the text
         /// relabelled whole, step after step, with values labelled between
-        /// and during (hex runs), lines repeated, and values that hold a newline.
+        /// and during (hex runs), lines repeated, and values that hold a
+        /// newline; so is a short text kept through `text_kept`.
         #[test]
         fn relabelling_by_kept_lines_is_relabelling_whole(
             // `x` next to a hex run keeps the hex pass from labelling it there.
@@ -858,7 +964,17 @@ mod tests {
                 if end_newline {
                     text.push('\n');
                 }
+                // Kept short texts, asked for before and after the hex pass
+                // labels what it finds, are the text relabelled then.
+                for &i in &picks {
+                    let short = &pool[i % pool.len()];
+                    proptest::prop_assert_eq!(lines.text_kept(short), whole.text(short));
+                }
                 proptest::prop_assert_eq!(lines.text_all_lines(&text), whole.text_all(&text));
+                for &i in picks.iter().rev() {
+                    let short = &pool[i % pool.len()];
+                    proptest::prop_assert_eq!(lines.text_kept(short), whole.text(short));
+                }
                 proptest::prop_assert_eq!(&lines.labels, &whole.labels);
                 proptest::prop_assert_eq!(&lines.secrets, &whole.secrets);
             }

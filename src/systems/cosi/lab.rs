@@ -523,7 +523,7 @@ impl Lab {
     /// The ownership snapshot of the state right now.
     fn render_snapshot(&mut self) -> anyhow::Result<String> {
         let kube = self.kube();
-        let (cursor, backend) = self.backend_updated();
+        let (cursor, backend, changed) = self.backend_updated();
         let accesses = kube.list_shared(Kind::BucketAccess, None)?;
         let mut credential_secrets = Vec::new();
         for a in &accesses {
@@ -545,6 +545,7 @@ impl Lab {
             credential_secrets: self.bucket_infos.read(credential_secrets),
             checkpoints,
             backend: &backend,
+            backend_changed: changed.as_ref(),
             lab_buckets: &self.lab_buckets,
         };
         let text = snapshot::render(&input, &mut self.norm, &mut self.object_lines);
@@ -1285,12 +1286,22 @@ impl Lab {
     /// The backend as [`Lab::backend`] reads it, kept between per-step
     /// snapshots and re-read only where the S3 fake's journal says it was
     /// written since (every user and policy record was decoded each step).
-    /// Taken out of `backend_seen`: the caller puts it back.
-    fn backend_updated(&mut self) -> (drivelab_fakes::s3::WriteCursor, BackendState) {
+    /// Taken out of `backend_seen`: the caller puts it back. With it, what
+    /// was written since the snapshot that last put it back (`None`: the
+    /// first snapshot, or after a restart: take everything as new).
+    fn backend_updated(
+        &mut self,
+    ) -> (
+        drivelab_fakes::s3::WriteCursor,
+        BackendState,
+        Option<drivelab_fakes::s3::ChangedNames>,
+    ) {
         let s3 = self.fakes.s3();
-        let (cursor, mut state) = self.backend_seen.take().unwrap_or_default();
+        let seen = self.backend_seen.take();
+        let first = seen.is_none();
+        let (cursor, mut state) = seen.unwrap_or_default();
         let (changed, next) = s3.changed_since(cursor);
-        match changed {
+        match &changed {
             // Another instance (a restart) or the first read: read it all.
             None => state = self.backend(),
             Some(changed) => {
@@ -1321,7 +1332,7 @@ impl Lab {
                 assert_eq!(state, full, "the kept backend view drifted");
             }
         }
-        (next, state)
+        (next, state, changed.filter(|_| !first))
     }
 
     fn current_credentials(
@@ -1489,6 +1500,7 @@ impl Lab {
                     .collect(),
                 checkpoints,
                 backend: &backend,
+                backend_changed: None,
                 lab_buckets: &lab_buckets,
             },
             &mut norm,

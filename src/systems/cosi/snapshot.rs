@@ -6,12 +6,13 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use drivelab_fakes::json::{at as c, bool_at as b, str_at as s};
+use drivelab_fakes::json::{at as c, bool_at as b, str_at as s, str_ref as sr};
 use drivelab_fakes::secret::Secret;
 use serde_json::Value;
 
-use super::checks::BackendState;
+use super::checks::{BackendState, UserState};
 use crate::snapshot::Normalizer;
+use drivelab_fakes::s3::ChangedNames;
 
 /// What the snapshot is built from: the kube fake's objects, shared with it
 /// rather than copied (a snapshot after every step reads all of them).
@@ -28,6 +29,9 @@ pub struct SnapshotInput<'a> {
     pub checkpoints: Vec<(&'static str, Arc<Value>)>,
     /// The backend as the driver left it.
     pub backend: &'a BackendState,
+    /// The users and policies written since the snapshot this one follows
+    /// (rendered with the same `kept`), or `None`: take every one as new.
+    pub backend_changed: Option<&'a ChangedNames>,
     /// Backend buckets the lab itself owns (canaries), shown apart.
     pub lab_buckets: &'a [String],
 }
@@ -82,9 +86,16 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     for a in &accesses {
         norm.id("account", &s(a, &["status", "accountID"]));
     }
-    for (_, info) in &input.credential_secrets {
+    // What the last snapshot walked and nothing has changed since has its
+    // labels already: walking it again would label nothing.
+    let changed = input.backend_changed;
+    let user_unchanged = |k: &str| changed.is_some_and(|c| !c.users.contains(k));
+    for (sec, info) in &input.credential_secrets {
         if let Some(info) = info {
             let key = s(info, &["spec", "secretS3", "accessKeyID"]);
+            if kept.shown(Section::CredentialSecret, sec) && user_unchanged(&key) {
+                continue;
+            }
             norm.id("key", &key);
             norm.secret(&Secret::new(s(
                 info,
@@ -102,15 +113,40 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
             }
         }
     }
-    for (k, u) in &input.backend.users {
+    let users: Vec<(&String, &UserState)> = match changed {
+        Some(c) => (c.users.iter())
+            .filter_map(|k| input.backend.users.get_key_value(k))
+            .collect(),
+        None => input.backend.users.iter().collect(),
+    };
+    for (k, u) in users {
         norm.id("key", k);
         norm.secret(&u.secret);
         for p in &u.policies {
             norm.id("policy", p);
         }
     }
-    for (p, _) in input.backend.driver_policies() {
+    let is_driver_policy = |p: &String| !input.backend.builtin_policies.contains(p);
+    let policies: Vec<&String> = match changed {
+        Some(c) => (c.policies.iter())
+            .filter(|p| input.backend.policies.contains_key(*p) && is_driver_policy(p))
+            .collect(),
+        None => input.backend.driver_policies().map(|(p, _)| p).collect(),
+    };
+    for p in policies {
         norm.id("policy", p);
+    }
+    // Every test and `make e2e` scenario checks that the walk, skipping what
+    // did not change, left nothing unlabelled.
+    #[cfg(debug_assertions)]
+    for (k, u) in &input.backend.users {
+        let values = [k.as_str(), u.secret.expose()].into_iter();
+        for v in values.chain(u.policies.iter().map(String::as_str)) {
+            assert!(
+                norm.knows(v),
+                "the snapshot walk skipped a user it had not labelled"
+            );
+        }
     }
     for (_, o) in &input.checkpoints {
         if !kept.shown(Section::Checkpoint, o) {
@@ -179,11 +215,11 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
         .users
         .iter()
         .map(|(k, u)| {
-            let mut pols: Vec<String> = u.policies.iter().map(|p| norm.text(p)).collect();
+            let mut pols: Vec<String> = u.policies.iter().map(|p| norm.text_kept(p)).collect();
             pols.sort();
             format!(
                 "  {}: secret {}, {}, policies [{}]",
-                norm.text(k),
+                norm.text_kept(k),
                 norm.secret(&u.secret),
                 u.status,
                 pols.join(", ")
@@ -196,7 +232,13 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     let mut pols: Vec<String> = input
         .backend
         .driver_policies()
-        .map(|(name, doc)| format!("  {}: {}", norm.text(name), norm.text(&policy_summary(doc))))
+        .map(|(name, doc)| {
+            format!(
+                "  {}: {}",
+                norm.text_kept(name),
+                norm.text_kept(&policy_summary(doc))
+            )
+        })
         .collect();
     pols.sort();
     out.extend(pols.into_iter().map(|l| l + "\n"));
@@ -322,16 +364,18 @@ impl<T> ByObject<T> {
 }
 
 /// `objs` by the relabelled namespace/name of each one's object.
-fn sorted<T: Clone>(objs: &[T], object: impl Fn(&T) -> &Value, norm: &Normalizer) -> Vec<T> {
+fn sorted<T: Clone>(objs: &[T], object: impl Fn(&T) -> &Value, norm: &mut Normalizer) -> Vec<T> {
     let mut v: Vec<T> = objs.to_vec();
-    // Each key is a relabelling: worth computing once per object.
+    // Each key is a relabelling: worth computing once per object, and kept
+    // from one snapshot to the next.
+    let mut key = String::new();
     v.sort_by_cached_key(|t| {
         let o = object(t);
-        norm.text(&format!(
-            "{}/{}",
-            s(o, &["metadata", "namespace"]),
-            s(o, &["metadata", "name"])
-        ))
+        key.clear();
+        key.push_str(sr(o, &["metadata", "namespace"]));
+        key.push('/');
+        key.push_str(sr(o, &["metadata", "name"]));
+        norm.text_kept(&key)
     });
     v
 }
@@ -483,6 +527,7 @@ mod tests {
                 ),
             )],
             backend: &backend,
+            backend_changed: None,
             lab_buckets: &[],
         };
         render(&input, norm, kept)
