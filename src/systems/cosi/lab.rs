@@ -198,8 +198,8 @@ struct Lab {
     uids_labelled: usize,
     /// What the last per-step snapshot decoded of the credentials Secrets.
     bucket_infos: snapshot::BucketInfos,
-    /// The lines the last per-step snapshot showed its objects as.
-    object_lines: snapshot::ObjectLines,
+    /// What the last per-step snapshot showed, kept for the next one.
+    kept_lines: snapshot::Kept,
     /// The backend as the last per-step snapshot read it, and the S3 fake's
     /// journal position it is current at.
     backend_seen: Option<(drivelab_fakes::s3::WriteCursor, BackendState)>,
@@ -454,7 +454,7 @@ impl Lab {
             uids: Vec::new(),
             uids_labelled: 0,
             bucket_infos: snapshot::BucketInfos::default(),
-            object_lines: snapshot::ObjectLines::default(),
+            kept_lines: snapshot::Kept::default(),
             backend_seen: None,
             retries: Vec::new(),
             policies_at_grant: BTreeMap::new(),
@@ -548,7 +548,7 @@ impl Lab {
             backend_changed: changed.as_ref(),
             lab_buckets: &self.lab_buckets,
         };
-        let text = snapshot::render(&input, &mut self.norm, &mut self.object_lines);
+        let text = snapshot::render(&input, &mut self.norm, &mut self.kept_lines);
         self.backend_seen = Some((cursor, backend));
         Ok(text)
     }
@@ -1466,7 +1466,7 @@ impl Lab {
 
         // The snapshot first: probes below write objects, which are not the driver's doing.
         // What the per-step snapshots kept is of no use from here on.
-        self.object_lines = Default::default();
+        self.kept_lines = Default::default();
         self.bucket_infos = Default::default();
         self.backend_seen = None;
         let mut norm = std::mem::take(&mut self.norm);
@@ -1505,7 +1505,7 @@ impl Lab {
             },
             &mut norm,
             // Nothing kept: the objects are read afresh after the last step.
-            &mut snapshot::ObjectLines::default(),
+            &mut snapshot::Kept::default(),
         );
         norm.forget_lines();
 

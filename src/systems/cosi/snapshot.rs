@@ -65,12 +65,12 @@ impl BucketInfos {
 
 /// Render the canonical snapshot. `norm` should already know the run's uids in
 /// creation order; the rest is labelled here in a fixed walk order.
-pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut ObjectLines) -> String {
+pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept) -> String {
     // Label ids in a fixed walk order so labels do not depend on random values.
     // An object the last snapshot showed as it is was walked then: labelling
     // its ids again would change nothing.
     let new = |section, objs: &[Arc<Value>]| -> Vec<Arc<Value>> {
-        let shown = |o: &&Arc<Value>| kept.shown(section, o);
+        let shown = |o: &&Arc<Value>| kept.objects.shown(section, o);
         objs.iter().filter(|o| !shown(o)).cloned().collect()
     };
     let (claims, accesses) = (
@@ -93,7 +93,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     for (sec, info) in &input.credential_secrets {
         if let Some(info) = info {
             let key = s(info, &["spec", "secretS3", "accessKeyID"]);
-            if kept.shown(Section::CredentialSecret, sec) && user_unchanged(&key) {
+            if kept.objects.shown(Section::CredentialSecret, sec) && user_unchanged(&key) {
                 continue;
             }
             norm.id("key", &key);
@@ -149,7 +149,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
         }
     }
     for (_, o) in &input.checkpoints {
-        if !kept.shown(Section::Checkpoint, o) {
+        if !kept.objects.shown(Section::Checkpoint, o) {
             norm.id("checkpoint", &s(o, &["metadata", "name"]));
         }
     }
@@ -157,7 +157,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     let mut out = String::new();
     let _ = writeln!(out, "claims:");
     for c in sorted(&input.claims, |o| o, norm) {
-        out.push_str(kept.get(Section::Claim, &c, || {
+        out.push_str(kept.objects.get(Section::Claim, &c, || {
             format!(
                 "  {}/{}: class {}, bucket {}, ready {}\n",
                 s(&c, &["metadata", "namespace"]),
@@ -170,7 +170,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     }
     let _ = writeln!(out, "buckets (objects):");
     for bk in sorted(&input.buckets, |o| o, norm) {
-        out.push_str(kept.get(Section::Bucket, &bk, || {
+        out.push_str(kept.objects.get(Section::Bucket, &bk, || {
             let claim = match c(&bk, &["spec", "bucketClaim"]) {
                 Some(cl) if !cl.is_null() => {
                     format!("{}/{}", s(cl, &["namespace"]), s(cl, &["name"]))
@@ -189,7 +189,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     }
     let _ = writeln!(out, "accesses:");
     for a in sorted(&input.accesses, |o| o, norm) {
-        out.push_str(kept.get(Section::Access, &a, || {
+        out.push_str(kept.objects.get(Section::Access, &a, || {
             format!(
                 "  {}/{}: claim {}, class {}, account {}, granted {}, secret {}\n",
                 s(&a, &["metadata", "namespace"]),
@@ -205,7 +205,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     let _ = writeln!(out, "credential secrets:");
     for (sec, info) in sorted(&input.credential_secrets, |(sec, _)| sec, norm) {
         // The secret's label is the same each time (the walk above gave it one).
-        out.push_str(kept.get(Section::CredentialSecret, &sec, || {
+        out.push_str(kept.objects.get(Section::CredentialSecret, &sec, || {
             credential_secret_line(&sec, info.as_deref(), norm)
         }));
     }
@@ -229,17 +229,22 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
     users.sort();
     out.extend(users.into_iter().map(|l| l + "\n"));
     let _ = writeln!(out, "backend policies:");
-    let mut pols: Vec<String> = input
-        .backend
-        .driver_policies()
-        .map(|(name, doc)| {
-            format!(
-                "  {}: {}",
-                norm.text_kept(name),
-                norm.text_kept(&policy_summary(doc))
-            )
-        })
-        .collect();
+    // A policy's summary is made again only when it was written since.
+    let written = |name: &String| changed.is_none_or(|c| c.policies.contains(name));
+    let mut summaries = std::mem::take(&mut kept.policies);
+    let mut pols = Vec::new();
+    for (name, doc) in input.backend.driver_policies() {
+        let summary = match summaries.remove(name) {
+            Some(kept) if !written(name) => kept,
+            _ => policy_summary(doc),
+        };
+        pols.push(format!(
+            "  {}: {}",
+            norm.text_kept(name),
+            norm.text_kept(&summary)
+        ));
+        kept.policies.insert(name.clone(), summary);
+    }
     pols.sort();
     out.extend(pols.into_iter().map(|l| l + "\n"));
     let _ = writeln!(out, "backend buckets:");
@@ -269,15 +274,16 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Objec
         .checkpoints
         .iter()
         .map(|(kind, o)| {
-            kept.get(Section::Checkpoint, o, || {
-                format!("  {kind} {}", checkpoint_line(o, norm))
-            })
-            .to_string()
+            kept.objects
+                .get(Section::Checkpoint, o, || {
+                    format!("  {kind} {}", checkpoint_line(o, norm))
+                })
+                .to_string()
         })
         .collect();
     cps.sort();
     out.extend(cps.into_iter().map(|l| l + "\n"));
-    kept.forget_unused();
+    kept.objects.forget_unused();
     norm.text_all_lines(&out)
 }
 
@@ -317,10 +323,16 @@ enum Section {
     Checkpoint,
 }
 
-/// The line each kube object was last shown as, kept while the snapshot
-/// shows the same object (see [`ByObject`]). A snapshot after every step
-/// formatted every object again each step.
-pub type ObjectLines = ByObject<String>;
+/// What a snapshot keeps for the next one: the line each kube object was
+/// last shown as, while the snapshot shows the same object (see
+/// [`ByObject`]), and each driver policy's summary, until the policy is
+/// written. A snapshot after every step formatted everything again each step.
+#[derive(Default)]
+pub struct Kept {
+    objects: ByObject<String>,
+    /// Policy name → its summary (before relabelling).
+    policies: std::collections::HashMap<String, String>,
+}
 
 /// Something made from each kube object a snapshot reads, kept while the
 /// next snapshot reads the same object: the kube fake hands out one shared
@@ -509,7 +521,7 @@ mod tests {
         claim: &Arc<Value>,
         accesses: &[(Arc<Value>, Arc<Value>)],
         norm: &mut Normalizer,
-        kept: &mut ObjectLines,
+        kept: &mut Kept,
         infos: &mut BucketInfos,
     ) -> String {
         let backend = BackendState::default();
@@ -531,6 +543,60 @@ mod tests {
             lab_buckets: &[],
         };
         render(&input, norm, kept)
+    }
+
+    #[test]
+    fn a_kept_policy_summary_is_made_again_once_the_policy_is_written() {
+        let policy = |action: &str| {
+            json!({"Statement": [{"Effect": "Allow", "Action": [action],
+                                  "Resource": ["arn:aws:s3:::b1/*"]}]})
+        };
+        let step = |backend: &BackendState,
+                    changed: Option<&ChangedNames>,
+                    norm: &mut Normalizer,
+                    kept: &mut Kept| {
+            let input = SnapshotInput {
+                claims: vec![],
+                buckets: vec![],
+                accesses: vec![],
+                credential_secrets: vec![],
+                checkpoints: vec![],
+                backend,
+                backend_changed: changed,
+                lab_buckets: &[],
+            };
+            render(&input, norm, kept)
+        };
+        let fresh =
+            |b: &BackendState| step(b, None, &mut Normalizer::default(), &mut Kept::default());
+        let (mut norm, mut kept) = (Normalizer::default(), Kept::default());
+        let mut backend = BackendState::default();
+        backend.policies.insert("p1".into(), policy("s3:GetObject"));
+        let first = step(&backend, None, &mut norm, &mut kept);
+        assert_eq!(first, fresh(&backend));
+        assert!(first.contains("s3:GetObject"), "{first}");
+
+        backend.policies.insert("p1".into(), policy("s3:PutObject"));
+        let written = ChangedNames {
+            policies: ["p1".to_string()].into(),
+            ..Default::default()
+        };
+        let second = step(&backend, Some(&written), &mut norm, &mut kept);
+        assert_eq!(second, fresh(&backend));
+        assert!(second.contains("s3:PutObject"), "{second}");
+
+        // Not written since, as the journal tells it: the kept summary stands
+        // (the journal is the one source of what changed).
+        backend
+            .policies
+            .insert("p1".into(), policy("s3:DeleteObject"));
+        let third = step(
+            &backend,
+            Some(&ChangedNames::default()),
+            &mut norm,
+            &mut kept,
+        );
+        assert_eq!(third, second);
     }
 
     #[test]
@@ -570,13 +636,13 @@ mod tests {
                 claim,
                 accesses,
                 &mut norm_fresh,
-                &mut ObjectLines::default(),
+                &mut Kept::default(),
                 &mut BucketInfos::default(),
             );
             assert_eq!(got, want, "step {i}");
         }
         // Only the last snapshot's objects are kept: the claim, a2 and its Secret, the checkpoint.
-        assert_eq!(kept.kept.len(), 4);
+        assert_eq!(kept.objects.kept.len(), 4);
         assert_eq!(infos.kept.len(), 1);
     }
 }
