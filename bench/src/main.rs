@@ -72,15 +72,25 @@ static ALLOC: drivelab::alloc::Allocator = drivelab::alloc::Allocator {};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let r = match args.first().map(String::as_str) {
+    let mode = args.first().map(String::as_str);
+    if mode != Some("child") && args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let r = match mode {
         Some("child") => run_child(&args[1..]).map(|v| {
             println!("{v}");
             true
         }),
-        Some("check") => check(&args[1..]),
-        Some("explore") => explore_only(&args[1..]).map(|_| true),
-        Some("scale") => scale_only(&args[1..]),
-        _ => bench(&args).map(|_| true),
+        Some("check") => known_flags(&args[1..], &["--against", "--margin"], &[])
+            .and_then(|()| check(&args[1..])),
+        Some("explore") => known_flags(&args[1..], &["--out", "--total-s", "--per-run-s"], &[])
+            .and_then(|()| explore_only(&args[1..]).map(|_| true)),
+        Some("scale") => {
+            known_flags(&args[1..], &["--out", "--dir"], &[]).and_then(|()| scale_only(&args[1..]))
+        }
+        _ => known_flags(&args, &["--out", "--max-n"], &["--quick"])
+            .and_then(|()| bench(&args).map(|_| true)),
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,
@@ -90,6 +100,26 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+const USAGE: &str = "usage:
+  drivelab-bench [--out reports/bench.json] [--max-n 10000] [--quick]
+  drivelab-bench check [--against reports/bench.json] [--margin 1.5]
+  drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
+  drivelab-bench scale [--out reports/bench.json] [--dir bench/scale]";
+
+/// Refuse an argument a mode does not take: `--help` or a misspelt flag
+/// ran the whole bench (minutes) and overwrote reports/bench.json.
+fn known_flags(args: &[String], valued: &[&str], switches: &[&str]) -> anyhow::Result<()> {
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        if valued.contains(&a.as_str()) {
+            anyhow::ensure!(rest.next().is_some(), "{a} needs a value\n{USAGE}");
+        } else if !switches.contains(&a.as_str()) {
+            anyhow::bail!("unknown argument {a:?}\n{USAGE}");
+        }
+    }
+    Ok(())
 }
 
 fn flag(args: &[String], name: &str) -> Option<String> {
@@ -880,4 +910,26 @@ fn check(args: &[String]) -> anyhow::Result<bool> {
         ok(pass)
     );
     Ok(good)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::known_flags;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_mode_refuses_what_it_does_not_take() {
+        let bench = |a: &[&str]| known_flags(&args(a), &["--out", "--max-n"], &["--quick"]);
+        assert!(bench(&[]).is_ok());
+        assert!(bench(&["--out", "x.json", "--quick", "--max-n", "100"]).is_ok());
+        // A value that looks like a flag is still the value.
+        assert!(bench(&["--out", "--quick"]).is_ok());
+        for bad in [&["--help"][..], &["--qiuck"], &["--out"], &["x.json"]] {
+            let e = bench(bad).unwrap_err().to_string();
+            assert!(e.contains("usage:"), "{bad:?}: {e}");
+        }
+    }
 }
