@@ -463,9 +463,10 @@ impl Normalizer {
         memo.settled = self.log_base + self.log.len();
     }
 
-    /// Drop the lines kept by [`Normalizer::text_all_lines`] (and stop
-    /// logging labelled values for them): after a run's last snapshot they
-    /// would only add a snapshot's size to the end of the run's peak.
+    /// Drop what [`Normalizer::text_all_lines`] and [`Normalizer::text_kept`]
+    /// keep (and stop logging labelled values for them): after a run's last
+    /// snapshot they would only add a snapshot's size to the end of the
+    /// run's peak.
     pub fn forget_lines(&mut self) {
         self.lines = None;
         self.texts = None;
