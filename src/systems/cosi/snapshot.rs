@@ -126,10 +126,9 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
             norm.id("policy", p);
         }
     }
-    let is_driver_policy = |p: &String| !input.backend.builtin_policies.contains(p);
     let policies: Vec<&String> = match changed {
         Some(c) => (c.policies.iter())
-            .filter(|p| input.backend.policies.contains_key(*p) && is_driver_policy(p))
+            .filter(|p| input.backend.is_driver_policy(p))
             .collect(),
         None => input.backend.driver_policies().map(|(p, _)| p).collect(),
     };

@@ -35,7 +35,12 @@ impl BackendState {
     pub fn driver_policies(&self) -> impl Iterator<Item = (&String, &serde_json::Value)> {
         self.policies
             .iter()
-            .filter(|(k, _)| !self.builtin_policies.contains(*k))
+            .filter(|(k, _)| self.is_driver_policy(k))
+    }
+
+    /// Whether `name` is a policy someone (the driver) created or rewrote.
+    pub fn is_driver_policy(&self, name: &str) -> bool {
+        self.policies.contains_key(name) && !self.builtin_policies.contains(name)
     }
 }
 
