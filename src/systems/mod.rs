@@ -39,7 +39,8 @@ pub enum Observed {
 }
 
 /// The version of [`Record`]'s form; a record of another form is not re-judged.
-pub const RECORD_FORMAT: u32 = 1;
+/// 2: CSI samples are written as what changed since the sample before.
+pub const RECORD_FORMAT: u32 = 2;
 
 /// What a run's judgement rests on, besides its history: the checks asked
 /// for and the observations they read. Every run is judged from this record

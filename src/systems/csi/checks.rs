@@ -18,7 +18,7 @@ use crate::checks::{LeakScan, Verdict};
 use crate::scenario::Invariant;
 
 /// The state at one step boundary.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// 0-based step (the final convergence is `steps.len()`).
     pub step: usize,
@@ -91,7 +91,7 @@ pub struct ReplayRecord {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CsiObservations {
     /// One sample per step, the final convergence last.
-    pub samples: Vec<Sample>,
+    pub samples: super::samples::Samples,
     /// Every call in the history: not kept in the record, read again from the
     /// recorded history (`with_history`).
     #[serde(skip)]
@@ -207,7 +207,7 @@ fn single_node(modes: &[String]) -> bool {
 fn single_attach(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::SingleAttach);
     let mut reported = BTreeSet::new();
-    for s in &obs.samples {
+    for s in obs.samples.iter() {
         let modes_of_handle: BTreeMap<&str, &[String]> = s
             .pvs
             .values()
@@ -659,14 +659,10 @@ fn no_leaked_mounts(obs: &CsiObservations) -> Verdict {
         }
     }
     // Judged: every mount seen at any step boundary must be gone or used at the end.
-    let mounts_seen: BTreeSet<(&str, &str)> = obs
+    let mounts_seen: BTreeSet<(String, String)> = obs
         .samples
         .iter()
-        .flat_map(|s| {
-            s.mounts
-                .iter()
-                .map(|m| (m.node.as_str(), m.target.as_str()))
-        })
+        .flat_map(|s| s.mounts.into_iter().map(|m| (m.node, m.target)))
         .collect();
     v.finish(
         mounts_seen.len(),
@@ -681,7 +677,7 @@ fn read_only_enforced(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::ReadOnlyEnforced);
     let mut seen = BTreeSet::new();
     let mut checked = 0;
-    for s in &obs.samples {
+    for s in obs.samples.iter() {
         for m in s.mounts.iter().filter(|m| m.bind) {
             let Some((uid, _)) = obs
                 .read_only_pods

@@ -154,7 +154,7 @@ struct CsiLab {
     read_only_pods: BTreeMap<String, bool>,
     /// (node, path) of mounts the scenario's own node_stage/node_publish made.
     lab_mounts: std::collections::BTreeSet<(String, String)>,
-    samples: Vec<Sample>,
+    samples: super::samples::Samples,
     disk_names: BTreeMap<String, String>,
     /// Failed expectations and per-step snapshots (the run loop's).
     record: StepsRecord,
@@ -446,7 +446,7 @@ impl CsiLab {
             converge_within: scn.converge_within,
             read_only_pods: BTreeMap::new(),
             lab_mounts: Default::default(),
-            samples: Vec::new(),
+            samples: Default::default(),
             disk_names: BTreeMap::new(),
             record: Default::default(),
             not_converged: Vec::new(),
