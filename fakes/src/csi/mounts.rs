@@ -261,6 +261,8 @@ struct Inner {
     /// (as `mkdir -p` before mount(8) does) and only `rmdir` removes it, so
     /// a target path left behind after its unmount is visible.
     dirs: Mutex<std::collections::BTreeSet<String>>,
+    /// Mounts and unmounts so far, counted under the `mounts` lock.
+    changes: std::sync::atomic::AtomicU64,
 }
 
 /// A path must be absolute and plain: no `..`, `.`, or empty components.
@@ -337,6 +339,7 @@ impl MountTable {
                 gate,
                 mounts: Mutex::default(),
                 dirs: Mutex::default(),
+                changes: Default::default(),
             }),
         }
     }
@@ -471,6 +474,7 @@ impl MountTable {
             None => {
                 lock(&self.inner.dirs).insert(target.clone());
                 mounts.insert(target, want);
+                self.changed();
                 Ok(())
             }
         }
@@ -517,7 +521,22 @@ impl MountTable {
             });
         }
         mounts.remove(&target);
+        self.changed();
         Ok(())
+    }
+
+    fn changed(&self) {
+        self.inner
+            .changes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many mounts and unmounts the table has taken: while it reads the
+    /// same, the table is the same (a cheap test for "anything changed?").
+    pub fn changes(&self) -> u64 {
+        self.inner
+            .changes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The table as `GET /mounts` lists it, sorted by target.
@@ -808,6 +827,22 @@ mod tests {
         );
         t.mount(&dev_mount(DEV, "/g", false)).unwrap();
         assert_eq!(t.mounts().len(), 1);
+    }
+
+    #[test]
+    fn changes_count_what_the_table_took_not_what_it_refused() {
+        let (t, _) = table(&["disk-1"]);
+        t.format(DEV, "ext4").unwrap();
+        assert_eq!(t.changes(), 0);
+        t.mount(&dev_mount(DEV, "/g", false)).unwrap();
+        assert_eq!(t.changes(), 1);
+        // The same mount again is a no-op; another one on the target is refused.
+        t.mount(&dev_mount(DEV, "/g", false)).unwrap();
+        assert!(t.mount(&dev_mount(DEV, "/g", true)).is_err());
+        assert_eq!(t.changes(), 1);
+        t.unmount("/g").unwrap();
+        assert!(t.unmount("/g").is_err());
+        assert_eq!(t.changes(), 2);
     }
 
     #[test]

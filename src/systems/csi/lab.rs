@@ -1012,11 +1012,8 @@ impl CsiLab {
     /// What the sidecars read, to tell a quiet round from a busy one: the
     /// API's resourceVersion (every write moves it, a no-op write does not)
     /// and the nodes' mount tables.
-    fn fingerprint(&self) -> anyhow::Result<(u64, String)> {
-        let mut mounts = String::new();
-        for n in &self.nodes {
-            mounts.push_str(&format!("{:?}", n.table.entries()));
-        }
+    fn fingerprint(&self) -> anyhow::Result<(u64, Vec<u64>)> {
+        let mounts = self.nodes.iter().map(|n| n.table.changes()).collect();
         Ok((self.kube.resource_version(), mounts))
     }
 
@@ -1054,7 +1051,7 @@ impl CsiLab {
         }
         let vas = self
             .kube
-            .list(Kind::VolumeAttachment, None)
+            .list_shared(Kind::VolumeAttachment, None)
             .unwrap_or_default()
             .iter()
             .map(|va| {
@@ -1067,7 +1064,7 @@ impl CsiLab {
             .collect();
         let pvs = self
             .kube
-            .list(Kind::PersistentVolume, None)
+            .list_shared(Kind::PersistentVolume, None)
             .unwrap_or_default()
             .iter()
             .map(|pv| {
@@ -1288,17 +1285,17 @@ impl CsiLab {
                 .unwrap_or_default(),
             pvcs: self
                 .kube
-                .list(Kind::PersistentVolumeClaim, None)
+                .list_shared(Kind::PersistentVolumeClaim, None)
                 .unwrap_or_default(),
             pvs: self
                 .kube
-                .list(Kind::PersistentVolume, None)
+                .list_shared(Kind::PersistentVolume, None)
                 .unwrap_or_default(),
             volume_attachments: self
                 .kube
-                .list(Kind::VolumeAttachment, None)
+                .list_shared(Kind::VolumeAttachment, None)
                 .unwrap_or_default(),
-            pods: self.kube.list(Kind::Pod, None).unwrap_or_default(),
+            pods: self.kube.list_shared(Kind::Pod, None).unwrap_or_default(),
             mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
             tasks: self.director().map(|d| d.tasks()).unwrap_or_default(),
             locks: self.director().map(|d| d.locks()).unwrap_or_default(),

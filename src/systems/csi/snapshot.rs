@@ -5,6 +5,7 @@
 //! locks are held. Ids are labelled in first-seen order, as in the COSI snapshot.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use drivelab_fakes::cpi::{Attachment, CpiDiskView};
 use drivelab_fakes::csi::mounts::MountView;
@@ -24,14 +25,14 @@ pub struct CsiSnapshotInput {
     pub iaas_disks: Vec<CpiDiskView>,
     /// IaaS attachments.
     pub attachments: Vec<Attachment>,
-    /// PVCs.
-    pub pvcs: Vec<Value>,
+    /// PVCs (shared with the Kubernetes fake's decoded copy, not copied out).
+    pub pvcs: Vec<Arc<Value>>,
     /// PVs.
-    pub pvs: Vec<Value>,
+    pub pvs: Vec<Arc<Value>>,
     /// VolumeAttachments.
-    pub volume_attachments: Vec<Value>,
+    pub volume_attachments: Vec<Arc<Value>>,
     /// Pods.
-    pub pods: Vec<Value>,
+    pub pods: Vec<Arc<Value>>,
     /// Every node's mounts.
     pub mounts: Vec<MountView>,
     /// Director tasks.
