@@ -10,7 +10,7 @@
 //!   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
 //!   drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
 //!   drivelab-bench scale [--out reports/bench.json] [--dir bench/scale]
-//!   drivelab-bench child ((percall | csi-percall) [--rounds R --batch B --only ID,..] | suite DIR | virtual | growth N [--step-snapshots] | csi-growth N | madmin-rss N | explore | sweep)   (internal)
+//!   drivelab-bench child ((percall | csi-percall) [--rounds R --batch B --only ID,..] | suite DIR | virtual | growth N [--step-snapshots] | csi-growth N | csi-step-growth N | madmin-rss N | explore | sweep)   (internal)
 //!
 //! Sections are plain functions called from `bench`/`measure_ratios`; a new
 //! one adds a child command and a report key.
@@ -193,6 +193,10 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
             let n: usize = args.get(1).context("csi-growth N")?.parse()?;
             rt.block_on(csi::growth(n, VOLUME_VMS))
         }
+        Some("csi-step-growth") => {
+            let n: usize = args.get(1).context("csi-step-growth N")?.parse()?;
+            rt.block_on(scenarios::csi_step_growth(n))
+        }
         Some("virtual") => rt.block_on(scenarios::virtual_clock(7)),
         Some("scale") => {
             let file = PathBuf::from(args.get(1).context("scale FILE")?);
@@ -251,6 +255,7 @@ struct Measured {
     vc: Value,
     growth: Value,
     step_growth: Value,
+    csi_step_growth: Value,
     volume_growth: Value,
 }
 
@@ -295,6 +300,16 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<Measured> {
         RESERVE_AFTER_BA_GROWTH,
     );
 
+    // The same for CSI: a snapshot and a sample of the state per step.
+    let csi_step_growth = growth_series(
+        "N volumes created and published one per step, all kept (bosh-csi, BOSH backend), a snapshot after every step as `drivelab run` takes them",
+        &[10, 100, 300],
+        max_n,
+        |n| vec!["csi-step-growth".into(), n.to_string()],
+        started,
+        RESERVE_AFTER_BA_GROWTH,
+    );
+
     eprintln!("[bench] CSI per-call: ControllerPublishVolume lab vs bare ...");
     let cpc = child(&["csi-percall"], Duration::from_secs(120))?;
     let cm = |id: &str| med(&cpc, id);
@@ -328,6 +343,7 @@ fn measure_ratios(max_n: usize, started: Instant) -> anyhow::Result<Measured> {
         vc,
         growth,
         step_growth,
+        csi_step_growth,
         volume_growth,
     })
 }
@@ -475,6 +491,7 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
         "virtual_clock": m.vc,
         "growth": m.growth,
         "step_growth": m.step_growth,
+        "csi_step_growth": m.csi_step_growth,
         "volume_growth": m.volume_growth,
         "explore": explore,
         "sweep": sweep,
@@ -765,6 +782,12 @@ fn print_table(r: &Value) {
         &r["step_growth"],
         "growth, snapshot per step",
         "BucketAccesses",
+    );
+    growth_rows(
+        &mut rows,
+        &r["csi_step_growth"],
+        "CSI growth, snapshot per step",
+        "volumes",
     );
     let c = &r["csi_per_call"];
     let cs = &c["raw"]["series"];

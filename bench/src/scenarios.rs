@@ -145,13 +145,45 @@ steps:
     s
 }
 
-/// The growth scenario at size `n`, once (a fresh child per size).
+/// CSI with the BOSH backend: `n` volumes, each created then published to a
+/// pod in its own step, all kept (six to a node, under the VMs' attachment
+/// slots), so the state a per-step snapshot and sample cover grows with `n`.
+pub fn csi_step_growth_text(n: usize) -> String {
+    let nodes = n.div_ceil(6).max(2);
+    let mut s = format!(
+        "name: bench-csi-step-growth-{n}
+description: {n} volumes created and published one after another, all kept
+driver: {{ builtin: bosh-csi }}
+bosh:
+  deployments: [{{ name: k8s, instances: {nodes} }}]
+converge_within: 30m
+steps:
+"
+    );
+    for i in 0..n {
+        s.push_str(&format!(
+            "  - create_volume: {{ name: v{i} }}\n  - publish: {{ pod: p{i}, volume: v{i}, node: node-{} }}\n",
+            i % nodes
+        ));
+    }
+    s
+}
+
+/// The COSI growth scenario at size `n`, once (a fresh child per size).
 pub async fn growth(n: usize, every_step: bool) -> anyhow::Result<Value> {
-    let scn = scenario::parse(
-        &PathBuf::from(format!("<bench>/growth-{n}.yaml")),
-        &growth_text(n),
-    )
-    .map_err(|e| anyhow!("{e}"))?;
+    run_growth(&format!("growth-{n}"), &growth_text(n), n, every_step).await
+}
+
+/// The CSI per-step growth scenario at size `n`, a snapshot after every step.
+pub async fn csi_step_growth(n: usize) -> anyhow::Result<Value> {
+    let text = csi_step_growth_text(n);
+    run_growth(&format!("csi-step-growth-{n}"), &text, n, true).await
+}
+
+/// One run of a generated growth scenario through the engine, timed.
+async fn run_growth(name: &str, text: &str, n: usize, every_step: bool) -> anyhow::Result<Value> {
+    let scn = scenario::parse(&PathBuf::from(format!("<bench>/{name}.yaml")), text)
+        .map_err(|e| anyhow!("{e}"))?;
     let rss0 = peak_rss_mib();
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     let opts = RunOptions {
@@ -173,4 +205,26 @@ pub async fn growth(n: usize, every_step: bool) -> anyhow::Result<Value> {
         "history_events": out.history.len(),
         "passed": out.passed(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn the_generated_growth_scenarios_are_valid() {
+        for n in [1, 7, 13] {
+            for text in [super::growth_text(n), super::csi_step_growth_text(n)] {
+                drivelab::scenario::parse(Path::new("<test>"), &text)
+                    .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_csi_step_growth_scenario_converges_and_passes() {
+        let v = super::csi_step_growth(7).await.unwrap();
+        assert_eq!(v["passed"], true, "{v}");
+        assert_eq!(v["n"], 7);
+    }
 }
