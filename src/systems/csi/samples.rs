@@ -82,6 +82,9 @@ impl<'de> Deserialize<'de> for Samples {
     }
 }
 
+/// A PV as a sample holds it: name, then volume handle and access modes.
+type PvEntry = (String, (String, Vec<String>));
+
 /// One sample as the change from the one before; a field that did not
 /// change is left out.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -95,7 +98,7 @@ struct SampleDelta {
     volume_attachments: Option<Splice<(String, String, bool)>>,
     /// Over the PVs in name order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pvs: Option<Splice<(String, (String, Vec<String>))>>,
+    pvs: Option<Splice<PvEntry>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     disks: Option<Splice<drivelab_fakes::director::DiskView>>,
 }
