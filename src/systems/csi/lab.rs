@@ -1046,7 +1046,8 @@ impl CsiLab {
             .director()
             .map(|d| d.cpi().attachments())
             .unwrap_or_default();
-        for d in self.director().map(|d| d.disks()).unwrap_or_default() {
+        let disks = self.director().map(|d| d.disks()).unwrap_or_default();
+        for d in &disks {
             self.disk_names.insert(d.cid.clone(), d.name.clone());
         }
         let vas = self
@@ -1092,7 +1093,7 @@ impl CsiLab {
             mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
             volume_attachments: vas,
             pvs,
-            disks: self.director().map(|d| d.disks()).unwrap_or_default(),
+            disks,
         });
     }
 

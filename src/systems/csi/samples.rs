@@ -3,8 +3,6 @@
 //! hold, write and read back N copies of the state: O(N²) memory (a 400-step
 //! run peaked at 1 GB). Checks still see every sample whole, one at a time.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::checks::Sample;
@@ -105,15 +103,9 @@ struct SampleDelta {
 
 impl SampleDelta {
     fn between(old: &Sample, new: &Sample) -> Self {
-        let pairs = |m: &BTreeMap<String, (String, Vec<String>)>| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<Vec<_>>()
-        };
-        // The PV maps are compared as entry lists only when they differ.
-        let pvs = (old.pvs != new.pvs)
-            .then(|| Splice::between(&pairs(&old.pvs), &pairs(&new.pvs)))
-            .flatten();
+        // The PV maps as entry lists, borrowed: only the stretch kept is copied.
+        let (was, is): (Vec<_>, Vec<_>) = (old.pvs.iter().collect(), new.pvs.iter().collect());
+        let pvs = Splice::between_by(&was, &is, |(k, v)| ((*k).clone(), (*v).clone()));
         SampleDelta {
             step: new.step,
             attachments: Splice::between(&old.attachments, &new.attachments),
@@ -158,6 +150,12 @@ struct Splice<T> {
 impl<T: PartialEq + Clone> Splice<T> {
     /// The stretch that turns `old` into `new`; None if they are equal.
     fn between(old: &[T], new: &[T]) -> Option<Self> {
+        Self::between_by(old, new, T::clone)
+    }
+
+    /// [`Splice::between`] over lists of another form (borrowed entries),
+    /// `own` making the items the stretch keeps.
+    fn between_by<U: PartialEq>(old: &[U], new: &[U], own: impl Fn(&U) -> T) -> Option<Self> {
         let prefix = old.iter().zip(new).take_while(|(a, b)| a == b).count();
         if prefix == old.len() && prefix == new.len() {
             return None;
@@ -173,7 +171,7 @@ impl<T: PartialEq + Clone> Splice<T> {
         Some(Splice {
             at: prefix,
             remove: old.len() - prefix - suffix,
-            insert: new[prefix..new.len() - suffix].to_vec(),
+            insert: new[prefix..new.len() - suffix].iter().map(own).collect(),
         })
     }
 
