@@ -52,9 +52,13 @@ struct LineMemo {
 /// until a snapshot no longer asks for one.
 #[derive(Default)]
 struct TextMemo {
-    texts: std::collections::HashMap<Box<str>, KeptText, foldhash::fast::RandomState>,
+    texts: KeptTexts,
+    /// The same for [`Normalizer::text_all_kept`] (hex runs labelled too).
+    texts_all: KeptTexts,
     settled: usize,
 }
+
+type KeptTexts = std::collections::HashMap<Box<str>, KeptText, foldhash::fast::RandomState>;
 
 struct KeptText {
     labelled: Box<str>,
@@ -414,6 +418,18 @@ impl Normalizer {
     /// were labelled since the last check, and dropped when nothing asked
     /// for them between two checks.
     pub fn text_kept(&mut self, raw: &str) -> String {
+        self.kept(raw, false)
+    }
+
+    /// [`Normalizer::text_all`] of a short text asked for again and again
+    /// (a mount's target path), kept as [`Normalizer::text_kept`] keeps. A
+    /// hex run the first call labels is itself a value labelled since, so
+    /// that text is relabelled once more at the next call, by then knowing it.
+    pub fn text_all_kept(&mut self, raw: &str) -> String {
+        self.kept(raw, true)
+    }
+
+    fn kept(&mut self, raw: &str, hex: bool) -> String {
         let now = self.log_base + self.log.len();
         if self.texts.as_ref().is_some_and(|m| m.settled < now) {
             // Values were labelled since: one search over every kept text.
@@ -423,19 +439,43 @@ impl Normalizer {
             settled: now,
             ..Default::default()
         });
-        if let Some(k) = memo.texts.get_mut(raw) {
+        let map = if hex {
+            &mut memo.texts_all
+        } else {
+            &mut memo.texts
+        };
+        if let Some(k) = map.get_mut(raw) {
             k.used = true;
             return k.labelled.to_string();
         }
-        let labelled = self.text(raw);
+        let labelled = if hex {
+            self.text_all(raw)
+        } else {
+            self.text(raw)
+        };
         if let Some(memo) = &mut self.texts {
             let kept = KeptText {
                 labelled: labelled.as_str().into(),
                 used: true,
             };
-            memo.texts.insert(raw.into(), kept);
+            let map = if hex {
+                &mut memo.texts_all
+            } else {
+                &mut memo.texts
+            };
+            map.insert(raw.into(), kept);
         }
         labelled
+    }
+
+    /// The end of a snapshot that kept texts but no lines: texts it did not
+    /// ask for go, and so do the logged values every kept text now knows.
+    pub fn end_kept_snapshot(&mut self) {
+        self.settle_texts(true);
+        if self.lines.is_none() {
+            self.log_base += self.log.len();
+            self.log.clear();
+        }
     }
 
     /// Check every kept text against the values logged since the memo was
@@ -452,14 +492,17 @@ impl Normalizer {
                 // Cannot search: keep nothing.
                 None => {
                     memo.texts.clear();
+                    memo.texts_all.clear();
                     None
                 }
             }
         };
-        memo.texts.retain(|raw, k| {
+        let keep = |raw: &str, k: &mut KeptText| {
             let used = !drop_unused || std::mem::take(&mut k.used);
             used && ac.as_ref().is_none_or(|ac| !ac.is_match(raw.as_bytes()))
-        });
+        };
+        memo.texts.retain(|raw, k| keep(raw, k));
+        memo.texts_all.retain(|raw, k| keep(raw, k));
         memo.settled = self.log_base + self.log.len();
     }
 
@@ -989,6 +1032,42 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(&lines.labels, &whole.labels);
                 proptest::prop_assert_eq!(&lines.secrets, &whole.secrets);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Short texts kept through `text_kept` and `text_all_kept`, snapshot
+        /// after snapshot, with values labelled between and hex runs labelled
+        /// by the texts themselves, are the texts relabelled then.
+        #[test]
+        fn kept_texts_are_the_texts_relabelled_now(
+            pool in proptest::collection::vec("[0-9a-fx /-]{0,40}", 1..8),
+            steps in proptest::collection::vec(
+                (0..6u8, "[0-9a-f]{1,20}", proptest::collection::vec((0..8usize, proptest::bool::ANY), 0..12)),
+                1..40),
+        ) {
+            let (mut whole, mut kept) = (Normalizer::default(), Normalizer::default());
+            for (op, value, picks) in steps {
+                for n in [&mut whole, &mut kept] {
+                    match op {
+                        0 | 1 => { n.id("uid", &value); }
+                        2 => { n.secret(&Secret::new(&value)); }
+                        3 => n.fixed(&value, "endpoint"),
+                        _ => {}
+                    }
+                }
+                for (i, all) in picks {
+                    let short = &pool[i % pool.len()];
+                    if all {
+                        proptest::prop_assert_eq!(kept.text_all_kept(short), whole.text_all(short));
+                    } else {
+                        proptest::prop_assert_eq!(kept.text_kept(short), whole.text(short));
+                    }
+                }
+                kept.end_kept_snapshot();
+                proptest::prop_assert_eq!(&kept.labels, &whole.labels);
+                proptest::prop_assert!(kept.log.is_empty());
             }
         }
     }

@@ -963,6 +963,59 @@ async fn node_stage_and_publish_paths_then_teardown() {
     assert!(st(&l.driver).published.is_empty());
 }
 
+/// What the lab's resync relies on to pass over a target: once a pod is set
+/// up, each sidecar's pass of it answers Done having only read objects by
+/// name, written nothing, called nothing and left its sidecar's state (and
+/// so its generation) alone; a change to a read object shows.
+#[tokio::test]
+async fn a_settled_objects_pass_only_reads() {
+    use drivelab_fakes::kube::reads::Reads;
+    let l = lab().await;
+    l.node.reconcile(&NodeTarget::Register).await.unwrap();
+    let c = provisioned(&l, "data", "fast", &["ReadWriteOnce"]).await;
+    l.kube.create(Kind::Pod, pod("web", "data", false)).unwrap();
+    assert_eq!(run_pod(&l, "web").await, Reconcile::Done);
+    let va = l.kube.list(Kind::VolumeAttachment, None).unwrap()[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pv = c["spec"]["volumeName"].as_str().unwrap().to_string();
+    let calls =
+        |l: &Lab| l.node.exchanges().len() + l.att.exchanges().len() + l.prov.exchanges().len();
+    let before = (calls(&l), l.node.generation());
+    let (r, pod_reads) = Reads::track(l.node.reconcile(&pod_t("web"))).await;
+    assert_eq!(r.unwrap(), Reconcile::Done);
+    let (r, claim_reads) = Reads::track(l.prov.reconcile(&claim("data"))).await;
+    assert_eq!(r.unwrap(), Reconcile::Done);
+    let (r, va_reads) = Reads::track(l.att.reconcile(&AttachTarget::Attachment { name: va })).await;
+    assert_eq!(r.unwrap(), Reconcile::Done);
+    let (r, pv_reads) = Reads::track(l.att.reconcile(&AttachTarget::Volume { name: pv })).await;
+    assert_eq!(r.unwrap(), Reconcile::Done);
+    assert_eq!(
+        (calls(&l), l.node.generation()),
+        before,
+        "a settled pass acted"
+    );
+    for reads in [&pod_reads, &claim_reads, &va_reads, &pv_reads] {
+        assert!(!reads.wrote() && reads.is_checkable() && !reads.is_empty());
+        assert!(l.kube.unchanged(reads).unwrap());
+    }
+    // The pod's claim is among what its pass read.
+    let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    l.kube
+        .merge_patch(Kind::PersistentVolumeClaim, Some("app"), "data", patch)
+        .unwrap();
+    assert!(!l.kube.unchanged(&pod_reads).unwrap());
+    assert!(!l.kube.unchanged(&claim_reads).unwrap());
+    // Deleting the pod changes the agent's state when its volumes come down.
+    l.kube.delete(Kind::Pod, Some("app"), "web").unwrap();
+    assert_eq!(
+        l.node.reconcile(&pod_t("web")).await.unwrap(),
+        Reconcile::Done
+    );
+    assert_ne!(l.node.generation(), before.1);
+}
+
 #[tokio::test]
 async fn shared_volume_is_unstaged_only_after_the_last_pod() {
     let l = lab().await;

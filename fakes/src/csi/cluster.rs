@@ -88,6 +88,29 @@ impl CsiSidecars {
         })
     }
 
+    /// How many driver calls the sidecars have made.
+    pub fn exchange_count(&self) -> usize {
+        self.provisioner.exchange_count()
+            + self.attacher.exchange_count()
+            + self.snapshotter.as_ref().map_or(0, |x| x.exchange_count())
+            + self
+                .nodes
+                .values()
+                .map(|a| a.exchange_count())
+                .sum::<usize>()
+    }
+
+    /// The generation of the sidecar state `target`'s pass reads besides the
+    /// API: a node agent's own (see [`NodeAgent::generation`]); the
+    /// controllers keep none a Done pass reads (their back-off counts are
+    /// cleared by a Done), so theirs is 0.
+    pub fn generation_of(&self, target: &CsiTarget) -> u64 {
+        match target {
+            CsiTarget::Node { node, .. } => self.nodes.get(node).map_or(0, |a| a.generation()),
+            _ => 0,
+        }
+    }
+
     /// Every target a resync would visit now: each PVC and PV, each
     /// VolumeAttachment and PV for the attacher, registration and each pod on
     /// each agent's node, plus pods an agent still holds volumes for (they may

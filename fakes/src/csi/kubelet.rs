@@ -137,7 +137,7 @@ pub struct NodeAgent {
     conn: DriverConn,
     driver_name: String,
     stages: bool,
-    state: Mutex<NodeState>,
+    state: Mutex<super::Generational<NodeState>>,
     failures: Failures<NodeTarget>,
 }
 
@@ -240,6 +240,13 @@ impl NodeAgent {
     /// The pods the agent has set up (or is setting up), sorted.
     pub fn pods(&self) -> Vec<PodView> {
         lock(&self.state).pods.values().cloned().collect()
+    }
+
+    /// Moves on whenever the agent's own state changes (see
+    /// [`super::Generational`]): a pod target whose reads are unchanged is
+    /// passed over only while this is what it was.
+    pub fn generation(&self) -> u64 {
+        lock(&self.state).generation()
     }
 
     /// The volumes staged (or uncertainly staged) on this node.
@@ -421,18 +428,15 @@ impl NodeAgent {
         };
         {
             let mut st = lock(&self.state);
-            let entry = st.pods.entry(key.clone()).or_insert_with(|| PodView {
-                namespace: ns.clone(),
-                name: name.clone(),
-                uid: uid.clone(),
-                volumes: Vec::new(),
-                running: false,
-            });
+            // Read first: a pod already known with these volumes changes nothing.
+            let known = st.pods.get(key);
+            let mut added: Vec<PodVolume> = Vec::new();
             for (pv, ro) in &vols {
                 let pv_name = str_at(pv, &["metadata", "name"]);
-                if entry.volumes.iter().all(|v| v.pv != pv_name) {
+                let mut had = known.into_iter().flat_map(|p| &p.volumes).chain(&added);
+                if had.all(|v| v.pv != pv_name) {
                     let handle = str_at(pv, &["spec", "csi", "volumeHandle"]);
-                    entry.volumes.push(PodVolume {
+                    added.push(PodVolume {
                         attachment: attachment_name(&handle, &self.driver_name, &self.node),
                         volume_handle: handle,
                         target_path: target_path(&uid, &pv_name),
@@ -441,6 +445,16 @@ impl NodeAgent {
                         pv: pv_name,
                     });
                 }
+            }
+            if known.is_none() || !added.is_empty() {
+                let entry = st.pods.entry(key.clone()).or_insert_with(|| PodView {
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                    uid: uid.clone(),
+                    volumes: Vec::new(),
+                    running: false,
+                });
+                entry.volumes.extend(added);
             }
         }
         for (pv, ro) in &vols {
@@ -578,10 +592,11 @@ impl NodeAgent {
         }
         let was_running = {
             let mut st = lock(&self.state);
-            let p = st.pods.get_mut(key);
-            let was = p.as_ref().is_some_and(|p| p.running);
-            if let Some(p) = p {
-                p.running = true;
+            let was = st.pods.get(key).is_some_and(|p| p.running);
+            if !was {
+                if let Some(p) = st.pods.get_mut(key) {
+                    p.running = true;
+                }
             }
             was
         };

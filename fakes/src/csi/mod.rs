@@ -658,6 +658,54 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A sidecar's own state with a generation that every mutable borrow moves
+/// on, so a resync can tell "the state this target last read" from "some
+/// state": it passes over a target only while its sidecar's generation is
+/// the one it saw. Generations come from one process-wide counter, so a
+/// restarted sidecar's never repeat an old one's. Borrow mutably only to
+/// change something: a needless mutable borrow costs a pass over the node.
+#[derive(Debug)]
+pub(crate) struct Generational<T> {
+    value: T,
+    generation: u64,
+}
+
+static NEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    NEXT_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl<T: Default> Default for Generational<T> {
+    fn default() -> Self {
+        Self {
+            value: T::default(),
+            generation: next_generation(),
+        }
+    }
+}
+
+impl<T> Generational<T> {
+    /// The generation: the same only while nothing borrowed the state mutably.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+impl<T> std::ops::Deref for Generational<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> std::ops::DerefMut for Generational<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.generation = next_generation();
+        &mut self.value
+    }
+}
+
 pub(crate) fn str_at(v: &Value, path: &[&str]) -> String {
     crate::json::str_at(v, path)
 }

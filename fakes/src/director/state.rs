@@ -218,7 +218,16 @@ pub struct State {
     /// the store decoding that took a tenth of the fake's CPU per attach.
     /// Only this Director writes its tasks; a restarted one starts with an
     /// empty cache over the same store. Kept for the run (~0.5 KB a task).
-    tasks: Arc<Mutex<BTreeMap<u64, TaskRec>>>,
+    tasks: Arc<Mutex<TaskCache>>,
+}
+
+/// The decoded tasks, and whether they are all of them: after one scan of
+/// the store they are (every later write goes through), so listing every
+/// task (a snapshot per step does) decodes nothing again.
+#[derive(Default)]
+struct TaskCache {
+    by_id: BTreeMap<u64, TaskRec>,
+    complete: bool,
 }
 
 /// The disk list's JSON: each disk's entry kept until that disk changes, the
@@ -432,12 +441,15 @@ impl State {
 
     pub fn task(&self, id: u64) -> Result<Option<TaskRec>, StoreError> {
         let mut cache = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = cache.get(&id) {
+        if let Some(t) = cache.by_id.get(&id) {
             return Ok(Some(t.clone()));
+        }
+        if cache.complete {
+            return Ok(None);
         }
         let t: Option<TaskRec> = self.store.get_json(&task_key(id))?;
         if let Some(t) = &t {
-            cache.insert(id, t.clone());
+            cache.by_id.insert(id, t.clone());
         }
         Ok(t)
     }
@@ -447,18 +459,21 @@ impl State {
         {
             let mut cache = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
             self.store.put_json(&task_key(t.id), t)?;
-            cache.insert(t.id, t.clone());
+            cache.by_id.insert(t.id, t.clone());
         }
         self.store.flush()
     }
 
     pub fn tasks(&self) -> Result<Vec<TaskRec>, StoreError> {
-        Ok(self
-            .store
-            .scan_json::<TaskRec>("task/")?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect())
+        let mut cache = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        if !cache.complete {
+            // Write-through: what the cache holds is what the store holds.
+            cache.by_id = (self.store.scan_json::<TaskRec>("task/")?.into_iter())
+                .map(|(_, t)| (t.id, t))
+                .collect();
+            cache.complete = true;
+        }
+        Ok(cache.by_id.values().cloned().collect())
     }
 
     pub fn agent_disks(&self, vm_cid: &str) -> Result<Vec<AgentDisk>, StoreError> {

@@ -77,6 +77,7 @@ mod managed;
 mod openapi;
 mod patch;
 mod protobuf;
+pub mod reads;
 pub mod review;
 mod schema;
 mod selector;

@@ -417,6 +417,7 @@ impl KubeFake {
         ns: &str,
         name: &str,
     ) -> Result<()> {
+        super::reads::note_write();
         let key = obj_key(kind, ns, name);
         let watched = self.inner.watch.active();
         if watched {
@@ -1340,7 +1341,30 @@ impl KubeFake {
     ) -> Result<Option<Arc<Value>>> {
         let scope = Self::scope(kind, ns)?;
         let _guard = self.lock();
-        self.load_shared(kind, scope, name)
+        let got = self.load_shared(kind, scope, name)?;
+        super::reads::note_get(kind, ns, name, got.as_ref());
+        Ok(got)
+    }
+
+    /// Whether every object `reads` read by key is still the version it saw
+    /// (and `reads` read nothing else): read again, it would see the same.
+    pub fn unchanged(&self, reads: &super::reads::Reads) -> Result<bool> {
+        if !reads.is_checkable() {
+            return Ok(false);
+        }
+        let _guard = self.lock();
+        for (kind, ns, name, seen) in reads.gets() {
+            let now = self.load_shared(kind, Self::scope(kind, ns)?, name)?;
+            let same = match (seen, &now) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            if !same {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Objects of `kind` (in `ns`, or everywhere), sorted by (namespace, name),
@@ -1352,6 +1376,7 @@ impl KubeFake {
         labels: &LabelSelector,
         fields: &FieldSelector,
     ) -> Result<(Vec<Value>, u64)> {
+        super::reads::note_opaque();
         let guard = self.lock();
         let rv = *guard;
         let items: Vec<Value> = self
@@ -1368,6 +1393,7 @@ impl KubeFake {
     /// name), shared with the fake's copy rather than cloned: what the
     /// sidecars' resyncs read (an informer's cache, not a server round trip).
     pub fn list_shared(&self, kind: Kind, ns: Option<&str>) -> Result<Vec<Arc<Value>>> {
+        super::reads::note_opaque();
         let guard = self.lock();
         let items = self.scan(kind, ns)?;
         drop(guard);
@@ -1378,6 +1404,7 @@ impl KubeFake {
     /// by name (what a scan of every PV for that claimRef finds, from an
     /// index the fake keeps as it writes).
     pub fn volumes_claiming(&self, ns: &str, name: &str) -> Result<Vec<Arc<Value>>> {
+        super::reads::note_opaque();
         let _guard = self.lock();
         let claim = (ns.to_string(), name.to_string());
         Ok(self.objects().pvs_claiming(&*self.inner.store, &claim)?)
@@ -1518,6 +1545,54 @@ mod tests {
 
     fn cm(name: &str) -> Value {
         json!({"metadata":{"name":name,"namespace":"default","labels":{"app":"x"}},"data":{"k":"v"}})
+    }
+
+    #[tokio::test]
+    async fn tracked_reads_say_whether_a_second_read_would_see_the_same() {
+        use super::super::reads::Reads;
+        let f = fake(1);
+        f.create(Kind::ConfigMap, cm("a")).unwrap();
+        let read_a_and_b = || async {
+            f.get_shared(Kind::ConfigMap, Some("default"), "a").unwrap();
+            f.get_shared(Kind::ConfigMap, Some("default"), "b").unwrap();
+        };
+        let ((), reads) = Reads::track(read_a_and_b()).await;
+        assert_eq!(
+            (reads.len(), reads.wrote(), reads.is_checkable()),
+            (2, false, true)
+        );
+        assert!(f.unchanged(&reads).unwrap());
+        // Another object changing is not a change to what it read.
+        f.create(Kind::ConfigMap, cm("c")).unwrap();
+        assert!(f.unchanged(&reads).unwrap());
+        // An object it saw missing now exists.
+        f.create(Kind::ConfigMap, cm("b")).unwrap();
+        assert!(!f.unchanged(&reads).unwrap());
+        // An object it saw is written.
+        let ((), reads) = Reads::track(read_a_and_b()).await;
+        assert!(f.unchanged(&reads).unwrap());
+        let patch = json!({"data": {"k": "w"}});
+        f.merge_patch(Kind::ConfigMap, Some("default"), "a", patch)
+            .unwrap();
+        assert!(!f.unchanged(&reads).unwrap());
+        // A write, a list and a namespace are tracked as such.
+        let (_, reads) = Reads::track(async { f.create(Kind::ConfigMap, cm("d")) }).await;
+        assert!(reads.wrote());
+        let (_, reads) = Reads::track(async { f.list_shared(Kind::ConfigMap, None) }).await;
+        assert!(!reads.is_checkable() && !f.unchanged(&reads).unwrap());
+        let (_, reads) =
+            Reads::track(async { f.get_shared(Kind::Namespace, None, "default") }).await;
+        assert!(!reads.is_checkable());
+        // Only the tracked task's reads count.
+        let g = f.clone();
+        let ((), reads) = Reads::track(async move {
+            tokio::spawn(async move { g.get_shared(Kind::ConfigMap, Some("default"), "a") })
+                .await
+                .unwrap()
+                .unwrap();
+        })
+        .await;
+        assert!(reads.is_empty() && f.unchanged(&reads).unwrap());
     }
 
     #[test]

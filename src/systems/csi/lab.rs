@@ -158,6 +158,8 @@ struct CsiLab {
     disk_names: BTreeMap<String, String>,
     /// Failed expectations and per-step snapshots (the run loop's).
     record: StepsRecord,
+    /// Which sidecar targets the converge loop may pass over.
+    resync: super::resync::Resync,
     not_converged: Vec<String>,
     pending: Vec<String>,
     step_exchanges_from: usize,
@@ -449,6 +451,7 @@ impl CsiLab {
             samples: Default::default(),
             disk_names: BTreeMap::new(),
             record: Default::default(),
+            resync: Default::default(),
             not_converged: Vec::new(),
             pending: Vec::new(),
             step_exchanges_from: 0,
@@ -965,15 +968,15 @@ impl CsiLab {
             let before = self.fingerprint()?;
             let mut wait: Option<Duration> = None;
             let mut pending = Vec::new();
-            for t in self.sidecars.targets()? {
-                let r = self
-                    .sidecars
-                    .reconcile(&t)
-                    .await
-                    .map_err(|e| anyhow!("reconciling {t}: {e}"))?;
+            let targets = self.sidecars.targets()?;
+            self.resync.keep_only(&targets);
+            for t in targets {
+                let hook = &self.hook;
                 // A crash fired inside this reconcile restarts the controller,
                 // whose start-up calls (UAA token) otherwise race this note.
-                self.hook.until_idle().await;
+                let r = (self.resync)
+                    .pass(&self.sidecars, &self.kube, &t, || hook.until_idle())
+                    .await?;
                 if let Reconcile::Requeue { after, reason } = r {
                     self.history.record(EventKind::Note {
                         component: sidecar_of(&t),
@@ -1033,11 +1036,7 @@ impl CsiLab {
 
     /// How many exchanges [`CsiLab::exchanges`] would return (without copying them).
     fn exchange_count(&self) -> usize {
-        let s = &self.sidecars;
-        s.provisioner.exchange_count()
-            + s.attacher.exchange_count()
-            + s.snapshotter.as_ref().map_or(0, |x| x.exchange_count())
-            + s.nodes.values().map(|a| a.exchange_count()).sum::<usize>()
+        self.sidecars.exchange_count()
     }
 
     /// What the step boundary shows: attachments, mounts, VolumeAttachments, pods.
@@ -1327,6 +1326,12 @@ impl CsiLab {
             b.director.up().await?;
         }
         self.converge().await?;
+        let (passes, passed_over) = self.resync.counts();
+        tracing::debug!(
+            passes,
+            passed_over,
+            "csi resync: target passes made, and quiet ones passed over"
+        );
         self.sample(scn.steps.len());
         let snapshot = self.render_snapshot();
         // External driver processes' own output is searched for leaks too. Read

@@ -6,6 +6,7 @@
 mod cbt;
 pub mod checks;
 mod lab;
+mod resync;
 pub mod samples;
 pub mod scenario;
 pub mod snapshot;

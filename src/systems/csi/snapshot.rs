@@ -77,6 +77,7 @@ pub fn render(i: &CsiSnapshotInput, n: &mut Normalizer) -> String {
     if i.bosh {
         render_director_work(i, n, &mut out);
     }
+    n.end_kept_snapshot();
     out
 }
 
@@ -96,10 +97,10 @@ fn render_backend(
             "  {}/{} {} vm {} ({})",
             inst.deployment,
             inst.name,
-            n.text(&inst.id),
+            n.text_kept(&inst.id),
             inst.vm_cid
                 .as_deref()
-                .map(|v| n.text(v))
+                .map(|v| n.text_kept(v))
                 .unwrap_or_else(|| "none".into()),
             inst.state
         );
@@ -109,13 +110,13 @@ fn render_backend(
         let _ = writeln!(
             out,
             "  {} cid {} deployment {} {} MiB attached to {}",
-            n.text(&d.name),
-            n.text(&d.cid),
+            n.text_kept(&d.name),
+            n.text_kept(&d.cid),
             d.deployment,
             d.size_mib,
             d.instance_id
                 .as_deref()
-                .map(|x| n.text(x))
+                .map(|x| n.text_kept(x))
                 .unwrap_or_else(|| "nothing".into())
         );
     }
@@ -131,18 +132,18 @@ fn render_backend(
     for d in iaas {
         let owner = owners
             .get(d.cid.as_str())
-            .map(|name| n.text(name))
+            .map(|name| n.text_kept(name))
             .unwrap_or_else(|| "NO DIRECTOR DISK".into());
         let vms: Vec<String> = attached
             .get(d.cid.as_str())
             .into_iter()
             .flatten()
-            .map(|vm| n.text(vm))
+            .map(|vm| n.text_kept(vm))
             .collect();
         let _ = writeln!(
             out,
             "  {} {} MiB of {owner} attached to [{}]",
-            n.text(&d.cid),
+            n.text_kept(&d.cid),
             d.size_mib,
             vms.join(", ")
         );
@@ -155,7 +156,7 @@ fn render_backend(
         let _ = writeln!(
             out,
             "  {label} of {} {} MiB",
-            n.text(&s.disk_cid),
+            n.text_kept(&s.disk_cid),
             s.size_mib
         );
     }
@@ -209,7 +210,7 @@ fn render_kube(i: &CsiSnapshotInput, n: &mut Normalizer, out: &mut String) {
             if handle.is_empty() {
                 "none".into()
             } else {
-                n.text(&handle)
+                n.text_kept(&handle)
             },
             deleting(c)
         );
@@ -246,16 +247,16 @@ fn render_kube(i: &CsiSnapshotInput, n: &mut Normalizer, out: &mut String) {
     for m in &mounts {
         // A driver's directory (its own backend) or a disk behind the mount.
         let backing = if m.disk_cid.is_empty() && !m.host_dir.is_empty() {
-            format!("directory {}", n.text_all(&m.host_dir))
+            format!("directory {}", n.text_all_kept(&m.host_dir))
         } else {
-            format!("disk {}", n.text(&m.disk_cid))
+            format!("disk {}", n.text_kept(&m.disk_cid))
         };
         let _ = writeln!(
             out,
             "  {} {} {} of {backing} {}{}",
             m.node,
             if m.bind { "bind" } else { "stage" },
-            n.text_all(&m.target),
+            n.text_all_kept(&m.target),
             if m.read_only { "ro" } else { "rw" },
             if m.device_present {
                 ""
@@ -284,7 +285,7 @@ fn render_director_work(i: &CsiSnapshotInput, n: &mut Normalizer, out: &mut Stri
     }
     let _ = writeln!(out, "locks held:");
     for l in &i.locks {
-        let _ = writeln!(out, "  {}", n.text(&l.name));
+        let _ = writeln!(out, "  {}", n.text_kept(&l.name));
     }
 }
 

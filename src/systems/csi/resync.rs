@@ -1,0 +1,94 @@
+//! The converge loop's resync, made to cost what changed: a target whose last
+//! pass answered Done having only read — no driver call, no API write, no
+//! change to its sidecar's own state — and whose every read object is still
+//! the version it saw, would do the same nothing again, so it is passed over.
+//! Debug builds (every test, `make e2e`) pass it anyway and fail the run if it
+//! acted: the rule is checked on every scenario the tests run.
+
+use std::collections::HashMap;
+
+use anyhow::anyhow;
+use drivelab_fakes::csi::cluster::{CsiSidecars, CsiTarget};
+use drivelab_fakes::csi::Reconcile;
+use drivelab_fakes::kube::reads::Reads;
+use drivelab_fakes::kube::KubeFake;
+
+/// Targets whose last pass was quiet, with what it read.
+#[derive(Default)]
+pub(super) struct Resync {
+    quiet: HashMap<CsiTarget, Quiet>,
+    /// Passes made and passed over, for the run's log.
+    passes: u64,
+    passed_over: u64,
+}
+
+/// What a quiet pass read: API objects, and its sidecar's state generation.
+struct Quiet {
+    reads: Reads,
+    generation: u64,
+}
+
+impl Resync {
+    /// Reconcile `t` once, or pass over it (Done) if its last pass was quiet
+    /// and nothing it read has changed. `after_pass` is awaited after a pass
+    /// is made (the lab waits there for a crash the pass set off).
+    pub(super) async fn pass<F: std::future::Future<Output = ()>>(
+        &mut self,
+        sidecars: &CsiSidecars,
+        kube: &KubeFake,
+        t: &CsiTarget,
+        after_pass: impl FnOnce() -> F,
+    ) -> anyhow::Result<Reconcile> {
+        let unchanged = match self.quiet.get(t) {
+            Some(q) => sidecars.generation_of(t) == q.generation && kube.unchanged(&q.reads)?,
+            None => false,
+        };
+        if unchanged {
+            self.passed_over += 1;
+            if !cfg!(debug_assertions) {
+                return Ok(Reconcile::Done);
+            }
+        }
+        self.passes += 1;
+        let calls = sidecars.exchange_count();
+        let generation = sidecars.generation_of(t);
+        // Boxed: a sidecar pass is a deep future, and so would be every caller.
+        let (r, reads) = Box::pin(Reads::track(sidecars.reconcile(t))).await;
+        let r = r.map_err(|e| anyhow!("reconciling {t}: {e}"))?;
+        after_pass().await;
+        let acted = [
+            (!matches!(r, Reconcile::Done), "did not answer Done"),
+            (reads.wrote(), "wrote to the API"),
+            (sidecars.exchange_count() != calls, "called the driver"),
+            (
+                sidecars.generation_of(t) != generation,
+                "changed its sidecar's state",
+            ),
+        ];
+        let acted: Vec<&str> = acted.iter().filter(|a| a.0).map(|a| a.1).collect();
+        if unchanged && !acted.is_empty() {
+            anyhow::bail!(
+                "lab bug: the resync would have passed over {t} as unchanged since its last \
+                 quiet pass, but this pass {}",
+                acted.join(", ")
+            );
+        }
+        if acted.is_empty() && reads.is_checkable() {
+            let generation = sidecars.generation_of(t);
+            self.quiet.insert(t.clone(), Quiet { reads, generation });
+        } else {
+            self.quiet.remove(t);
+        }
+        Ok(r)
+    }
+
+    /// Forget targets a resync no longer lists (`targets` sorted).
+    pub(super) fn keep_only(&mut self, targets: &[CsiTarget]) {
+        self.quiet.retain(|t, _| targets.binary_search(t).is_ok());
+    }
+
+    /// (passes made, passes that were or would have been passed over).
+    pub(super) fn counts(&self) -> (u64, u64) {
+        (self.passes, self.passed_over)
+    }
+}
