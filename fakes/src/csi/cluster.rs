@@ -150,7 +150,7 @@ impl CsiSidecars {
                 target: NodeTarget::Register,
             });
             let mut mine = pods_on.remove(node).unwrap_or_default();
-            mine.extend(agent.pods().into_iter().map(|p| (p.namespace, p.name)));
+            mine.extend(agent.pod_keys());
             mine.sort();
             mine.dedup();
             for (namespace, name) in mine {

@@ -249,6 +249,11 @@ impl NodeAgent {
         lock(&self.state).generation()
     }
 
+    /// The (namespace, name) of each pod the agent knows, sorted.
+    pub fn pod_keys(&self) -> Vec<(String, String)> {
+        lock(&self.state).pods.keys().cloned().collect()
+    }
+
     /// The volumes staged (or uncertainly staged) on this node.
     pub fn staged(&self) -> Vec<StagedVolume> {
         lock(&self.state).staged.values().cloned().collect()

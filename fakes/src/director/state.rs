@@ -219,6 +219,9 @@ pub struct State {
     /// Only this Director writes its tasks; a restarted one starts with an
     /// empty cache over the same store. Kept for the run (~0.5 KB a task).
     tasks: Arc<Mutex<TaskCache>>,
+    /// Each VM agent's disk table, decoded (write-through, like `tasks`):
+    /// the lab asks every node for its devices at each step boundary.
+    agents: Arc<Mutex<BTreeMap<String, Vec<AgentDisk>>>>,
 }
 
 /// The decoded tasks, and whether they are all of them: after one scan of
@@ -251,6 +254,7 @@ impl State {
             disks: Arc::default(),
             listed: Arc::default(),
             tasks: Arc::default(),
+            agents: Arc::default(),
         }
     }
 
@@ -477,19 +481,30 @@ impl State {
     }
 
     pub fn agent_disks(&self, vm_cid: &str) -> Result<Vec<AgentDisk>, StoreError> {
-        Ok(self
-            .store
-            .get_json(&format!("agent/{vm_cid}"))?
-            .unwrap_or_default())
+        let mut cache = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = cache.get(vm_cid) {
+            return Ok(d.clone());
+        }
+        let disks: Vec<AgentDisk> =
+            (self.store.get_json(&format!("agent/{vm_cid}"))?).unwrap_or_default();
+        cache.insert(vm_cid.to_string(), disks.clone());
+        Ok(disks)
     }
 
+    /// Store first, then the cache: a failed write leaves the cache as the store is.
     pub fn put_agent_disks(&self, vm_cid: &str, disks: &[AgentDisk]) -> Result<(), StoreError> {
-        self.store.put_json(&format!("agent/{vm_cid}"), &disks)?;
+        {
+            let mut cache = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+            self.store.put_json(&format!("agent/{vm_cid}"), &disks)?;
+            cache.insert(vm_cid.to_string(), disks.to_vec());
+        }
         self.store.flush()
     }
 
     pub fn remove_agent(&self, vm_cid: &str) -> Result<(), StoreError> {
+        let mut cache = self.agents.lock().unwrap_or_else(|p| p.into_inner());
         self.store.remove(&format!("agent/{vm_cid}"))?;
+        cache.remove(vm_cid);
         Ok(())
     }
 

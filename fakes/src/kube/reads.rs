@@ -30,9 +30,8 @@ pub struct Reads {
 }
 
 struct Get {
-    kind: Kind,
-    ns: Option<String>,
-    name: String,
+    /// Where the fake keeps it.
+    key: String,
     seen: Option<Arc<Value>>,
 }
 
@@ -67,18 +66,15 @@ impl Reads {
         self.gets.is_empty()
     }
 
-    /// Each object read: kind, namespace, name, and the version seen.
-    pub(crate) fn gets(
-        &self,
-    ) -> impl Iterator<Item = (Kind, Option<&str>, &str, Option<&Arc<Value>>)> {
-        self.gets
-            .iter()
-            .map(|g| (g.kind, g.ns.as_deref(), g.name.as_str(), g.seen.as_ref()))
+    /// Each object read: where the fake keeps it, and the version seen.
+    pub(crate) fn gets(&self) -> impl Iterator<Item = (&str, Option<&Arc<Value>>)> {
+        self.gets.iter().map(|g| (g.key.as_str(), g.seen.as_ref()))
     }
 }
 
-/// A tracked task read `kind` `ns`/`name` and saw `seen`.
-pub(crate) fn note_get(kind: Kind, ns: Option<&str>, name: &str, seen: Option<&Arc<Value>>) {
+/// A tracked task read the object of `kind` the fake keeps at `key()` and
+/// saw `seen`.
+pub(crate) fn note_get(kind: Kind, key: impl FnOnce() -> String, seen: Option<&Arc<Value>>) {
     let _ = TRACKED.try_with(|r| {
         let mut r = r.borrow_mut();
         if kind == Kind::Namespace {
@@ -86,9 +82,7 @@ pub(crate) fn note_get(kind: Kind, ns: Option<&str>, name: &str, seen: Option<&A
             return;
         }
         r.gets.push(Get {
-            kind,
-            ns: ns.map(str::to_string),
-            name: name.to_string(),
+            key: key(),
             seen: seen.cloned(),
         });
     });

@@ -126,10 +126,19 @@ fn list_order(obj: &Value) -> (&str, &str) {
     (meta_str(obj, "namespace"), meta_str(obj, "name"))
 }
 
-/// Objects in list order.
-fn sorted<V: std::borrow::Borrow<Value>>(mut items: Vec<V>) -> Vec<V> {
-    items.sort_by(|a, b| list_order(a.borrow()).cmp(&list_order(b.borrow())));
-    items
+/// Objects in list order. Each key is read once: comparing objects looked
+/// both names up in two maps per comparison (a CSI resync lists every claim
+/// and pod each round).
+fn sorted<V: std::borrow::Borrow<Value>>(items: Vec<V>) -> Vec<V> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    {
+        let keys: Vec<(&str, &str)> = items.iter().map(|o| list_order(o.borrow())).collect();
+        order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
+    }
+    let mut slots: Vec<Option<V>> = items.into_iter().map(Some).collect();
+    (order.into_iter())
+        .filter_map(|i| slots[i].take())
+        .collect()
 }
 
 fn meta(obj: &Value) -> Option<&Map<String, Value>> {
@@ -1342,7 +1351,7 @@ impl KubeFake {
         let scope = Self::scope(kind, ns)?;
         let _guard = self.lock();
         let got = self.load_shared(kind, scope, name)?;
-        super::reads::note_get(kind, ns, name, got.as_ref());
+        super::reads::note_get(kind, || obj_key(kind, scope, name), got.as_ref());
         Ok(got)
     }
 
@@ -1353,18 +1362,15 @@ impl KubeFake {
             return Ok(false);
         }
         let _guard = self.lock();
-        for (kind, ns, name, seen) in reads.gets() {
-            let now = self.load_shared(kind, Self::scope(kind, ns)?, name)?;
-            let same = match (seen, &now) {
+        let mut objects = self.objects();
+        let stored = objects.loaded(&*self.inner.store)?;
+        Ok(reads
+            .gets()
+            .all(|(key, seen)| match (seen, stored.get(key)) {
                 (None, None) => true,
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                 _ => false,
-            };
-            if !same {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+            }))
     }
 
     /// Objects of `kind` (in `ns`, or everywhere), sorted by (namespace, name),

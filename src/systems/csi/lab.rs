@@ -1326,11 +1326,12 @@ impl CsiLab {
             b.director.up().await?;
         }
         self.converge().await?;
-        let (passes, passed_over) = self.resync.counts();
+        let (rounds, passes, passed_over) = self.resync.counts();
         tracing::debug!(
+            rounds,
             passes,
             passed_over,
-            "csi resync: target passes made, and quiet ones passed over"
+            "csi resync: rounds, target passes made, and quiet ones passed over"
         );
         self.sample(scn.steps.len());
         let snapshot = self.render_snapshot();
