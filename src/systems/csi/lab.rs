@@ -974,7 +974,8 @@ impl CsiLab {
                 let hook = &self.hook;
                 // A crash fired inside this reconcile restarts the controller,
                 // whose start-up calls (UAA token) otherwise race this note.
-                let r = (self.resync)
+                let r = self
+                    .resync
                     .pass(&self.sidecars, &self.kube, &t, || hook.until_idle())
                     .await?;
                 if let Reconcile::Requeue { after, reason } = r {
@@ -1335,6 +1336,8 @@ impl CsiLab {
         );
         self.sample(scn.steps.len());
         let snapshot = self.render_snapshot();
+        // The last snapshot: what it kept would only add to the run's peak.
+        self.norm.forget_lines();
         // External driver processes' own output is searched for leaks too. Read
         // before the history: reading notes what was held back of a flood.
         let plugins = self.nodes.iter().map(|n| &n.plugin);

@@ -2,8 +2,9 @@
 //! pass answered Done having only read — no driver call, no API write, no
 //! change to its sidecar's own state — and whose every read object is still
 //! the version it saw, would do the same nothing again, so it is passed over.
-//! Debug builds (every test, `make e2e`) pass it anyway and fail the run if it
-//! acted: the rule is checked on every scenario the tests run.
+//! Debug builds (every test, `make e2e`) make the pass anyway and fail the run
+//! if it acted: the rule is checked on every scenario the tests run, and a
+//! release run differs only in not making passes that would do nothing.
 
 use std::collections::HashMap;
 
@@ -75,7 +76,6 @@ impl Resync {
             );
         }
         if acted.is_empty() && reads.is_checkable() {
-            let generation = sidecars.generation_of(t);
             self.quiet.insert(t.clone(), Quiet { reads, generation });
         } else {
             self.quiet.remove(t);
@@ -83,9 +83,10 @@ impl Resync {
         Ok(r)
     }
 
-    /// A round begins: forget targets a resync no longer lists (`targets` sorted) once they
-    /// could be as many as those it does: at most twice the live ones are
-    /// kept, for O(1) a round amortised rather than a search per target.
+    /// A round over `targets` (sorted) begins. Targets it no longer lists
+    /// are forgotten once they could be as many as the listed ones: at most
+    /// twice the live ones are kept, for O(1) a round amortised rather than a
+    /// search per target.
     pub(super) fn keep_only(&mut self, targets: &[CsiTarget]) {
         self.rounds += 1;
         if self.quiet.len() > 2 * targets.len() {
