@@ -3,7 +3,7 @@
 //! convergence — and, with the BOSH backend, the IaaS and the Director too.
 //! Each failure names the calls that show it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use drivelab_fakes::csi::mounts::MountView;
 use drivelab_fakes::csi::{DriverReply, DriverRequest, Exchange};
@@ -207,7 +207,14 @@ fn single_node(modes: &[String]) -> bool {
 fn single_attach(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::SingleAttach);
     let mut reported = BTreeSet::new();
-    for s in obs.samples.iter() {
+    // The kubelet's staging path of each handle (a sha256), made once.
+    let mut staging: HashMap<String, String> = HashMap::new();
+    // Judged: step boundaries that had a volume or an attachment to look at.
+    let mut judged = 0;
+    obs.samples.visit(|s| {
+        if !s.pvs.is_empty() || !s.attachments.is_empty() || !s.mounts.is_empty() {
+            judged += 1;
+        }
         let modes_of_handle: BTreeMap<&str, &[String]> = s
             .pvs
             .values()
@@ -264,20 +271,20 @@ fn single_attach(obs: &CsiObservations) -> Verdict {
         // Whatever backs it (a device, a driver's directory), a single-node
         // volume is staged on one node at a time: the kubelet's staging path
         // of its handle is mounted on at most one node.
+        let mut on_path: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+        for m in &s.mounts {
+            on_path.entry(&m.target).or_default().insert(&m.node);
+        }
         let mut staged: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for (pv, (handle, modes)) in &s.pvs {
             if !single_node(modes) || handle.is_empty() {
                 continue;
             }
-            let path = drivelab_fakes::csi::kubelet::staging_path(&obs.driver_name, handle);
-            let nodes: BTreeSet<&str> = s
-                .mounts
-                .iter()
-                .filter(|m| m.target == path)
-                .map(|m| m.node.as_str())
-                .collect();
-            if nodes.len() > 1 {
-                staged.insert(pv.as_str(), nodes);
+            let path = staging.entry(handle.clone()).or_insert_with(|| {
+                drivelab_fakes::csi::kubelet::staging_path(&obs.driver_name, handle)
+            });
+            if let Some(nodes) = on_path.get(path.as_str()).filter(|n| n.len() > 1) {
+                staged.insert(pv.as_str(), nodes.clone());
             }
         }
         for (pv, set) in staged {
@@ -309,18 +316,12 @@ fn single_attach(obs: &CsiObservations) -> Verdict {
                 );
             }
         }
-    }
+    });
     let what = if obs.bosh_backend {
         "every disk on at most one VM, every single-node volume attached and mounted on at most one node"
     } else {
         "every single-node volume attached (VolumeAttachments) and staged on at most one node"
     };
-    // Judged: step boundaries that had a volume or an attachment to look at.
-    let judged = obs
-        .samples
-        .iter()
-        .filter(|s| !s.pvs.is_empty() || !s.attachments.is_empty() || !s.mounts.is_empty())
-        .count();
     v.finish(
         judged,
         format!("{} step boundaries: {what}", obs.samples.len()),
@@ -659,10 +660,8 @@ fn no_leaked_mounts(obs: &CsiObservations) -> Verdict {
         }
     }
     // Judged: every mount seen at any step boundary must be gone or used at the end.
-    let mounts_seen: BTreeSet<(String, String)> = obs
-        .samples
-        .iter()
-        .flat_map(|s| s.mounts.into_iter().map(|m| (m.node, m.target)))
+    let mounts_seen: BTreeSet<(&str, &str)> = (obs.samples.mounts_ever())
+        .map(|m| (m.node.as_str(), m.target.as_str()))
         .collect();
     v.finish(
         mounts_seen.len(),
@@ -677,13 +676,13 @@ fn read_only_enforced(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::ReadOnlyEnforced);
     let mut seen = BTreeSet::new();
     let mut checked = 0;
-    for s in obs.samples.iter() {
+    let read_only: Vec<&str> = (obs.read_only_pods.iter())
+        .filter(|(_, ro)| **ro)
+        .map(|(uid, _)| uid.as_str())
+        .collect();
+    obs.samples.visit(|s| {
         for m in s.mounts.iter().filter(|m| m.bind) {
-            let Some((uid, _)) = obs
-                .read_only_pods
-                .iter()
-                .find(|(uid, ro)| **ro && m.target.contains(uid.as_str()))
-            else {
+            let Some(uid) = read_only.iter().find(|uid| m.target.contains(*uid)) else {
                 continue;
             };
             checked += 1;
@@ -705,7 +704,7 @@ fn read_only_enforced(obs: &CsiObservations) -> Verdict {
                 );
             }
         }
-    }
+    });
     v.finish(
         checked,
         format!("{checked} read-only bind mounts seen, all read-only"),

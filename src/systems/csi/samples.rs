@@ -37,14 +37,23 @@ impl Samples {
         (!self.deltas.is_empty()).then_some(&self.last)
     }
 
-    /// Every sample, rebuilt whole in turn.
-    pub fn iter(&self) -> impl Iterator<Item = Sample> + '_ {
+    /// Every sample in turn, rebuilt in place and lent (no copy per sample).
+    pub fn visit(&self, mut f: impl FnMut(&Sample)) {
         let mut cur = Sample::default();
-        self.deltas.iter().map(move |d| {
+        for d in &self.deltas {
             // Checked when the samples were made or read, so it applies.
             let _ = d.apply(&mut cur);
-            cur.clone()
-        })
+            f(&cur);
+        }
+    }
+
+    /// Every mount any sample holds (a mount held by several is given as
+    /// often as it was mounted): the samples start from nothing, so each
+    /// came in with some sample's change.
+    pub fn mounts_ever(&self) -> impl Iterator<Item = &drivelab_fakes::csi::mounts::MountView> {
+        (self.deltas.iter())
+            .filter_map(|d| d.mounts.as_ref())
+            .flat_map(|m| &m.insert)
     }
 
     /// Samples from deltas as written; each must apply to the one before.
@@ -201,6 +210,7 @@ impl<T: PartialEq + Clone> Splice<T> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     fn sample(step: usize, attached: &[(&str, &str)], pvs: &[&str]) -> Sample {
         Sample {
@@ -235,13 +245,56 @@ mod tests {
         let samples: Samples = made.iter().cloned().collect();
         assert_eq!(samples.len(), made.len());
         assert_eq!(samples.last(), made.last());
-        assert_eq!(samples.iter().collect::<Vec<_>>(), made);
+        assert_eq!(whole(&samples), made);
         let text = serde_json::to_string(&samples).unwrap();
         let read: Samples = serde_json::from_str(&text).unwrap();
         assert_eq!(read, samples);
-        assert_eq!(read.iter().collect::<Vec<_>>(), made);
+        assert_eq!(whole(&read), made);
         // An unchanged step writes its step number only.
         assert!(text.contains(r#"{"step":4}"#), "{text}");
+    }
+
+    fn whole(samples: &Samples) -> Vec<Sample> {
+        let mut out = Vec::new();
+        samples.visit(|s| out.push(s.clone()));
+        out
+    }
+
+    #[test]
+    fn every_mount_any_sample_held_is_found_in_the_changes() {
+        let mount = |node: &str, target: &str| drivelab_fakes::csi::mounts::MountView {
+            node: node.into(),
+            source: String::new(),
+            target: target.into(),
+            fstype: "ext4".into(),
+            read_only: false,
+            bind: false,
+            disk_cid: String::new(),
+            host_dir: String::new(),
+            device_present: true,
+        };
+        let with = |step, mounts: Vec<_>| Sample {
+            step,
+            mounts,
+            ..Default::default()
+        };
+        let made = vec![
+            with(0, vec![mount("n1", "/a")]),
+            with(1, vec![mount("n1", "/a"), mount("n2", "/b")]),
+            with(2, vec![mount("n2", "/b")]),
+            with(3, vec![]),
+            with(4, vec![mount("n1", "/a")]),
+        ];
+        let samples: Samples = made.iter().cloned().collect();
+        let ever: BTreeSet<_> = samples
+            .mounts_ever()
+            .map(|m| (&m.node, &m.target))
+            .collect();
+        let held: BTreeSet<_> = (made.iter().flat_map(|s| &s.mounts))
+            .map(|m| (&m.node, &m.target))
+            .collect();
+        assert_eq!(ever, held);
+        assert_eq!(ever.len(), 2);
     }
 
     #[test]
