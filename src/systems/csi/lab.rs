@@ -137,6 +137,16 @@ impl LabControl for Control {
     }
 }
 
+/// What a step boundary reads of the state: the lists its sample and its
+/// snapshot both show.
+struct Boundary {
+    attachments: Vec<drivelab_fakes::cpi::Attachment>,
+    disks: Vec<drivelab_fakes::director::DiskView>,
+    mounts: Vec<drivelab_fakes::csi::mounts::MountView>,
+    pvs: Vec<Arc<Value>>,
+    volume_attachments: Vec<Arc<Value>>,
+}
+
 struct CsiLab {
     _dir: tempfile::TempDir,
     clock: SimClock,
@@ -155,6 +165,9 @@ struct CsiLab {
     /// (node, path) of mounts the scenario's own node_stage/node_publish made.
     lab_mounts: std::collections::BTreeSet<(String, String)>,
     samples: super::samples::Samples,
+    /// What the last sample read, for the snapshot taken at the same step
+    /// boundary (cleared when a step begins).
+    boundary: Option<Boundary>,
     disk_names: BTreeMap<String, String>,
     /// Failed expectations and per-step snapshots (the run loop's).
     record: StepsRecord,
@@ -194,6 +207,7 @@ impl SystemLab for CsiLab {
     }
 
     fn begin_step(&mut self) {
+        self.boundary = None;
         self.step_exchanges_from = self.exchange_count();
         self.last_step_code = None;
     }
@@ -449,6 +463,7 @@ impl CsiLab {
             read_only_pods: BTreeMap::new(),
             lab_mounts: Default::default(),
             samples: Default::default(),
+            boundary: None,
             disk_names: BTreeMap::new(),
             record: Default::default(),
             resync: Default::default(),
@@ -1040,21 +1055,28 @@ impl CsiLab {
         self.sidecars.exchange_count()
     }
 
+    /// What a step boundary reads of the state, once for both its sample
+    /// and its snapshot.
+    fn read_boundary(&self) -> Boundary {
+        let list = |kind| self.kube.list_shared(kind, None).unwrap_or_default();
+        Boundary {
+            attachments: (self.director())
+                .map(|d| d.cpi().attachments())
+                .unwrap_or_default(),
+            disks: self.director().map(|d| d.disks()).unwrap_or_default(),
+            mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
+            pvs: list(Kind::PersistentVolume),
+            volume_attachments: list(Kind::VolumeAttachment),
+        }
+    }
+
     /// What the step boundary shows: attachments, mounts, VolumeAttachments, pods.
     fn sample(&mut self, step: usize) {
-        let attachments = self
-            .director()
-            .map(|d| d.cpi().attachments())
-            .unwrap_or_default();
-        let disks = self.director().map(|d| d.disks()).unwrap_or_default();
-        for d in &disks {
+        let b = self.read_boundary();
+        for d in &b.disks {
             self.disk_names.insert(d.cid.clone(), d.name.clone());
         }
-        let vas = self
-            .kube
-            .list_shared(Kind::VolumeAttachment, None)
-            .unwrap_or_default()
-            .iter()
+        let vas = (b.volume_attachments.iter())
             .map(|va| {
                 (
                     str_at(va, &["spec", "source", "persistentVolumeName"]),
@@ -1063,11 +1085,7 @@ impl CsiLab {
                 )
             })
             .collect();
-        let pvs = self
-            .kube
-            .list_shared(Kind::PersistentVolume, None)
-            .unwrap_or_default()
-            .iter()
+        let pvs = (b.pvs.iter())
             .map(|pv| {
                 let modes = pv["spec"]["accessModes"]
                     .as_array()
@@ -1086,15 +1104,15 @@ impl CsiLab {
             .collect();
         self.samples.push(Sample {
             step,
-            attachments: attachments
-                .into_iter()
-                .map(|a| (a.disk_cid, a.vm_cid))
+            attachments: (b.attachments.iter())
+                .map(|a| (a.disk_cid.clone(), a.vm_cid.clone()))
                 .collect(),
-            mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
+            mounts: b.mounts.clone(),
             volume_attachments: vas,
             pvs,
-            disks,
+            disks: b.disks.clone(),
         });
+        self.boundary = Some(b);
     }
 
     fn expect(&self, e: &Expectation) -> Vec<String> {
@@ -1276,28 +1294,21 @@ impl CsiLab {
     }
 
     fn render_snapshot(&mut self) -> String {
+        // The sample just taken read these, unless a step began since.
+        let b = self.boundary.take().unwrap_or_else(|| self.read_boundary());
         let input = snapshot::CsiSnapshotInput {
             instances: self.director().map(|d| d.instances()).unwrap_or_default(),
-            disks: self.director().map(|d| d.disks()).unwrap_or_default(),
+            disks: b.disks,
             iaas_disks: self.director().map(|d| d.cpi().disks()).unwrap_or_default(),
-            attachments: self
-                .director()
-                .map(|d| d.cpi().attachments())
-                .unwrap_or_default(),
+            attachments: b.attachments,
             pvcs: self
                 .kube
                 .list_shared(Kind::PersistentVolumeClaim, None)
                 .unwrap_or_default(),
-            pvs: self
-                .kube
-                .list_shared(Kind::PersistentVolume, None)
-                .unwrap_or_default(),
-            volume_attachments: self
-                .kube
-                .list_shared(Kind::VolumeAttachment, None)
-                .unwrap_or_default(),
+            pvs: b.pvs,
+            volume_attachments: b.volume_attachments,
             pods: self.kube.list_shared(Kind::Pod, None).unwrap_or_default(),
-            mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
+            mounts: b.mounts,
             tasks: self.director().map(|d| d.tasks()).unwrap_or_default(),
             locks: self.director().map(|d| d.locks()).unwrap_or_default(),
             snapshots: self
