@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use drivelab_fakes::clock::SimClock;
+use drivelab_fakes::cpi::Attachment;
 use drivelab_fakes::csi::attacher::Attacher;
 use drivelab_fakes::csi::cluster::{CsiSidecars, CsiTarget};
 use drivelab_fakes::csi::kubelet::{self, NodeAgent};
@@ -140,7 +141,8 @@ impl LabControl for Control {
 /// What a step boundary reads of the state: the lists its sample and its
 /// snapshot both show.
 struct Boundary {
-    attachments: Vec<drivelab_fakes::cpi::Attachment>,
+    iaas_disks: Vec<drivelab_fakes::cpi::CpiDiskView>,
+    attachments: Vec<Attachment>,
     disks: Vec<drivelab_fakes::director::DiskView>,
     mounts: Vec<drivelab_fakes::csi::mounts::MountView>,
     pvs: Vec<Arc<Value>>,
@@ -1059,10 +1061,21 @@ impl CsiLab {
     /// and its snapshot.
     fn read_boundary(&self) -> Boundary {
         let list = |kind| self.kube.list_shared(kind, None).unwrap_or_default();
+        let iaas_disks = self.director().map(|d| d.cpi().disks()).unwrap_or_default();
+        // What `Cpi::attachments` gives, without decoding every disk again.
+        let mut attachments: Vec<Attachment> = (iaas_disks.iter())
+            .filter_map(|d| {
+                let vm = d.attached_to.clone()?;
+                Some(Attachment {
+                    disk_cid: d.cid.clone(),
+                    vm_cid: vm,
+                })
+            })
+            .collect();
+        attachments.sort();
         Boundary {
-            attachments: (self.director())
-                .map(|d| d.cpi().attachments())
-                .unwrap_or_default(),
+            iaas_disks,
+            attachments,
             disks: self.director().map(|d| d.disks()).unwrap_or_default(),
             mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
             pvs: list(Kind::PersistentVolume),
@@ -1299,7 +1312,7 @@ impl CsiLab {
         let input = snapshot::CsiSnapshotInput {
             instances: self.director().map(|d| d.instances()).unwrap_or_default(),
             disks: b.disks,
-            iaas_disks: self.director().map(|d| d.cpi().disks()).unwrap_or_default(),
+            iaas_disks: b.iaas_disks,
             attachments: b.attachments,
             pvcs: self
                 .kube

@@ -129,15 +129,15 @@ impl Objects {
     }
 }
 
-/// Every value whose key starts with `prefix`, in key order.
+/// Every entry whose key starts with `prefix`, in key order.
 pub(super) fn under<'a>(
     map: &'a BTreeMap<String, Arc<Value>>,
     prefix: &'a str,
-) -> impl Iterator<Item = &'a Arc<Value>> + 'a {
+) -> impl Iterator<Item = (&'a str, &'a Arc<Value>)> + 'a {
     map.range::<str, _>((
         std::ops::Bound::Included(prefix),
         std::ops::Bound::Unbounded,
     ))
     .take_while(move |(k, _)| k.starts_with(prefix))
-    .map(|(_, v)| v)
+    .map(|(k, v)| (k.as_str(), v))
 }
