@@ -278,7 +278,7 @@ mod tests {
             mounts,
             ..Default::default()
         };
-        let made = vec![
+        let made = [
             with(0, vec![mount("n1", "/a")]),
             with(1, vec![mount("n1", "/a"), mount("n2", "/b")]),
             with(2, vec![mount("n2", "/b")]),
