@@ -25,8 +25,8 @@ pub struct Reads {
     /// It read something whose sameness is not checked by key: a list, an
     /// index, a namespace (virtual ones are made afresh on every read).
     opaque: bool,
-    /// It committed a write.
-    wrote: bool,
+    /// How many writes it committed.
+    writes: u64,
 }
 
 struct Get {
@@ -53,7 +53,12 @@ impl Reads {
 
     /// Whether it committed a write.
     pub fn wrote(&self) -> bool {
-        self.wrote
+        self.writes > 0
+    }
+
+    /// How many writes it committed (each moves the resourceVersion by one).
+    pub fn writes(&self) -> u64 {
+        self.writes
     }
 
     /// How many objects it read by key.
@@ -95,5 +100,5 @@ pub(crate) fn note_opaque() {
 
 /// A tracked task committed a write.
 pub(crate) fn note_write() {
-    let _ = TRACKED.try_with(|r| r.borrow_mut().wrote = true);
+    let _ = TRACKED.try_with(|r| r.borrow_mut().writes += 1);
 }

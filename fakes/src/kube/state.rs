@@ -1592,8 +1592,10 @@ mod tests {
             .unwrap();
         assert!(!f.unchanged(&reads).unwrap());
         // A write, a list and a namespace are tracked as such.
+        let rv = f.resource_version();
         let (_, reads) = Reads::track(async { f.create(Kind::ConfigMap, cm("d")) }).await;
         assert!(reads.wrote());
+        assert_eq!(f.resource_version(), rv + reads.writes());
         let (_, reads) = Reads::track(async { f.list_shared(Kind::ConfigMap, None) }).await;
         assert!(!reads.is_checkable() && !f.unchanged(&reads).unwrap());
         let (_, reads) =
