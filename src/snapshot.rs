@@ -58,6 +58,18 @@ struct TextMemo {
     settled: usize,
 }
 
+impl TextMemo {
+    /// The texts kept by [`Normalizer::text_all_kept`] (`hex`) or by
+    /// [`Normalizer::text_kept`].
+    fn texts_mut(&mut self, hex: bool) -> &mut KeptTexts {
+        if hex {
+            &mut self.texts_all
+        } else {
+            &mut self.texts
+        }
+    }
+}
+
 type KeptTexts = std::collections::HashMap<Box<str>, KeptText, foldhash::fast::RandomState>;
 
 struct KeptText {
@@ -439,12 +451,7 @@ impl Normalizer {
             settled: now,
             ..Default::default()
         });
-        let map = if hex {
-            &mut memo.texts_all
-        } else {
-            &mut memo.texts
-        };
-        if let Some(k) = map.get_mut(raw) {
+        if let Some(k) = memo.texts_mut(hex).get_mut(raw) {
             k.used = true;
             return k.labelled.to_string();
         }
@@ -458,12 +465,7 @@ impl Normalizer {
                 labelled: labelled.as_str().into(),
                 used: true,
             };
-            let map = if hex {
-                &mut memo.texts_all
-            } else {
-                &mut memo.texts
-            };
-            map.insert(raw.into(), kept);
+            memo.texts_mut(hex).insert(raw.into(), kept);
         }
         labelled
     }

@@ -208,6 +208,23 @@ pub struct Attachment {
     pub vm_cid: String,
 }
 
+impl Attachment {
+    /// The attachments `disks` show, sorted by disk cid (what
+    /// [`Cpi::attachments`] gives for the disks [`Cpi::disks`] gives).
+    pub fn of_disks(disks: &[CpiDiskView]) -> Vec<Attachment> {
+        let mut out: Vec<Attachment> = (disks.iter())
+            .filter_map(|d| {
+                Some(Attachment {
+                    disk_cid: d.cid.clone(),
+                    vm_cid: d.attached_to.clone()?,
+                })
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
 tokio::task_local! {
     /// Virtual milliseconds of CPI latency charged to the Director job running
     /// in this task (set by the Director when it models its worker pool in
@@ -529,18 +546,7 @@ impl Cpi {
 
     /// Every attachment, sorted by disk cid.
     pub fn attachments(&self) -> Vec<Attachment> {
-        let mut out: Vec<Attachment> = self
-            .disks()
-            .into_iter()
-            .filter_map(|d| {
-                d.attached_to.map(|vm| Attachment {
-                    disk_cid: d.cid,
-                    vm_cid: vm,
-                })
-            })
-            .collect();
-        out.sort();
-        out
+        Attachment::of_disks(&self.disks())
     }
 }
 

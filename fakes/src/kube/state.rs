@@ -1425,16 +1425,20 @@ impl KubeFake {
             Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
             None => format!("{OBJ_PREFIX}{}/", kind.plural()),
         };
+        let across_namespaces = one_namespace.is_none() && kind.namespaced();
         let mut out: Vec<Arc<Value>> = Vec::new();
-        // Namespaces as their keys give them, in key order: nondecreasing
-        // unless one sorts before another only by the '/' after it.
+        // Across namespaces, the namespaces as their keys give them, in key
+        // order: nondecreasing unless one sorts before another only by the
+        // '/' after it.
         let mut in_namespace_order = true;
         let mut last_ns: Option<&str> = None;
         let mut objects = self.objects();
         for (key, obj) in objects::under(objects.loaded(&*self.inner.store)?, &prefix) {
-            let ns = key[prefix.len()..].split('/').next().unwrap_or_default();
-            in_namespace_order &= last_ns.is_none_or(|l| l <= ns);
-            last_ns = Some(ns);
+            if across_namespaces {
+                let ns = key[prefix.len()..].split('/').next().unwrap_or_default();
+                in_namespace_order &= last_ns.is_none_or(|l| l <= ns);
+                last_ns = Some(ns);
+            }
             out.push(obj.clone());
         }
         drop(objects);
@@ -1448,7 +1452,7 @@ impl KubeFake {
         // too while the namespaces came in order, which they do unless one
         // sorts before another only by the '/' ("a-b/" before "a/"). Sorting
         // every list was 4% of a 1000-node run, and again of a CSI resync.
-        if one_namespace.is_none() && kind.namespaced() && !in_namespace_order {
+        if across_namespaces && !in_namespace_order {
             return Ok(sorted(out));
         }
         debug_assert!(

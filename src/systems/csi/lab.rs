@@ -1062,20 +1062,10 @@ impl CsiLab {
     fn read_boundary(&self) -> Boundary {
         let list = |kind| self.kube.list_shared(kind, None).unwrap_or_default();
         let iaas_disks = self.director().map(|d| d.cpi().disks()).unwrap_or_default();
-        // What `Cpi::attachments` gives, without decoding every disk again.
-        let mut attachments: Vec<Attachment> = (iaas_disks.iter())
-            .filter_map(|d| {
-                let vm = d.attached_to.clone()?;
-                Some(Attachment {
-                    disk_cid: d.cid.clone(),
-                    vm_cid: vm,
-                })
-            })
-            .collect();
-        attachments.sort();
         Boundary {
+            // Without decoding every disk again, as `Cpi::attachments` would.
+            attachments: Attachment::of_disks(&iaas_disks),
             iaas_disks,
-            attachments,
             disks: self.director().map(|d| d.disks()).unwrap_or_default(),
             mounts: self.nodes.iter().flat_map(|n| n.table.mounts()).collect(),
             pvs: list(Kind::PersistentVolume),
