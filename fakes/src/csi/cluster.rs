@@ -100,6 +100,18 @@ impl CsiSidecars {
                 .sum::<usize>()
     }
 
+    /// How many driver calls the sidecar that serves `target` has made: what
+    /// one pass of it can change (the resync asks before and after every
+    /// pass, so summing every node's count made a round cost nodes × targets).
+    pub fn exchange_count_of(&self, target: &CsiTarget) -> usize {
+        match target {
+            CsiTarget::Provision(_) => self.provisioner.exchange_count(),
+            CsiTarget::Attach(_) => self.attacher.exchange_count(),
+            CsiTarget::Node { node, .. } => self.nodes.get(node).map_or(0, |a| a.exchange_count()),
+            CsiTarget::Snapshot(_) => self.snapshotter.as_ref().map_or(0, |x| x.exchange_count()),
+        }
+    }
+
     /// The generation of the sidecar state `target`'s pass reads besides the
     /// API: a node agent's own (see [`NodeAgent::generation`]); the
     /// controllers keep none a Done pass reads (their back-off counts are

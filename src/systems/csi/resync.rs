@@ -55,7 +55,7 @@ impl Resync {
             }
         }
         self.passes += 1;
-        let calls = sidecars.exchange_count();
+        let calls = sidecars.exchange_count_of(t);
         let generation = sidecars.generation_of(t);
         // Boxed: a sidecar pass is a deep future, and so would be every caller.
         let (r, reads) = Box::pin(Reads::track(sidecars.reconcile(t))).await;
@@ -64,7 +64,7 @@ impl Resync {
         let acted = [
             (!matches!(r, Reconcile::Done), "did not answer Done"),
             (reads.wrote(), "wrote to the API"),
-            (sidecars.exchange_count() != calls, "called the driver"),
+            (sidecars.exchange_count_of(t) != calls, "called the driver"),
             (
                 sidecars.generation_of(t) != generation,
                 "changed its sidecar's state",
