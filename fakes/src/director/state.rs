@@ -387,26 +387,23 @@ impl State {
             if let Some(body) = index.body.as_ref().filter(|_| all) {
                 return Ok(body.clone());
             }
-            // Render what changed and size the body, then fill it in one
+            // Choose and render what changed, then fill the body in one
             // allocation (it is ~0.3 MB at 1000 nodes, on every list).
-            let mut len = 2;
+            let mut chosen: Vec<&bytes::Bytes> = Vec::new();
             for i in index.by_name.values_mut() {
                 if all || include(&i.rec) {
-                    let e = i
-                        .entry
-                        .get_or_insert_with(|| bytes::Bytes::from(render(&i.rec)));
-                    len += e.len() + 1;
+                    let rec = &i.rec;
+                    chosen.push(i.entry.get_or_insert_with(|| render(rec).into()));
                 }
             }
+            let len = 2 + chosen.iter().map(|e| e.len() + 1).sum::<usize>();
             let mut body = Vec::with_capacity(len);
             body.push(b'[');
-            for i in index.by_name.values() {
-                if let Some(e) = i.entry.as_ref().filter(|_| all || include(&i.rec)) {
-                    if body.len() > 1 {
-                        body.push(b',');
-                    }
-                    body.extend_from_slice(e);
+            for (n, e) in chosen.into_iter().enumerate() {
+                if n > 0 {
+                    body.push(b',');
                 }
+                body.extend_from_slice(e);
             }
             body.push(b']');
             let body = bytes::Bytes::from(body);
