@@ -12,7 +12,7 @@ REPORT_DIR ?= reports/e2e
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= scenario s3_http admin_http madmin kube_http director_http cpi_json
 
-.PHONY: fuzz-smoke e2e test prebuild-static test-rust test-containers image py-deps browser-deps faketime-deps build validate mutants sweep clean-reports bench bench-check bench-explore bench-scale
+.PHONY: fuzz-smoke e2e test prebuild-static test-rust test-containers image py-deps browser-deps faketime-deps build validate mutants sweep clean-reports bench bench-check bench-explore bench-scale bench-grants
 
 build:
 	$(CARGO) build --locked --bins
@@ -111,6 +111,7 @@ bench:
 	$(CARGO) build --locked --release -p drivelab-bench
 	$(BENCH) --out reports/bench.json
 	$(BENCH) scale --out reports/bench.json
+	$(BENCH) grants --out reports/bench.json
 
 # The dynamic-disks RFC's scale question at full size (bench/scale/: 100 and
 # 1000 nodes, workers 1/4/16): wall time, peak RSS and the pool's figures,
@@ -118,6 +119,13 @@ bench:
 bench-scale:
 	$(CARGO) build --locked --release -p drivelab-bench
 	$(BENCH) scale --out reports/bench.json
+
+# Issue 20's 10⁵-grant target at its own size (one claim + 10⁵ grants): wall
+# time and peak RSS, the child killed past half the machine's memory or 20
+# minutes; merged into reports/bench.json (also the last part of `make bench`).
+bench-grants:
+	$(CARGO) build --locked --release -p drivelab-bench
+	$(BENCH) grants --out reports/bench.json
 
 # Explorer figures (issue 6): schedules/min and median time to first detection per mutant.
 # (also part of `make bench`; this target re-measures them alone and merges

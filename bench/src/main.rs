@@ -77,21 +77,23 @@ fn main() -> ExitCode {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    let r = match mode {
-        Some("child") => run_child(&args[1..]).map(|v| {
-            println!("{v}");
-            true
-        }),
-        Some("check") => known_flags(&args[1..], &["--against", "--margin"], &[])
-            .and_then(|()| check(&args[1..])),
-        Some("explore") => known_flags(&args[1..], &["--out", "--total-s", "--per-run-s"], &[])
-            .and_then(|()| explore_only(&args[1..]).map(|_| true)),
-        Some("scale") => {
-            known_flags(&args[1..], &["--out", "--dir"], &[]).and_then(|()| scale_only(&args[1..]))
-        }
-        _ => known_flags(&args, &["--out", "--max-n"], &["--quick"])
-            .and_then(|()| bench(&args).map(|_| true)),
-    };
+    let r =
+        match mode {
+            Some("child") => run_child(&args[1..]).map(|v| {
+                println!("{v}");
+                true
+            }),
+            Some("check") => known_flags(&args[1..], &["--against", "--margin"], &[])
+                .and_then(|()| check(&args[1..])),
+            Some("explore") => known_flags(&args[1..], &["--out", "--total-s", "--per-run-s"], &[])
+                .and_then(|()| explore_only(&args[1..]).map(|_| true)),
+            Some("scale") => known_flags(&args[1..], &["--out", "--dir"], &[])
+                .and_then(|()| scale_only(&args[1..])),
+            Some("grants") => known_flags(&args[1..], &["--out", "--n"], &[])
+                .and_then(|()| grants_only(&args[1..])),
+            _ => known_flags(&args, &["--out", "--max-n"], &["--quick"])
+                .and_then(|()| bench(&args).map(|_| true)),
+        };
     match r {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -106,7 +108,8 @@ const USAGE: &str = "usage:
   drivelab-bench [--out reports/bench.json] [--max-n 10000] [--quick]
   drivelab-bench check [--against reports/bench.json] [--margin 1.5]
   drivelab-bench explore [--out reports/bench.json] [--total-s 120] [--per-run-s 10]
-  drivelab-bench scale [--out reports/bench.json] [--dir bench/scale]";
+  drivelab-bench scale [--out reports/bench.json] [--dir bench/scale]
+  drivelab-bench grants [--out reports/bench.json] [--n 100000]";
 
 /// Refuse an argument a mode does not take: `--help` or a misspelt flag
 /// ran the whole bench (minutes) and overwrote reports/bench.json.
@@ -521,21 +524,10 @@ fn explore_only(args: &[String]) -> anyhow::Result<()> {
         &["explore", "--total-s", &total, "--per-run-s", &per_run],
         limit,
     )?;
-    let mut report: Value = std::fs::read_to_string(&out)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_else(|| json!({"schema": 1}));
     for (a, b, c, d) in explore::rows(&e) {
         println!("{a:50}  {b:>24}  {c:28}  {d}");
     }
-    report["explore"] = e;
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", out.display()))?;
-    eprintln!("[bench] merged the explorer figures into {}", out.display());
-    Ok(())
+    merge_into(&out, "explore", e)
 }
 
 /// Target for one full-size scale run (issue 20): 1000 nodes × 10⁴ volumes
@@ -597,25 +589,110 @@ fn scale_only(args: &[String]) -> anyhow::Result<bool> {
         );
         runs.push(r);
     }
-    let mut report: Value = std::fs::read_to_string(&out)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_else(|| json!({"schema": 2}));
-    report["scale"] = json!({
-        "command": format!("target/release/drivelab-bench scale {}", args.join(" ")),
-        "target_wall_s": TARGET_SCALE_S,
-        "runs": runs,
-    });
-    if let Some(d) = out.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", out.display()))?;
-    eprintln!("[bench] merged the scale figures into {}", out.display());
+    merge_into(
+        &out,
+        "scale",
+        json!({
+            "command": format!("target/release/drivelab-bench scale {}", args.join(" ")),
+            "target_wall_s": TARGET_SCALE_S,
+            "runs": runs,
+        }),
+    )?;
     if !errors.is_empty() {
         bail!("scale runs failed:\n  {}", errors.join("\n  "));
     }
     Ok(true)
+}
+
+/// Issue 20: 10⁵ grants in under a minute and under 1 GiB (2 cores, release).
+const TARGET_GRANTS_S: f64 = 60.0;
+const TARGET_GRANTS_MIB: f64 = 1024.0;
+/// The size the target names.
+const GRANTS_N: usize = 100_000;
+/// A 10⁵-grant run is killed after this long.
+const GRANTS_CAP_S: u64 = 1200;
+
+/// `drivelab-bench grants [--out reports/bench.json] [--n 100000]`: the
+/// BucketAccess growth family (one claim, N grants, final snapshot only) at
+/// the size the issue names, in one child, merged into the report's `grants`
+/// key. The growth series stops where its fit predicts more than two minutes;
+/// this measures the target's own size. The child is killed past half the
+/// machine's memory or the time cap: a measured miss, printed as MISSED.
+fn grants_only(args: &[String]) -> anyhow::Result<bool> {
+    let out = PathBuf::from(flag(args, "--out").unwrap_or_else(|| "reports/bench.json".into()));
+    let n: usize = flag(args, "--n")
+        .map(|s| s.parse())
+        .transpose()
+        .context("--n")?
+        .unwrap_or(GRANTS_N);
+    let cap_mib = measure::half_of_memory_mib();
+    eprintln!("[bench] grants: one claim + {n} grants (killed past {cap_mib:.0} MiB or {GRANTS_CAP_S} s) ...");
+    let started = Instant::now();
+    let r = measure::child_capped(
+        &["growth", &n.to_string()],
+        Duration::from_secs(GRANTS_CAP_S),
+        Some(cap_mib),
+    );
+    let figures = match &r {
+        Ok(p) => json!({"point": p}),
+        Err(e) => json!({
+            "stopped": format!("{e:#}"),
+            "stopped_after_s": started.elapsed().as_secs_f64(),
+        }),
+    };
+    let wall = r.as_ref().ok().and_then(|p| p["wall_s"].as_f64());
+    let rss = r.as_ref().ok().and_then(|p| p["peak_rss_mib"].as_f64());
+    let passed = r.as_ref().ok().and_then(|p| p["passed"].as_bool()) == Some(true);
+    let value = match (wall, rss) {
+        (Some(w), Some(m)) => format!("{w:.1} s / {m:.0} MiB"),
+        _ => format!("stopped: {}", figures["stopped"].as_str().unwrap_or("?")),
+    };
+    let met = passed
+        && wall.is_some_and(|w| w < TARGET_GRANTS_S)
+        && rss.is_some_and(|m| m < TARGET_GRANTS_MIB);
+    println!(
+        "{:44}  {value:>24}  < {TARGET_GRANTS_S:.0} s, < {TARGET_GRANTS_MIB:.0} MiB  {}",
+        format!("grants: {n} BucketAccesses, wall / peak RSS"),
+        ok(met)
+    );
+    let mut section = json!({
+        "command": format!("target/release/drivelab-bench grants {}", args.join(" ")),
+        "family": "one claim + N grants, one step each (scenarios::growth_text), final snapshot only",
+        "n": n,
+        "target_wall_s": TARGET_GRANTS_S,
+        "target_peak_rss_mib": TARGET_GRANTS_MIB,
+        "rss_cap_mib": cap_mib,
+        "met": met,
+    });
+    section
+        .as_object_mut()
+        .expect("an object")
+        .extend(figures.as_object().cloned().unwrap_or_default());
+    merge_into(&out, "grants", section)?;
+    // A run stopped by its caps is a measured miss; a run that failed otherwise is an error.
+    match r {
+        Err(e) if !format!("{e:#}").contains("and was killed") => Err(e),
+        Ok(p) if p["passed"].as_bool() != Some(true) => {
+            bail!("the {n}-grant run failed its checks")
+        }
+        _ => Ok(true),
+    }
+}
+
+/// Set `key` of the report at `out` (read if there, else a new one) to `value`.
+fn merge_into(out: &std::path::Path, key: &str, value: Value) -> anyhow::Result<()> {
+    let mut report: Value = std::fs::read_to_string(out)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({"schema": 2}));
+    report[key] = value;
+    if let Some(d) = out.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("[bench] merged the {key} figures into {}", out.display());
+    Ok(())
 }
 
 fn ok(pass: bool) -> &'static str {

@@ -70,6 +70,20 @@ pub fn peak_rss_mib() -> f64 {
 /// object it prints as its last stdout line. A fresh process per measurement:
 /// peak RSS is monotonic within a process, so sharing one would blur sizes.
 pub fn child(args: &[&str], timeout: Duration) -> anyhow::Result<Value> {
+    child_capped(args, timeout, None)
+}
+
+/// How often a capped child's resident set is read.
+const RSS_POLL: Duration = Duration::from_millis(200);
+
+/// As [`child`], and killed once its resident set passes `max_rss_mib`, so
+/// a size that outgrows the machine is a measured miss, not an OOM kill of
+/// whatever else runs there.
+pub fn child_capped(
+    args: &[&str],
+    timeout: Duration,
+    max_rss_mib: Option<f64>,
+) -> anyhow::Result<Value> {
     let exe = std::env::current_exe().context("locating the bench binary")?;
     let mut cmd = Command::new(exe);
     cmd.arg("child").args(args);
@@ -80,24 +94,41 @@ pub fn child(args: &[&str], timeout: Duration) -> anyhow::Result<Value> {
     let pid = proc.id();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
-        if rx.recv_timeout(timeout).is_err() {
-            // SAFETY: kill(2) on the pid of a child we spawned and still own.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            true
+        let started = std::time::Instant::now();
+        let poll = if max_rss_mib.is_some() {
+            RSS_POLL
         } else {
-            false
+            timeout
+        };
+        loop {
+            let left = timeout.saturating_sub(started.elapsed());
+            match rx.recv_timeout(poll.min(left)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return None,
+            }
+            let over = match (max_rss_mib, rss_mib_of(pid)) {
+                (Some(cap), Some(rss)) if rss > cap => Some(format!(
+                    "passed {cap:.0} MiB of resident memory after {:.0}s",
+                    started.elapsed().as_secs_f64()
+                )),
+                _ if started.elapsed() >= timeout => {
+                    Some(format!("exceeded {}s", timeout.as_secs()))
+                }
+                _ => None,
+            };
+            if over.is_some() {
+                // SAFETY: kill(2) on the pid of a child we spawned and still own.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                return over;
+            }
         }
     });
     let out = proc
         .wait_with_output()
         .context("waiting for a bench child")?;
     let _ = tx.send(());
-    let killed = watchdog.join().unwrap_or(false);
-    if killed {
-        bail!(
-            "child {args:?} exceeded {}s and was killed",
-            timeout.as_secs()
-        );
+    if let Some(why) = watchdog.join().unwrap_or(None) {
+        bail!("child {args:?} {why} and was killed");
     }
     if !out.status.success() {
         bail!("child {args:?} failed: {}", out.status);
@@ -109,6 +140,32 @@ pub fn child(args: &[&str], timeout: Duration) -> anyhow::Result<Value> {
         .find(|l| l.trim_start().starts_with('{'))
         .context("child printed no JSON")?;
     serde_json::from_str(last).with_context(|| format!("child printed bad JSON: {last}"))
+}
+
+/// The resident set of process `pid` now, from /proc (None once it is gone).
+fn rss_mib_of(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Half the machine's memory: the most a capped child may hold.
+pub fn half_of_memory_mib() -> f64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(4096.0, |kb| kb / 1024.0 / 2.0)
 }
 
 /// Least-squares slope of ln(y) on ln(x): the growth exponent (1 = linear).
@@ -132,6 +189,16 @@ pub fn loglog_slope(points: &[(f64, f64)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_process_has_a_resident_set_and_a_gone_one_none() {
+        let mine = rss_mib_of(std::process::id()).expect("our own /proc entry");
+        assert!(mine > 0.0 && mine < half_of_memory_mib() * 2.0, "{mine}");
+        let mut c = Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        assert_eq!(rss_mib_of(pid), None, "a reaped child has no /proc entry");
+    }
 
     #[test]
     fn median_and_slope() {

@@ -508,7 +508,7 @@ const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 /// Parse `--driver` (the same YAML as a scenario's `driver:` value, e.g.
 /// `'command: [target/debug/cosi-s3, --endpoint, "unix://{socket}"]'` or `builtin: cosi-s3`).
 pub fn parse_cli(text: &str) -> Result<DriverSpec, String> {
-    let raw: RawDriver = serde_saphyr::from_str(text).map_err(|e| {
+    let raw: RawDriver = super::from_yaml(text).map_err(|e| {
         format!(
             "--driver: {}",
             super::first_line(&e.without_snippet().to_string())

@@ -848,8 +848,9 @@ impl fmt::Display for ScenarioError {
 
 impl std::error::Error for ScenarioError {}
 
-/// Largest scenario file we read (a scenario is hand-written; bigger is a mistake).
-pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
+/// Largest scenario file we read. Room for 10⁵ generated steps (~7.5 MiB for
+/// as many grants) twice over; the parse is linear in the text (see [`from_yaml`]).
+pub const MAX_SCENARIO_BYTES: u64 = 32 << 20;
 
 /// Read and validate one scenario file.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
@@ -894,8 +895,29 @@ fn line_col_of_offset(prefix: &[u8]) -> (u64, u64) {
 
 /// Parse and validate scenario text; `path` is used in messages.
 pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
-    let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| yaml_error(path, &e))?;
+    let raw: RawScenario = from_yaml(text).map_err(|e| yaml_error(path, &e))?;
     Validator { path }.validate(raw)
+}
+
+/// Deserialise YAML the lab reads (scenarios, `serve` configs, fault files,
+/// `--driver`). The parser's default budget stops at 250,000 nodes, about
+/// 28,000 steps: a generated scenario of 10⁵ grants was refused. Here the
+/// node and event budgets grow with the text, which the file-size limit
+/// bounds; an alias bomb is still stopped by the parser's alias-replay
+/// limit, left as it is, and every other budget keeps its default.
+pub fn from_yaml<'de, T: serde::Deserialize<'de>>(
+    text: &'de str,
+) -> Result<T, serde_saphyr::Error> {
+    let base = serde_saphyr::Budget::default();
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            // A node takes at least one byte of text, an event at most two
+            // per node (start and end); twice that is slack, not a bound we rely on.
+            max_nodes: base.max_nodes.max(2 * text.len()),
+            max_events: base.max_events.max(4 * text.len()),
+        },
+    };
+    serde_saphyr::from_str_with_options(text, options)
 }
 
 /// A YAML/serde error as `file:line:col: error: …` with a hint (shared by the
@@ -949,6 +971,13 @@ fn hint_for(message: &str) -> Option<String> {
         Some("check the spelling against the accepted names in the message (see scenarios/README.md)".into())
     } else if message.contains("missing field") {
         Some("add the field; see scenarios/README.md for each step's fields".into())
+    } else if message.starts_with("budget breached") {
+        Some(
+            "the YAML passed the parser limit the message names (Depth: nesting deeper \
+             than 64; Aliases, Anchors: 50,000; an alias ratio over ten per anchor); \
+             write it out plainly, without aliases and less deeply nested"
+                .into(),
+        )
     } else {
         None
     }

@@ -750,3 +750,55 @@ fn a_scale_block_expands_into_the_fleet_and_batches_and_errs_at_the_block() {
     .unwrap_err();
     assert!(e.message.contains("generates the deployment"), "{e}");
 }
+
+/// A generated scenario past the parser's default budget of 250,000 YAML
+/// nodes (~28,000 grant steps) parses: 10⁵-grant runs were refused at parse.
+#[test]
+fn a_scenario_past_the_parsers_default_node_budget_parses() {
+    let n = 30_000;
+    let mut text = GOOD.replace(
+        "  - grant_access: { name: app, claim: photos, class: rw }\n",
+        "",
+    );
+    let at = text.find("  - retry:").unwrap();
+    let grants: String = (0..n)
+        .map(|i| format!("  - grant_access: {{ name: app-{i}, claim: photos, class: rw }}\n"))
+        .collect();
+    text.insert_str(at, &grants);
+    let text = text.replace("name: app }", "name: app-0 }");
+    assert!(
+        text.lines().count() * 9 > serde_saphyr::Budget::default().max_nodes,
+        "the test must pass the default budget"
+    );
+    let s = p(&text).unwrap();
+    assert_eq!(s.steps.len(), n + 5);
+}
+
+/// The alias limits stay the parser's: only the node and event budgets grow
+/// with the text. One step replayed by 150 aliases passes the parser's ratio
+/// of ten aliases per anchor, and the error names the limit, with a hint.
+#[test]
+fn alias_limits_still_apply_with_a_hint() {
+    let mut text = String::from(
+        "name: aliases\ndriver: { builtin: cosi-s3 }\nbucket_classes:\n  - { name: std, deletion_policy: Delete }\nbucket_access_classes:\n  - { name: rw, authentication_type: Key }\nsteps:\n  - &c { create_bucket_claim: { name: photos, class: std } }\n",
+    );
+    text.push_str(&"  - *c\n".repeat(150));
+    let e = p(&text).unwrap_err();
+    assert!(e.message.starts_with("budget breached"), "{e}");
+    assert!(
+        e.hint.as_deref().unwrap_or("").contains("parser limit"),
+        "{e}"
+    );
+}
+
+/// A file over the size limit is refused before it is read, saying how to fix it.
+#[test]
+fn a_file_over_the_size_limit_is_refused_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.yaml");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(MAX_SCENARIO_BYTES + 1).unwrap();
+    let e = load(&path).unwrap_err();
+    assert!(e.message.contains("limited to"), "{e}");
+    assert_eq!(e.hint.as_deref(), Some("split it into several scenarios"));
+}

@@ -682,7 +682,7 @@ pub fn parse_section(
         bosh: Option<serde_saphyr::Spanned<RawBosh>>,
     }
     let raw: Section =
-        serde_saphyr::from_str(text).map_err(|e| crate::scenario::yaml_error(path, &e))?;
+        crate::scenario::from_yaml(text).map_err(|e| crate::scenario::yaml_error(path, &e))?;
     let Some(b) = raw.bosh else {
         return Ok(RawBosh::default()
             .resolve()

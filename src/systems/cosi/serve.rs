@@ -106,7 +106,7 @@ pub fn load_config(path: &Path) -> Result<ServeConfig, ScenarioError> {
 
 /// Parse `serve` config text; `path` is used in messages.
 pub fn parse_config(path: &Path, text: &str) -> Result<ServeConfig, ScenarioError> {
-    let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| yaml_error(path, &e))?;
+    let raw: RawConfig = crate::scenario::from_yaml(text).map_err(|e| yaml_error(path, &e))?;
     let mut users = Vec::new();
     for u in raw.users {
         let v = &u.value;
@@ -188,7 +188,7 @@ pub fn parse_config(path: &Path, text: &str) -> Result<ServeConfig, ScenarioErro
 /// COSI lab's names: `serve` stands that lab up). Each fault comes with its `file:line`.
 pub fn load_faults(path: &Path) -> Result<Vec<(FaultSpec, String)>, ScenarioError> {
     let text = read(path)?;
-    let raw: RawFaults = serde_saphyr::from_str(&text).map_err(|e| yaml_error(path, &e))?;
+    let raw: RawFaults = crate::scenario::from_yaml(&text).map_err(|e| yaml_error(path, &e))?;
     raw.faults
         .iter()
         .map(|f| {
