@@ -3,7 +3,7 @@
 //! virtual clock, converges the sidecar after each, and gathers the
 //! observations, snapshot and history the checks and reports read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -1654,6 +1654,25 @@ impl Lab {
     /// read of its own bucket with every credential an earlier reply handed out.
     async fn probe_all(&mut self, live: &[LiveAccess]) -> Vec<Probe> {
         let exchanges = self.sidecar.exchanges();
+        // Every credential handed out, by account, in reply order: looked up
+        // per live access, a scan of every exchange each was quadratic (10⁵
+        // grants: 10¹⁰ name comparisons, minutes of the run's end).
+        let mut handed_to: HashMap<&str, Vec<(String, Secret)>> = HashMap::new();
+        for e in &exchanges {
+            if let (
+                DriverRequest::Grant { name, .. },
+                DriverReply::Granted {
+                    credentials: Some(c),
+                    ..
+                },
+            ) = (&e.request, &e.reply)
+            {
+                handed_to
+                    .entry(name.as_str())
+                    .or_default()
+                    .push((c.access_key_id.clone(), c.secret.clone()));
+            }
+        }
         let mut out = Vec::new();
         let mut targets: Vec<String> = live.iter().map(|a| a.bucket_id.clone()).collect();
         targets.push(CANARY_BUCKET.to_string());
@@ -1689,14 +1708,11 @@ impl Lab {
                     }
                 }
             }
-            let handed: Vec<(String, Secret)> = exchanges
-                .iter()
-                .filter(|e| matches!(&e.request, DriverRequest::Grant { name, .. } if *name == a.account_name))
-                .filter_map(|e| match &e.reply {
-                    DriverReply::Granted { credentials: Some(c), .. } => Some((c.access_key_id.clone(), c.secret.clone())),
-                    _ => None,
-                })
-                .collect();
+            // Shared, not taken: two live accesses may name one account.
+            let handed = handed_to
+                .get(a.account_name.as_str())
+                .cloned()
+                .unwrap_or_default();
             let mut seen = Vec::new();
             for (key, secret) in handed {
                 if seen.contains(&secret) || a.credentials.as_ref().is_some_and(|c| c.1 == secret) {
