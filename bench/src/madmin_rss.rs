@@ -21,14 +21,7 @@ const AK: &str = "benchadmin";
 const SK: &str = "bench-admin-secret";
 
 fn current_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
+    crate::measure::rss_mib_of(std::process::id()).unwrap_or(f64::NAN)
 }
 
 /// `n` concurrent encrypted add-user calls; peak RSS measured from a reset

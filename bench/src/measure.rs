@@ -143,29 +143,26 @@ pub fn child_capped(
 }
 
 /// The resident set of process `pid` now, from /proc (None once it is gone).
-fn rss_mib_of(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
+pub fn rss_mib_of(pid: u32) -> Option<f64> {
+    kib_field(&format!("/proc/{pid}/status"), "VmRSS:").map(|kb| kb / 1024.0)
 }
 
 /// Half the machine's memory: the most a capped child may hold.
 pub fn half_of_memory_mib() -> f64 {
-    std::fs::read_to_string("/proc/meminfo")
+    kib_field("/proc/meminfo", "MemTotal:").map_or(4096.0, |kb| kb / 1024.0 / 2.0)
+}
+
+/// A `Name:   123 kB` line of a /proc file, in KiB.
+fn kib_field(path: &str, name: &str) -> Option<f64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(name))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
         .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(4096.0, |kb| kb / 1024.0 / 2.0)
 }
 
 /// Least-squares slope of ln(y) on ln(x): the growth exponent (1 = linear).

@@ -14,7 +14,7 @@ use anyhow::{anyhow, Context};
 use base64::Engine as _;
 use drivelab_fakes::clock::SimClock;
 use drivelab_fakes::cosi_sidecar::{
-    CosiSidecar, DriverOp, DriverReply, DriverRequest, Exchange, Reconcile, Target,
+    CosiSidecar, DriverOp, DriverReply, DriverRequest, Exchange, Reconcile, S3Credentials, Target,
 };
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, EventKind, History};
@@ -1658,20 +1658,11 @@ impl Lab {
         // per live access, a scan of every exchange each was quadratic (10⁵
         // grants: 10¹⁰ name comparisons, minutes of the run's end).
         let mut handed_to: HashMap<&str, Vec<(String, Secret)>> = HashMap::new();
-        for e in &exchanges {
-            if let (
-                DriverRequest::Grant { name, .. },
-                DriverReply::Granted {
-                    credentials: Some(c),
-                    ..
-                },
-            ) = (&e.request, &e.reply)
-            {
-                handed_to
-                    .entry(name.as_str())
-                    .or_default()
-                    .push((c.access_key_id.clone(), c.secret.clone()));
-            }
+        for (name, c) in credentials_granted(&exchanges) {
+            handed_to
+                .entry(name)
+                .or_default()
+                .push((c.access_key_id.clone(), c.secret.clone()));
         }
         let mut out = Vec::new();
         let mut targets: Vec<String> = live.iter().map(|a| a.bucket_id.clone()).collect();
@@ -2039,19 +2030,27 @@ fn ready_claims(claims: &[Value], bucket_objects: &[(String, String)]) -> Vec<(S
 /// The secret each account name was first handed (what the twin lab compares).
 fn handed_out(exchanges: &[Exchange]) -> BTreeMap<String, Secret> {
     let mut handed_out: BTreeMap<String, Secret> = BTreeMap::new();
-    for ex in exchanges {
-        if let (
-            DriverRequest::Grant { name, .. },
-            DriverReply::Granted {
-                credentials: Some(c),
-                ..
-            },
-        ) = (&ex.request, &ex.reply)
-        {
-            handed_out
-                .entry(name.clone())
-                .or_insert_with(|| c.secret.clone());
-        }
+    for (name, c) in credentials_granted(exchanges) {
+        handed_out
+            .entry(name.to_string())
+            .or_insert_with(|| c.secret.clone());
     }
     handed_out
+}
+
+/// Every credential a grant's reply handed out, with the account name it
+/// was asked for, in reply order.
+fn credentials_granted(exchanges: &[Exchange]) -> impl Iterator<Item = (&str, &S3Credentials)> {
+    exchanges
+        .iter()
+        .filter_map(|ex| match (&ex.request, &ex.reply) {
+            (
+                DriverRequest::Grant { name, .. },
+                DriverReply::Granted {
+                    credentials: Some(c),
+                    ..
+                },
+            ) => Some((name.as_str(), c)),
+            _ => None,
+        })
 }
