@@ -2,7 +2,7 @@
 //! `Observations` (no I/O), so each one can be shown failing on a hand-made
 //! broken input. A failed check names the calls that broke it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use drivelab_fakes::cosi_sidecar::{AnsweredBy, DriverOp, DriverReply, DriverRequest, Exchange};
 use drivelab_fakes::history::CallId;
@@ -531,11 +531,13 @@ pub fn unique_credentials(obs: &Observations) -> Verdict {
             by_secret.entry(secret).or_default().push(&a.name);
         }
     }
+    let grants = GrantCalls::new(obs);
     let grant_calls = |names: &[&str]| -> Vec<CallId> {
+        let names: HashSet<&str> = names.iter().copied().collect();
         obs.live
             .iter()
-            .filter(|a| names.contains(&a.name.as_str()))
-            .flat_map(|a| grant_calls_for(obs, &a.account_name))
+            .filter(|a| names.contains(a.name.as_str()))
+            .flat_map(|a| grants.of(&a.account_name))
             .collect()
     };
     for (acct, names) in by_account.iter().filter(|(_, n)| n.len() > 1) {
@@ -581,20 +583,42 @@ pub fn unique_credentials(obs: &Observations) -> Verdict {
     )
 }
 
-pub(crate) fn grant_calls_for(obs: &Observations, account_name: &str) -> Vec<CallId> {
-    obs.exchanges
-        .iter()
-        .filter(|e| {
-            e.request.op() == DriverOp::GrantBucketAccess && e.request.key() == account_name
-        })
-        .map(|e| e.call)
-        .collect()
+/// The GrantBucketAccess calls made for each account name, in call order,
+/// indexed on first use: the checks ask per failing access, and a scan of
+/// every exchange each time made a driver failing at scale cost N² to judge.
+pub(crate) struct GrantCalls<'a> {
+    obs: &'a Observations,
+    by_account: std::cell::OnceCell<HashMap<&'a str, Vec<CallId>>>,
+}
+
+impl<'a> GrantCalls<'a> {
+    pub(crate) fn new(obs: &'a Observations) -> Self {
+        Self {
+            obs,
+            by_account: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The grant calls for `account_name`.
+    pub(crate) fn of(&self, account_name: &str) -> Vec<CallId> {
+        let index = self.by_account.get_or_init(|| {
+            let mut m: HashMap<&str, Vec<CallId>> = HashMap::new();
+            for e in &self.obs.exchanges {
+                if e.request.op() == DriverOp::GrantBucketAccess {
+                    m.entry(e.request.key()).or_default().push(e.call);
+                }
+            }
+            m
+        });
+        index.get(account_name).cloned().unwrap_or_default()
+    }
 }
 
 /// Own bucket reachable in the granted mode (read-only: reads work, writes
 /// are denied), every other bucket denied, no grant's policy rewritten by another.
 pub fn least_privilege(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::LeastPrivilege);
+    let grants = GrantCalls::new(obs);
     let mut n = 0;
     for p in obs
         .probes
@@ -651,10 +675,10 @@ pub fn least_privilege(obs: &Observations) -> Verdict {
             .unwrap_or_default();
         for (name, doc) in &a.policies_at_grant {
             match now.get(name) {
-                None => v.fail(format!("{}: policy {name} it was granted is no longer attached", a.name), grant_calls_for(obs, &a.account_name)),
+                None => v.fail(format!("{}: policy {name} it was granted is no longer attached", a.name), grants.of(&a.account_name)),
                 Some(d) if d != doc => v.fail(
                     format!("{}: policy {name} was replaced after its grant (a later grant overwrote a shared policy)", a.name),
-                    grant_calls_for(obs, &a.account_name),
+                    grants.of(&a.account_name),
                 ),
                 _ => {}
             }
@@ -666,6 +690,7 @@ pub fn least_privilege(obs: &Observations) -> Verdict {
 /// Every credential ever handed out for a live access still authenticates.
 pub fn no_rotation(obs: &Observations) -> Verdict {
     let mut v = Verdict::new(Invariant::NoRotation);
+    let grants = GrantCalls::new(obs);
     let mut n = 0;
     for p in &obs.probes {
         n += 1;
@@ -696,7 +721,7 @@ pub fn no_rotation(obs: &Observations) -> Verdict {
                     "{}: granted but its credentials Secret is missing or unreadable",
                     a.name
                 ),
-                grant_calls_for(obs, &a.account_name),
+                grants.of(&a.account_name),
             );
         }
     }

@@ -214,9 +214,18 @@ fn unique_credentials_fails_on_a_shared_key() {
     let mut obs = good();
     obs.live
         .push(live("default/b", "KEY2", "KEY1", "secret-one-aaaaaaaa"));
+    obs.exchanges.push(grant(
+        3,
+        "ba-default/b",
+        "KEY2",
+        "KEY1",
+        "secret-one-aaaaaaaa",
+    ));
     let v = unique_credentials(&obs);
     assert!(!v.passed);
     assert!(v.details[0].contains("KEY1"));
+    // The evidence is the sharing accesses' grant calls, found by account name.
+    assert_eq!(v.evidence, vec![3], "{:?}", v.details);
 }
 
 #[test]
