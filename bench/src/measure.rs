@@ -73,6 +73,19 @@ pub fn child(args: &[&str], timeout: Duration) -> anyhow::Result<Value> {
     child_capped(args, timeout, None)
 }
 
+/// A child the watchdog killed (past its time or memory cap): a measured
+/// miss for the caller to report, unlike a child that failed.
+#[derive(Debug)]
+pub struct Killed(pub String);
+
+impl std::fmt::Display for Killed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Killed {}
+
 /// How often a capped child's resident set is read.
 const RSS_POLL: Duration = Duration::from_millis(200);
 
@@ -128,7 +141,7 @@ pub fn child_capped(
         .context("waiting for a bench child")?;
     let _ = tx.send(());
     if let Some(why) = watchdog.join().unwrap_or(None) {
-        bail!("child {args:?} {why} and was killed");
+        return Err(Killed(format!("child {args:?} {why} and was killed")).into());
     }
     if !out.status.success() {
         bail!("child {args:?} failed: {}", out.status);
