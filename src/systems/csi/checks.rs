@@ -338,6 +338,11 @@ fn publish_calls(obs: &CsiObservations, handle: Option<&str>) -> Vec<CallId> {
         .collect()
 }
 
+/// A ListVolumes/ListSnapshots answer as a set of ids (None: not listed).
+fn listed_set(l: &Option<Vec<String>>) -> Option<BTreeSet<&str>> {
+    l.as_ref().map(|l| l.iter().map(String::as_str).collect())
+}
+
 fn no_orphans(obs: &CsiObservations) -> Verdict {
     if !obs.bosh_backend {
         return no_orphans_by_csi(obs);
@@ -345,8 +350,14 @@ fn no_orphans(obs: &CsiObservations) -> Verdict {
     let mut v = Verdict::new(Invariant::NoOrphans);
     let last = obs.last();
     let handles: BTreeSet<&str> = last.pvs.values().map(|(h, _)| h.as_str()).collect();
+    // By cid, the first disk of each as a scan found it: a scan per IaaS
+    // disk made the check quadratic in the disks a run keeps.
+    let mut by_cid: HashMap<&str, &DiskView> = HashMap::new();
+    for d in &obs.director_disks {
+        by_cid.entry(d.cid.as_str()).or_insert(d);
+    }
     for cid in &obs.iaas_disks {
-        let owner = obs.director_disks.iter().find(|d| &d.cid == cid);
+        let owner = by_cid.get(cid.as_str()).copied();
         match owner {
             None => v.fail(
                 format!("IaaS disk {cid} belongs to no Director disk"),
@@ -441,12 +452,14 @@ fn no_orphans_by_csi(obs: &CsiObservations) -> Verdict {
     for id in obs.listed_snapshots.iter().flatten() {
         snaps.entry(id.clone()).or_default();
     }
-    let listed =
-        |l: &Option<Vec<String>>, id: &str| l.as_ref().is_some_and(|l| l.iter().any(|x| x == id));
+    // As sets: a search of the list per volume was quadratic in the volumes.
+    let listed_volumes = listed_set(&obs.listed_volumes);
+    let listed_snapshots = listed_set(&obs.listed_snapshots);
+    let listed = |l: &Option<BTreeSet<&str>>, id: &str| l.as_ref().is_some_and(|l| l.contains(id));
     for (id, calls) in &made {
-        let gone = deleted.contains(id) && !listed(&obs.listed_volumes, id);
+        let gone = deleted.contains(id) && !listed(&listed_volumes, id);
         if !live.contains(id.as_str()) && !gone {
-            let how = if listed(&obs.listed_volumes, id) {
+            let how = if listed(&listed_volumes, id) {
                 "the driver still lists it"
             } else {
                 "the driver handed it out"
@@ -458,7 +471,7 @@ fn no_orphans_by_csi(obs: &CsiObservations) -> Verdict {
         }
     }
     for (id, calls) in &snaps {
-        let gone = snaps_deleted.contains(id) && !listed(&obs.listed_snapshots, id);
+        let gone = snaps_deleted.contains(id) && !listed(&listed_snapshots, id);
         if !obs.snapshot_handles.contains(id) && !gone {
             v.fail(
                 format!("snapshot {id} is owned by no VolumeSnapshotContent"),
