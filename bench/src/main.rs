@@ -135,6 +135,17 @@ fn flag(args: &[String], name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
+/// The value of `name`, parsed (None when the flag is absent).
+fn parsed<T: std::str::FromStr>(args: &[String], name: &str) -> anyhow::Result<Option<T>>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    flag(args, name)
+        .map(|s| s.parse::<T>())
+        .transpose()
+        .with_context(|| format!("{name}: not a number"))
+}
+
 /// The runtime a child times the lab on: shaped as the engine runs each
 /// scenario ([`drivelab::engine::RUN_WORKERS`] workers; the driver has a
 /// runtime of its own beside it). The bare paths share it, so both sides of
@@ -154,10 +165,7 @@ fn timing_flags(
     batch: usize,
 ) -> anyhow::Result<(usize, usize, Vec<String>)> {
     let num = |name: &str, default: usize| -> anyhow::Result<usize> {
-        Ok(flag(args, name)
-            .map(|s| s.parse())
-            .transpose()?
-            .unwrap_or(default))
+        Ok(parsed(args, name)?.unwrap_or(default))
     };
     let only = flag(args, "--only")
         .map(|s| s.split(',').map(str::to_string).collect())
@@ -220,12 +228,7 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
         }
         Some("explore") => {
             let secs = |name: &str, default: u64| -> anyhow::Result<Duration> {
-                Ok(Duration::from_secs(
-                    flag(args, name)
-                        .map(|s| s.parse())
-                        .transpose()?
-                        .unwrap_or(default),
-                ))
+                Ok(Duration::from_secs(parsed(args, name)?.unwrap_or(default)))
             };
             let plan = explore::Plan {
                 rate_for: secs("--rate-s", 15)?,
@@ -235,10 +238,7 @@ fn run_child(args: &[String]) -> anyhow::Result<Value> {
             rt.block_on(explore::run(&plan))
         }
         Some("sweep") => {
-            let total: u64 = flag(args, "--total-s")
-                .map(|s| s.parse())
-                .transpose()?
-                .unwrap_or(SWEEP_TOTAL_S);
+            let total: u64 = parsed(args, "--total-s")?.unwrap_or(SWEEP_TOTAL_S);
             rt.block_on(sweep::run(Duration::from_secs(total)))
         }
         other => bail!("unknown child {other:?}"),
@@ -452,10 +452,7 @@ fn bench(args: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
     let out = PathBuf::from(flag(args, "--out").unwrap_or_else(|| "reports/bench.json".into()));
     let quick = args.iter().any(|a| a == "--quick");
-    let max_n: usize = flag(args, "--max-n")
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(if quick { 1000 } else { 10000 });
+    let max_n: usize = parsed(args, "--max-n")?.unwrap_or(if quick { 1000 } else { 10000 });
 
     eprintln!("[bench] suite: scenarios/ through drivelab::engine::run ...");
     let suite = child(&["suite", "scenarios"], Duration::from_secs(120))?;
@@ -626,21 +623,9 @@ const GRANTS_CAP_S: u64 = 1200;
 /// printed as MISSED.
 fn grants_only(args: &[String]) -> anyhow::Result<bool> {
     let out = PathBuf::from(flag(args, "--out").unwrap_or_else(|| "reports/bench.json".into()));
-    let n: usize = flag(args, "--n")
-        .map(|s| s.parse())
-        .transpose()
-        .context("--n")?
-        .unwrap_or(GRANTS_N);
-    let cap_mib: f64 = flag(args, "--max-rss-mib")
-        .map(|s| s.parse())
-        .transpose()
-        .context("--max-rss-mib")?
-        .unwrap_or_else(measure::half_of_memory_mib);
-    let cap_s: u64 = flag(args, "--max-s")
-        .map(|s| s.parse())
-        .transpose()
-        .context("--max-s")?
-        .unwrap_or(GRANTS_CAP_S);
+    let n: usize = parsed(args, "--n")?.unwrap_or(GRANTS_N);
+    let cap_mib: f64 = parsed(args, "--max-rss-mib")?.unwrap_or_else(measure::half_of_memory_mib);
+    let cap_s: u64 = parsed(args, "--max-s")?.unwrap_or(GRANTS_CAP_S);
     eprintln!(
         "[bench] grants: one claim + {n} grants (killed past {cap_mib:.0} MiB or {cap_s} s) ..."
     );
@@ -978,10 +963,7 @@ fn print_table(r: &Value) {
 fn check(args: &[String]) -> anyhow::Result<bool> {
     let against =
         PathBuf::from(flag(args, "--against").unwrap_or_else(|| "reports/bench.json".into()));
-    let margin: f64 = flag(args, "--margin")
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(1.5);
+    let margin: f64 = parsed(args, "--margin")?.unwrap_or(1.5);
     let committed: Value = serde_json::from_str(
         &std::fs::read_to_string(&against)
             .with_context(|| format!("reading {}", against.display()))?,
