@@ -1657,12 +1657,9 @@ impl Lab {
         // Every credential handed out, by account, in reply order: looked up
         // per live access, a scan of every exchange each was quadratic (10⁵
         // grants: 10¹⁰ name comparisons, minutes of the run's end).
-        let mut handed_to: HashMap<&str, Vec<(String, Secret)>> = HashMap::new();
+        let mut handed_to: HashMap<&str, Vec<&S3Credentials>> = HashMap::new();
         for (name, c) in credentials_granted(&exchanges) {
-            handed_to
-                .entry(name)
-                .or_default()
-                .push((c.access_key_id.clone(), c.secret.clone()));
+            handed_to.entry(name).or_default().push(c);
         }
         let mut out = Vec::new();
         let mut targets: Vec<String> = live.iter().map(|a| a.bucket_id.clone()).collect();
@@ -1699,22 +1696,21 @@ impl Lab {
                     }
                 }
             }
-            // Shared, not taken: two live accesses may name one account.
-            let handed = handed_to
-                .get(a.account_name.as_str())
-                .cloned()
-                .unwrap_or_default();
-            let mut seen = Vec::new();
-            for (key, secret) in handed {
-                if seen.contains(&secret) || a.credentials.as_ref().is_some_and(|c| c.1 == secret) {
+            // Borrowed, not taken: two live accesses may name one account.
+            let handed = handed_to.get(a.account_name.as_str()).into_iter().flatten();
+            let mut seen: Vec<&Secret> = Vec::new();
+            for c in handed {
+                let secret = &c.secret;
+                if seen.contains(&secret) || a.credentials.as_ref().is_some_and(|c| c.1 == *secret)
+                {
                     continue;
                 }
-                seen.push(secret.clone());
+                seen.push(secret);
                 out.push(
                     self.one_probe(
                         a,
-                        &key,
-                        &secret,
+                        &c.access_key_id,
+                        secret,
                         &a.bucket_id.clone(),
                         (ProbeOp::Read, true, true),
                         ProbePurpose::HandedOut,
