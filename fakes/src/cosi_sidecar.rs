@@ -572,6 +572,12 @@ impl CosiSidecar {
         lock(&self.exchanges).clone()
     }
 
+    /// Every exchange so far, moved out (the end of a run, which reads none
+    /// after: a copy of each would be held beside the record as it is sealed).
+    pub fn take_exchanges(&self) -> Vec<Exchange> {
+        std::mem::take(&mut *lock(&self.exchanges))
+    }
+
     /// How many exchanges so far.
     pub fn exchange_count(&self) -> usize {
         lock(&self.exchanges).len()

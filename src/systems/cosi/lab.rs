@@ -1340,7 +1340,10 @@ impl Lab {
         ns: &str,
         secret_name: &str,
     ) -> anyhow::Result<Option<(String, Secret)>> {
-        let Some(sec) = self.kube().get(Kind::Secret, Some(ns), secret_name)? else {
+        let Some(sec) = self
+            .kube()
+            .get_shared(Kind::Secret, Some(ns), secret_name)?
+        else {
             return Ok(None);
         };
         Ok(snapshot::bucket_info(&sec).map(|info| {
@@ -1352,15 +1355,22 @@ impl Lab {
     }
 
     /// The credentials Secrets accesses name, and the accesses granted and not
-    /// being deleted (with the credentials workloads would use).
-    fn live_accesses(&self, accesses: &[Value]) -> anyhow::Result<(Vec<Value>, Vec<LiveAccess>)> {
+    /// being deleted (with the credentials workloads would use). Called once,
+    /// at the end of a run: each access's policies at grant move into it.
+    fn live_accesses(
+        &mut self,
+        accesses: &[Arc<Value>],
+    ) -> anyhow::Result<(Vec<Arc<Value>>, Vec<LiveAccess>)> {
         let mut credential_secrets = Vec::new();
         let mut live = Vec::new();
         for a in accesses {
             let ns = str_at(a, &["metadata", "namespace"]);
             let name = str_at(a, &["metadata", "name"]);
             let secret_name = str_at(a, &["spec", "credentialsSecretName"]);
-            if let Some(s) = self.kube().get(Kind::Secret, Some(&ns), &secret_name)? {
+            if let Some(s) = self
+                .kube()
+                .get_shared(Kind::Secret, Some(&ns), &secret_name)?
+            {
                 credential_secrets.push(s);
             }
             if !bool_at(a, &["status", "accessGranted"])
@@ -1375,11 +1385,7 @@ impl Lab {
                 account_id: str_at(a, &["status", "accountID"]),
                 bucket_id: str_at(a, &["status", "bucketID"]),
                 credentials: self.current_credentials(&ns, &secret_name)?,
-                policies_at_grant: self
-                    .policies_at_grant
-                    .get(&key)
-                    .cloned()
-                    .unwrap_or_default(),
+                policies_at_grant: self.policies_at_grant.remove(&key).unwrap_or_default(),
                 mode: self
                     .access_modes
                     .get(&str_at(a, &["spec", "bucketAccessClassName"]))
@@ -1458,9 +1464,11 @@ impl Lab {
         let stuck = self.stuck();
         self.observe_backend();
         let backend = self.backend();
-        let accesses = self.kube().list(Kind::BucketAccess, None)?;
-        let claims = self.kube().list(Kind::BucketClaim, None)?;
-        let buckets = self.kube().list(Kind::Bucket, None)?;
+        // Shared with the kube fake's copy: the end of a run holds every
+        // object once, not a second tree of each (10⁵ accesses were ~1 GB).
+        let accesses = self.kube().list_shared(Kind::BucketAccess, None)?;
+        let claims = self.kube().list_shared(Kind::BucketClaim, None)?;
+        let buckets = self.kube().list_shared(Kind::Bucket, None)?;
         let (credential_secrets, live) = self.live_accesses(&accesses)?;
         let checkpoints = self.checkpoints()?;
 
@@ -1488,14 +1496,14 @@ impl Lab {
         let ready_claims = ready_claims(&claims, &bucket_objects);
         let snapshot = snapshot::render(
             &SnapshotInput {
-                claims: claims.into_iter().map(Arc::new).collect(),
-                buckets: buckets.into_iter().map(Arc::new).collect(),
-                accesses: accesses.into_iter().map(Arc::new).collect(),
+                claims,
+                buckets,
+                accesses,
                 credential_secrets: credential_secrets
                     .into_iter()
                     .map(|sec| {
                         let info = snapshot::bucket_info(&sec).map(Arc::new);
-                        (Arc::new(sec), info)
+                        (sec, info)
                     })
                     .collect(),
                 checkpoints,
@@ -1510,9 +1518,11 @@ impl Lab {
         norm.forget_lines();
 
         let probes = self.probe_all(&live).await;
-        let exchanges: Vec<Exchange> = self.sidecar.exchanges();
+        let exchanges: Vec<Exchange> = self.sidecar.take_exchanges();
         let handed_out = handed_out(&exchanges);
         let secrets = self.run_secrets(&backend, &exchanges, &live);
+        // The record observes the backend again, after the probes' writes.
+        drop(backend);
         // An external driver's own output is searched for leaks too (a builtin
         // has none). Read before the history: it notes what it held back of a flood.
         let driver_output = self.driver.output();
@@ -1950,7 +1960,7 @@ fn faulted_calls(
 fn said_taken(events: &[drivelab_fakes::history::Event]) -> std::collections::BTreeSet<String> {
     use drivelab_fakes::history::Outcome;
     let faulted = faulted_calls(events, Some("error"));
-    drivelab_fakes::history::calls(events)
+    drivelab_fakes::history::calls_where(events, |id| faulted.contains(&id))
         .into_iter()
         .filter(|c| {
             c.from == Component::Driver
@@ -1966,7 +1976,7 @@ fn said_taken(events: &[drivelab_fakes::history::Event]) -> std::collections::BT
 /// Whether the lab fired a fault on a call the driver made, among `events`.
 fn driver_call_faulted(events: &[drivelab_fakes::history::Event]) -> bool {
     let faulted = faulted_calls(events, None);
-    drivelab_fakes::history::calls(events)
+    drivelab_fakes::history::calls_where(events, |id| faulted.contains(&id))
         .iter()
         .any(|c| c.from == Component::Driver && faulted.contains(&c.id))
 }
@@ -2000,7 +2010,10 @@ fn auth_code(name: &str) -> i32 {
 }
 
 /// Ready claims: (namespace/name, the bucket id of the Bucket they bind).
-fn ready_claims(claims: &[Value], bucket_objects: &[(String, String)]) -> Vec<(String, String)> {
+fn ready_claims(
+    claims: &[Arc<Value>],
+    bucket_objects: &[(String, String)],
+) -> Vec<(String, String)> {
     claims
         .iter()
         .filter(|c| bool_at(c, &["status", "bucketReady"]))
