@@ -28,7 +28,7 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 
 use super::checks::{
-    self, BackendState, GrantedMode, LiveAccess, Observations, Planted, Probe, ProbeOp,
+    self, BackendState, GrantedMode, LiveAccess, Observations, Planted, PolicyDoc, Probe, ProbeOp,
     ProbePurpose, RetryObservation, Stuck, UserState,
 };
 use crate::scenario::{
@@ -204,7 +204,7 @@ struct Lab {
     /// journal position it is current at.
     backend_seen: Option<(drivelab_fakes::s3::WriteCursor, BackendState)>,
     retries: Vec<RetryObservation>,
-    policies_at_grant: BTreeMap<String, BTreeMap<String, Value>>,
+    policies_at_grant: BTreeMap<String, BTreeMap<String, PolicyDoc>>,
     account_of: BTreeMap<String, (String, String)>,
     bucket_of: BTreeMap<String, String>,
     lab_buckets: Vec<String>,
@@ -865,7 +865,7 @@ impl Lab {
             .ok_or_else(|| anyhow!("planted policy {} is not on the backend", p.name))?;
         self.planted
             .policies
-            .insert(p.name.clone(), stored.document);
+            .insert(p.name.clone(), stored.document.into());
         Ok(())
     }
 
@@ -981,7 +981,7 @@ impl Lab {
                 .map(|u| {
                     u.policies
                         .iter()
-                        .filter_map(|p| s3.policy(p).map(|d| (p.clone(), d.document)))
+                        .filter_map(|p| s3.policy(p).map(|d| (p.clone(), d.document.into())))
                         .collect()
                 })
                 .unwrap_or_default();
@@ -1272,7 +1272,10 @@ impl Lab {
                 .filter(|p| p.builtin)
                 .map(|p| p.name.clone())
                 .collect(),
-            policies: policies.into_iter().map(|p| (p.name, p.document)).collect(),
+            policies: policies
+                .into_iter()
+                .map(|p| (p.name, p.document.into()))
+                .collect(),
             buckets: self
                 .fakes
                 .s3()
@@ -1315,7 +1318,7 @@ impl Lab {
                         Some(p) if p.builtin => builtin.insert(name.to_string()),
                         _ => builtin.remove(name),
                     };
-                    p.map(|p| p.document)
+                    p.map(|p| p.document.into())
                 });
                 refresh(&mut state.buckets, &changed.buckets, |name| {
                     s3.bucket_objects(name)

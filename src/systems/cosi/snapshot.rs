@@ -235,7 +235,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
     for (name, doc) in input.backend.driver_policies() {
         let summary = match summaries.remove(name) {
             Some(kept) if !written(name) => kept,
-            _ => policy_summary(doc),
+            _ => policy_summary(&doc.value()),
         };
         pols.push(format!(
             "  {}: {}",
@@ -547,8 +547,10 @@ mod tests {
     #[test]
     fn a_kept_policy_summary_is_made_again_once_the_policy_is_written() {
         let policy = |action: &str| {
-            json!({"Statement": [{"Effect": "Allow", "Action": [action],
-                                  "Resource": ["arn:aws:s3:::b1/*"]}]})
+            crate::systems::cosi::checks::PolicyDoc::from(
+                json!({"Statement": [{"Effect": "Allow", "Action": [action],
+                                  "Resource": ["arn:aws:s3:::b1/*"]}]}),
+            )
         };
         let step = |backend: &BackendState,
                     changed: Option<&ChangedNames>,

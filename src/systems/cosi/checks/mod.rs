@@ -17,13 +17,68 @@ pub mod lifecycle;
 #[cfg(test)]
 mod tests;
 
+/// A policy document as the backend stores it, kept as its JSON text
+/// (compact, keys sorted: how a `Value` writes it), not as a tree: a run
+/// holds two per grant to its end (the backend's, and the one seen at
+/// grant), and a tree is several times its text. Equal when the texts are.
+#[derive(Clone, Debug)]
+pub struct PolicyDoc(Box<serde_json::value::RawValue>);
+
+impl PolicyDoc {
+    /// The document `doc`.
+    pub fn new(doc: &serde_json::Value) -> Self {
+        // A `Value` always writes; the fallback is never taken.
+        let raw = serde_json::value::to_raw_value(doc)
+            .or_else(|_| serde_json::value::RawValue::from_string("null".into()));
+        Self(raw.expect("null is JSON"))
+    }
+
+    /// The document as a tree (read when a check or the snapshot looks inside).
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(self.0.get()).unwrap_or_default()
+    }
+
+    /// Its text.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl From<serde_json::Value> for PolicyDoc {
+    fn from(doc: serde_json::Value) -> Self {
+        Self::new(&doc)
+    }
+}
+
+impl PartialEq for PolicyDoc {
+    fn eq(&self, other: &Self) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl Eq for PolicyDoc {}
+
+impl Serialize for PolicyDoc {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+/// Read through a tree, then kept as text: a record read from text and one
+/// read through a `Value` (keys sorted by a tool) give the same document.
+impl<'de> Deserialize<'de> for PolicyDoc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde_json::Value::deserialize(d).map(|v| Self::new(&v))
+    }
+}
+
 /// The backend as the driver left it (in a record, secrets as fingerprints).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendState {
     /// access key → user.
     pub users: BTreeMap<String, UserState>,
     /// policy name → document.
-    pub policies: BTreeMap<String, serde_json::Value>,
+    pub policies: BTreeMap<String, PolicyDoc>,
     /// bucket name → object keys.
     pub buckets: BTreeMap<String, Vec<String>>,
     /// Policies the server ships with and nobody has rewritten (not the driver's doing).
@@ -32,7 +87,7 @@ pub struct BackendState {
 
 impl BackendState {
     /// Policies someone (the driver) created or rewrote.
-    pub fn driver_policies(&self) -> impl Iterator<Item = (&String, &serde_json::Value)> {
+    pub fn driver_policies(&self) -> impl Iterator<Item = (&String, &PolicyDoc)> {
         self.policies
             .iter()
             .filter(|(k, _)| self.is_driver_policy(k))
@@ -114,7 +169,7 @@ pub struct LiveAccess {
     /// The credentials in its Secret (what workloads use).
     pub credentials: Option<(String, Secret)>,
     /// Documents of the policies attached to its user right after its grant converged.
-    pub policies_at_grant: BTreeMap<String, serde_json::Value>,
+    pub policies_at_grant: BTreeMap<String, PolicyDoc>,
     /// What its BucketAccessClass asked for (`accessMode`).
     pub mode: GrantedMode,
 }
@@ -249,7 +304,7 @@ pub struct Planted {
     /// Bucket name → the object keys put in it.
     pub buckets: BTreeMap<String, Vec<String>>,
     /// Canned policy name → its document as stored.
-    pub policies: BTreeMap<String, serde_json::Value>,
+    pub policies: BTreeMap<String, PolicyDoc>,
     /// Access key → the user (secret, status, attached policies).
     pub users: BTreeMap<String, UserState>,
 }
@@ -662,21 +717,21 @@ pub fn least_privilege(obs: &Observations) -> Verdict {
         let Some((key, _)) = &a.credentials else {
             continue;
         };
-        let now: BTreeMap<String, serde_json::Value> = obs
+        let now: BTreeMap<&str, &PolicyDoc> = obs
             .backend
             .users
             .get(key)
             .map(|u| {
                 u.policies
                     .iter()
-                    .filter_map(|p| obs.backend.policies.get(p).map(|d| (p.clone(), d.clone())))
+                    .filter_map(|p| obs.backend.policies.get(p).map(|d| (p.as_str(), d)))
                     .collect()
             })
             .unwrap_or_default();
         for (name, doc) in &a.policies_at_grant {
-            match now.get(name) {
+            match now.get(name.as_str()) {
                 None => v.fail(format!("{}: policy {name} it was granted is no longer attached", a.name), grants.of(&a.account_name)),
-                Some(d) if d != doc => v.fail(
+                Some(d) if *d != doc => v.fail(
                     format!("{}: policy {name} was replaced after its grant (a later grant overwrote a shared policy)", a.name),
                     grants.of(&a.account_name),
                 ),

@@ -46,7 +46,8 @@ fn backend() -> BackendState {
         .insert("KEY1".into(), user("secret-one-aaaaaaaa", &["p1"]));
     b.policies.insert(
         "p1".into(),
-        serde_json::json!({"Statement": [{"Effect": "Allow", "Resource": "arn:aws:s3:::b1/*"}]}),
+        serde_json::json!({"Statement": [{"Effect": "Allow", "Resource": "arn:aws:s3:::b1/*"}]})
+            .into(),
     );
     b.buckets.insert("b1".into(), vec![]);
     b
@@ -241,7 +242,8 @@ fn least_privilege_fails_on_foreign_write_and_on_overwritten_policy() {
     let mut obs = good();
     obs.backend.policies.insert(
         "p1".into(),
-        serde_json::json!({"Statement": [{"Effect": "Allow", "Resource": "arn:aws:s3:::other/*"}]}),
+        serde_json::json!({"Statement": [{"Effect": "Allow", "Resource": "arn:aws:s3:::other/*"}]})
+            .into(),
     );
     let v = least_privilege(&obs);
     assert!(!v.passed);
@@ -797,7 +799,8 @@ fn owner_only_delete_fails_when_a_planted_object_changes() {
         obs.planted
             .buckets
             .insert("b1-archive".into(), vec!["ledger.csv".into()]);
-        let doc = serde_json::json!({"Statement": [{"Sid": "x", "Effect": "Allow"}]});
+        let doc: PolicyDoc =
+            serde_json::json!({"Statement": [{"Sid": "x", "Effect": "Allow"}]}).into();
         obs.backend.policies.insert("team".into(), doc.clone());
         obs.planted.policies.insert("team".into(), doc);
         obs.backend
@@ -829,7 +832,7 @@ fn owner_only_delete_fails_when_a_planted_object_changes() {
     planted(&mut obs);
     obs.backend.policies.insert(
         "team".into(),
-        serde_json::json!({"Statement": [{"Effect": "Allow"}]}),
+        serde_json::json!({"Statement": [{"Effect": "Allow"}]}).into(),
     );
     let v = lifecycle::owner_only_delete(&obs);
     assert!(
@@ -849,4 +852,23 @@ fn owner_only_delete_fails_when_a_planted_object_changes() {
         "{:?}",
         v.details
     );
+}
+
+#[test]
+fn a_policy_doc_is_written_as_its_tree_was_and_reads_back_either_way() {
+    let tree = serde_json::json!({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": ["arn:aws:s3:::b1/*"]}]});
+    let doc = PolicyDoc::new(&tree);
+    // A record holding it is byte-identical to one that held the tree.
+    let as_tree = serde_json::to_string(&serde_json::json!({"p": tree})).unwrap();
+    let as_doc = serde_json::to_string(&BTreeMap::from([("p", &doc)])).unwrap();
+    assert_eq!(as_doc, as_tree);
+    assert_eq!(doc.value(), tree);
+    // Read from text, or through a tree (a record whose keys were sorted).
+    let from_text: PolicyDoc = serde_json::from_str(doc.text()).unwrap();
+    let from_tree: PolicyDoc = serde_json::from_value(tree.clone()).unwrap();
+    assert_eq!(from_text, doc);
+    assert_eq!(from_tree, doc);
+    let other = PolicyDoc::new(&serde_json::json!({"Version": "2012-10-17"}));
+    assert_ne!(other, doc);
 }
