@@ -29,8 +29,8 @@ impl PolicyDoc {
     pub fn new(doc: &serde_json::Value) -> Self {
         // A `Value` always writes; the fallback is never taken.
         let raw = serde_json::value::to_raw_value(doc)
-            .or_else(|_| serde_json::value::RawValue::from_string("null".into()));
-        Self(raw.expect("null is JSON"))
+            .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned());
+        Self(raw)
     }
 
     /// The document as a tree (read when a check or the snapshot looks inside).
