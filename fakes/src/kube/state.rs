@@ -436,7 +436,7 @@ impl KubeFake {
         self.inner.store.put_json(RV_KEY, &rv)?;
         **guard = rv;
         match &obj {
-            Some(o) => self.inner.store.put_json(&key, &**o)?,
+            Some(o) => self.inner.store.put_value(&key, o)?,
             None => {
                 self.inner.store.remove(&key)?;
             }

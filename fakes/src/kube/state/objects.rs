@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::{obj_key, OBJ_PREFIX};
 use crate::json::str_ref;
 use crate::kube::Kind;
-use crate::store::{Store, StoreError, StoreExt};
+use crate::store::{Store, StoreError};
 
 /// A claim a PersistentVolume's `spec.claimRef` names: (namespace, name).
 pub(super) type ClaimRef = (String, String);
@@ -73,9 +73,10 @@ impl Objects {
                     pvs_by_claim: BTreeMap::new(),
                     pv_prefix: obj_key(Kind::PersistentVolume, "", ""),
                 };
-                for (k, v) in store.scan_json::<Value>(OBJ_PREFIX)? {
+                // From a store in memory, the trees it shares with the copy it was dropped from.
+                for (k, v) in store.scan_values(OBJ_PREFIX)? {
                     l.index(&k, &v);
-                    l.by_key.insert(k, Arc::new(v));
+                    l.by_key.insert(k, v);
                 }
                 empty.insert(l)
             }
