@@ -24,7 +24,9 @@ pub enum StoreError {
     },
 }
 
-/// Ordered key/value storage; keys are UTF-8, values opaque bytes.
+/// Ordered key/value storage; keys are UTF-8, values opaque bytes (a store in
+/// memory may hold a JSON tree instead, and write its bytes when read: see
+/// [`Store::put_value`]).
 pub trait Store: Send + Sync {
     /// The value under `key`.
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
