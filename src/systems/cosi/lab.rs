@@ -1343,18 +1343,10 @@ impl Lab {
         ns: &str,
         secret_name: &str,
     ) -> anyhow::Result<Option<(String, Secret)>> {
-        let Some(sec) = self
+        let sec = self
             .kube()
-            .get_shared(Kind::Secret, Some(ns), secret_name)?
-        else {
-            return Ok(None);
-        };
-        Ok(snapshot::bucket_info(&sec).map(|info| {
-            (
-                str_at(&info, &["spec", "secretS3", "accessKeyID"]),
-                Secret::new(str_at(&info, &["spec", "secretS3", "accessSecretKey"])),
-            )
-        }))
+            .get_shared(Kind::Secret, Some(ns), secret_name)?;
+        Ok(sec.as_deref().and_then(credentials_in))
     }
 
     /// The credentials Secrets accesses name, and the accesses granted and not
@@ -1370,11 +1362,12 @@ impl Lab {
             let ns = str_at(a, &["metadata", "namespace"]);
             let name = str_at(a, &["metadata", "name"]);
             let secret_name = str_at(a, &["spec", "credentialsSecretName"]);
-            if let Some(s) = self
+            // Read once: its credentials below come from the same object.
+            let secret = self
                 .kube()
-                .get_shared(Kind::Secret, Some(&ns), &secret_name)?
-            {
-                credential_secrets.push(s);
+                .get_shared(Kind::Secret, Some(&ns), &secret_name)?;
+            if let Some(s) = &secret {
+                credential_secrets.push(s.clone());
             }
             if !bool_at(a, &["status", "accessGranted"])
                 || !str_at(a, &["metadata", "deletionTimestamp"]).is_empty()
@@ -1387,7 +1380,7 @@ impl Lab {
                 account_name: format!("ba-{}", str_at(a, &["metadata", "uid"])),
                 account_id: str_at(a, &["status", "accountID"]),
                 bucket_id: str_at(a, &["status", "bucketID"]),
-                credentials: self.current_credentials(&ns, &secret_name)?,
+                credentials: secret.as_deref().and_then(credentials_in),
                 policies_at_grant: self.policies_at_grant.remove(&key).unwrap_or_default(),
                 mode: self
                     .access_modes
@@ -2013,6 +2006,16 @@ fn auth_code(name: &str) -> i32 {
 }
 
 /// Ready claims: (namespace/name, the bucket id of the Bucket they bind).
+/// The access key and secret in a credentials Secret's BucketInfo.
+fn credentials_in(sec: &Value) -> Option<(String, Secret)> {
+    snapshot::bucket_info(sec).map(|info| {
+        (
+            str_at(&info, &["spec", "secretS3", "accessKeyID"]),
+            Secret::new(str_at(&info, &["spec", "secretS3", "accessSecretKey"])),
+        )
+    })
+}
+
 fn ready_claims(
     claims: &[Arc<Value>],
     bucket_objects: &[(String, String)],
