@@ -86,13 +86,14 @@ impl LeakScan {
     /// Search a run's texts and its history, both as recorded (ids raw) and
     /// as reports write it (ids labelled by `norm`), under the names its
     /// findings give. Returns the labelled history too: it is made a line
-    /// at a time while both forms are searched, so neither is held whole.
+    /// at a time while both forms are searched, so neither is held whole
+    /// (the labelled one packed).
     pub fn of_run(
         all: &[Secret],
         texts: &RunTexts<'_>,
         history: &[Event],
         norm: &mut Normalizer,
-    ) -> (Self, String) {
+    ) -> (Self, crate::packed::Packed) {
         let mut scan = Scanner::new(all);
         scan.whole("snapshot", texts.snapshot);
         let raw = scan.artifact("history");
@@ -247,6 +248,7 @@ mod tests {
             driver_outputs: &["", "driver said unknown-secret-abcdefgh"],
         };
         let (scan, labelled) = LeakScan::of_run(&all, &texts, &events, &mut norm);
+        let labelled = labelled.text();
 
         // The same findings as a scan of the whole texts, which the
         // history's lines fed one piece at a time must give.

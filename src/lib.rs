@@ -13,6 +13,7 @@ pub mod engine;
 pub mod explore;
 pub mod logcap;
 pub mod outcome;
+pub mod packed;
 pub mod report;
 pub mod runs;
 pub mod scenario;

@@ -998,11 +998,14 @@ fn complete_record(
     outcome: Option<&engine::RunOutcome>,
 ) {
     let Some(rec) = rec else { return };
-    let end = outcome.map(|o| drivelab::runs::RunEnd {
-        events: &o.history,
-        record: &o.record,
-        secrets: &o.secrets,
-    });
+    let record = outcome.map(|o| o.record.text());
+    let end = outcome
+        .zip(record.as_deref())
+        .map(|(o, record)| drivelab::runs::RunEnd {
+            events: &o.history,
+            record,
+            secrets: &o.secrets,
+        });
     if let Err(e) = rec.complete_run(r, end) {
         eprintln!("drivelab: run record {}: {e}", rec.id());
     }

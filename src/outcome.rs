@@ -38,7 +38,7 @@ pub struct RunOutcome {
     pub verdicts: Vec<Verdict>,
     /// What the verdicts were judged from ([`crate::systems::Record`], as
     /// written: secrets fingerprinted), for the runs db to keep.
-    pub record: String,
+    pub record: crate::packed::Packed,
     /// Failed expectations.
     pub expect_failures: Vec<ExpectFailure>,
     /// Reference-design expectations not judged for this driver (neither pass nor fail).
@@ -59,7 +59,7 @@ pub struct RunOutcome {
     /// The full history.
     pub history: Vec<Event>,
     /// The history as JSON with ids labelled as in the snapshot (what reports write).
-    pub history_text: String,
+    pub history_text: crate::packed::Packed,
     /// What each step changed in the snapshot, for before/after diffs.
     pub step_snapshots: crate::snapshot::SnapshotTrail,
     /// The scenario's own claims (decided by its verdicts).

@@ -520,36 +520,36 @@ impl Normalizer {
     }
 
     /// `value` as pretty JSON, relabelled as [`Normalizer::text_all`] relabels
-    /// the whole text, but built a line at a time: the unlabelled JSON of a
-    /// long history is never held whole (with its relabelled copies it was a
-    /// third of a 2,000-grant run's peak). `each_lines(raw, labelled)` sees
-    /// each piece of whole lines both ways, in order.
+    /// the whole text, but built a line at a time and packed as it goes: the
+    /// JSON of a long history is never held whole, raw or relabelled (with
+    /// its relabelled copies it was a third of a 2,000-grant run's peak).
+    /// `each_lines(raw, labelled)` sees each piece of whole lines both ways,
+    /// in order.
     pub fn json_all<T: serde::Serialize + ?Sized>(
         &mut self,
         value: &T,
         mut each_lines: impl FnMut(&str, &str),
-    ) -> String {
+    ) -> crate::packed::Packed {
         // Ids known now rewrite every line, as the whole text's one pass would;
         // hex runs labelled on the way are rewritten by the hex pass alone,
         // which finds the same label. No id, secret or hex run spans a line:
         // JSON escapes a newline inside a string.
         let known = self.frozen_matchers();
-        let mut out = String::new();
-        let mut rewritten = String::new();
+        let mut out = crate::packed::PackedWriter::new();
+        let (mut rewritten, mut labelled) = (String::new(), String::new());
         let mut lines = LineChunks::new(|raw: &str| {
             rewritten.clear();
             known.replace_into(raw, &mut rewritten);
-            let start = out.len();
-            self.label_hex(&rewritten, &mut out);
-            each_lines(raw, &out[start..]);
+            labelled.clear();
+            self.label_hex(&rewritten, &mut labelled);
+            each_lines(raw, &labelled);
+            out.push_str(&labelled);
         });
         // Serialising a Serialize to memory fails only on a map with
         // non-string keys, which no history holds.
         let _ = serde_json::to_writer_pretty(&mut lines, value);
         lines.finish();
-        // Grown by doubling: up to half of it would be held empty until the report is written.
-        out.shrink_to_fit();
-        out
+        out.finish()
     }
 
     /// Append `known` to `out` with each remaining run of 16+ lowercase hex
@@ -931,7 +931,7 @@ mod tests {
         assert!(text.len() > 4 * LineChunks::<fn(&str)>::PIECE);
         let want = whole.text_all(&text);
         let mut pieces = 0;
-        let got = lines.json_all(&values, |_, _| pieces += 1);
+        let got = lines.json_all(&values, |_, _| pieces += 1).text();
         assert_eq!(got, want);
         assert!(pieces > 4, "{pieces} pieces");
         assert!(got.contains("<hex-1500>") && !got.contains("<hex-1501>"));
@@ -964,7 +964,7 @@ mod tests {
             let got = lines.json_all(&values, |r, l| {
                 raw.push_str(r);
                 labelled.push_str(l);
-            });
+            }).text();
             proptest::prop_assert_eq!(&got, &want);
             proptest::prop_assert_eq!(raw, serde_json::to_string_pretty(&values).unwrap());
             proptest::prop_assert_eq!(labelled, got);

@@ -168,10 +168,9 @@ async fn racy_scenario_same_seed_gives_byte_identical_history() {
         let b = run_seeded(rel, Some(7), &[]).await;
         assert!(a.passed(), "{}", summary(&a));
         if a.history_text != b.history_text {
-            let (x, y): (Vec<&str>, Vec<&str>) = (
-                a.history_text.lines().collect(),
-                b.history_text.lines().collect(),
-            );
+            let (a_text, b_text) = (a.history_text.text(), b.history_text.text());
+            let (x, y): (Vec<&str>, Vec<&str>) =
+                (a_text.lines().collect(), b_text.lines().collect());
             let i = x
                 .iter()
                 .zip(&y)
@@ -211,6 +210,7 @@ async fn different_seeds_find_different_interleavings() {
             .collect();
         orders.insert(
             o.history_text
+                .text()
                 .lines()
                 .filter(|l| l.contains("scheduler released"))
                 .collect::<Vec<_>>()

@@ -184,10 +184,9 @@ async fn fifty_random_schedules_run_twice_give_identical_histories() {
         let a = engine::run(&s, &RunOptions::default()).await.unwrap();
         let b = engine::run(&s, &RunOptions::default()).await.unwrap();
         if a.history_text != b.history_text {
-            let (x, y): (Vec<&str>, Vec<&str>) = (
-                a.history_text.lines().collect(),
-                b.history_text.lines().collect(),
-            );
+            let (a_text, b_text) = (a.history_text.text(), b.history_text.text());
+            let (x, y): (Vec<&str>, Vec<&str>) =
+                (a_text.lines().collect(), b_text.lines().collect());
             let i = x
                 .iter()
                 .zip(&y)

@@ -67,7 +67,7 @@ async fn a_driver_that_never_answers_is_cut_at_the_call_deadline_and_retried() {
         .expect("the run completes");
     assert!(!o.passed(), "a driver that never answers cannot pass");
     assert!(!o.not_converged.is_empty(), "{:?}", o.not_converged);
-    let h = &o.history_text;
+    let h = &o.history_text.text();
     assert!(h.contains("DEADLINE_EXCEEDED"), "{h}");
     assert!(
         h.contains("DriverCreateBucket: the driver did not answer within the call deadline (300ms, call_timeout)"),
@@ -114,7 +114,8 @@ async fn a_driver_that_exits_mid_call_is_reported_with_its_last_words() {
         .expect("the run completes");
     assert!(!o.passed());
     assert!(!o.not_converged.is_empty(), "{:?}", o.not_converged);
-    assert!(o.history_text.contains("UNAVAILABLE"), "{}", o.history_text);
+    let h = o.history_text.text();
+    assert!(h.contains("UNAVAILABLE"), "{h}");
     assert!(
         driver_notes(&o)
             .iter()

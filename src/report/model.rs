@@ -210,7 +210,7 @@ impl ScenarioReport {
     pub fn from_outcome(o: &RunOutcome) -> Self {
         // Only the labelled history is used: raw events may carry random ids.
         let history: Vec<Event> =
-            serde_json::from_str(&scrub_residual_ids(&o.history_text)).unwrap_or_default();
+            serde_json::from_str(&scrub_residual_ids(&o.history_text.text())).unwrap_or_default();
         // Check details and messages name raw ids; give them the history's labels.
         let labels = Relabel::from_histories(&o.history, &history);
         let steps: Vec<StepInfo> = history

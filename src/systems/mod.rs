@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checks::Verdict;
 use crate::engine::{RunOptions, RunOutcome};
+use crate::packed::{Packed, PackedWriter};
 use crate::scenario::{Invariant, Mutant, Scenario, System};
 
 /// Stand up the scenario's system, run its steps and judge it.
@@ -162,15 +163,28 @@ impl Record {
     /// Write the record (secrets fingerprinted under a key drawn now and
     /// never kept), read it back and judge what was read: the verdicts and
     /// the text to store.
-    pub fn seal_and_judge(self, history: &[Event]) -> anyhow::Result<(String, Vec<Verdict>)> {
+    pub fn seal_and_judge(self, history: &[Event]) -> anyhow::Result<(Packed, Vec<Verdict>)> {
         let key: [u8; 32] = rand::random();
-        let text = drivelab_fakes::secret::fingerprinting(key, || serde_json::to_string(&self))
+        let mut text = PackedWriter::new();
+        drivelab_fakes::secret::fingerprinting(key, || serde_json::to_writer(&mut text, &self))
             .map_err(|e| anyhow::anyhow!("writing the run's record: {e}"))?;
+        let text = text.finish();
         // What is judged is what was read back; the written copy would only
-        // double the largest run's peak memory while it is read.
+        // double the largest run's peak memory while it is read. Read as it
+        // is unpacked: the text is never held whole.
         drop(self);
-        let verdicts = judge_text(&text, history)?;
+        let record: Record = serde_json::from_reader(std::io::BufReader::new(text.reader()))
+            .map_err(RecordError::from)?;
+        let verdicts = record.judge_read_back(history)?;
         Ok((text, verdicts))
+    }
+
+    /// Judge a record read back, if this drivelab's form.
+    fn judge_read_back(self, history: &[Event]) -> Result<Vec<Verdict>, RecordError> {
+        if self.format != RECORD_FORMAT {
+            return Err(RecordError::Format(self.format));
+        }
+        Ok(self.judge(history))
     }
 
     /// Judge: every invariant asked for, in order, over the observations and
@@ -197,11 +211,7 @@ impl Record {
 
 /// Judge a stored record's text (with the history stored beside it).
 pub fn judge_text(text: &str, history: &[Event]) -> Result<Vec<Verdict>, RecordError> {
-    let record: Record = serde_json::from_str(text)?;
-    if record.format != RECORD_FORMAT {
-        return Err(RecordError::Format(record.format));
-    }
-    Ok(record.judge(history))
+    serde_json::from_str::<Record>(text)?.judge_read_back(history)
 }
 
 /// A check the scenario requires to be exercised that had nothing to judge

@@ -1550,6 +1550,9 @@ impl Lab {
             &history,
             &mut norm,
         );
+        // Its labels and automaton are of no use once the history is
+        // labelled, and would be held through the seal, the run's peak.
+        drop(norm);
         let secret_shapes = checks::lifecycle::secret_shapes(&exchanges);
         let obs = Observations {
             exchanges,

@@ -1370,6 +1370,9 @@ impl CsiLab {
         let logs = crate::logcap::since(log_start);
         let secrets = self.secrets();
         let driver_outputs: Vec<&str> = driver_outputs.iter().map(String::as_str).collect();
+        // Taken: its labels and automaton are of no use once the history is
+        // labelled, and would be held through the seal, the run's peak.
+        let mut norm = std::mem::take(&mut self.norm);
         let (leak_scan, history_text) = crate::checks::LeakScan::of_run(
             &secrets,
             &crate::checks::RunTexts {
@@ -1378,8 +1381,9 @@ impl CsiLab {
                 driver_outputs: &driver_outputs,
             },
             &history,
-            &mut self.norm,
+            &mut norm,
         );
+        drop(norm);
         let obs = CsiObservations {
             samples: std::mem::take(&mut self.samples),
             calls: Vec::new(),
