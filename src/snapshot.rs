@@ -33,6 +33,9 @@ pub struct Normalizer {
     /// A labelled value holds a newline: it could span lines, so
     /// [`Normalizer::text_all_lines`] relabels texts whole.
     multiline: bool,
+    /// Set by [`Normalizer::forget_lines`]: no text will be asked for again,
+    /// so none is kept.
+    keep_none: bool,
 }
 
 /// The lines of the last text relabelled through [`Normalizer::text_all_lines`],
@@ -374,7 +377,7 @@ impl Normalizer {
         let start = self.log.len();
         // The end of a snapshot: kept texts it did not ask for go.
         self.settle_texts(true);
-        if self.multiline {
+        if self.multiline || self.keep_none {
             self.lines = None;
             let out = self.text_all(text);
             self.log.drain(..start);
@@ -442,6 +445,13 @@ impl Normalizer {
     }
 
     fn kept(&mut self, raw: &str, hex: bool) -> String {
+        if self.keep_none {
+            return if hex {
+                self.text_all(raw)
+            } else {
+                self.text(raw)
+            };
+        }
         let now = self.log_base + self.log.len();
         if self.texts.as_ref().is_some_and(|m| m.settled < now) {
             // Values were labelled since: one search over every kept text.
@@ -509,14 +519,17 @@ impl Normalizer {
     }
 
     /// Drop what [`Normalizer::text_all_lines`] and [`Normalizer::text_kept`]
-    /// keep (and stop logging labelled values for them): after a run's last
-    /// snapshot they would only add a snapshot's size to the end of the
-    /// run's peak.
+    /// keep, and keep nothing from now on (nor log labelled values for
+    /// them): they relabel as [`Normalizer::text_all`] and
+    /// [`Normalizer::text`] do. For a run's last snapshot, whose kept lines
+    /// and texts (three copies of the snapshot, and one of every sort key)
+    /// would only add to the end of the run's peak.
     pub fn forget_lines(&mut self) {
         self.lines = None;
         self.texts = None;
         self.log_base += self.log.len();
         self.log = Vec::new();
+        self.keep_none = true;
     }
 
     /// `value` as pretty JSON, relabelled as [`Normalizer::text_all`] relabels
@@ -997,7 +1010,8 @@ mod tests {
         /// A text relabelled through the last text's lines is the text
         /// relabelled whole, step after step, with values labelled between
         /// and during (hex runs), lines repeated, and values that hold a
-        /// newline; so is a short text kept through `text_kept`.
+        /// newline; so is a short text kept through `text_kept`. After
+        /// `forget_lines` (op 5) the same, with nothing kept.
         #[test]
         fn relabelling_by_kept_lines_is_relabelling_whole(
             // `x` next to a hex run keeps the hex pass from labelling it there.
@@ -1017,6 +1031,9 @@ mod tests {
                         _ => {}
                     }
                 }
+                if op == 5 {
+                    lines.forget_lines();
+                }
                 let mut text = picks.iter().map(|&i| pool[i % pool.len()].as_str()).collect::<Vec<_>>().join("\n");
                 if end_newline {
                     text.push('\n');
@@ -1034,6 +1051,10 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(&lines.labels, &whole.labels);
                 proptest::prop_assert_eq!(&lines.secrets, &whole.secrets);
+                if lines.keep_none {
+                    proptest::prop_assert!(lines.lines.is_none() && lines.texts.is_none());
+                    proptest::prop_assert!(lines.log.is_empty());
+                }
             }
         }
     }

@@ -1474,6 +1474,8 @@ impl Lab {
         self.bucket_infos = Default::default();
         self.backend_seen = None;
         let mut norm = std::mem::take(&mut self.norm);
+        // The last snapshot: nothing it relabels is asked for again.
+        norm.forget_lines();
         let lab_buckets = self.lab_buckets.clone();
         let checkpoint_text = checkpoints
             .iter()
@@ -1511,7 +1513,6 @@ impl Lab {
             // Nothing kept: the objects are read afresh after the last step.
             &mut snapshot::Kept::default(),
         );
-        norm.forget_lines();
 
         let probes = self.probe_all(&live).await;
         let exchanges: Vec<Exchange> = self.sidecar.take_exchanges();
@@ -2011,12 +2012,7 @@ fn auth_code(name: &str) -> i32 {
 /// Ready claims: (namespace/name, the bucket id of the Bucket they bind).
 /// The access key and secret in a credentials Secret's BucketInfo.
 fn credentials_in(sec: &Value) -> Option<(String, Secret)> {
-    snapshot::bucket_info(sec).map(|info| {
-        (
-            str_at(&info, &["spec", "secretS3", "accessKeyID"]),
-            Secret::new(str_at(&info, &["spec", "secretS3", "accessSecretKey"])),
-        )
-    })
+    snapshot::bucket_info(sec).map(|info| (info.access_key_id, info.access_secret_key))
 }
 
 fn ready_claims(

@@ -37,12 +37,41 @@ pub struct SnapshotInput<'a> {
 }
 
 /// A credentials Secret and its decoded `BucketInfo` (`None`: unreadable).
-pub type CredentialSecret = (Arc<Value>, Option<Arc<Value>>);
+pub type CredentialSecret = (Arc<Value>, Option<Arc<BucketInfo>>);
 
-/// The `BucketInfo`s the last snapshot decoded, by the Secret object they
+/// The `BucketInfos` the last snapshot decoded, by the Secret object they
 /// came from: a snapshot after every step decoded every Secret twice, though
 /// a step changes one or two.
-pub type BucketInfos = ByObject<Option<Arc<Value>>>;
+pub type BucketInfos = ByObject<Option<Arc<BucketInfo>>>;
+
+/// What a snapshot shows of a credentials Secret's `BucketInfo` (each
+/// field as [`s`] reads it: `""` when absent or not a string). Kept as
+/// these fields, not as the decoded tree: a run's final snapshot holds one
+/// per live access, and the tree was five times the size.
+pub struct BucketInfo {
+    pub name: String,
+    pub bucket_name: String,
+    pub authentication_type: String,
+    pub access_key_id: String,
+    pub access_secret_key: Secret,
+    pub endpoint: String,
+    pub region: String,
+}
+
+impl BucketInfo {
+    fn of(info: &Value) -> Self {
+        let s3 = |k: &str| s(info, &["spec", "secretS3", k]);
+        Self {
+            name: s(info, &["metadata", "name"]),
+            bucket_name: s(info, &["spec", "bucketName"]),
+            authentication_type: s(info, &["spec", "authenticationType"]),
+            access_key_id: s3("accessKeyID"),
+            access_secret_key: Secret::new(s3("accessSecretKey")),
+            endpoint: s3("endpoint"),
+            region: s3("region"),
+        }
+    }
+}
 
 impl BucketInfos {
     /// Each Secret with its `BucketInfo`, decoded unless it was last time;
@@ -92,20 +121,17 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
     let user_unchanged = |k: &str| changed.is_some_and(|c| !c.users.contains(k));
     for (sec, info) in &input.credential_secrets {
         if let Some(info) = info {
-            let key = s(info, &["spec", "secretS3", "accessKeyID"]);
-            if kept.objects.shown(Section::CredentialSecret, sec) && user_unchanged(&key) {
+            let key = &info.access_key_id;
+            if kept.objects.shown(Section::CredentialSecret, sec) && user_unchanged(key) {
                 continue;
             }
-            norm.id("key", &key);
-            norm.secret(&Secret::new(s(
-                info,
-                &["spec", "secretS3", "accessSecretKey"],
-            )));
+            norm.id("key", key);
+            norm.secret(&info.access_secret_key);
             // Policies in the order of the accesses that use them, not of random key order.
             for p in input
                 .backend
                 .users
-                .get(&key)
+                .get(key)
                 .map(|u| u.policies.clone())
                 .unwrap_or_default()
             {
@@ -287,7 +313,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
 }
 
 /// The line of one credentials Secret (with its newline).
-fn credential_secret_line(sec: &Value, info: Option<&Value>, norm: &mut Normalizer) -> String {
+fn credential_secret_line(sec: &Value, info: Option<&BucketInfo>, norm: &mut Normalizer) -> String {
     let name = format!(
         "{}/{}",
         s(sec, &["metadata", "namespace"]),
@@ -296,19 +322,16 @@ fn credential_secret_line(sec: &Value, info: Option<&Value>, norm: &mut Normaliz
     let Some(info) = info else {
         return format!("  {name}: no readable BucketInfo\n");
     };
-    let secret = norm.secret(&Secret::new(s(
-        info,
-        &["spec", "secretS3", "accessSecretKey"],
-    )));
+    let secret = norm.secret(&info.access_secret_key);
     format!(
         "  {name}: BucketInfo {} bucket {}, auth {}, key {}, secret {}, endpoint {}, region {}\n",
-        s(info, &["metadata", "name"]),
-        s(info, &["spec", "bucketName"]),
-        s(info, &["spec", "authenticationType"]),
-        s(info, &["spec", "secretS3", "accessKeyID"]),
+        info.name,
+        info.bucket_name,
+        info.authentication_type,
+        info.access_key_id,
         secret,
-        s(info, &["spec", "secretS3", "endpoint"]),
-        s(info, &["spec", "secretS3", "region"]),
+        info.endpoint,
+        info.region,
     )
 }
 
@@ -400,10 +423,12 @@ fn or_dash(s: &str) -> &str {
 }
 
 /// Decode the `BucketInfo` key of a credentials Secret.
-pub fn bucket_info(secret: &Value) -> Option<Value> {
+pub fn bucket_info(secret: &Value) -> Option<BucketInfo> {
     let enc = c(secret, &["data", "BucketInfo"])?.as_str()?;
     let raw = base64::engine::general_purpose::STANDARD.decode(enc).ok()?;
-    serde_json::from_slice(&raw).ok()
+    serde_json::from_slice(&raw)
+        .ok()
+        .map(|v| BucketInfo::of(&v))
 }
 
 fn policy_summary(doc: &Value) -> String {

@@ -1349,9 +1349,9 @@ impl CsiLab {
             "csi resync: rounds, target passes made, and quiet ones passed over"
         );
         self.sample(scn.steps.len());
-        let snapshot = self.render_snapshot();
         // The last snapshot: what it kept would only add to the run's peak.
         self.norm.forget_lines();
+        let snapshot = self.render_snapshot();
         // External driver processes' own output is searched for leaks too. Read
         // before the history: reading notes what was held back of a flood.
         let plugins = self.nodes.iter().map(|n| &n.plugin);
