@@ -4,10 +4,7 @@
 //! secret is ever written out. Each system renders its own snapshot
 //! (`crate::systems::*::snapshot`) through one. Snapshots are compared as
 //! line diffs; a run keeps its per-step snapshots as what each step changed.
-mod known;
-
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use drivelab_fakes::secret::Secret;
 
@@ -181,8 +178,8 @@ impl std::fmt::Debug for Normalizer {
 enum Matcher {
     /// Nothing is known yet: text passes unchanged.
     Empty,
-    /// The values, compiled, with their labels.
-    Ready(Arc<known::Known>),
+    /// The automaton and, per pattern, its label.
+    Ready(aho_corasick::AhoCorasick, std::sync::Arc<[String]>),
     /// The pattern set could not be compiled (only on absurd sets).
     Failed,
 }
@@ -193,7 +190,7 @@ impl Matcher {
     /// `recent`'s on a tie (the same value, labelled again since: a secret
     /// that was an id, which its label as a secret wins over).
     fn replace_with(&self, recent: &Matcher, text: &str, out: &mut String) {
-        let (Matcher::Ready(a), Matcher::Ready(b)) = (self, recent) else {
+        let (Matcher::Ready(a, la), Matcher::Ready(b, lb)) = (self, recent) else {
             return match (self, recent) {
                 // Never write unlabelled text.
                 (Matcher::Failed, _) => self.replace_into(text, out),
@@ -201,25 +198,29 @@ impl Matcher {
                 _ => self.replace_into(text, out),
             };
         };
-        let (mut at, mut ma, mut mb) = (0, a.find(text, 0), b.find(text, 0));
+        let find = |ac: &aho_corasick::AhoCorasick, at: usize| {
+            ac.find(aho_corasick::Input::new(text).span(at..text.len()))
+        };
+        let (mut at, mut ma, mut mb) = (0, find(a, 0), find(b, 0));
         loop {
             // A match found earlier is still the leftmost from `at` unless it starts before.
-            if ma.is_some_and(|m| m.start < at) {
-                ma = a.find(text, at);
+            if ma.is_some_and(|m| m.start() < at) {
+                ma = find(a, at);
             }
-            if mb.is_some_and(|m| m.start < at) {
-                mb = b.find(text, at);
+            if mb.is_some_and(|m| m.start() < at) {
+                mb = find(b, at);
             }
-            let len = |m: known::Found<'_>| m.end - m.start;
-            let m = match (ma, mb) {
+            let (m, label) = match (ma, mb) {
                 (None, None) => break,
-                (Some(x), Some(y)) if (x.start, len(y)) < (y.start, len(x)) => x,
-                (Some(x), None) => x,
-                (_, Some(y)) => y,
+                (Some(x), Some(y)) if (x.start(), y.len()) < (y.start(), x.len()) => {
+                    (x, &la[x.pattern().as_usize()])
+                }
+                (Some(x), None) => (x, &la[x.pattern().as_usize()]),
+                (_, Some(y)) => (y, &lb[y.pattern().as_usize()]),
             };
-            out.push_str(&text[at..m.start]);
-            out.push_str(m.label);
-            at = m.end;
+            out.push_str(&text[at..m.start()]);
+            out.push_str(label);
+            at = m.end();
         }
         out.push_str(&text[at..]);
     }
@@ -227,7 +228,12 @@ impl Matcher {
     /// Append `text` to `out` with every known value replaced by its label.
     fn replace_into(&self, text: &str, out: &mut String) {
         match self {
-            Matcher::Ready(known) => known.replace_into(text, out),
+            Matcher::Ready(ac, labels) => {
+                ac.replace_all_with(text, out, |m, _, out| {
+                    out.push_str(&labels[m.pattern().as_usize()]);
+                    true
+                });
+            }
             Matcher::Empty => out.push_str(text),
             // Never write unlabelled text.
             Matcher::Failed => out.push_str("<snapshot could not be labelled>"),
@@ -661,28 +667,40 @@ impl Normalizer {
     fn compile(&self, only: Option<&std::collections::HashSet<Box<str>>>) -> Matcher {
         // One pass over the text (leftmost-longest, so no fragment of a longer
         // id or secret survives a shorter match); secrets win over ids.
-        let pairs: Vec<(&str, &str)> = match only {
-            Some(only) => (only.iter())
-                .filter_map(|raw| {
-                    let label = self.secrets.get(&**raw).or_else(|| self.labels.get(&**raw));
-                    label.map(|l| (&**raw, l.as_str()))
-                })
-                .collect(),
-            None => (self.secrets.iter())
-                .chain(
-                    self.labels
-                        .iter()
-                        .filter(|(raw, _)| !self.secrets.contains_key(*raw)),
-                )
-                .map(|(raw, l)| (raw.as_str(), l.as_str()))
-                .collect(),
-        };
-        if pairs.is_empty() {
+        let mut patterns: Vec<&str> = Vec::new();
+        let mut labels: Vec<String> = Vec::new();
+        if let Some(only) = only {
+            for raw in only {
+                if let Some(label) = self.secrets.get(&**raw).or_else(|| self.labels.get(&**raw)) {
+                    patterns.push(raw);
+                    labels.push(label.clone());
+                }
+            }
+        } else {
+            for (raw, label) in &self.secrets {
+                patterns.push(raw);
+                labels.push(label.clone());
+            }
+            for (raw, label) in &self.labels {
+                if !self.secrets.contains_key(raw) {
+                    patterns.push(raw);
+                    labels.push(label.clone());
+                }
+            }
+        }
+        if patterns.is_empty() {
             return Matcher::Empty;
         }
-        match known::Known::new(pairs) {
-            Some(k) => Matcher::Ready(Arc::new(k)),
-            None => Matcher::Failed,
+        // A contiguous NFA, not the DFA `auto` picks for small sets: a run
+        // scans each text once or twice, so building a DFA (most of an
+        // explored case's relabelling) never paid for its faster scan.
+        match aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+            .build(&patterns)
+        {
+            Ok(ac) => Matcher::Ready(ac, labels.into()),
+            Err(_) => Matcher::Failed,
         }
     }
 }
@@ -898,21 +916,13 @@ mod tests {
         assert_eq!(t, "key-<hex-1> then key-<hex-2> then key-<hex-1> and cafe");
     }
 
-    /// `text` as one leftmost-longest automaton over every whole value
-    /// (secrets' labels first) rewrites it: what the matcher must do.
+    /// `text` as an automaton compiled from scratch over every value rewrites it.
     fn from_scratch(n: &Normalizer, text: &str) -> String {
-        let (mut values, mut labels) = (Vec::new(), Vec::new());
-        for (raw, label) in n.secrets.iter().chain(&n.labels) {
-            if !values.contains(&raw) {
-                values.push(raw);
-                labels.push(label.as_str());
-            }
+        match n.compile(None) {
+            Matcher::Ready(ac, labels) => ac.replace_all(text, &labels[..]),
+            Matcher::Empty => text.to_string(),
+            Matcher::Failed => unreachable!("small pattern sets compile"),
         }
-        aho_corasick::AhoCorasick::builder()
-            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
-            .build(&values)
-            .unwrap()
-            .replace_all(text, &labels)
     }
 
     #[test]
