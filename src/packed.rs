@@ -57,12 +57,6 @@ impl Packed {
     }
 }
 
-impl From<&str> for Packed {
-    fn from(text: &str) -> Self {
-        Self::new(text)
-    }
-}
-
 impl PartialEq for Packed {
     fn eq(&self, other: &Self) -> bool {
         // Equal frames are equal texts; texts written in other pieces may

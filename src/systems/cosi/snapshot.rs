@@ -39,7 +39,7 @@ pub struct SnapshotInput<'a> {
 /// A credentials Secret and its decoded `BucketInfo` (`None`: unreadable).
 pub type CredentialSecret = (Arc<Value>, Option<Arc<BucketInfo>>);
 
-/// The `BucketInfos` the last snapshot decoded, by the Secret object they
+/// The `BucketInfo`s the last snapshot decoded, by the Secret object they
 /// came from: a snapshot after every step decoded every Secret twice, though
 /// a step changes one or two.
 pub type BucketInfos = ByObject<Option<Arc<BucketInfo>>>;
@@ -49,12 +49,19 @@ pub type BucketInfos = ByObject<Option<Arc<BucketInfo>>>;
 /// these fields, not as the decoded tree: a run's final snapshot holds one
 /// per live access, and the tree was five times the size.
 pub struct BucketInfo {
+    /// `metadata.name`.
     pub name: String,
+    /// `spec.bucketName`.
     pub bucket_name: String,
+    /// `spec.authenticationType`.
     pub authentication_type: String,
+    /// `spec.secretS3.accessKeyID`.
     pub access_key_id: String,
+    /// `spec.secretS3.accessSecretKey`.
     pub access_secret_key: Secret,
+    /// `spec.secretS3.endpoint`.
     pub endpoint: String,
+    /// `spec.secretS3.region`.
     pub region: String,
 }
 
