@@ -2009,12 +2009,12 @@ fn auth_code(name: &str) -> i32 {
     }
 }
 
-/// Ready claims: (namespace/name, the bucket id of the Bucket they bind).
 /// The access key and secret in a credentials Secret's BucketInfo.
 fn credentials_in(sec: &Value) -> Option<(String, Secret)> {
     snapshot::bucket_info(sec).map(|info| (info.access_key_id, info.access_secret_key))
 }
 
+/// Ready claims: (namespace/name, the bucket id of the Bucket they bind).
 fn ready_claims(
     claims: &[Arc<Value>],
     bucket_objects: &[(String, String)],
