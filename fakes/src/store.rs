@@ -57,6 +57,28 @@ pub trait Store: Send + Sync {
             .map(|(k, v)| decode(k, &v).map(|(k, t)| (k, Arc::new(t))))
             .collect()
     }
+    /// Set `key` to `json`, the text of a JSON value. A store in memory keeps
+    /// the text itself, shared with its writer; the default writes its bytes.
+    fn put_text(&self, key: &str, json: &Arc<str>) -> Result<(), StoreError> {
+        self.put(key, json.as_bytes())
+    }
+    /// Every JSON value under `prefix`, in key order: what was put as text
+    /// as that text where the store kept it, the rest as shared trees.
+    fn scan_shared(&self, prefix: &str) -> Result<Vec<(String, Json)>, StoreError> {
+        Ok(self
+            .scan_values(prefix)?
+            .into_iter()
+            .map(|(k, v)| (k, Json::Tree(v)))
+            .collect())
+    }
+}
+
+/// A stored JSON value as [`Store::scan_shared`] hands it back.
+pub enum Json {
+    /// A tree, shared with whoever else holds it.
+    Tree(Arc<Value>),
+    /// The value's JSON text, shared.
+    Text(Arc<str>),
 }
 
 /// The JSON value of `bytes`, stored under `key`.
@@ -189,19 +211,21 @@ pub struct MemStore {
     map: Mutex<BTreeMap<String, Entry>>,
 }
 
-/// A value as a [`MemStore`] holds it: bytes as written, or a JSON tree
-/// shared with the fake that wrote it. The kube fake keeps a decoded copy of
+/// A value as a [`MemStore`] holds it: bytes as written, or a JSON tree or
+/// text shared with the fake that wrote it. The kube fake keeps a decoded copy of
 /// every object; as bytes beside it, a 10⁵-grant run held each object twice
 /// (~4.5 KB a grant), and serialised every write nobody read back.
 enum Entry {
     Bytes(Vec<u8>),
     Value(Arc<Value>),
+    Text(Arc<str>),
 }
 
 impl Entry {
     fn bytes(&self) -> Vec<u8> {
         match self {
             Entry::Bytes(b) => b.clone(),
+            Entry::Text(t) => t.as_bytes().to_vec(),
             // A tree writes without error: its keys are strings, its numbers finite.
             Entry::Value(v) => serde_json::to_vec(&**v).unwrap_or_default(),
         }
@@ -235,6 +259,23 @@ impl Store for MemStore {
             .map(|(k, e)| match e {
                 Entry::Value(v) => Ok((k.clone(), v.clone())),
                 Entry::Bytes(b) => decode(k.clone(), b).map(|(k, t)| (k, Arc::new(t))),
+                Entry::Text(t) => decode(k.clone(), t.as_bytes()).map(|(k, t)| (k, Arc::new(t))),
+            })
+            .collect()
+    }
+    fn put_text(&self, key: &str, json: &Arc<str>) -> Result<(), StoreError> {
+        self.lock()
+            .insert(key.to_string(), Entry::Text(json.clone()));
+        Ok(())
+    }
+    fn scan_shared(&self, prefix: &str) -> Result<Vec<(String, Json)>, StoreError> {
+        self.lock()
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, e)| match e {
+                Entry::Value(v) => Ok((k.clone(), Json::Tree(v.clone()))),
+                Entry::Text(t) => Ok((k.clone(), Json::Text(t.clone()))),
+                Entry::Bytes(b) => decode(k.clone(), b).map(|(k, t)| (k, Json::Tree(Arc::new(t)))),
             })
             .collect()
     }

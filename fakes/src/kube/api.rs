@@ -17,7 +17,7 @@ use super::schema::{validate_fields, FieldValidation};
 use super::selector::{FieldSelector, LabelSelector};
 use super::state::{Deleted, KubeFake, PatchBody, Preconditions, WriteOpts};
 use super::status::{render_rejection, ApiError};
-use super::Kind;
+use super::{Kind, Stored};
 use crate::gate::{http_gate, CallSpec, HttpTap};
 use crate::history::Component;
 use crate::ops::Op;
@@ -417,6 +417,12 @@ fn reply(code: StatusCode, body: &Value) -> Response {
     (code, axum::Json(body)).into_response()
 }
 
+/// [`reply`] with the body's JSON text already written (as `axum::Json` would).
+fn reply_text(code: StatusCode, json: &str) -> Response {
+    let ct = [(header::CONTENT_TYPE, "application/json")];
+    (code, ct, bytes::Bytes::copy_from_slice(json.as_bytes())).into_response()
+}
+
 struct Params(HashMap<String, String>);
 
 impl Params {
@@ -640,8 +646,9 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                 force: false,
             };
             match method {
-                Method::GET => match fake.get_shared(kind, ns, &name)? {
-                    Some(o) => Ok((StatusCode::OK, axum::Json(&*o)).into_response()),
+                Method::GET => match fake.get_stored(kind, ns, &name)? {
+                    Some(Stored::Tree(o)) => Ok(reply(StatusCode::OK, &o)),
+                    Some(Stored::Text(json)) => Ok(reply_text(StatusCode::OK, &json)),
                     None => Err(super::KubeError::NotFound { kind, name }.into()),
                 },
                 Method::PUT => {

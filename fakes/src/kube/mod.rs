@@ -100,7 +100,7 @@ pub use patch::{json_patch, merge_patch, PatchError};
 pub use schema::FieldValidation;
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use snapshot::{SNAPSHOT_API_VERSION, SNAPSHOT_GROUP};
-pub use state::KubeFake;
+pub use state::{KubeFake, Stored};
 pub use status::render_rejection;
 pub use storage::{format_quantity, parse_quantity, ACCESS_MODES, PVC_PROTECTION};
 pub use watch::WINDOW as WATCH_WINDOW;

@@ -128,34 +128,33 @@ impl LabelSelector {
 
     /// True if `labels` satisfies every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_by(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// True if the labels `label` looks up (by key) satisfy every requirement.
+    pub fn matches_by<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.reqs.iter().all(|(k, op)| {
-            let have = labels.get(k);
+            let have = label(k);
+            let one_of = |vs: &[String]| have.is_some_and(|h| vs.iter().any(|v| v == h));
             match op {
-                Op::Eq(v) => have == Some(v),
-                Op::NotEq(v) => have != Some(v),
-                Op::In(vs) => have.is_some_and(|h| vs.contains(h)),
-                Op::NotIn(vs) => !have.is_some_and(|h| vs.contains(h)),
+                Op::Eq(v) => have == Some(v.as_str()),
+                Op::NotEq(v) => have != Some(v.as_str()),
+                Op::In(vs) => one_of(vs),
+                Op::NotIn(vs) => !one_of(vs),
                 Op::Exists => have.is_some(),
                 Op::DoesNotExist => have.is_none(),
             }
         })
     }
 
-    /// Match against an object's `metadata.labels`.
+    /// Match against an object's `metadata.labels` (values that are not
+    /// strings are not labels).
     pub fn matches_object(&self, obj: &Value) -> bool {
         if self.reqs.is_empty() {
             return true;
         }
-        let labels: BTreeMap<String, String> = obj
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        self.matches(&labels)
+        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        self.matches_by(|k| labels.and_then(|m| m.get(k)).and_then(Value::as_str))
     }
 }
 

@@ -18,6 +18,8 @@ use super::validate::{self, Violation};
 use super::{Kind, KubeError, Result};
 use crate::gate::Gate;
 use crate::store::{Store, StoreExt};
+pub use objects::Stored;
+use objects::{Form, Held};
 
 const RV_KEY: &str = "kube/meta/rv";
 const OBJ_PREFIX: &str = "kube/o/";
@@ -76,6 +78,14 @@ pub(crate) struct WriteOpts {
 }
 
 impl WriteOpts {
+    /// How the object a write commits is held: as text when written over HTTP.
+    fn form(&self) -> Form {
+        match self.http {
+            true => Form::Text,
+            false => Form::Tree,
+        }
+    }
+
     const IN_PROCESS: WriteOpts = WriteOpts {
         http: false,
         status_only: false,
@@ -409,20 +419,18 @@ impl KubeFake {
     fn stored_shared(&self, kind: Kind, ns: &str, name: &str) -> Result<Option<Arc<Value>>> {
         Ok(self
             .objects()
-            .loaded(&*self.inner.store)?
-            .get(&obj_key(kind, ns, name))
-            .cloned())
+            .get(&*self.inner.store, &obj_key(kind, ns, name))?)
     }
 
     /// Persist `obj` at `rv` (counter first, so a crash in between never
-    /// reuses a version) and tell every watch. A deletion (`obj` None) is
-    /// watched with the object's final state at `rv`.
+    /// reuses a version), held in its form, and tell every watch. A deletion
+    /// (`obj` None) is watched with the object's final state at `rv`.
     fn commit(
         &self,
         guard: &mut MutexGuard<'_, u64>,
         rv: u64,
         kind: Kind,
-        obj: Option<Arc<Value>>,
+        obj: Option<(Arc<Value>, Form)>,
         ns: &str,
         name: &str,
     ) -> Result<()> {
@@ -431,23 +439,26 @@ impl KubeFake {
         let watched = self.inner.watch.active();
         if watched {
             // The replaced object comes from the copy: load it before the write.
-            self.objects().loaded(&*self.inner.store)?;
+            self.objects().load_all(&*self.inner.store)?;
         }
         self.inner.store.put_json(RV_KEY, &rv)?;
         **guard = rv;
-        match &obj {
-            Some(o) => self.inner.store.put_value(&key, o)?,
+        let held = obj.as_ref().map(|(o, form)| (o, Held::new(o, *form)));
+        match &held {
+            Some((_, h)) => h.put(&*self.inner.store, &key)?,
             None => {
                 self.inner.store.remove(&key)?;
             }
         }
-        // One decoded copy, shared by the fake's reads, the watch window and
-        // the writer's answer.
+        // One copy, shared by the fake's reads, the watch window and the
+        // writer's answer.
+        let old = self.objects().commit(&key, held);
+        let obj = obj.map(|(o, _)| o);
         let gone = obj.is_none();
-        let old = self.objects().commit(&key, obj.clone());
         if !watched {
             return self.after_commit(guard, kind, gone, ns);
         }
+        let old = old.map(|mut h| h.tree(&key)).transpose()?;
         let last = match (&obj, &old) {
             (None, Some(o)) => {
                 let mut o = Value::clone(o);
@@ -1031,7 +1042,14 @@ impl KubeFake {
             if record_ns {
                 self.record_namespace(**guard, &ns)?;
             }
-            self.commit(guard, rv, kind, Some(obj.clone()), &ns, &name)?;
+            self.commit(
+                guard,
+                rv,
+                kind,
+                Some((obj.clone(), opts.form())),
+                &ns,
+                &name,
+            )?;
         }
         Ok(obj)
     }
@@ -1253,7 +1271,8 @@ impl KubeFake {
         let keep = !(deleting && finalizers(&new).is_empty());
         let new = Arc::new(new);
         if !opts.dry_run {
-            self.commit(guard, rv, kind, keep.then(|| new.clone()), &ns, &name)?;
+            let kept = keep.then(|| (new.clone(), opts.form()));
+            self.commit(guard, rv, kind, kept, &ns, &name)?;
         }
         Ok(new)
     }
@@ -1318,7 +1337,8 @@ impl KubeFake {
             md.insert("resourceVersion".into(), json!(next.to_string()));
             let marked = Arc::new(marked);
             if !opts.dry_run {
-                self.commit(guard, next, kind, Some(marked.clone()), scope, name)?;
+                let marked = Some((marked.clone(), opts.form()));
+                self.commit(guard, next, kind, marked, scope, name)?;
             }
             return Ok(Some(Deleted {
                 object: Arc::unwrap_or_clone(marked),
@@ -1355,6 +1375,31 @@ impl KubeFake {
         Ok(got)
     }
 
+    /// The object shared as the fake holds it: its JSON text where it was
+    /// written over HTTP (what a GET answers as it is), else its tree.
+    pub fn get_stored(&self, kind: Kind, ns: Option<&str>, name: &str) -> Result<Option<Stored>> {
+        let scope = Self::scope(kind, ns)?;
+        let _guard = self.lock();
+        if kind == Kind::Namespace {
+            // A namespace may be virtual: only `load_shared` knows those.
+            return Ok(self.load_shared(kind, scope, name)?.map(Stored::Tree));
+        }
+        // Not checkable by key: no tree was handed out to compare later.
+        super::reads::note_opaque();
+        Ok(self
+            .objects()
+            .stored(&*self.inner.store, &obj_key(kind, scope, name))?)
+    }
+
+    /// Every stored object of `kind` (in `ns`, or everywhere), sorted by
+    /// (namespace, name), each shared as the fake holds it: for readers
+    /// that need each briefly (see [`Stored`]). Namespaces: stored ones only.
+    pub fn list_stored(&self, kind: Kind, ns: Option<&str>) -> Result<Vec<Stored>> {
+        super::reads::note_opaque();
+        let _guard = self.lock();
+        self.scan_with(kind, ns, |_, held| Ok(held.stored()))
+    }
+
     /// Whether every object `reads` read by key is still the version it saw
     /// (and `reads` read nothing else): read again, it would see the same.
     pub fn unchanged(&self, reads: &super::reads::Reads) -> Result<bool> {
@@ -1362,15 +1407,7 @@ impl KubeFake {
             return Ok(false);
         }
         let _guard = self.lock();
-        let mut objects = self.objects();
-        let stored = objects.loaded(&*self.inner.store)?;
-        Ok(reads
-            .gets()
-            .all(|(key, seen)| match (seen, stored.get(key)) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            }))
+        Ok(self.objects().all_same(&*self.inner.store, reads.gets())?)
     }
 
     /// Objects of `kind` (in `ns`, or everywhere), sorted by (namespace, name),
@@ -1385,12 +1422,25 @@ impl KubeFake {
         super::reads::note_opaque();
         let guard = self.lock();
         let rv = *guard;
-        let items: Vec<Value> = self
-            .scan(kind, ns)?
-            .into_iter()
-            .filter(|o| labels.matches_object(o) && fields.matches_object(o))
+        let selected = |o: &Value| labels.matches_object(o) && fields.matches_object(o);
+        let items: Vec<Value> = match kind {
+            Kind::Namespace => (self.scan(kind, ns)?.into_iter())
+                .filter(|o| selected(o))
+                .map(Arc::unwrap_or_clone)
+                .collect(),
+            _ => (self
+                .scan_with(kind, ns, |key, held| {
+                    if !held.may_match(labels) {
+                        return Ok(None);
+                    }
+                    let o = held.tree(key)?;
+                    Ok(selected(&o).then_some(o))
+                })?
+                .into_iter())
+            .flatten()
             .map(Arc::unwrap_or_clone)
-            .collect();
+            .collect(),
+        };
         drop(guard);
         Ok((items, rv))
     }
@@ -1420,39 +1470,10 @@ impl KubeFake {
     /// (namespace, name): the stored ones, and for namespaces the virtual
     /// ones too.
     fn scan(&self, kind: Kind, ns: Option<&str>) -> Result<Vec<Arc<Value>>> {
-        let one_namespace = ns.filter(|_| kind.namespaced());
-        let prefix = match one_namespace {
-            Some(n) => format!("{OBJ_PREFIX}{}/{n}/", kind.plural()),
-            None => format!("{OBJ_PREFIX}{}/", kind.plural()),
-        };
-        let across_namespaces = one_namespace.is_none() && kind.namespaced();
-        let mut out: Vec<Arc<Value>> = Vec::new();
-        // Across namespaces, the namespaces as their keys give them, in key
-        // order: nondecreasing unless one sorts before another only by the
-        // '/' after it.
-        let mut in_namespace_order = true;
-        let mut last_ns: Option<&str> = None;
-        let mut objects = self.objects();
-        for (key, obj) in objects::under(objects.loaded(&*self.inner.store)?, &prefix) {
-            if across_namespaces {
-                let ns = key[prefix.len()..].split('/').next().unwrap_or_default();
-                in_namespace_order &= last_ns.is_none_or(|l| l <= ns);
-                last_ns = Some(ns);
-            }
-            out.push(obj.clone());
-        }
-        drop(objects);
+        let mut out = self.scan_with(kind, ns, |key, held| held.tree(key))?;
         if kind == Kind::Namespace {
             let virtual_ones = self.virtual_namespaces(&out)?;
             out.extend(virtual_ones.into_iter().map(Arc::new));
-            return Ok(sorted(out));
-        }
-        // Under one key prefix (one namespace, or a cluster-scoped kind) the
-        // store's key order is name order already. Across namespaces it is
-        // too while the namespaces came in order, which they do unless one
-        // sorts before another only by the '/' ("a-b/" before "a/"). Sorting
-        // every list was 4% of a 1000-node run, and again of a CSI resync.
-        if across_namespaces && !in_namespace_order {
             return Ok(sorted(out));
         }
         debug_assert!(
@@ -1461,6 +1482,57 @@ impl KubeFake {
             "{kind:?} under one prefix not in (namespace, name) order"
         );
         Ok(out)
+    }
+
+    /// `read` of every stored object of `kind` (in `ns`, or everywhere), in
+    /// list order by (namespace, name), which the store key spells.
+    fn scan_with<T>(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        mut read: impl FnMut(&str, &mut Held) -> std::result::Result<T, crate::store::StoreError>,
+    ) -> Result<Vec<T>> {
+        let one_namespace = ns.filter(|_| kind.namespaced());
+        let of_kind = format!("{OBJ_PREFIX}{}/", kind.plural());
+        let prefix = match one_namespace {
+            Some(n) => format!("{of_kind}{n}/"),
+            None => of_kind.clone(),
+        };
+        let across_namespaces = one_namespace.is_none() && kind.namespaced();
+        let mut out: Vec<T> = Vec::new();
+        // Under one key prefix (one namespace, or a cluster-scoped kind) the
+        // store's key order is name order already. Across namespaces it is
+        // too while the namespaces came in order, which they do unless one
+        // sorts before another only by the '/' ("a-b/" before "a/"). Sorting
+        // every list was 4% of a 1000-node run, and again of a CSI resync.
+        let mut in_namespace_order = true;
+        let mut last_ns: Option<String> = None;
+        let mut objects = self.objects();
+        objects.each_under(&*self.inner.store, &prefix, |key, held| {
+            if across_namespaces {
+                let ns = key[prefix.len()..].split('/').next().unwrap_or_default();
+                in_namespace_order &= last_ns.as_deref().is_none_or(|l| l <= ns);
+                if last_ns.as_deref() != Some(ns) {
+                    last_ns = Some(ns.to_string());
+                }
+            }
+            out.push(read(key, held)?);
+            Ok(())
+        })?;
+        if in_namespace_order {
+            return Ok(out);
+        }
+        // (namespace, name) from each key, `<kind>/<namespace>/<name>`, in
+        // the order `out` has them.
+        let mut order: Vec<(String, String)> = Vec::with_capacity(out.len());
+        objects.each_under(&*self.inner.store, &prefix, |key, _| {
+            let (ns, name) = key[of_kind.len()..].split_once('/').unwrap_or_default();
+            order.push((ns.to_string(), name.to_string()));
+            Ok(())
+        })?;
+        let mut keyed: Vec<((String, String), T)> = order.into_iter().zip(out).collect();
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(keyed.into_iter().map(|(_, t)| t).collect())
     }
 
     // ---- in-process API -------------------------------------------------
@@ -1565,6 +1637,83 @@ mod tests {
 
     fn cm(name: &str) -> Value {
         json!({"metadata":{"name":name,"namespace":"default","labels":{"app":"x"}},"data":{"k":"v"}})
+    }
+
+    /// What a client wrote over HTTP is held as its JSON text: a GET answers
+    /// those very bytes; in-process readers get one tree while any holds it;
+    /// tracked reads still compare versions; a copy rebuilt from the store
+    /// holds it as text again; an in-process write holds it as a tree.
+    #[tokio::test]
+    async fn an_object_written_over_http_is_held_as_its_text() {
+        use super::super::reads::Reads;
+        let store: Arc<dyn Store> = Arc::new(MemStore::default());
+        let f = KubeFake::new(store.clone(), gate(), 1).unwrap();
+        let http = WriteOpts {
+            http: true,
+            ..WriteOpts::default()
+        };
+        let made = (f.create_in(Kind::ConfigMap, None, cm("a"), http.clone())).unwrap();
+        let answer = |f: &KubeFake| f.get_stored(Kind::ConfigMap, Some("default"), "a").unwrap();
+        let text = |f: &KubeFake| match answer(f) {
+            Some(Stored::Text(t)) => t.to_string(),
+            _ => panic!("not held as text"),
+        };
+        assert_eq!(text(&f), serde_json::to_string(&*made).unwrap());
+        let get = || {
+            (f.get_shared(Kind::ConfigMap, Some("default"), "a"))
+                .unwrap()
+                .unwrap()
+        };
+        assert!(
+            Arc::ptr_eq(&get(), &made),
+            "the writer's tree, while it holds it"
+        );
+        drop(made);
+        let (b, c) = (get(), get());
+        assert!(Arc::ptr_eq(&b, &c));
+        assert_eq!(*b, serde_json::from_str::<Value>(&text(&f)).unwrap());
+        let ((), reads) = Reads::track(async {
+            get();
+        })
+        .await;
+        drop((b, c));
+        assert!(
+            f.unchanged(&reads).unwrap(),
+            "the tracked read holds its version"
+        );
+        let patch = PatchBody::Merge(json!({"data": {"k": "w"}}));
+        (f.patch_in(Kind::ConfigMap, Some("default"), "a", patch, http.clone())).unwrap();
+        assert!(!f.unchanged(&reads).unwrap());
+        let written = text(&f);
+        assert!(written.contains(r#""k":"w""#), "{written}");
+        // Listed as held: one address per version, the same tree.
+        let listed = || f.list_stored(Kind::ConfigMap, Some("default")).unwrap();
+        let (l1, l2) = (listed(), listed());
+        assert!(matches!(&l1[..], [Stored::Text(_)]));
+        assert_eq!(l1[0].address(), l2[0].address());
+        assert_eq!(*l1[0].tree().unwrap(), *get());
+        // A list by label selector reads the labels held beside the text,
+        // as they were last written.
+        let by_label = |f: &KubeFake, sel: &str| {
+            let sel = LabelSelector::parse(sel).unwrap();
+            let (items, _) =
+                (f.list_in(Kind::ConfigMap, None, &sel, &FieldSelector::default())).unwrap();
+            items.len()
+        };
+        assert_eq!((by_label(&f, "app=x"), by_label(&f, "app=y")), (1, 0));
+        let relabel = PatchBody::Merge(json!({"metadata": {"labels": {"app": "y"}}}));
+        (f.patch_in(Kind::ConfigMap, Some("default"), "a", relabel, http)).unwrap();
+        assert_eq!((by_label(&f, "app=x"), by_label(&f, "app in (y)")), (0, 1));
+        let written = text(&f);
+        let again = KubeFake::new(store, gate(), 1).unwrap();
+        assert_eq!(
+            (by_label(&again, "app=x"), by_label(&again, "app=y")),
+            (0, 1)
+        );
+        assert_eq!(text(&again), written);
+        let patch = json!({"data": {"k": "x"}});
+        (again.merge_patch(Kind::ConfigMap, Some("default"), "a", patch)).unwrap();
+        assert!(matches!(answer(&again), Some(Stored::Tree(_))));
     }
 
     #[tokio::test]

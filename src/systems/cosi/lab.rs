@@ -19,7 +19,7 @@ use drivelab_fakes::cosi_sidecar::{
 use drivelab_fakes::gate::Gate;
 use drivelab_fakes::history::{Component, EventKind, History};
 use drivelab_fakes::json::{bool_at, str_at};
-use drivelab_fakes::kube::{Grant, Kind, KubeFake};
+use drivelab_fakes::kube::{Grant, Kind, KubeFake, Stored};
 use drivelab_fakes::s3::{S3Config, S3Probe};
 use drivelab_fakes::secret::Secret;
 use futures_util::future::BoxFuture;
@@ -1393,11 +1393,11 @@ impl Lab {
     }
 
     /// The objects in the driver's state namespace (its checkpoints).
-    fn checkpoints(&self) -> anyhow::Result<Vec<(&'static str, Arc<Value>)>> {
+    fn checkpoints(&self) -> anyhow::Result<Vec<(&'static str, Stored)>> {
         let kube = self.kube();
         let ns = Some(DRIVER_STATE_NAMESPACE);
-        let secrets = kube.list_shared(Kind::Secret, ns)?.into_iter();
-        let maps = kube.list_shared(Kind::ConfigMap, ns)?.into_iter();
+        let secrets = kube.list_stored(Kind::Secret, ns)?.into_iter();
+        let maps = kube.list_stored(Kind::ConfigMap, ns)?.into_iter();
         Ok(secrets
             .map(|o| ("secret", o))
             .chain(maps.map(|o| ("configmap", o)))
@@ -1477,11 +1477,14 @@ impl Lab {
         // The last snapshot: nothing it relabels is asked for again.
         norm.forget_lines();
         let lab_buckets = self.lab_buckets.clone();
-        let checkpoint_text = checkpoints
-            .iter()
-            .map(|(_, o)| checkpoint_text(o))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let mut texts = Vec::with_capacity(checkpoints.len());
+        for (_, o) in &checkpoints {
+            let o = o
+                .tree()
+                .context("a checkpoint the kube fake holds does not decode")?;
+            texts.push(checkpoint_text(&o));
+        }
+        let checkpoint_text = texts.join("\n");
         let bucket_objects: Vec<(String, String)> = buckets
             .iter()
             .map(|b| {

@@ -211,7 +211,8 @@ impl KubeFake {
                 gone: false,
             }));
         }
-        self.commit(guard, rv, kind, Some(Arc::new(marked.clone())), "", name)?;
+        let held = Some((Arc::new(marked.clone()), opts.form()));
+        self.commit(guard, rv, kind, held, "", name)?;
         self.inner.store.remove(&declared_key(name))?;
         // What the namespace controller does, here at once rather than later.
         for k in Kind::ALL.into_iter().filter(|k| k.namespaced()) {

@@ -6,17 +6,169 @@
 //! volumes were a scan of every PV.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use serde_json::Value;
 
 use super::{obj_key, OBJ_PREFIX};
 use crate::json::str_ref;
-use crate::kube::Kind;
-use crate::store::{Store, StoreError};
+use crate::kube::{Kind, LabelSelector};
+use crate::store::{Json, Store, StoreError};
 
 /// A claim a PersistentVolume's `spec.claimRef` names: (namespace, name).
 pub(super) type ClaimRef = (String, String);
+
+/// How a committed object is held: the form follows who reads it most.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Form {
+    /// As a tree: written in process (the sidecars, controllers, the lab),
+    /// whose reconciles read their objects back as trees many times.
+    Tree,
+    /// As its JSON text: written over HTTP, by a client that reads it back
+    /// over HTTP, where a GET answers the text as it is. A tree is several
+    /// times its text (a map node per object), and a driver's own objects
+    /// (its checkpoints, with their managedFields) were a third of a
+    /// 10⁵-grant run's memory.
+    Text,
+}
+
+/// One stored object.
+#[derive(Clone)]
+pub(super) enum Held {
+    /// The tree its writer made, shared with every reader.
+    Tree(Arc<Value>),
+    /// Its JSON text, and the tree last decoded from it while any reader
+    /// still holds that tree: readers holding one version see one address,
+    /// as they do for a tree (see `reads::Reads`).
+    Text {
+        json: Arc<str>,
+        tree: Weak<Value>,
+        /// Its labels, so a list by label selector decodes only what it selects.
+        labels: Labels,
+    },
+}
+
+/// An object's `metadata.labels` (string values only), sorted by key.
+#[derive(Clone, Default)]
+pub(super) struct Labels(Box<[(Box<str>, Box<str>)]>);
+
+impl Labels {
+    fn of(obj: &Value) -> Labels {
+        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        // A map's keys come sorted.
+        Labels(
+            (labels.into_iter().flatten())
+                .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        let i = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        Some(&self.0[i].1)
+    }
+}
+
+impl Held {
+    /// `obj` held in `form`, with the text (if any) it is stored as.
+    pub(super) fn new(obj: &Arc<Value>, form: Form) -> Held {
+        match form {
+            Form::Tree => Held::Tree(obj.clone()),
+            // A tree writes without error: its keys are strings, its numbers finite.
+            Form::Text => Held::Text {
+                json: serde_json::to_string(&**obj).unwrap_or_default().into(),
+                tree: Arc::downgrade(obj),
+                labels: Labels::of(obj),
+            },
+        }
+    }
+
+    /// Write it to `store` under `key`.
+    pub(super) fn put(&self, store: &dyn Store, key: &str) -> Result<(), StoreError> {
+        match self {
+            Held::Tree(t) => store.put_value(key, t),
+            Held::Text { json, .. } => store.put_text(key, json),
+        }
+    }
+
+    /// The object as a tree: the one readers share, decoded if none does.
+    pub(super) fn tree(&mut self, key: &str) -> Result<Arc<Value>, StoreError> {
+        match self {
+            Held::Tree(t) => Ok(t.clone()),
+            Held::Text { json, tree, .. } => {
+                if let Some(t) = tree.upgrade() {
+                    return Ok(t);
+                }
+                let t: Arc<Value> =
+                    Arc::new(
+                        serde_json::from_str(json).map_err(|source| StoreError::Corrupt {
+                            key: key.to_string(),
+                            source,
+                        })?,
+                    );
+                *tree = Arc::downgrade(&t);
+                Ok(t)
+            }
+        }
+    }
+
+    /// Whether the object may match `selector`: false only if its labels,
+    /// held beside its text, do not.
+    pub(super) fn may_match(&self, selector: &LabelSelector) -> bool {
+        match self {
+            Held::Tree(_) => true,
+            Held::Text { labels, .. } => selector.matches_by(|k| labels.get(k)),
+        }
+    }
+
+    /// The object shared as it is held: its text, or its tree.
+    pub(super) fn stored(&self) -> Stored {
+        match self {
+            Held::Tree(t) => Stored::Tree(t.clone()),
+            Held::Text { json, .. } => Stored::Text(json.clone()),
+        }
+    }
+
+    /// Whether `seen`, a tree a reader still holds, is this very version.
+    fn is(&self, seen: &Arc<Value>) -> bool {
+        match self {
+            Held::Tree(t) => Arc::ptr_eq(t, seen),
+            // The reader holds it, so its address is not reused.
+            Held::Text { tree, .. } => std::ptr::eq(tree.as_ptr(), Arc::as_ptr(seen)),
+        }
+    }
+}
+
+/// One stored version of an object, shared with the fake as it holds it:
+/// the tree an in-process writer made, or the JSON text of one written over
+/// HTTP. For readers that go through many objects and need each briefly
+/// (decoding them all at once held every tree together).
+#[derive(Clone, Debug)]
+pub enum Stored {
+    /// The tree, shared.
+    Tree(Arc<Value>),
+    /// The JSON text, shared.
+    Text(Arc<str>),
+}
+
+impl Stored {
+    /// The object as a tree: the shared one, or one decoded from the text now.
+    pub fn tree(&self) -> serde_json::Result<Arc<Value>> {
+        match self {
+            Stored::Tree(t) => Ok(t.clone()),
+            Stored::Text(json) => serde_json::from_str(json).map(Arc::new),
+        }
+    }
+
+    /// Where this version lives: the same for every read of one version
+    /// while any of them is held.
+    pub fn address(&self) -> usize {
+        match self {
+            Stored::Tree(t) => Arc::as_ptr(t) as *const u8 as usize,
+            Stored::Text(json) => Arc::as_ptr(json) as *const u8 as usize,
+        }
+    }
+}
 
 /// Objects by store key; loaded on first use, dropped when another handle
 /// over the same store wrote (see `KubeFake::lock`).
@@ -26,9 +178,11 @@ pub(super) struct Objects {
 }
 
 struct Loaded {
-    by_key: BTreeMap<String, Arc<Value>>,
+    by_key: BTreeMap<String, Held>,
     /// The store keys of the PVs (under `pv_prefix`) whose claimRef names each claim.
     pvs_by_claim: BTreeMap<ClaimRef, BTreeSet<String>>,
+    /// Each such PV's claim, so a write unindexes without reading the old object.
+    claim_of_pv: BTreeMap<String, ClaimRef>,
     pv_prefix: String,
 }
 
@@ -43,15 +197,13 @@ impl Loaded {
 
     fn index(&mut self, key: &str, obj: &Value) {
         if let Some(c) = self.claim_of(key, obj) {
-            self.pvs_by_claim
-                .entry(c)
-                .or_default()
-                .insert(key.to_string());
+            (self.pvs_by_claim.entry(c.clone()).or_default()).insert(key.to_string());
+            self.claim_of_pv.insert(key.to_string(), c);
         }
     }
 
-    fn unindex(&mut self, key: &str, obj: &Value) {
-        if let Some(c) = self.claim_of(key, obj) {
+    fn unindex(&mut self, key: &str) {
+        if let Some(c) = self.claim_of_pv.remove(key) {
             if let Some(keys) = self.pvs_by_claim.get_mut(&c) {
                 keys.remove(key);
                 if keys.is_empty() {
@@ -71,24 +223,89 @@ impl Objects {
                 let mut l = Loaded {
                     by_key: BTreeMap::new(),
                     pvs_by_claim: BTreeMap::new(),
+                    claim_of_pv: BTreeMap::new(),
                     pv_prefix: obj_key(Kind::PersistentVolume, "", ""),
                 };
-                // From a store in memory, the trees it shares with the copy it was dropped from.
-                for (k, v) in store.scan_values(OBJ_PREFIX)? {
-                    l.index(&k, &v);
-                    l.by_key.insert(k, v);
+                // From a store in memory, the trees and texts it shares with
+                // the copy it was dropped from.
+                for (k, v) in store.scan_shared(OBJ_PREFIX)? {
+                    let mut held = match v {
+                        Json::Tree(t) => Held::Tree(t),
+                        Json::Text(json) => Held::Text {
+                            json,
+                            tree: Weak::new(),
+                            labels: Labels::default(),
+                        },
+                    };
+                    let tree = held.tree(&k)?;
+                    if let Held::Text { labels, .. } = &mut held {
+                        *labels = Labels::of(&tree);
+                    }
+                    l.index(&k, &tree);
+                    l.by_key.insert(k, held);
                 }
                 empty.insert(l)
             }
         })
     }
 
-    /// The copy, loaded from `store` if not held.
-    pub(super) fn loaded(
+    /// Load the copy from `store` if it is not held.
+    pub(super) fn load_all(&mut self, store: &dyn Store) -> Result<(), StoreError> {
+        self.load(store).map(|_| ())
+    }
+
+    /// The object under `key`, as a tree.
+    pub(super) fn get(
         &mut self,
         store: &dyn Store,
-    ) -> Result<&BTreeMap<String, Arc<Value>>, StoreError> {
-        Ok(&self.load(store)?.by_key)
+        key: &str,
+    ) -> Result<Option<Arc<Value>>, StoreError> {
+        match self.load(store)?.by_key.get_mut(key) {
+            Some(h) => h.tree(key).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The object under `key`, shared as it is held.
+    pub(super) fn stored(
+        &mut self,
+        store: &dyn Store,
+        key: &str,
+    ) -> Result<Option<Stored>, StoreError> {
+        Ok(self.load(store)?.by_key.get(key).map(Held::stored))
+    }
+
+    /// Whether each key is still at the version seen (a tree the caller
+    /// holds), or still absent.
+    pub(super) fn all_same<'a>(
+        &mut self,
+        store: &dyn Store,
+        mut seen: impl Iterator<Item = (&'a str, Option<&'a Arc<Value>>)>,
+    ) -> Result<bool, StoreError> {
+        let stored = &self.load(store)?.by_key;
+        Ok(seen.all(|(key, seen)| match (seen, stored.get(key)) {
+            (None, None) => true,
+            (Some(a), Some(b)) => b.is(a),
+            _ => false,
+        }))
+    }
+
+    /// Visit every object whose key starts with `prefix`, in key order.
+    pub(super) fn each_under(
+        &mut self,
+        store: &dyn Store,
+        prefix: &str,
+        mut visit: impl FnMut(&str, &mut Held) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let l = self.load(store)?;
+        let range = l.by_key.range_mut::<str, _>((
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        ));
+        for (k, h) in range.take_while(|(k, _)| k.starts_with(prefix)) {
+            visit(k, h)?;
+        }
+        Ok(())
     }
 
     /// The PersistentVolumes whose claimRef names `claim`, in key order.
@@ -98,12 +315,16 @@ impl Objects {
         claim: &ClaimRef,
     ) -> Result<Vec<Arc<Value>>, StoreError> {
         let l = self.load(store)?;
-        Ok(l.pvs_by_claim
-            .get(claim)
-            .into_iter()
-            .flatten()
-            .filter_map(|k| l.by_key.get(k).cloned())
-            .collect())
+        let Some(keys) = l.pvs_by_claim.get(claim) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Some(h) = l.by_key.get_mut(k) {
+                out.push(h.tree(k)?);
+            }
+        }
+        Ok(out)
     }
 
     /// Forget the copy: the store changed behind it.
@@ -111,34 +332,18 @@ impl Objects {
         self.loaded = None;
     }
 
-    /// A committed write (`None` removes the object); the object it replaced,
-    /// if the copy is loaded. A copy not loaded stays unloaded: it will be
-    /// read from the store, write included.
-    pub(super) fn commit(&mut self, key: &str, obj: Option<Arc<Value>>) -> Option<Arc<Value>> {
+    /// A committed write of `obj` (`None` removes the object); the object it
+    /// replaced, if the copy is loaded. A copy not loaded stays unloaded: it
+    /// will be read from the store, write included.
+    pub(super) fn commit(&mut self, key: &str, obj: Option<(&Arc<Value>, Held)>) -> Option<Held> {
         let l = self.loaded.as_mut()?;
-        let old = match &obj {
-            Some(o) => l.by_key.insert(key.to_string(), o.clone()),
+        l.unindex(key);
+        match obj {
+            Some((tree, held)) => {
+                l.index(key, tree);
+                l.by_key.insert(key.to_string(), held)
+            }
             None => l.by_key.remove(key),
-        };
-        if let Some(o) = &old {
-            l.unindex(key, o);
         }
-        if let Some(o) = &obj {
-            l.index(key, o);
-        }
-        old
     }
-}
-
-/// Every entry whose key starts with `prefix`, in key order.
-pub(super) fn under<'a>(
-    map: &'a BTreeMap<String, Arc<Value>>,
-    prefix: &'a str,
-) -> impl Iterator<Item = (&'a str, &'a Arc<Value>)> + 'a {
-    map.range::<str, _>((
-        std::ops::Bound::Included(prefix),
-        std::ops::Bound::Unbounded,
-    ))
-    .take_while(move |(k, _)| k.starts_with(prefix))
-    .map(|(k, v)| (k.as_str(), v))
 }
