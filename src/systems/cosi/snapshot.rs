@@ -28,8 +28,8 @@ pub struct SnapshotInput<'a> {
     pub credential_secrets: Vec<CredentialSecret>,
     /// Objects in the driver's state namespace (its checkpoints): (kind,
     /// object). Shared as the fake holds them: written over HTTP, they are
-    /// text, decoded here one at a time (a 10⁵-grant run's final snapshot
-    /// decoded them all at once, and they were a fifth of its peak).
+    /// text, decoded here one at a time (decoded all at once, they were a
+    /// fifth of a 5,000-grant run's peak).
     pub checkpoints: Vec<(&'static str, Stored)>,
     /// The backend as the driver left it.
     pub backend: &'a BackendState,

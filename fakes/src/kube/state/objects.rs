@@ -1,4 +1,5 @@
-//! The decoded copy of every stored object. Reads (gets, lists, the sidecars'
+//! The in-memory copy of every stored object: as a tree, or as its JSON text
+//! where it came over HTTP (see [`Form`]). Reads (gets, lists, the sidecars'
 //! resyncs) come from here; the store stays the durable copy a restarted fake
 //! is rebuilt from. Decoding from the store per read made each reconcile of a
 //! 1000-node run O(objects) JSON parses. Beside it, the PersistentVolumes by
@@ -27,8 +28,8 @@ pub(super) enum Form {
     /// As its JSON text: written over HTTP, by a client that reads it back
     /// over HTTP, where a GET answers the text as it is. A tree is several
     /// times its text (a map node per object), and a driver's own objects
-    /// (its checkpoints, with their managedFields) were a third of a
-    /// 10⁵-grant run's memory.
+    /// (its checkpoints, with their managedFields) were a quarter of a
+    /// COSI run's memory.
     Text,
 }
 
