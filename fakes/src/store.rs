@@ -349,6 +349,21 @@ mod tests {
         assert_eq!(*trees[0].1, *v);
         assert_eq!(Arc::ptr_eq(&trees[0].1, &v), shares);
         assert_eq!(*trees[1].1, serde_json::json!({"z": true}));
+        // Text reads back as its bytes and as its tree; shared, where kept.
+        let text: Arc<str> = r#"{"t":[2]}"#.into();
+        s.put_text("o/21", &text).unwrap();
+        assert_eq!(s.get("o/21").unwrap().as_deref(), Some(text.as_bytes()));
+        let shared = s.scan_shared("o/").unwrap();
+        assert_eq!(shared.len(), 3);
+        match &shared[2].1 {
+            Json::Text(t) => assert!(shares && Arc::ptr_eq(t, &text)),
+            Json::Tree(t) => assert!(!shares && **t == serde_json::json!({"t": [2]})),
+        }
+        assert!(matches!(&shared[0].1, Json::Tree(t) if **t == *v));
+        assert_eq!(
+            *s.scan_values("o/").unwrap()[2].1,
+            serde_json::json!({"t": [2]})
+        );
         s.put("o/3", b"not json").unwrap();
         assert!(matches!(
             s.scan_values("o/"),
