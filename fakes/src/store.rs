@@ -253,13 +253,10 @@ impl Store for MemStore {
         Ok(())
     }
     fn scan_values(&self, prefix: &str) -> Result<Vec<(String, Arc<Value>)>, StoreError> {
-        self.lock()
-            .range(prefix.to_string()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, e)| match e {
-                Entry::Value(v) => Ok((k.clone(), v.clone())),
-                Entry::Bytes(b) => decode(k.clone(), b).map(|(k, t)| (k, Arc::new(t))),
-                Entry::Text(t) => decode(k.clone(), t.as_bytes()).map(|(k, t)| (k, Arc::new(t))),
+        (self.scan_shared(prefix)?.into_iter())
+            .map(|(k, v)| match v {
+                Json::Tree(t) => Ok((k, t)),
+                Json::Text(t) => decode(k, t.as_bytes()).map(|(k, t)| (k, Arc::new(t))),
             })
             .collect()
     }

@@ -1380,12 +1380,12 @@ impl KubeFake {
     pub fn get_stored(&self, kind: Kind, ns: Option<&str>, name: &str) -> Result<Option<Stored>> {
         let scope = Self::scope(kind, ns)?;
         let _guard = self.lock();
+        // Not checkable by key: no tree is handed out to compare later.
+        super::reads::note_opaque();
         if kind == Kind::Namespace {
             // A namespace may be virtual: only `load_shared` knows those.
             return Ok(self.load_shared(kind, scope, name)?.map(Stored::Tree));
         }
-        // Not checkable by key: no tree was handed out to compare later.
-        super::reads::note_opaque();
         Ok(self
             .objects()
             .stored(&*self.inner.store, &obj_key(kind, scope, name))?)
@@ -1681,6 +1681,14 @@ mod tests {
             f.unchanged(&reads).unwrap(),
             "the tracked read holds its version"
         );
+        // A read as held hands out no tree to compare, namespaces included.
+        for (kind, ns, name) in [
+            (Kind::ConfigMap, Some("default"), "a"),
+            (Kind::Namespace, None, "default"),
+        ] {
+            let (_, reads) = Reads::track(async { f.get_stored(kind, ns, name) }).await;
+            assert!(!reads.is_checkable(), "{kind:?}");
+        }
         let patch = PatchBody::Merge(json!({"data": {"k": "w"}}));
         (f.patch_in(Kind::ConfigMap, Some("default"), "a", patch, http.clone())).unwrap();
         assert!(!f.unchanged(&reads).unwrap());
