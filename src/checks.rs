@@ -123,33 +123,107 @@ impl LeakScan {
 /// One automaton over every secret of a run, fed each artifact whole or in
 /// pieces that end at line ends. Searching each secret separately made the
 /// scan O(secrets × text), quadratic in a run's size.
-struct Scanner {
+struct Scanner<'a> {
     /// `None` when the secrets could not be compiled (then nothing is searched).
-    ac: Option<aho_corasick::AhoCorasick>,
+    found: Option<Prefixes<'a>>,
     scan: LeakScan,
     /// Per artifact: lines fed so far, and each secret's first line.
     seen: Vec<(usize, std::collections::BTreeMap<usize, usize>)>,
+}
+
+/// Where any of a run's secrets occurs: an automaton over their first
+/// [`Prefixes::LEN`] bytes, each match checked against the whole secrets
+/// that start so. An automaton over the whole secrets was the largest thing
+/// the end of a 10⁵-grant run built (a state per byte of every secret, ~2.6
+/// KB a grant); a prefix of 8 bytes is all a random value needs to be told
+/// from text, and a shared one (a token's fixed header) costs a lookup per
+/// length, not a search per secret.
+struct Prefixes<'a> {
+    ac: aho_corasick::AhoCorasick,
+    /// Per prefix (the automaton's pattern), the lengths of the secrets that
+    /// start with it: `lengths[starts[p]..starts[p + 1]]`, ascending.
+    starts: Vec<u32>,
+    lengths: Vec<u32>,
+    /// Each secret → its place among the run's secrets (all of them, if it
+    /// is there twice).
+    places: std::collections::HashMap<&'a [u8], Vec<u32>, foldhash::fast::RandomState>,
+}
+
+impl<'a> Prefixes<'a> {
+    /// Enough to tell a random value from text; the shortest secret searched is this long.
+    const LEN: usize = 8;
+
+    fn new(secrets: &[&'a Secret]) -> Result<Self, aho_corasick::BuildError> {
+        let mut places: std::collections::HashMap<&[u8], Vec<u32>, _> = Default::default();
+        let mut by_prefix: Vec<(&[u8], u32)> = Vec::with_capacity(secrets.len());
+        for (i, s) in secrets.iter().enumerate() {
+            let s = s.expose().as_bytes();
+            let place = places.entry(s).or_default();
+            if place.is_empty() {
+                by_prefix.push((&s[..s.len().min(Self::LEN)], s.len() as u32));
+            }
+            place.push(i as u32);
+        }
+        by_prefix.sort_unstable();
+        by_prefix.dedup();
+        let (mut prefixes, mut starts, mut lengths) = (Vec::new(), Vec::new(), Vec::new());
+        for (prefix, len) in by_prefix {
+            if prefixes.last() != Some(&prefix) {
+                prefixes.push(prefix);
+                starts.push(lengths.len() as u32);
+            }
+            lengths.push(len);
+        }
+        starts.push(lengths.len() as u32);
+        let ac = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::Standard)
+            .build(&prefixes)?;
+        Ok(Self {
+            ac,
+            starts,
+            lengths,
+            places,
+        })
+    }
+
+    /// Every (secret's place, byte offset) where a secret occurs in `text`,
+    /// overlapping ones too.
+    fn each_in(&self, text: &[u8], mut f: impl FnMut(usize, usize)) {
+        for m in self.ac.find_overlapping_iter(text) {
+            let p = m.pattern().as_usize();
+            let (from, to) = (self.starts[p] as usize, self.starts[p + 1] as usize);
+            for &len in &self.lengths[from..to] {
+                let Some(candidate) = text.get(m.start()..m.start() + len as usize) else {
+                    break;
+                };
+                for &place in self.places.get(candidate).into_iter().flatten() {
+                    f(place as usize, m.start());
+                }
+            }
+        }
+    }
 }
 
 /// An artifact a [`Scanner`] was told of, by its place in the findings.
 #[derive(Clone, Copy)]
 struct Artifact(usize);
 
-impl Scanner {
-    fn new(all: &[Secret]) -> Self {
+impl<'a> Scanner<'a> {
+    fn new(all: &'a [Secret]) -> Self {
         // Very short values would match by accident; real secrets here are ≥ 16 chars.
-        let secrets: Vec<&Secret> = all.iter().filter(|s| s.expose().len() >= 8).collect();
+        let secrets: Vec<&Secret> = all
+            .iter()
+            .filter(|s| s.expose().len() >= Prefixes::LEN)
+            .collect();
         let mut scan = LeakScan {
             secrets: secrets.len(),
             ..Default::default()
         };
-        let ac = aho_corasick::AhoCorasick::builder()
-            .match_kind(aho_corasick::MatchKind::Standard)
-            .build(secrets.iter().map(|s| s.expose()))
+        let found = Prefixes::new(&secrets)
             .map_err(|e| scan.error = Some(format!("secret matcher could not be built: {e}")))
             .ok();
         Self {
-            ac,
+            found,
             scan,
             seen: Vec::new(),
         }
@@ -168,14 +242,15 @@ impl Scanner {
 
     /// Search the next piece of `a`; a piece ends at a line end or the text's end.
     fn feed(&mut self, a: Artifact, piece: &str) {
-        let Some(ac) = &self.ac else { return };
+        let Some(found) = &self.found else { return };
         let (lines, first) = &mut self.seen[a.0];
-        for m in ac.find_overlapping_iter(piece) {
-            first.entry(m.pattern().as_usize()).or_insert_with(|| {
-                *lines + memchr::memchr_iter(b'\n', &piece.as_bytes()[..m.start()]).count() + 1
+        let piece = piece.as_bytes();
+        found.each_in(piece, |place, start| {
+            first.entry(place).or_insert_with(|| {
+                *lines + memchr::memchr_iter(b'\n', &piece[..start]).count() + 1
             });
-        }
-        *lines += memchr::memchr_iter(b'\n', piece.as_bytes()).count();
+        });
+        *lines += memchr::memchr_iter(b'\n', piece).count();
     }
 
     /// First occurrence of each secret, by artifact, in secret order.
@@ -217,6 +292,59 @@ mod tests {
     use drivelab_fakes::history::{Component, EventKind, History};
 
     use super::*;
+
+    /// The scan finds each secret's first line as a search for that secret
+    /// alone does: secrets sharing a prefix (a token's fixed header), of
+    /// several lengths, one inside another, overlapping, twice in the list,
+    /// too short to search, and prefixes that occur without their secret.
+    #[test]
+    fn the_scan_finds_what_a_search_for_each_secret_finds() {
+        use proptest::prelude::*;
+        let secret = proptest::collection::vec(
+            prop_oneof![Just("eyJhbGci".to_string()), "[ab]{1,3}", "[a-c0-9]{4,12}"],
+            1..4,
+        )
+        .prop_map(|parts| parts.concat());
+        let text = proptest::collection::vec(
+            prop_oneof![
+                Just("eyJhbGci".to_string()),
+                "[a-c0-9]{0,12}",
+                Just("\n".into())
+            ],
+            0..40,
+        )
+        .prop_map(|parts| parts.concat());
+        proptest!(|(secrets in proptest::collection::vec(secret, 1..8),
+                    texts in proptest::collection::vec(text, 1..3))| {
+            // Plant each secret somewhere, so most are found.
+            let mut texts = texts;
+            for (i, s) in secrets.iter().enumerate() {
+                let n = texts.len();
+                let t = &mut texts[i % n];
+                let at = (i * 7) % (t.len() + 1);
+                t.insert_str(at, s);
+            }
+            let all: Vec<Secret> = secrets.iter().map(|s| Secret::new(s.clone())).collect();
+            let artifacts: Vec<(String, &str)> = texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("t{i}"), t.as_str()))
+                .collect();
+            let mut want = Vec::new();
+            for (name, text) in &artifacts {
+                let searched = all.iter().map(Secret::expose).filter(|s| s.len() >= 8);
+                for (i, s) in searched.enumerate() {
+                    if let Some(at) = text.find(s) {
+                        let line = text[..at].matches('\n').count() + 1;
+                        want.push(format!("{name}:{line}: contains secret #{} of this run", i + 1));
+                    }
+                }
+            }
+            let got = LeakScan::run(&all, &artifacts);
+            prop_assert_eq!(got.findings, want);
+            prop_assert_eq!(got.error, None);
+        });
+    }
 
     /// A history long enough to be scanned in several pieces, with two
     /// secrets in it: one the normaliser labels, one it does not know.
