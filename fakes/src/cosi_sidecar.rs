@@ -555,11 +555,11 @@ impl CosiSidecar {
         Ok(())
     }
 
+    /// The kube fake, through a handle that holds what the sidecar writes
+    /// as text: it reads each access and Secret back a few times while it
+    /// reconciles them, then leaves them for the rest of the run.
     fn kube(&self) -> KubeFake {
-        self.kube_slot
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        (self.kube_slot.read().unwrap_or_else(|p| p.into_inner())).holding_text()
     }
 
     /// The name the driver reported.

@@ -617,6 +617,7 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                     field_validation: Some(mode),
                     manager: Some(field_manager(&params, &req).into()),
                     force: false,
+                    text: false,
                 };
                 let mut body = read_object(kind, req).await?;
                 let warnings = validate_fields(&mut body, kind, mode, true)?;
@@ -644,6 +645,7 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
                 field_validation: None,
                 manager: Some(field_manager(&params, &req).into()),
                 force: false,
+                text: false,
             };
             match method {
                 Method::GET => match fake.get_stored(kind, ns, &name)? {

@@ -39,6 +39,8 @@ pub(crate) struct WatchStart {
 #[derive(Clone)]
 pub struct KubeFake {
     pub(crate) inner: Arc<Inner>,
+    /// How this handle's in-process writes are held (see [`KubeFake::holding_text`]).
+    in_process: Form,
 }
 
 pub(crate) struct Inner {
@@ -75,12 +77,16 @@ pub(crate) struct WriteOpts {
     pub manager: Option<Arc<str>>,
     /// Server-side apply with `force=true`: take over conflicting fields.
     pub force: bool,
+    /// Written in process through a handle that holds what it writes as
+    /// text (see [`KubeFake::holding_text`]).
+    pub text: bool,
 }
 
 impl WriteOpts {
-    /// How the object a write commits is held: as text when written over HTTP.
+    /// How the object a write commits is held: as text when written over
+    /// HTTP or through a handle that asks for it.
     fn form(&self) -> Form {
-        match self.http {
+        match self.http || self.text {
             true => Form::Text,
             false => Form::Tree,
         }
@@ -93,6 +99,7 @@ impl WriteOpts {
         field_validation: None,
         manager: None,
         force: false,
+        text: false,
     };
 }
 
@@ -326,7 +333,28 @@ impl KubeFake {
                 watch: Default::default(),
                 access,
             }),
+            in_process: Form::Tree,
         })
+    }
+
+    /// This fake, through a handle whose in-process writes are held as their
+    /// JSON text, as an HTTP write is. For a writer that reads each object
+    /// back a few times and then leaves it: the COSI sidecar's accesses and
+    /// credentials Secrets, one each per grant, were held as trees several
+    /// times their text for the rest of the run.
+    pub fn holding_text(&self) -> KubeFake {
+        KubeFake {
+            inner: self.inner.clone(),
+            in_process: Form::Text,
+        }
+    }
+
+    /// How this handle's in-process writes reach the state.
+    fn in_process(&self) -> WriteOpts {
+        WriteOpts {
+            text: self.in_process == Form::Text,
+            ..WriteOpts::IN_PROCESS
+        }
     }
 
     /// The tokens HTTP callers authenticate with.
@@ -1540,7 +1568,7 @@ impl KubeFake {
     /// Create `obj` (namespace from its metadata for namespaced kinds); 409 AlreadyExists if taken.
     /// The answer is the stored object itself, shared, not a copy of it.
     pub fn create(&self, kind: Kind, obj: Value) -> Result<Arc<Value>> {
-        self.create_in(kind, None, obj, WriteOpts::IN_PROCESS)
+        self.create_in(kind, None, obj, self.in_process())
     }
 
     /// The object, or `None`.
@@ -1564,7 +1592,7 @@ impl KubeFake {
     /// when `metadata.resourceVersion` is set. May write `status` directly.
     /// The answer is the stored object, shared.
     pub fn replace(&self, kind: Kind, obj: Value) -> Result<Arc<Value>> {
-        self.replace_in(kind, None, None, obj, WriteOpts::IN_PROCESS)
+        self.replace_in(kind, None, None, obj, self.in_process())
     }
 
     /// RFC 7386 merge patch; a compare-and-swap when the patch carries
@@ -1581,7 +1609,7 @@ impl KubeFake {
             namespace,
             name,
             PatchBody::Merge(patch),
-            WriteOpts::IN_PROCESS,
+            self.in_process(),
         )
         .map(|(object, _)| object)
     }
@@ -1600,7 +1628,7 @@ impl KubeFake {
             ..Preconditions::default()
         };
         Ok(self
-            .delete_in(kind, namespace, name, &pre, WriteOpts::IN_PROCESS)?
+            .delete_in(kind, namespace, name, &pre, self.in_process())?
             .map(|d| d.object))
     }
 
@@ -1614,7 +1642,7 @@ impl KubeFake {
                 namespace,
                 name,
                 &Preconditions::default(),
-                WriteOpts::IN_PROCESS,
+                self.in_process(),
             )?
             .map(|d| d.object))
     }
@@ -1722,6 +1750,18 @@ mod tests {
         let patch = json!({"data": {"k": "x"}});
         (again.merge_patch(Kind::ConfigMap, Some("default"), "a", patch)).unwrap();
         assert!(matches!(answer(&again), Some(Stored::Tree(_))));
+        // Through a handle that holds text, in-process writes are held as
+        // text too, and read back (as a tree, or over the other handle) alike.
+        let texts = again.holding_text();
+        let patch = json!({"data": {"k": "y"}});
+        let made = (texts.merge_patch(Kind::ConfigMap, Some("default"), "a", patch)).unwrap();
+        assert!(matches!(answer(&again), Some(Stored::Text(_))));
+        let read = (again.get_shared(Kind::ConfigMap, Some("default"), "a")).unwrap();
+        assert!(Arc::ptr_eq(&read.unwrap(), &made));
+        assert_eq!(text(&again), serde_json::to_string(&*made).unwrap());
+        texts.create(Kind::ConfigMap, cm("b")).unwrap();
+        let b = (again.get_stored(Kind::ConfigMap, Some("default"), "b")).unwrap();
+        assert!(matches!(b, Some(Stored::Text(_))));
     }
 
     #[tokio::test]

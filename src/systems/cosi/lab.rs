@@ -196,8 +196,8 @@ struct Lab {
     uids: Vec<String>,
     /// How many of `uids` the normaliser has been given (they only grow).
     uids_labelled: usize,
-    /// What the last per-step snapshot decoded of the credentials Secrets.
-    bucket_infos: snapshot::BucketInfos,
+    /// What the last per-step snapshot read of the kube objects.
+    seen: snapshot::Seen,
     /// What the last per-step snapshot showed, kept for the next one.
     kept_lines: snapshot::Kept,
     /// The backend as the last per-step snapshot read it, and the S3 fake's
@@ -453,7 +453,7 @@ impl Lab {
             converge_within: scn.converge_within,
             uids: Vec::new(),
             uids_labelled: 0,
-            bucket_infos: snapshot::BucketInfos::default(),
+            seen: snapshot::Seen::default(),
             kept_lines: snapshot::Kept::default(),
             backend_seen: None,
             retries: Vec::new(),
@@ -522,27 +522,20 @@ impl Lab {
 
     /// The ownership snapshot of the state right now.
     fn render_snapshot(&mut self) -> anyhow::Result<String> {
-        let kube = self.kube();
         let (cursor, backend, changed) = self.backend_updated();
-        let accesses = kube.list_shared(Kind::BucketAccess, None)?;
-        let mut credential_secrets = Vec::new();
-        for a in &accesses {
-            let ns = str_at(a, &["metadata", "namespace"]);
-            let name = str_at(a, &["spec", "credentialsSecretName"]);
-            if let Some(sec) = kube.get_shared(Kind::Secret, Some(&ns), &name)? {
-                credential_secrets.push(sec);
-            }
-        }
+        let mut seen = std::mem::take(&mut self.seen);
+        let objects = self.kube_objects(&mut seen)?;
+        self.seen = seen;
         let checkpoints = self.checkpoints()?;
         for u in &self.uids[self.uids_labelled..] {
             self.norm.id("uid", u);
         }
         self.uids_labelled = self.uids.len();
         let input = SnapshotInput {
-            claims: kube.list_shared(Kind::BucketClaim, None)?,
-            buckets: kube.list_shared(Kind::Bucket, None)?,
-            accesses,
-            credential_secrets: self.bucket_infos.read(credential_secrets),
+            claims: objects.claims,
+            buckets: objects.buckets,
+            accesses: objects.accesses,
+            credential_secrets: objects.credential_secrets,
             checkpoints,
             backend: &backend,
             backend_changed: changed.as_ref(),
@@ -551,6 +544,29 @@ impl Lab {
         let text = snapshot::render(&input, &mut self.norm, &mut self.kept_lines);
         self.backend_seen = Some((cursor, backend));
         Ok(text)
+    }
+
+    /// The claims, buckets and accesses, and the credentials Secret each
+    /// access names (those that exist), read through `seen`: each version
+    /// decoded once, one at a time, unless `seen` viewed it last time.
+    fn kube_objects(&self, seen: &mut snapshot::Seen) -> anyhow::Result<KubeObjects> {
+        let kube = self.kube();
+        let accesses = seen
+            .accesses
+            .read(kube.list_stored(Kind::BucketAccess, None)?);
+        let mut secrets = Vec::new();
+        for a in &accesses {
+            let (ns, name) = (&a.view.namespace, &a.view.secret_name);
+            if let Some(sec) = kube.get_stored(Kind::Secret, Some(ns), name)? {
+                secrets.push((format!("{ns}/{name}").into(), sec));
+            }
+        }
+        Ok(KubeObjects {
+            claims: seen.claims.read(kube.list_stored(Kind::BucketClaim, None)?),
+            buckets: seen.buckets.read(kube.list_stored(Kind::Bucket, None)?),
+            accesses,
+            credential_secrets: seen.infos.read(secrets),
+        })
     }
 
     async fn stop(&mut self) {
@@ -1349,47 +1365,38 @@ impl Lab {
         Ok(sec.as_deref().and_then(credentials_in))
     }
 
-    /// The credentials Secrets accesses name, and the accesses granted and not
-    /// being deleted (with the credentials workloads would use). Called once,
-    /// at the end of a run: each access's policies at grant move into it.
+    /// The accesses granted and not being deleted, with the credentials
+    /// workloads would use. Called once, at the end of a run: each access's
+    /// policies at grant move into it.
     fn live_accesses(
         &mut self,
-        accesses: &[Arc<Value>],
-    ) -> anyhow::Result<(Vec<Arc<Value>>, Vec<LiveAccess>)> {
-        let mut credential_secrets = Vec::new();
+        accesses: &[snapshot::Viewed<snapshot::AccessView>],
+        secrets: &[snapshot::CredentialSecret],
+    ) -> Vec<LiveAccess> {
+        let secrets: HashMap<&str, &snapshot::CredentialSecret> =
+            secrets.iter().map(|s| (&*s.key, s)).collect();
         let mut live = Vec::new();
-        for a in accesses {
-            let ns = str_at(a, &["metadata", "namespace"]);
-            let name = str_at(a, &["metadata", "name"]);
-            let secret_name = str_at(a, &["spec", "credentialsSecretName"]);
-            // Read once: its credentials below come from the same object.
-            let secret = self
-                .kube()
-                .get_shared(Kind::Secret, Some(&ns), &secret_name)?;
-            if let Some(s) = &secret {
-                credential_secrets.push(s.clone());
-            }
-            if !bool_at(a, &["status", "accessGranted"])
-                || !str_at(a, &["metadata", "deletionTimestamp"]).is_empty()
-            {
+        for a in accesses.iter().map(|a| &a.view) {
+            if !a.granted || a.deleting {
                 continue;
             }
-            let key = format!("{ns}/{name}");
+            let secret = secrets.get(format!("{}/{}", a.namespace, a.secret_name).as_str());
+            let info = secret.and_then(|s| s.info.as_deref());
             live.push(LiveAccess {
-                name: key.clone(),
-                account_name: format!("ba-{}", str_at(a, &["metadata", "uid"])),
-                account_id: str_at(a, &["status", "accountID"]),
-                bucket_id: str_at(a, &["status", "bucketID"]),
-                credentials: secret.as_deref().and_then(credentials_in),
-                policies_at_grant: self.policies_at_grant.remove(&key).unwrap_or_default(),
+                name: a.name().to_string(),
+                account_name: format!("ba-{}", a.uid),
+                account_id: a.account_id.to_string(),
+                bucket_id: a.bucket_id.to_string(),
+                credentials: info.map(|i| (i.access_key_id.clone(), i.access_secret_key.clone())),
+                policies_at_grant: self.policies_at_grant.remove(a.name()).unwrap_or_default(),
                 mode: self
                     .access_modes
-                    .get(&str_at(a, &["spec", "bucketAccessClassName"]))
+                    .get(&*a.class)
                     .copied()
                     .unwrap_or_default(),
             });
         }
-        Ok((credential_secrets, live))
+        live
     }
 
     /// The objects in the driver's state namespace (its checkpoints).
@@ -1460,18 +1467,16 @@ impl Lab {
         let stuck = self.stuck();
         self.observe_backend();
         let backend = self.backend();
-        // Shared with the kube fake's copy: the end of a run holds every
-        // object once, not a second tree of each (10⁵ accesses were ~1 GB).
-        let accesses = self.kube().list_shared(Kind::BucketAccess, None)?;
-        let claims = self.kube().list_shared(Kind::BucketClaim, None)?;
-        let buckets = self.kube().list_shared(Kind::Bucket, None)?;
-        let (credential_secrets, live) = self.live_accesses(&accesses)?;
+        // Each object viewed one at a time: the fake may hold it as text,
+        // and decoding every one at once held all their trees together.
+        let objects = self.kube_objects(&mut snapshot::Seen::default())?;
+        let live = self.live_accesses(&objects.accesses, &objects.credential_secrets);
         let checkpoints = self.checkpoints()?;
 
         // The snapshot first: probes below write objects, which are not the driver's doing.
         // What the per-step snapshots kept is of no use from here on.
         self.kept_lines = Default::default();
-        self.bucket_infos = Default::default();
+        self.seen = Default::default();
         self.backend_seen = None;
         let mut norm = std::mem::take(&mut self.norm);
         // The last snapshot: nothing it relabels is asked for again.
@@ -1485,28 +1490,16 @@ impl Lab {
             texts.push(checkpoint_text(&o));
         }
         let checkpoint_text = texts.join("\n");
-        let bucket_objects: Vec<(String, String)> = buckets
-            .iter()
-            .map(|b| {
-                (
-                    str_at(b, &["metadata", "name"]),
-                    str_at(b, &["status", "bucketID"]),
-                )
-            })
+        let bucket_objects: Vec<(String, String)> = (objects.buckets.iter())
+            .map(|b| (b.view.name().to_string(), b.view.bucket_id.to_string()))
             .collect();
-        let ready_claims = ready_claims(&claims, &bucket_objects);
+        let ready_claims = ready_claims(&objects.claims, &bucket_objects);
         let snapshot = snapshot::render(
             &SnapshotInput {
-                claims,
-                buckets,
-                accesses,
-                credential_secrets: credential_secrets
-                    .into_iter()
-                    .map(|sec| {
-                        let info = snapshot::bucket_info(&sec).map(Arc::new);
-                        (sec, info)
-                    })
-                    .collect(),
+                claims: objects.claims,
+                buckets: objects.buckets,
+                accesses: objects.accesses,
+                credential_secrets: objects.credential_secrets,
                 checkpoints,
                 backend: &backend,
                 backend_changed: None,
@@ -2017,29 +2010,31 @@ fn credentials_in(sec: &Value) -> Option<(String, Secret)> {
     snapshot::bucket_info(sec).map(|info| (info.access_key_id, info.access_secret_key))
 }
 
+/// The kube objects a snapshot shows (see `Lab::kube_objects`).
+struct KubeObjects {
+    claims: Vec<snapshot::Viewed<snapshot::ClaimView>>,
+    buckets: Vec<snapshot::Viewed<snapshot::BucketView>>,
+    accesses: Vec<snapshot::Viewed<snapshot::AccessView>>,
+    credential_secrets: Vec<snapshot::CredentialSecret>,
+}
+
 /// Ready claims: (namespace/name, the bucket id of the Bucket they bind).
 fn ready_claims(
-    claims: &[Arc<Value>],
+    claims: &[snapshot::Viewed<snapshot::ClaimView>],
     bucket_objects: &[(String, String)],
 ) -> Vec<(String, String)> {
+    // The first Bucket of each name, as a search in list order finds it.
+    let mut ids: HashMap<&str, &str> = HashMap::new();
+    for (name, id) in bucket_objects {
+        ids.entry(name).or_insert(id);
+    }
     claims
         .iter()
-        .filter(|c| bool_at(c, &["status", "bucketReady"]))
+        .map(|c| &c.view)
+        .filter(|c| c.ready)
         .map(|c| {
-            let bname = str_at(c, &["status", "bucketName"]);
-            let id = bucket_objects
-                .iter()
-                .find(|(n, _)| *n == bname)
-                .map(|(_, id)| id.clone())
-                .unwrap_or_default();
-            (
-                format!(
-                    "{}/{}",
-                    str_at(c, &["metadata", "namespace"]),
-                    str_at(c, &["metadata", "name"])
-                ),
-                id,
-            )
+            let id = ids.get(&*c.bucket_name).copied().unwrap_or_default();
+            (c.name().to_string(), id.to_string())
         })
         .collect()
 }

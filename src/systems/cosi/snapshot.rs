@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use drivelab_fakes::json::{at as c, bool_at as b, str_at as s, str_ref as sr};
+use drivelab_fakes::json::{at as c, str_at as s};
 use drivelab_fakes::kube::Stored;
 use drivelab_fakes::secret::Secret;
 use serde_json::Value;
@@ -15,15 +15,19 @@ use super::checks::{BackendState, UserState};
 use crate::snapshot::Normalizer;
 use drivelab_fakes::s3::ChangedNames;
 
-/// What the snapshot is built from: the kube fake's objects, shared with it
-/// rather than copied (a snapshot after every step reads all of them).
+mod views;
+
+pub use views::{AccessView, BucketView, ClaimView, View, Viewed, Views};
+
+/// What the snapshot is built from: a view of each kube object, made once
+/// per stored version (see [`Views`]).
 pub struct SnapshotInput<'a> {
     /// BucketClaims, in scenario order of creation (deleted ones are simply absent).
-    pub claims: Vec<Arc<Value>>,
+    pub claims: Vec<Viewed<ClaimView>>,
     /// Bucket objects.
-    pub buckets: Vec<Arc<Value>>,
+    pub buckets: Vec<Viewed<BucketView>>,
     /// BucketAccesses.
-    pub accesses: Vec<Arc<Value>>,
+    pub accesses: Vec<Viewed<AccessView>>,
     /// Credentials Secrets named by accesses, each with its `BucketInfo`.
     pub credential_secrets: Vec<CredentialSecret>,
     /// Objects in the driver's state namespace (its checkpoints): (kind,
@@ -40,13 +44,35 @@ pub struct SnapshotInput<'a> {
     pub lab_buckets: &'a [String],
 }
 
-/// A credentials Secret and its decoded `BucketInfo` (`None`: unreadable).
-pub type CredentialSecret = (Arc<Value>, Option<Arc<BucketInfo>>);
+/// What the last snapshot read of the kube objects, kept for the next one.
+#[derive(Default)]
+pub struct Seen {
+    /// Each BucketClaim version's view.
+    pub claims: Views<ClaimView>,
+    /// Each Bucket version's view.
+    pub buckets: Views<BucketView>,
+    /// Each BucketAccess version's view.
+    pub accesses: Views<AccessView>,
+    /// Each credentials Secret version's `BucketInfo`.
+    pub infos: BucketInfos,
+}
+
+/// A credentials Secret an access names, and its decoded `BucketInfo`.
+#[derive(Clone)]
+pub struct CredentialSecret {
+    /// `namespace/name`.
+    pub key: Arc<str>,
+    /// The Secret as the fake holds it.
+    pub object: Stored,
+    /// Its `BucketInfo` (`None`: absent or unreadable).
+    pub info: Option<Arc<BucketInfo>>,
+}
 
 /// The `BucketInfo`s the last snapshot decoded, by the Secret object they
 /// came from: a snapshot after every step decoded every Secret twice, though
 /// a step changes one or two.
-pub type BucketInfos = ByObject<Option<Arc<BucketInfo>>>;
+#[derive(Default)]
+pub struct BucketInfos(ByObject<Option<Arc<BucketInfo>>>);
 
 /// What a snapshot shows of a credentials Secret's `BucketInfo` (each
 /// field as [`s`] reads it: `""` when absent or not a string). Kept as
@@ -85,20 +111,22 @@ impl BucketInfo {
 }
 
 impl BucketInfos {
-    /// Each Secret with its `BucketInfo`, decoded unless it was last time;
-    /// Secrets not among these are forgotten.
-    pub fn read(&mut self, secrets: Vec<Arc<Value>>) -> Vec<CredentialSecret> {
+    /// Each Secret (`namespace/name`, as held) with its `BucketInfo`,
+    /// decoded unless it was last time; Secrets not among these are forgotten.
+    pub fn read(&mut self, secrets: Vec<(Arc<str>, Stored)>) -> Vec<CredentialSecret> {
         let read = secrets
             .into_iter()
-            .map(|sec| {
-                let info = self.get(Section::CredentialSecret, &sec, || {
-                    bucket_info(&sec).map(Arc::new)
+            .map(|(key, object)| {
+                let info = self.0.get(Section::CredentialSecret, &object, || {
+                    // A Secret whose text does not decode has no readable BucketInfo.
+                    let tree = object.tree().ok()?;
+                    bucket_info(&tree).map(Arc::new)
                 });
                 let info = info.clone();
-                (sec, info)
+                CredentialSecret { key, object, info }
             })
             .collect();
-        self.forget_unused();
+        self.0.forget_unused();
         read
     }
 }
@@ -109,31 +137,26 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
     // Label ids in a fixed walk order so labels do not depend on random values.
     // An object the last snapshot showed as it is was walked then: labelling
     // its ids again would change nothing.
-    let new = |section, objs: &[Arc<Value>]| -> Vec<Arc<Value>> {
-        let shown = |o: &&Arc<Value>| kept.objects.shown(section, *o);
-        objs.iter().filter(|o| !shown(o)).cloned().collect()
-    };
-    let (claims, accesses) = (
-        new(Section::Claim, &input.claims),
-        new(Section::Access, &input.accesses),
-    );
-    for c in &claims {
-        norm.id("uid", &s(c, &["metadata", "uid"]));
+    fn new<V>(objs: &[Viewed<V>]) -> impl Iterator<Item = &V> {
+        objs.iter().filter(|o| o.new).map(|o| &*o.view)
     }
-    for a in &accesses {
-        norm.id("uid", &s(a, &["metadata", "uid"]));
+    for c in new(&input.claims) {
+        norm.id("uid", &c.uid);
     }
-    for a in &accesses {
-        norm.id("account", &s(a, &["status", "accountID"]));
+    for a in new(&input.accesses) {
+        norm.id("uid", &a.uid);
+    }
+    for a in new(&input.accesses) {
+        norm.id("account", &a.account_id);
     }
     // What the last snapshot walked and nothing has changed since has its
     // labels already: walking it again would label nothing.
     let changed = input.backend_changed;
     let user_unchanged = |k: &str| changed.is_some_and(|c| !c.users.contains(k));
-    for (sec, info) in &input.credential_secrets {
-        if let Some(info) = info {
+    for sec in &input.credential_secrets {
+        if let Some(info) = &sec.info {
             let key = &info.access_key_id;
-            if kept.objects.shown(Section::CredentialSecret, sec) && user_unchanged(key) {
+            if kept.objects.shown(Section::CredentialSecret, &sec.object) && user_unchanged(key) {
                 continue;
             }
             norm.id("key", key);
@@ -195,58 +218,20 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
 
     let mut out = String::new();
     let _ = writeln!(out, "claims:");
-    for c in sorted(&input.claims, |o| o, norm) {
-        out.push_str(kept.objects.get(Section::Claim, &c, || {
-            format!(
-                "  {}/{}: class {}, bucket {}, ready {}\n",
-                s(&c, &["metadata", "namespace"]),
-                s(&c, &["metadata", "name"]),
-                s(&c, &["spec", "bucketClassName"]),
-                or_dash(&s(&c, &["status", "bucketName"])),
-                b(&c, &["status", "bucketReady"]),
-            )
-        }));
-    }
+    lines(&mut out, &input.claims, norm);
     let _ = writeln!(out, "buckets (objects):");
-    for bk in sorted(&input.buckets, |o| o, norm) {
-        out.push_str(kept.objects.get(Section::Bucket, &bk, || {
-            let claim = match c(&bk, &["spec", "bucketClaim"]) {
-                Some(cl) if !cl.is_null() => {
-                    format!("{}/{}", s(cl, &["namespace"]), s(cl, &["name"]))
-                }
-                _ => "released".to_string(),
-            };
-            format!(
-                "  {}: claim {}, policy {}, bucketID {}, ready {}\n",
-                s(&bk, &["metadata", "name"]),
-                claim,
-                s(&bk, &["spec", "deletionPolicy"]),
-                or_dash(&s(&bk, &["status", "bucketID"])),
-                b(&bk, &["status", "bucketReady"]),
-            )
-        }));
-    }
+    lines(&mut out, &input.buckets, norm);
     let _ = writeln!(out, "accesses:");
-    for a in sorted(&input.accesses, |o| o, norm) {
-        out.push_str(kept.objects.get(Section::Access, &a, || {
-            format!(
-                "  {}/{}: claim {}, class {}, account {}, granted {}, secret {}\n",
-                s(&a, &["metadata", "namespace"]),
-                s(&a, &["metadata", "name"]),
-                s(&a, &["spec", "bucketClaimName"]),
-                s(&a, &["spec", "bucketAccessClassName"]),
-                or_dash(&s(&a, &["status", "accountID"])),
-                b(&a, &["status", "accessGranted"]),
-                s(&a, &["spec", "credentialsSecretName"]),
-            )
-        }));
-    }
+    lines(&mut out, &input.accesses, norm);
     let _ = writeln!(out, "credential secrets:");
-    for (sec, info) in sorted(&input.credential_secrets, |(sec, _)| sec, norm) {
+    for sec in sorted(&input.credential_secrets, |sec| &sec.key, norm) {
         // The secret's label is the same each time (the walk above gave it one).
-        out.push_str(kept.objects.get(Section::CredentialSecret, &sec, || {
-            credential_secret_line(&sec, info.as_deref(), norm)
-        }));
+        out.push_str(
+            kept.objects
+                .get(Section::CredentialSecret, &sec.object, || {
+                    credential_secret_line(&sec.key, sec.info.as_deref(), norm)
+                }),
+        );
     }
     let _ = writeln!(out, "backend users:");
     let mut users: Vec<String> = input
@@ -328,12 +313,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
 }
 
 /// The line of one credentials Secret (with its newline).
-fn credential_secret_line(sec: &Value, info: Option<&BucketInfo>, norm: &mut Normalizer) -> String {
-    let name = format!(
-        "{}/{}",
-        s(sec, &["metadata", "namespace"]),
-        s(sec, &["metadata", "name"])
-    );
+fn credential_secret_line(name: &str, info: Option<&BucketInfo>, norm: &mut Normalizer) -> String {
     let Some(info) = info else {
         return format!("  {name}: no readable BucketInfo\n");
     };
@@ -353,16 +333,16 @@ fn credential_secret_line(sec: &Value, info: Option<&BucketInfo>, norm: &mut Nor
 /// Which part of the snapshot a kept object was read for.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Section {
-    Claim,
-    Bucket,
-    Access,
+    /// A claim, bucket or access, by its [`Views`].
+    Viewed,
     CredentialSecret,
     Checkpoint,
 }
 
-/// What a snapshot keeps for the next one: the line each kube object was
-/// last shown as, while the snapshot shows the same object (see
-/// [`ByObject`]), and each driver policy's summary, until the policy is
+/// What a snapshot keeps for the next one: the line each credentials Secret
+/// and checkpoint was last shown as, while the snapshot shows the same
+/// object (see [`ByObject`]; claims, buckets and accesses have theirs in
+/// their [`Views`]), and each driver policy's summary, until the policy is
 /// written. A snapshot after every step formatted everything again each step.
 #[derive(Default)]
 pub struct Kept {
@@ -372,9 +352,9 @@ pub struct Kept {
 }
 
 /// Something made from each kube object a snapshot reads, kept while the
-/// next snapshot reads the same object: the kube fake hands out one shared
-/// tree per stored version, so the same tree is the same object, unchanged.
-pub struct ByObject<T> {
+/// next snapshot reads the same object: the kube fake shares one tree or
+/// text per stored version, so the same address is the same version.
+struct ByObject<T> {
     /// (section, address) → the object (which pins the address while kept,
     /// so no other object can have it), what was made of it, and whether
     /// this snapshot read it.
@@ -389,46 +369,19 @@ impl<T> Default for ByObject<T> {
     }
 }
 
-/// One stored version of an object, as the fake shares it: its address
-/// names the version while it is held.
-pub trait Version {
-    /// The version's address.
-    fn address(&self) -> usize;
-    /// The version, shared: holding it keeps the address.
-    fn pin(&self) -> Stored;
-}
-
-impl Version for Arc<Value> {
-    fn address(&self) -> usize {
-        Arc::as_ptr(self) as *const u8 as usize
-    }
-    fn pin(&self) -> Stored {
-        Stored::Tree(self.clone())
-    }
-}
-
-impl Version for Stored {
-    fn address(&self) -> usize {
-        Stored::address(self)
-    }
-    fn pin(&self) -> Stored {
-        self.clone()
-    }
-}
-
 impl<T> ByObject<T> {
     /// What was made of `obj` in `section`, made by `make` unless it was kept.
-    fn get(&mut self, section: Section, obj: &impl Version, make: impl FnOnce() -> T) -> &T {
+    fn get(&mut self, section: Section, obj: &Stored, make: impl FnOnce() -> T) -> &T {
         let entry = self
             .kept
             .entry((section, obj.address()))
-            .or_insert_with(|| (obj.pin(), make(), true));
+            .or_insert_with(|| (obj.clone(), make(), true));
         entry.2 = true;
         &entry.1
     }
 
     /// Whether the last snapshot read `obj` (this very version) in `section`.
-    fn shown(&self, section: Section, obj: &impl Version) -> bool {
+    fn shown(&self, section: Section, obj: &Stored) -> bool {
         self.kept.contains_key(&(section, obj.address()))
     }
 
@@ -439,20 +392,19 @@ impl<T> ByObject<T> {
 }
 
 /// `objs` by the relabelled namespace/name of each one's object.
-fn sorted<T: Clone>(objs: &[T], object: impl Fn(&T) -> &Value, norm: &mut Normalizer) -> Vec<T> {
-    let mut v: Vec<T> = objs.to_vec();
+fn sorted<'o, T>(objs: &'o [T], key: impl Fn(&T) -> &str, norm: &mut Normalizer) -> Vec<&'o T> {
+    let mut v: Vec<&T> = objs.iter().collect();
     // Each key is a relabelling: worth computing once per object, and kept
     // from one snapshot to the next.
-    let mut key = String::new();
-    v.sort_by_cached_key(|t| {
-        let o = object(t);
-        key.clear();
-        key.push_str(sr(o, &["metadata", "namespace"]));
-        key.push('/');
-        key.push_str(sr(o, &["metadata", "name"]));
-        norm.text_kept(&key)
-    });
+    v.sort_by_cached_key(|t| norm.text_kept(key(t)));
     v
+}
+
+/// Each object's line, in the order of their relabelled keys.
+fn lines<V: View>(out: &mut String, objs: &[Viewed<V>], norm: &mut Normalizer) {
+    for o in sorted(objs, |o| o.view.key(), norm) {
+        out.push_str(o.view.line());
+    }
 }
 
 fn or_dash(s: &str) -> &str {
@@ -558,43 +510,59 @@ mod tests {
         Arc::new(o)
     }
 
-    fn access(name: &str, granted: bool) -> Arc<Value> {
-        object(
+    /// Held as text, as the sidecar's objects are.
+    fn text(o: Arc<Value>) -> Stored {
+        Stored::Text(o.to_string().into())
+    }
+
+    fn access(name: &str, granted: bool) -> Stored {
+        text(object(
             "default",
             name,
             json!({"spec": {"bucketClaimName": "photos", "bucketAccessClassName": "rw",
                      "credentialsSecretName": format!("{name}-creds")},
                    "status": {"accountID": format!("acct-{name}"), "accessGranted": granted}}),
-        )
+        ))
     }
 
-    fn credentials(name: &str, secret: &str) -> Arc<Value> {
+    fn credentials(name: &str, secret: &str) -> Stored {
         let info = json!({"metadata": {"name": format!("ba-{name}")},
             "spec": {"bucketName": "b1", "authenticationType": "Key",
                      "secretS3": {"accessKeyID": format!("KEY-{name}"), "accessSecretKey": secret,
                                   "endpoint": "http://127.0.0.1:1", "region": "us-east-1"}}});
         let enc = base64::engine::general_purpose::STANDARD.encode(info.to_string());
-        object(
+        text(object(
             "default",
             &format!("{name}-creds"),
             json!({"data": {"BucketInfo": enc}}),
-        )
+        ))
     }
 
     /// One step's objects: a claim, and (access, its Secret) pairs.
     fn render_step(
         claim: &Arc<Value>,
-        accesses: &[(Arc<Value>, Arc<Value>)],
+        accesses: &[(Stored, Stored)],
         norm: &mut Normalizer,
         kept: &mut Kept,
-        infos: &mut BucketInfos,
+        seen: &mut Seen,
     ) -> String {
         let backend = BackendState::default();
+        let secrets = accesses.iter().map(|(_, sec)| {
+            let o = sec.tree().unwrap();
+            let key = format!(
+                "{}/{}",
+                s(&o, &["metadata", "namespace"]),
+                s(&o, &["metadata", "name"])
+            );
+            (key.into(), sec.clone())
+        });
         let input = SnapshotInput {
-            claims: vec![claim.clone()],
+            claims: seen.claims.read(vec![Stored::Tree(claim.clone())]),
             buckets: vec![],
-            accesses: accesses.iter().map(|(a, _)| a.clone()).collect(),
-            credential_secrets: infos.read(accesses.iter().map(|(_, s)| s.clone()).collect()),
+            accesses: seen
+                .accesses
+                .read(accesses.iter().map(|(a, _)| a.clone()).collect()),
+            credential_secrets: seen.infos.read(secrets.collect()),
             // As the fake holds what the driver wrote over HTTP: its text.
             checkpoints: vec![(
                 "configmap",
@@ -693,28 +661,31 @@ mod tests {
             access("a2", true),
             credentials("a2", "secret-three-cccccccc"),
         );
-        let steps: Vec<(&Arc<Value>, Vec<(Arc<Value>, Arc<Value>)>)> = vec![
+        let steps: Vec<(&Arc<Value>, Vec<(Stored, Stored)>)> = vec![
             (&unready, vec![]),
             (&ready, vec![a1.clone()]),
             // a1 changed (new objects, a rotated secret), a2 is new, the claim is the same object.
             (&ready, vec![a1_granted.clone(), a2.clone()]),
             (&ready, vec![a2.clone()]),
         ];
-        let (mut norm_kept, mut kept, mut infos) = Default::default();
+        let (mut norm_kept, mut kept, mut seen) = Default::default();
         let mut norm_fresh = Normalizer::default();
         for (i, (claim, accesses)) in steps.iter().enumerate() {
-            let got = render_step(claim, accesses, &mut norm_kept, &mut kept, &mut infos);
+            let got = render_step(claim, accesses, &mut norm_kept, &mut kept, &mut seen);
             let want = render_step(
                 claim,
                 accesses,
                 &mut norm_fresh,
                 &mut Kept::default(),
-                &mut BucketInfos::default(),
+                &mut Seen::default(),
             );
             assert_eq!(got, want, "step {i}");
         }
-        // Only the last snapshot's objects are kept: the claim, a2 and its Secret, the checkpoint.
-        assert_eq!(kept.objects.kept.len(), 4);
-        assert_eq!(infos.kept.len(), 1);
+        // Only the last snapshot's objects are kept: the claim, a2 and its
+        // Secret (its line and its BucketInfo), the checkpoint.
+        assert_eq!(seen.claims.kept.kept.len(), 1);
+        assert_eq!(seen.accesses.kept.kept.len(), 1);
+        assert_eq!(seen.infos.0.kept.len(), 1);
+        assert_eq!(kept.objects.kept.len(), 2);
     }
 }
