@@ -572,6 +572,12 @@ impl CosiSidecar {
         lock(&self.exchanges).clone()
     }
 
+    /// `f` of every exchange so far, read in place (a copy of them all was
+    /// a kilobyte a grant). `f` must not call back into the sidecar.
+    pub fn with_exchanges<R>(&self, f: impl FnOnce(&[Exchange]) -> R) -> R {
+        f(&lock(&self.exchanges))
+    }
+
     /// Every exchange so far, moved out (the end of a run, which reads none
     /// after: a copy of each would be held beside the record as it is sealed).
     pub fn take_exchanges(&self) -> Vec<Exchange> {

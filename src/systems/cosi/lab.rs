@@ -4,6 +4,7 @@
 //! observations, snapshot and history the checks and reports read.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -504,15 +505,17 @@ impl Lab {
                 .into_iter()
                 .map(|u| Secret::new(u.secret_key)),
         );
-        for ex in self.sidecar.exchanges() {
-            if let DriverReply::Granted {
-                credentials: Some(c),
-                ..
-            } = ex.reply
-            {
-                secrets.push(c.secret);
+        self.sidecar.with_exchanges(|all| {
+            for ex in all {
+                if let DriverReply::Granted {
+                    credentials: Some(c),
+                    ..
+                } = &ex.reply
+                {
+                    secrets.push(c.secret.clone());
+                }
             }
-        }
+        });
         // The record is the lab's, not the driver's: failing to write it is
         // logged, never turned into a verdict.
         if let Err(e) = rec.flush(&self.history, steps_done, secrets) {
@@ -1482,14 +1485,16 @@ impl Lab {
         // The last snapshot: nothing it relabels is asked for again.
         norm.forget_lines();
         let lab_buckets = self.lab_buckets.clone();
-        let mut texts = Vec::with_capacity(checkpoints.len());
-        for (_, o) in &checkpoints {
+        let mut checkpoint_text = String::new();
+        for (i, (_, o)) in checkpoints.iter().enumerate() {
             let o = o
                 .tree()
                 .context("a checkpoint the kube fake holds does not decode")?;
-            texts.push(checkpoint_text(&o));
+            if i > 0 {
+                checkpoint_text.push('\n');
+            }
+            append_checkpoint_text(&o, &mut checkpoint_text);
         }
-        let checkpoint_text = texts.join("\n");
         let bucket_objects: Vec<(String, String)> = (objects.buckets.iter())
             .map(|b| (b.view.name().to_string(), b.view.bucket_id.to_string()))
             .collect();
@@ -1510,8 +1515,11 @@ impl Lab {
             &mut snapshot::Kept::default(),
         );
 
-        let probes = self.probe_all(&live).await;
-        let exchanges: Vec<Exchange> = self.sidecar.take_exchanges();
+        // Moved out for the probes to read; any the sidecar records meanwhile
+        // join them after.
+        let mut exchanges: Vec<Exchange> = self.sidecar.take_exchanges();
+        let probes = self.probe_all(&live, &exchanges).await;
+        exchanges.extend(self.sidecar.take_exchanges());
         let handed_out = handed_out(&exchanges);
         let secrets = self.run_secrets(&backend, &exchanges, &live);
         // The record observes the backend again, after the probes' writes.
@@ -1658,13 +1666,12 @@ impl Lab {
     /// writes (PutObject) with handed-out credentials: own bucket, the canary
     /// and every other live access's bucket with the current credentials; a
     /// read of its own bucket with every credential an earlier reply handed out.
-    async fn probe_all(&mut self, live: &[LiveAccess]) -> Vec<Probe> {
-        let exchanges = self.sidecar.exchanges();
+    async fn probe_all(&mut self, live: &[LiveAccess], exchanges: &[Exchange]) -> Vec<Probe> {
         // Every credential handed out, by account, in reply order: looked up
         // per live access, a scan of every exchange each was quadratic (10⁵
         // grants: 10¹⁰ name comparisons, minutes of the run's end).
         let mut handed_to: HashMap<&str, Vec<&S3Credentials>> = HashMap::new();
-        for (name, c) in credentials_granted(&exchanges) {
+        for (name, c) in credentials_granted(exchanges) {
             handed_to.entry(name).or_default().push(c);
         }
         let mut out = Vec::new();
@@ -1868,9 +1875,10 @@ fn user_state(u: drivelab_fakes::s3::UserView) -> UserState {
     }
 }
 
-fn checkpoint_text(o: &Value) -> String {
+/// Append a checkpoint's data to `out`, a `key=value` line per entry (a
+/// Secret's values decoded): what no-orphans searches for ids.
+fn append_checkpoint_text(o: &Value, out: &mut String) {
     let is_secret = str_at(o, &["kind"]) == "Secret";
-    let mut out = String::new();
     if let Some(data) = o.get("data").and_then(Value::as_object) {
         for (k, v) in data {
             let raw = v.as_str().unwrap_or("");
@@ -1883,10 +1891,9 @@ fn checkpoint_text(o: &Value) -> String {
             } else {
                 raw.to_string()
             };
-            out.push_str(&format!("{k}={val}\n"));
+            let _ = writeln!(out, "{k}={val}");
         }
     }
-    out
 }
 
 /// Build and start the scenario's driver in `dir/driver/` (socket, kubeconfig);
