@@ -7,6 +7,9 @@ use drivelab_fakes::history::{CallId, Event};
 use drivelab_fakes::secret::Secret;
 use serde::{Deserialize, Serialize};
 
+use std::collections::HashMap;
+
+use crate::prefixed::Prefixed;
 use crate::scenario::Invariant;
 use crate::snapshot::Normalizer;
 
@@ -123,103 +126,35 @@ impl LeakScan {
 /// One automaton over every secret of a run, fed each artifact whole or in
 /// pieces that end at line ends. Searching each secret separately made the
 /// scan O(secrets × text), quadratic in a run's size.
-struct Scanner<'a> {
-    /// `None` when the secrets could not be compiled (then nothing is searched).
-    found: Option<Prefixes<'a>>,
+struct Scanner {
+    /// Each distinct secret → its places among the run's secrets; `None`
+    /// when they could not be compiled (then nothing is searched).
+    found: Option<Prefixed<Vec<u32>>>,
     scan: LeakScan,
     /// Per artifact: lines fed so far, and each secret's first line.
     seen: Vec<(usize, std::collections::BTreeMap<usize, usize>)>,
-}
-
-/// Where any of a run's secrets occurs: an automaton over their first
-/// [`Prefixes::LEN`] bytes, each match checked against the whole secrets
-/// that start so. An automaton over the whole secrets was the largest thing
-/// the end of a 10⁵-grant run built (a state per byte of every secret, ~2.6
-/// KB a grant); a prefix of 8 bytes is all a random value needs to be told
-/// from text, and a shared one (a token's fixed header) costs a lookup per
-/// length, not a search per secret.
-struct Prefixes<'a> {
-    ac: aho_corasick::AhoCorasick,
-    /// Per prefix (the automaton's pattern), the lengths of the secrets that
-    /// start with it: `lengths[starts[p]..starts[p + 1]]`, ascending.
-    starts: Vec<u32>,
-    lengths: Vec<u32>,
-    /// Each secret → its place among the run's secrets (all of them, if it
-    /// is there twice).
-    places: std::collections::HashMap<&'a [u8], Vec<u32>, foldhash::fast::RandomState>,
-}
-
-impl<'a> Prefixes<'a> {
-    /// Enough to tell a random value from text; the shortest secret searched is this long.
-    const LEN: usize = 8;
-
-    fn new(secrets: &[&'a Secret]) -> Result<Self, aho_corasick::BuildError> {
-        let mut places: std::collections::HashMap<&[u8], Vec<u32>, _> = Default::default();
-        let mut by_prefix: Vec<(&[u8], u32)> = Vec::with_capacity(secrets.len());
-        for (i, s) in secrets.iter().enumerate() {
-            let s = s.expose().as_bytes();
-            let place = places.entry(s).or_default();
-            if place.is_empty() {
-                by_prefix.push((&s[..s.len().min(Self::LEN)], s.len() as u32));
-            }
-            place.push(i as u32);
-        }
-        by_prefix.sort_unstable();
-        by_prefix.dedup();
-        let (mut prefixes, mut starts, mut lengths) = (Vec::new(), Vec::new(), Vec::new());
-        for (prefix, len) in by_prefix {
-            if prefixes.last() != Some(&prefix) {
-                prefixes.push(prefix);
-                starts.push(lengths.len() as u32);
-            }
-            lengths.push(len);
-        }
-        starts.push(lengths.len() as u32);
-        let ac = aho_corasick::AhoCorasick::builder()
-            .match_kind(aho_corasick::MatchKind::Standard)
-            .build(&prefixes)?;
-        Ok(Self {
-            ac,
-            starts,
-            lengths,
-            places,
-        })
-    }
-
-    /// Every (secret's place, byte offset) where a secret occurs in `text`,
-    /// overlapping ones too.
-    fn each_in(&self, text: &[u8], mut f: impl FnMut(usize, usize)) {
-        for m in self.ac.find_overlapping_iter(text) {
-            let p = m.pattern().as_usize();
-            let (from, to) = (self.starts[p] as usize, self.starts[p + 1] as usize);
-            for &len in &self.lengths[from..to] {
-                let Some(candidate) = text.get(m.start()..m.start() + len as usize) else {
-                    break;
-                };
-                for &place in self.places.get(candidate).into_iter().flatten() {
-                    f(place as usize, m.start());
-                }
-            }
-        }
-    }
 }
 
 /// An artifact a [`Scanner`] was told of, by its place in the findings.
 #[derive(Clone, Copy)]
 struct Artifact(usize);
 
-impl<'a> Scanner<'a> {
-    fn new(all: &'a [Secret]) -> Self {
+impl Scanner {
+    fn new(all: &[Secret]) -> Self {
         // Very short values would match by accident; real secrets here are ≥ 16 chars.
-        let secrets: Vec<&Secret> = all
-            .iter()
-            .filter(|s| s.expose().len() >= Prefixes::LEN)
-            .collect();
+        let secrets: Vec<&Secret> = all.iter().filter(|s| s.expose().len() >= 8).collect();
         let mut scan = LeakScan {
             secrets: secrets.len(),
             ..Default::default()
         };
-        let found = Prefixes::new(&secrets)
+        let mut places: HashMap<&[u8], Vec<u32>> = HashMap::new();
+        for (i, s) in secrets.iter().enumerate() {
+            places
+                .entry(s.expose().as_bytes())
+                .or_default()
+                .push(i as u32);
+        }
+        let found = Prefixed::new(places.into_iter().map(|(s, p)| (s.into(), p)).collect())
             .map_err(|e| scan.error = Some(format!("secret matcher could not be built: {e}")))
             .ok();
         Self {
@@ -245,10 +180,12 @@ impl<'a> Scanner<'a> {
         let Some(found) = &self.found else { return };
         let (lines, first) = &mut self.seen[a.0];
         let piece = piece.as_bytes();
-        found.each_in(piece, |place, start| {
-            first.entry(place).or_insert_with(|| {
-                *lines + memchr::memchr_iter(b'\n', &piece[..start]).count() + 1
-            });
+        found.each_in(piece, |f| {
+            for &place in f.value {
+                first.entry(place as usize).or_insert_with(|| {
+                    *lines + memchr::memchr_iter(b'\n', &piece[..f.start]).count() + 1
+                });
+            }
         });
         *lines += memchr::memchr_iter(b'\n', piece).count();
     }

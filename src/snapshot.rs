@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use drivelab_fakes::secret::Secret;
 
+use crate::prefixed::Prefixed;
+
 /// Assigns stable labels to ids and secrets and rewrites text with them.
 #[derive(Default)]
 pub struct Normalizer {
@@ -178,8 +180,8 @@ impl std::fmt::Debug for Normalizer {
 enum Matcher {
     /// Nothing is known yet: text passes unchanged.
     Empty,
-    /// The automaton and, per pattern, its label.
-    Ready(aho_corasick::AhoCorasick, std::sync::Arc<[String]>),
+    /// Every value, with its label.
+    Ready(std::sync::Arc<Prefixed<Box<str>>>),
     /// The pattern set could not be compiled (only on absurd sets).
     Failed,
 }
@@ -190,7 +192,7 @@ impl Matcher {
     /// `recent`'s on a tie (the same value, labelled again since: a secret
     /// that was an id, which its label as a secret wins over).
     fn replace_with(&self, recent: &Matcher, text: &str, out: &mut String) {
-        let (Matcher::Ready(a, la), Matcher::Ready(b, lb)) = (self, recent) else {
+        let (Matcher::Ready(a), Matcher::Ready(b)) = (self, recent) else {
             return match (self, recent) {
                 // Never write unlabelled text.
                 (Matcher::Failed, _) => self.replace_into(text, out),
@@ -198,29 +200,28 @@ impl Matcher {
                 _ => self.replace_into(text, out),
             };
         };
-        let find = |ac: &aho_corasick::AhoCorasick, at: usize| {
-            ac.find(aho_corasick::Input::new(text).span(at..text.len()))
+        let find = |p: &'_ std::sync::Arc<Prefixed<Box<str>>>, at: usize| {
+            p.leftmost_longest(text.as_bytes(), at)
+                .map(|f| (f.start, f.end, f.value.clone()))
         };
         let (mut at, mut ma, mut mb) = (0, find(a, 0), find(b, 0));
         loop {
             // A match found earlier is still the leftmost from `at` unless it starts before.
-            if ma.is_some_and(|m| m.start() < at) {
+            if ma.as_ref().is_some_and(|m| m.0 < at) {
                 ma = find(a, at);
             }
-            if mb.is_some_and(|m| m.start() < at) {
+            if mb.as_ref().is_some_and(|m| m.0 < at) {
                 mb = find(b, at);
             }
-            let (m, label) = match (ma, mb) {
+            let (start, end, label) = match (&ma, &mb) {
                 (None, None) => break,
-                (Some(x), Some(y)) if (x.start(), y.len()) < (y.start(), x.len()) => {
-                    (x, &la[x.pattern().as_usize()])
-                }
-                (Some(x), None) => (x, &la[x.pattern().as_usize()]),
-                (_, Some(y)) => (y, &lb[y.pattern().as_usize()]),
+                (Some(x), Some(y)) if (x.0, y.1 - y.0) < (y.0, x.1 - x.0) => x,
+                (Some(x), None) => x,
+                (_, Some(y)) => y,
             };
-            out.push_str(&text[at..m.start()]);
+            out.push_str(&text[at..*start]);
             out.push_str(label);
-            at = m.end();
+            at = *end;
         }
         out.push_str(&text[at..]);
     }
@@ -228,11 +229,14 @@ impl Matcher {
     /// Append `text` to `out` with every known value replaced by its label.
     fn replace_into(&self, text: &str, out: &mut String) {
         match self {
-            Matcher::Ready(ac, labels) => {
-                ac.replace_all_with(text, out, |m, _, out| {
-                    out.push_str(&labels[m.pattern().as_usize()]);
-                    true
-                });
+            Matcher::Ready(p) => {
+                let mut at = 0;
+                while let Some(f) = p.leftmost_longest(text.as_bytes(), at) {
+                    out.push_str(&text[at..f.start]);
+                    out.push_str(f.value);
+                    at = f.end;
+                }
+                out.push_str(&text[at..]);
             }
             Matcher::Empty => out.push_str(text),
             // Never write unlabelled text.
@@ -663,43 +667,42 @@ impl Normalizer {
         self.cache.get_mut().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The automaton over every known value, or over `only` those.
-    fn compile(&self, only: Option<&std::collections::HashSet<Box<str>>>) -> Matcher {
-        // One pass over the text (leftmost-longest, so no fragment of a longer
-        // id or secret survives a shorter match); secrets win over ids.
-        let mut patterns: Vec<&str> = Vec::new();
-        let mut labels: Vec<String> = Vec::new();
+    /// Every known value with its label, or `only` those (secrets win over ids).
+    fn patterns<'a>(
+        &'a self,
+        only: Option<&'a std::collections::HashSet<Box<str>>>,
+    ) -> Vec<(&'a str, &'a str)> {
+        let mut patterns = Vec::new();
         if let Some(only) = only {
             for raw in only {
                 if let Some(label) = self.secrets.get(&**raw).or_else(|| self.labels.get(&**raw)) {
-                    patterns.push(raw);
-                    labels.push(label.clone());
+                    patterns.push((&**raw, label.as_str()));
                 }
             }
         } else {
-            for (raw, label) in &self.secrets {
-                patterns.push(raw);
-                labels.push(label.clone());
-            }
-            for (raw, label) in &self.labels {
-                if !self.secrets.contains_key(raw) {
-                    patterns.push(raw);
-                    labels.push(label.clone());
-                }
-            }
+            patterns.extend(self.secrets.iter().map(|(r, l)| (r.as_str(), l.as_str())));
+            let ids = self
+                .labels
+                .iter()
+                .filter(|(r, _)| !self.secrets.contains_key(*r));
+            patterns.extend(ids.map(|(r, l)| (r.as_str(), l.as_str())));
         }
+        patterns
+    }
+
+    /// The matcher over every known value, or over `only` those.
+    fn compile(&self, only: Option<&std::collections::HashSet<Box<str>>>) -> Matcher {
+        // One pass over the text (leftmost-longest, so no fragment of a longer
+        // id or secret survives a shorter match).
+        let patterns = self.patterns(only);
         if patterns.is_empty() {
             return Matcher::Empty;
         }
-        // A contiguous NFA, not the DFA `auto` picks for small sets: a run
-        // scans each text once or twice, so building a DFA (most of an
-        // explored case's relabelling) never paid for its faster scan.
-        match aho_corasick::AhoCorasick::builder()
-            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
-            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
-            .build(&patterns)
-        {
-            Ok(ac) => Matcher::Ready(ac, labels.into()),
+        let values = (patterns.into_iter())
+            .map(|(raw, label)| (raw.as_bytes().into(), label.into()))
+            .collect();
+        match Prefixed::new(values) {
+            Ok(p) => Matcher::Ready(std::sync::Arc::new(p)),
             Err(_) => Matcher::Failed,
         }
     }
@@ -916,13 +919,16 @@ mod tests {
         assert_eq!(t, "key-<hex-1> then key-<hex-2> then key-<hex-1> and cafe");
     }
 
-    /// `text` as an automaton compiled from scratch over every value rewrites it.
+    /// `text` as one automaton over every whole value (aho-corasick's
+    /// leftmost-longest, independent of the matcher the normaliser builds)
+    /// rewrites it.
     fn from_scratch(n: &Normalizer, text: &str) -> String {
-        match n.compile(None) {
-            Matcher::Ready(ac, labels) => ac.replace_all(text, &labels[..]),
-            Matcher::Empty => text.to_string(),
-            Matcher::Failed => unreachable!("small pattern sets compile"),
-        }
+        let (values, labels): (Vec<&str>, Vec<&str>) = n.patterns(None).into_iter().unzip();
+        let ac = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(&values)
+            .expect("small pattern sets compile");
+        ac.replace_all(text, &labels)
     }
 
     #[test]
