@@ -69,36 +69,35 @@ impl<T> Prefixed<T> {
         })
     }
 
-    /// The values occurring at `start`, longest first.
-    fn at<'a>(
-        &'a self,
-        text: &'a [u8],
-        pattern: usize,
-        start: usize,
-    ) -> impl Iterator<Item = Found<'a, T>> + 'a {
+    /// The lengths of the values that start with prefix `pattern`, longest first.
+    fn lengths(&self, pattern: usize) -> &[u32] {
         let (from, to) = (self.starts[pattern], self.starts[pattern + 1]);
-        self.lengths[from as usize..to as usize]
-            .iter()
-            .filter_map(move |&len| {
-                let end = start + len as usize;
-                let value = self.values.get(text.get(start..end)?)?;
-                Some(Found { start, end, value })
-            })
+        &self.lengths[from as usize..to as usize]
+    }
+
+    /// The value of length `len` at `start` in `text`, if there is one.
+    fn value_at(&self, text: &[u8], start: usize, len: u32) -> Option<Found<'_, T>> {
+        let end = start + len as usize;
+        let value = self.values.get(text.get(start..end)?)?;
+        Some(Found { start, end, value })
     }
 
     /// Every occurrence of every value in `text`, overlapping ones too, in
     /// order of where their prefixes end.
-    pub fn each_in<'a>(&'a self, text: &'a [u8], mut f: impl FnMut(Found<'a, T>)) {
+    pub fn each_in(&self, text: &[u8], mut f: impl FnMut(Found<'_, T>)) {
         for m in self.ac.find_overlapping_iter(text) {
-            self.at(text, m.pattern().as_usize(), m.start())
-                .for_each(&mut f);
+            for &len in self.lengths(m.pattern().as_usize()) {
+                if let Some(found) = self.value_at(text, m.start(), len) {
+                    f(found);
+                }
+            }
         }
     }
 
     /// The leftmost value in `text[from..]`, the longest there: what an
     /// automaton over the whole values finds leftmost-longest.
-    pub fn leftmost_longest<'a>(&'a self, text: &'a [u8], from: usize) -> Option<Found<'a, T>> {
-        let mut best: Option<Found<'a, T>> = None;
+    pub fn leftmost_longest(&self, text: &[u8], from: usize) -> Option<Found<'_, T>> {
+        let mut best: Option<Found<'_, T>> = None;
         let input = Input::new(text).span(from..text.len());
         // Matches come in order of their ends, and a prefix is at most LEN
         // long: once one ends past best.start + LEN, none can start at or
@@ -112,13 +111,18 @@ impl<T> Prefixed<T> {
                     continue;
                 }
             }
-            if let Some(f) = self.at(text, m.pattern().as_usize(), m.start()).next() {
-                let better = best.as_ref().is_none_or(|b| {
-                    (f.start, std::cmp::Reverse(f.end)) < (b.start, std::cmp::Reverse(b.end))
-                });
-                if better {
-                    best = Some(f);
-                }
+            let lengths = self.lengths(m.pattern().as_usize()).iter();
+            let Some(f) = lengths
+                .filter_map(|&len| self.value_at(text, m.start(), len))
+                .next()
+            else {
+                continue;
+            };
+            let better = best.as_ref().is_none_or(|b| {
+                (f.start, std::cmp::Reverse(f.end)) < (b.start, std::cmp::Reverse(b.end))
+            });
+            if better {
+                best = Some(f);
             }
         }
         best

@@ -200,28 +200,31 @@ impl Matcher {
                 _ => self.replace_into(text, out),
             };
         };
-        let find = |p: &'_ std::sync::Arc<Prefixed<Box<str>>>, at: usize| {
-            p.leftmost_longest(text.as_bytes(), at)
-                .map(|f| (f.start, f.end, f.value.clone()))
-        };
-        let (mut at, mut ma, mut mb) = (0, find(a, 0), find(b, 0));
+        fn find<'p>(
+            p: &'p Prefixed<Box<str>>,
+            text: &str,
+            at: usize,
+        ) -> Option<(usize, usize, &'p str)> {
+            (p.leftmost_longest(text.as_bytes(), at)).map(|f| (f.start, f.end, &**f.value))
+        }
+        let (mut at, mut ma, mut mb) = (0, find(a, text, 0), find(b, text, 0));
         loop {
             // A match found earlier is still the leftmost from `at` unless it starts before.
-            if ma.as_ref().is_some_and(|m| m.0 < at) {
-                ma = find(a, at);
+            if ma.is_some_and(|m| m.0 < at) {
+                ma = find(a, text, at);
             }
-            if mb.as_ref().is_some_and(|m| m.0 < at) {
-                mb = find(b, at);
+            if mb.is_some_and(|m| m.0 < at) {
+                mb = find(b, text, at);
             }
-            let (start, end, label) = match (&ma, &mb) {
+            let (start, end, label) = match (ma, mb) {
                 (None, None) => break,
                 (Some(x), Some(y)) if (x.0, y.1 - y.0) < (y.0, x.1 - x.0) => x,
                 (Some(x), None) => x,
                 (_, Some(y)) => y,
             };
-            out.push_str(&text[at..*start]);
+            out.push_str(&text[at..start]);
             out.push_str(label);
-            at = *end;
+            at = end;
         }
         out.push_str(&text[at..]);
     }
