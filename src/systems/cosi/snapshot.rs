@@ -17,7 +17,7 @@ use drivelab_fakes::s3::ChangedNames;
 
 mod views;
 
-pub use views::{AccessView, BucketView, ClaimView, View, Viewed, Views};
+pub use views::{AccessView, BucketView, ClaimView, Shown, View, Viewed, Views};
 
 /// What the snapshot is built from: a view of each kube object, made once
 /// per stored version (see [`Views`]).
@@ -637,6 +637,36 @@ mod tests {
             &mut kept,
         );
         assert_eq!(third, second);
+    }
+
+    /// A version whose text does not decode is shown as such, never
+    /// dropped; one that does is read once and kept while it is the same.
+    #[test]
+    fn a_view_is_read_once_per_version_and_an_undecodable_one_is_shown() {
+        let mut views = Views::<AccessView>::default();
+        let good = access("a1", true);
+        let bad = Stored::Text("{not json".into());
+        let read = views.read(vec![good.clone(), bad.clone()]);
+        assert!(read.iter().all(|v| v.new));
+        let (a, b) = (&read[0].view, &read[1].view);
+        assert_eq!(
+            (a.name(), &*a.account_id, a.granted),
+            ("default/a1", "acct-a1", true)
+        );
+        assert!(
+            a.line().contains("account acct-a1, granted true"),
+            "{}",
+            a.line()
+        );
+        assert!(b.line().contains("does not decode as JSON"), "{}", b.line());
+        assert!(!b.granted && b.key().is_empty());
+        let again = views.read(vec![good]);
+        assert!(!again[0].new && Arc::ptr_eq(&again[0].view, &read[0].view));
+        assert_eq!(
+            views.kept.kept.len(),
+            1,
+            "the version not read again is forgotten"
+        );
     }
 
     #[test]

@@ -12,15 +12,35 @@ use serde_json::Value;
 use super::{or_dash, ByObject, Section};
 
 /// What is read of one kind of object.
-pub trait View: Sized {
+pub trait View: Sized + Default {
     /// Made from the decoded object.
     fn of(obj: &Value) -> Self;
-    /// Made for a version whose text does not decode: shown as such.
-    fn undecodable(err: &serde_json::Error) -> Self;
+    /// How the snapshot shows it.
+    fn shown(&self) -> &Shown;
+    fn shown_mut(&mut self) -> &mut Shown;
+
+    /// Made for a version whose text does not decode: shown as such, no
+    /// field read.
+    fn undecodable(err: &serde_json::Error) -> Self {
+        let mut v = Self::default();
+        v.shown_mut().line = format!("  an object that does not decode as JSON: {err}\n").into();
+        v
+    }
     /// What the snapshot sorts by (before relabelling): `namespace/name`.
-    fn key(&self) -> &str;
+    fn key(&self) -> &str {
+        &self.shown().key
+    }
     /// The snapshot's line for it (before relabelling), with its newline.
-    fn line(&self) -> &str;
+    fn line(&self) -> &str {
+        &self.shown().line
+    }
+}
+
+/// How the snapshot shows an object: its sort key and its line.
+#[derive(Default)]
+pub struct Shown {
+    key: Box<str>,
+    line: Box<str>,
 }
 
 /// One object's view, and whether the previous read had this very version.
@@ -72,10 +92,6 @@ impl<V: View> Views<V> {
     }
 }
 
-fn undecodable_line(err: &serde_json::Error) -> Box<str> {
-    format!("  an object that does not decode as JSON: {err}\n").into()
-}
-
 fn key_of(obj: &Value) -> String {
     format!(
         "{}/{}",
@@ -85,15 +101,15 @@ fn key_of(obj: &Value) -> String {
 }
 
 /// A BucketClaim.
+#[derive(Default)]
 pub struct ClaimView {
-    key: Box<str>,
+    shown: Shown,
     /// `metadata.uid`.
     pub uid: Box<str>,
     /// `status.bucketReady`.
     pub ready: bool,
     /// `status.bucketName`.
     pub bucket_name: Box<str>,
-    line: Box<str>,
 }
 
 impl View for ClaimView {
@@ -107,47 +123,38 @@ impl View for ClaimView {
             or_dash(&bucket_name),
         );
         Self {
-            key: key.into(),
+            shown: Shown {
+                key: key.into(),
+                line: line.into(),
+            },
             uid: s(c, &["metadata", "uid"]).into(),
             ready,
             bucket_name: bucket_name.into(),
-            line: line.into(),
         }
     }
 
-    fn undecodable(err: &serde_json::Error) -> Self {
-        Self {
-            key: "".into(),
-            uid: "".into(),
-            ready: false,
-            bucket_name: "".into(),
-            line: undecodable_line(err),
-        }
+    fn shown(&self) -> &Shown {
+        &self.shown
     }
 
-    fn key(&self) -> &str {
-        &self.key
-    }
-
-    fn line(&self) -> &str {
-        &self.line
+    fn shown_mut(&mut self) -> &mut Shown {
+        &mut self.shown
     }
 }
 
 impl ClaimView {
     /// `namespace/name`.
     pub fn name(&self) -> &str {
-        &self.key
+        self.key()
     }
 }
 
-/// A Bucket (cluster-scoped).
+/// A Bucket (cluster-scoped: its key is `/name`).
+#[derive(Default)]
 pub struct BucketView {
-    /// `/name`: a cluster-scoped object's namespace is empty.
-    key: Box<str>,
+    shown: Shown,
     /// `status.bucketID`.
     pub bucket_id: Box<str>,
-    line: Box<str>,
 }
 
 impl View for BucketView {
@@ -167,40 +174,35 @@ impl View for BucketView {
             b(bk, &["status", "bucketReady"]),
         );
         Self {
-            key: key_of(bk).into(),
+            shown: Shown {
+                key: key_of(bk).into(),
+                line: line.into(),
+            },
             bucket_id: bucket_id.into(),
-            line: line.into(),
         }
     }
 
-    fn undecodable(err: &serde_json::Error) -> Self {
-        Self {
-            key: "".into(),
-            bucket_id: "".into(),
-            line: undecodable_line(err),
-        }
+    fn shown(&self) -> &Shown {
+        &self.shown
     }
 
-    fn key(&self) -> &str {
-        &self.key
-    }
-
-    fn line(&self) -> &str {
-        &self.line
+    fn shown_mut(&mut self) -> &mut Shown {
+        &mut self.shown
     }
 }
 
 impl BucketView {
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        self.key.strip_prefix('/').unwrap_or(&self.key)
+        let key = self.key();
+        key.strip_prefix('/').unwrap_or(key)
     }
 }
 
 /// A BucketAccess.
+#[derive(Default)]
 pub struct AccessView {
-    /// `namespace/name`.
-    key: Box<str>,
+    shown: Shown,
     /// `metadata.namespace`.
     pub namespace: Box<str>,
     /// `metadata.uid`.
@@ -217,7 +219,6 @@ pub struct AccessView {
     pub granted: bool,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
-    line: Box<str>,
 }
 
 impl View for AccessView {
@@ -233,7 +234,10 @@ impl View for AccessView {
             or_dash(&account_id),
         );
         Self {
-            key: key.into(),
+            shown: Shown {
+                key: key.into(),
+                line: line.into(),
+            },
             namespace: s(a, &["metadata", "namespace"]).into(),
             uid: s(a, &["metadata", "uid"]).into(),
             account_id: account_id.into(),
@@ -242,37 +246,21 @@ impl View for AccessView {
             class: class.into(),
             granted,
             deleting: !sr(a, &["metadata", "deletionTimestamp"]).is_empty(),
-            line: line.into(),
         }
     }
 
-    fn undecodable(err: &serde_json::Error) -> Self {
-        Self {
-            key: "".into(),
-            namespace: "".into(),
-            uid: "".into(),
-            account_id: "".into(),
-            bucket_id: "".into(),
-            secret_name: "".into(),
-            class: "".into(),
-            granted: false,
-            deleting: false,
-            line: undecodable_line(err),
-        }
+    fn shown(&self) -> &Shown {
+        &self.shown
     }
 
-    fn key(&self) -> &str {
-        &self.key
-    }
-
-    fn line(&self) -> &str {
-        &self.line
+    fn shown_mut(&mut self) -> &mut Shown {
+        &mut self.shown
     }
 }
 
 impl AccessView {
     /// `namespace/name`.
     pub fn name(&self) -> &str {
-        &self.key
+        self.key()
     }
 }
