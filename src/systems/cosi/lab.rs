@@ -1609,7 +1609,11 @@ impl Lab {
 
     /// Objects still queued after the final convergence, with the last answer they got.
     fn stuck(&self) -> Vec<Stuck> {
-        let exchanges = self.sidecar.exchanges();
+        // Read in place: a copy of every exchange was a kilobyte a grant.
+        self.sidecar.with_exchanges(|exchanges| self.stuck_in(exchanges))
+    }
+
+    fn stuck_in(&self, exchanges: &[Exchange]) -> Vec<Stuck> {
         self.queue
             .pending()
             .into_iter()
