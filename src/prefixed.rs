@@ -22,8 +22,11 @@ pub struct Prefixed<T> {
 
 /// Where a value occurs: `start..end` in the text searched, and its `T`.
 pub struct Found<'a, T> {
+    /// Where the value starts.
     pub start: usize,
+    /// Where it ends (exclusive).
     pub end: usize,
+    /// What it was given with.
     pub value: &'a T,
 }
 
