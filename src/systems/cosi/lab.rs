@@ -1610,7 +1610,8 @@ impl Lab {
     /// Objects still queued after the final convergence, with the last answer they got.
     fn stuck(&self) -> Vec<Stuck> {
         // Read in place: a copy of every exchange was a kilobyte a grant.
-        self.sidecar.with_exchanges(|exchanges| self.stuck_in(exchanges))
+        self.sidecar
+            .with_exchanges(|exchanges| self.stuck_in(exchanges))
     }
 
     fn stuck_in(&self, exchanges: &[Exchange]) -> Vec<Stuck> {
