@@ -3,11 +3,11 @@
 //! no-secret-leak. The checks themselves live with their system
 //! (`crate::systems::*::checks`), each a pure function of its observations.
 
+use std::collections::HashMap;
+
 use drivelab_fakes::history::{CallId, Event};
 use drivelab_fakes::secret::Secret;
 use serde::{Deserialize, Serialize};
-
-use std::collections::HashMap;
 
 use crate::prefixed::Prefixed;
 use crate::scenario::Invariant;

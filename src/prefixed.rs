@@ -38,10 +38,10 @@ impl<T> Prefixed<T> {
 
     /// Over `values`, distinct (a later one replaces an earlier one);
     /// empty ones are never found.
-    pub fn new(values: Vec<(Box<[u8]>, T)>) -> Result<Self, aho_corasick::BuildError> {
+    pub fn new(mut values: Vec<(Box<[u8]>, T)>) -> Result<Self, aho_corasick::BuildError> {
+        values.retain(|(v, _)| !v.is_empty());
         let mut by_prefix: Vec<(&[u8], std::cmp::Reverse<u32>)> = values
             .iter()
-            .filter(|(v, _)| !v.is_empty())
             .map(|(v, _)| {
                 (
                     &v[..v.len().min(Self::LEN)],
@@ -68,7 +68,7 @@ impl<T> Prefixed<T> {
             ac,
             starts,
             lengths,
-            values: values.into_iter().filter(|(v, _)| !v.is_empty()).collect(),
+            values: values.into_iter().collect(),
         })
     }
 

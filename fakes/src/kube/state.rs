@@ -39,8 +39,8 @@ pub(crate) struct WatchStart {
 #[derive(Clone)]
 pub struct KubeFake {
     pub(crate) inner: Arc<Inner>,
-    /// How this handle's in-process writes are held (see [`KubeFake::holding_text`]).
-    in_process: Form,
+    /// This handle's in-process writes are held as text (see [`KubeFake::holding_text`]).
+    holds_text: bool,
 }
 
 pub(crate) struct Inner {
@@ -333,7 +333,7 @@ impl KubeFake {
                 watch: Default::default(),
                 access,
             }),
-            in_process: Form::Tree,
+            holds_text: false,
         })
     }
 
@@ -345,14 +345,14 @@ impl KubeFake {
     pub fn holding_text(&self) -> KubeFake {
         KubeFake {
             inner: self.inner.clone(),
-            in_process: Form::Text,
+            holds_text: true,
         }
     }
 
     /// How this handle's in-process writes reach the state.
     fn in_process(&self) -> WriteOpts {
         WriteOpts {
-            text: self.in_process == Form::Text,
+            text: self.holds_text,
             ..WriteOpts::IN_PROCESS
         }
     }

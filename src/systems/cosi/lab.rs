@@ -38,7 +38,7 @@ use crate::scenario::{
 };
 
 use super::fakes::FakeSet;
-use super::snapshot::{self, SnapshotInput};
+use super::snapshot::{self, KubeObjects, SnapshotInput};
 use super::ADMIN_SECRET_NAME;
 use super::{ADMIN_SECRET_NAMESPACE, CANARY_BUCKET, DRIVER_ACCOUNT, DRIVER_STATE_NAMESPACE};
 use crate::engine::driver::{self, Driver};
@@ -526,19 +526,14 @@ impl Lab {
     /// The ownership snapshot of the state right now.
     fn render_snapshot(&mut self) -> anyhow::Result<String> {
         let (cursor, backend, changed) = self.backend_updated();
-        let mut seen = std::mem::take(&mut self.seen);
-        let objects = self.kube_objects(&mut seen)?;
-        self.seen = seen;
+        let objects = kube_objects(&self.kube(), &mut self.seen)?;
         let checkpoints = self.checkpoints()?;
         for u in &self.uids[self.uids_labelled..] {
             self.norm.id("uid", u);
         }
         self.uids_labelled = self.uids.len();
         let input = SnapshotInput {
-            claims: objects.claims,
-            buckets: objects.buckets,
-            accesses: objects.accesses,
-            credential_secrets: objects.credential_secrets,
+            objects,
             checkpoints,
             backend: &backend,
             backend_changed: changed.as_ref(),
@@ -547,29 +542,6 @@ impl Lab {
         let text = snapshot::render(&input, &mut self.norm, &mut self.kept_lines);
         self.backend_seen = Some((cursor, backend));
         Ok(text)
-    }
-
-    /// The claims, buckets and accesses, and the credentials Secret each
-    /// access names (those that exist), read through `seen`: each version
-    /// decoded once, one at a time, unless `seen` viewed it last time.
-    fn kube_objects(&self, seen: &mut snapshot::Seen) -> anyhow::Result<KubeObjects> {
-        let kube = self.kube();
-        let accesses = seen
-            .accesses
-            .read(kube.list_stored(Kind::BucketAccess, None)?);
-        let mut secrets = Vec::new();
-        for a in &accesses {
-            let (ns, name) = (&a.view.namespace, &a.view.secret_name);
-            if let Some(sec) = kube.get_stored(Kind::Secret, Some(ns), name)? {
-                secrets.push((format!("{ns}/{name}").into(), sec));
-            }
-        }
-        Ok(KubeObjects {
-            claims: seen.claims.read(kube.list_stored(Kind::BucketClaim, None)?),
-            buckets: seen.buckets.read(kube.list_stored(Kind::Bucket, None)?),
-            accesses,
-            credential_secrets: seen.infos.read(secrets),
-        })
     }
 
     async fn stop(&mut self) {
@@ -1472,7 +1444,7 @@ impl Lab {
         let backend = self.backend();
         // Each object viewed one at a time: the fake may hold it as text,
         // and decoding every one at once held all their trees together.
-        let objects = self.kube_objects(&mut snapshot::Seen::default())?;
+        let objects = kube_objects(&self.kube(), &mut snapshot::Seen::default())?;
         let live = self.live_accesses(&objects.accesses, &objects.credential_secrets);
         let checkpoints = self.checkpoints()?;
 
@@ -1501,10 +1473,7 @@ impl Lab {
         let ready_claims = ready_claims(&objects.claims, &bucket_objects);
         let snapshot = snapshot::render(
             &SnapshotInput {
-                claims: objects.claims,
-                buckets: objects.buckets,
-                accesses: objects.accesses,
-                credential_secrets: objects.credential_secrets,
+                objects,
                 checkpoints,
                 backend: &backend,
                 backend_changed: None,
@@ -2022,12 +1991,26 @@ fn credentials_in(sec: &Value) -> Option<(String, Secret)> {
     snapshot::bucket_info(sec).map(|info| (info.access_key_id, info.access_secret_key))
 }
 
-/// The kube objects a snapshot shows (see `Lab::kube_objects`).
-struct KubeObjects {
-    claims: Vec<snapshot::Viewed<snapshot::ClaimView>>,
-    buckets: Vec<snapshot::Viewed<snapshot::BucketView>>,
-    accesses: Vec<snapshot::Viewed<snapshot::AccessView>>,
-    credential_secrets: Vec<snapshot::CredentialSecret>,
+/// The claims, buckets and accesses, and the credentials Secret each
+/// access names (those that exist), read through `seen`: each version
+/// decoded once, one at a time, unless `seen` viewed it last time.
+fn kube_objects(kube: &KubeFake, seen: &mut snapshot::Seen) -> anyhow::Result<KubeObjects> {
+    let accesses = seen
+        .accesses
+        .read(kube.list_stored(Kind::BucketAccess, None)?);
+    let mut secrets = Vec::new();
+    for a in &accesses {
+        let (ns, name) = (&a.view.namespace, &a.view.secret_name);
+        if let Some(sec) = kube.get_stored(Kind::Secret, Some(ns), name)? {
+            secrets.push((format!("{ns}/{name}").into(), sec));
+        }
+    }
+    Ok(KubeObjects {
+        claims: seen.claims.read(kube.list_stored(Kind::BucketClaim, None)?),
+        buckets: seen.buckets.read(kube.list_stored(Kind::Bucket, None)?),
+        accesses,
+        credential_secrets: seen.infos.read(secrets),
+    })
 }
 
 /// Ready claims: (namespace/name, the bucket id of the Bucket they bind).

@@ -19,9 +19,9 @@ mod views;
 
 pub use views::{AccessView, BucketView, ClaimView, Shown, View, Viewed, Views};
 
-/// What the snapshot is built from: a view of each kube object, made once
-/// per stored version (see [`Views`]).
-pub struct SnapshotInput<'a> {
+/// The kube objects a snapshot shows, each a view made once per stored
+/// version (see [`Views`]).
+pub struct KubeObjects {
     /// BucketClaims, in scenario order of creation (deleted ones are simply absent).
     pub claims: Vec<Viewed<ClaimView>>,
     /// Bucket objects.
@@ -30,6 +30,12 @@ pub struct SnapshotInput<'a> {
     pub accesses: Vec<Viewed<AccessView>>,
     /// Credentials Secrets named by accesses, each with its `BucketInfo`.
     pub credential_secrets: Vec<CredentialSecret>,
+}
+
+/// What the snapshot is built from.
+pub struct SnapshotInput<'a> {
+    /// The claims, buckets, accesses and credentials Secrets.
+    pub objects: KubeObjects,
     /// Objects in the driver's state namespace (its checkpoints): (kind,
     /// object). Shared as the fake holds them: written over HTTP, they are
     /// text, decoded here one at a time (decoded all at once, they were a
@@ -140,20 +146,20 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
     fn new<V>(objs: &[Viewed<V>]) -> impl Iterator<Item = &V> {
         objs.iter().filter(|o| o.new).map(|o| &*o.view)
     }
-    for c in new(&input.claims) {
+    for c in new(&input.objects.claims) {
         norm.id("uid", &c.uid);
     }
-    for a in new(&input.accesses) {
+    for a in new(&input.objects.accesses) {
         norm.id("uid", &a.uid);
     }
-    for a in new(&input.accesses) {
+    for a in new(&input.objects.accesses) {
         norm.id("account", &a.account_id);
     }
     // What the last snapshot walked and nothing has changed since has its
     // labels already: walking it again would label nothing.
     let changed = input.backend_changed;
     let user_unchanged = |k: &str| changed.is_some_and(|c| !c.users.contains(k));
-    for sec in &input.credential_secrets {
+    for sec in &input.objects.credential_secrets {
         if let Some(info) = &sec.info {
             let key = &info.access_key_id;
             if kept.objects.shown(Section::CredentialSecret, &sec.object) && user_unchanged(key) {
@@ -218,13 +224,13 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
 
     let mut out = String::new();
     let _ = writeln!(out, "claims:");
-    lines(&mut out, &input.claims, norm);
+    lines(&mut out, &input.objects.claims, norm);
     let _ = writeln!(out, "buckets (objects):");
-    lines(&mut out, &input.buckets, norm);
+    lines(&mut out, &input.objects.buckets, norm);
     let _ = writeln!(out, "accesses:");
-    lines(&mut out, &input.accesses, norm);
+    lines(&mut out, &input.objects.accesses, norm);
     let _ = writeln!(out, "credential secrets:");
-    for sec in sorted(&input.credential_secrets, |sec| &sec.key, norm) {
+    for sec in sorted(&input.objects.credential_secrets, |sec| &sec.key, norm) {
         // The secret's label is the same each time (the walk above gave it one).
         out.push_str(
             kept.objects
@@ -557,12 +563,12 @@ mod tests {
             (key.into(), sec.clone())
         });
         let input = SnapshotInput {
-            claims: seen.claims.read(vec![Stored::Tree(claim.clone())]),
-            buckets: vec![],
-            accesses: seen
-                .accesses
-                .read(accesses.iter().map(|(a, _)| a.clone()).collect()),
-            credential_secrets: seen.infos.read(secrets.collect()),
+            objects: KubeObjects {
+                claims: seen.claims.read(vec![Stored::Tree(claim.clone())]),
+                buckets: vec![],
+                accesses: (seen.accesses).read(accesses.iter().map(|(a, _)| a.clone()).collect()),
+                credential_secrets: seen.infos.read(secrets.collect()),
+            },
             // As the fake holds what the driver wrote over HTTP: its text.
             checkpoints: vec![(
                 "configmap",
@@ -596,10 +602,12 @@ mod tests {
                     norm: &mut Normalizer,
                     kept: &mut Kept| {
             let input = SnapshotInput {
-                claims: vec![],
-                buckets: vec![],
-                accesses: vec![],
-                credential_secrets: vec![],
+                objects: KubeObjects {
+                    claims: vec![],
+                    buckets: vec![],
+                    accesses: vec![],
+                    credential_secrets: vec![],
+                },
                 checkpoints: vec![],
                 backend,
                 backend_changed: changed,
