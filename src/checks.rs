@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use drivelab_fakes::history::{CallId, Event};
+use drivelab_fakes::history::{CallId, EventLog};
 use drivelab_fakes::secret::Secret;
 use serde::{Deserialize, Serialize};
 
@@ -94,7 +94,7 @@ impl LeakScan {
     pub fn of_run(
         all: &[Secret],
         texts: &RunTexts<'_>,
-        history: &[Event],
+        history: &EventLog,
         norm: &mut Normalizer,
     ) -> (Self, crate::packed::Packed) {
         let mut scan = Scanner::new(all);

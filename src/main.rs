@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use drivelab::runs::{RunMeta, RunStore};
 use drivelab::scenario::BuiltinDriver;
 use drivelab::{engine, report, scenario, systems};
+use drivelab_fakes::history::EventLog;
 use futures_util::StreamExt;
 
 #[derive(Parser)]
@@ -1104,7 +1105,7 @@ fn rejudge(
         .record(id)
         .map_err(|e| e.to_string())?
         .ok_or("the run kept no record of what its checks read (a lab error, or a drivelab older than records)")?;
-    let events = store.events(id).map_err(|e| e.to_string())?;
+    let events: EventLog = store.events(id).map_err(|e| e.to_string())?.into();
     let verdicts = systems::judge_text(&record, &events).map_err(|e| e.to_string())?;
     let now = recorded.rejudged(&verdicts, &events);
     let changed = report::rejudge_changes(recorded, &now);

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use drivelab_fakes::history::Event;
+use drivelab_fakes::history::EventLog;
 use drivelab_fakes::secret::Secret;
 
 use crate::checks::Verdict;
@@ -56,8 +56,8 @@ pub struct RunOutcome {
     pub scale: Option<ScaleFigures>,
     /// The canonical ownership snapshot.
     pub snapshot: String,
-    /// The full history.
-    pub history: Vec<Event>,
+    /// The full history, held encoded.
+    pub history: EventLog,
     /// The history as JSON with ids labelled as in the snapshot (what reports write).
     pub history_text: crate::packed::Packed,
     /// What each step changed in the snapshot, for before/after diffs.

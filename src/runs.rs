@@ -477,7 +477,7 @@ impl RunStore {
 #[derive(Clone, Copy, Debug)]
 pub struct RunEnd<'a> {
     /// The whole history (what was flushed already is skipped).
-    pub events: &'a [Event],
+    pub events: &'a drivelab_fakes::history::EventLog,
     /// The record its checks were judged from (`crate::systems::Record`, as written).
     pub record: &'a str,
     /// Secret values of the run, scrubbed from everything stored.
@@ -588,8 +588,8 @@ impl Recorder {
                     .filter(|s| !s.is_empty()),
             );
             let redact = Redactor::new(&g.secrets);
-            for e in end.events.iter().skip(g.stored) {
-                let json = serde_json::to_string(e).unwrap_or_default();
+            for e in end.events.iter_from(g.stored) {
+                let json = serde_json::to_string(&e).unwrap_or_default();
                 batch.insert(
                     format!("{EVENT_PREFIX}{:012}", e.seq).as_bytes(),
                     redact.apply(&json).as_bytes(),

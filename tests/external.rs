@@ -102,20 +102,20 @@ async fn spawned_driver_output_is_in_the_history_redacted_and_crash_respawns_it(
     let scn = load("cosi/crash-after-add-user.yaml");
     let o = run_with(&scn, Some(&spawned_cosi_s3())).await.unwrap();
     assert!(o.passed(), "{}", drivelab::report::console(&o));
-    let notes: Vec<&str> = o
+    let notes: Vec<String> = o
         .history
         .iter()
-        .filter_map(|e| match &e.kind {
+        .filter_map(|e| match e.kind {
             drivelab_fakes::history::EventKind::Note { component, text }
-                if *component == drivelab_fakes::history::Component::Driver =>
+                if component == drivelab_fakes::history::Component::Driver =>
             {
-                Some(text.as_str())
+                Some(text)
             }
             _ => None,
         })
         .collect();
     // Two starts (the crash respawned it), each announcing its socket, redacted.
-    let serving: Vec<&&str> = notes
+    let serving: Vec<&String> = notes
         .iter()
         .filter(|t| t.contains("serving COSI"))
         .collect();

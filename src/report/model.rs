@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use drivelab_fakes::history::{Event, EventKind};
+use drivelab_fakes::history::{Event, EventKind, EventLog};
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Verdict;
@@ -184,7 +184,7 @@ impl ScenarioReport {
     /// again from its record (`drivelab report RUN`) — and its claims and
     /// pass/fail decided anew. `raw_history` is the run's stored history,
     /// which names what the verdicts' details name.
-    pub fn rejudged(&self, verdicts: &[Verdict], raw_history: &[Event]) -> Self {
+    pub fn rejudged(&self, verdicts: &[Verdict], raw_history: &EventLog) -> Self {
         let labels = Relabel::from_histories(raw_history, &self.history);
         let mut r = self.clone();
         r.verdicts = verdict_reports(
@@ -658,7 +658,7 @@ pub struct Relabel {
 
 impl Relabel {
     /// Learn from every string field of paired events.
-    pub fn from_histories(raw: &[Event], labelled: &[Event]) -> Self {
+    pub fn from_histories(raw: &EventLog, labelled: &[Event]) -> Self {
         let mut map: BTreeMap<String, String> = BTreeMap::new();
         let mut conflicts: Vec<String> = Vec::new();
         for (r, l) in raw.iter().zip(labelled) {

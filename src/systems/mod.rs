@@ -8,7 +8,7 @@ pub mod bosh;
 pub mod cosi;
 pub mod csi;
 
-use drivelab_fakes::history::Event;
+use drivelab_fakes::history::EventLog;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Verdict;
@@ -163,7 +163,7 @@ impl Record {
     /// Write the record (secrets fingerprinted under a key drawn now and
     /// never kept), read it back and judge what was read: the verdicts and
     /// the text to store.
-    pub fn seal_and_judge(self, history: &[Event]) -> anyhow::Result<(Packed, Vec<Verdict>)> {
+    pub fn seal_and_judge(self, history: &EventLog) -> anyhow::Result<(Packed, Vec<Verdict>)> {
         let key: [u8; 32] = rand::random();
         let mut text = PackedWriter::new();
         drivelab_fakes::secret::fingerprinting(key, || serde_json::to_writer(&mut text, &self))
@@ -180,7 +180,7 @@ impl Record {
     }
 
     /// Judge a record read back, if this drivelab's form.
-    fn judge_read_back(self, history: &[Event]) -> Result<Vec<Verdict>, RecordError> {
+    fn judge_read_back(self, history: &EventLog) -> Result<Vec<Verdict>, RecordError> {
         if self.format != RECORD_FORMAT {
             return Err(RecordError::Format(self.format));
         }
@@ -189,7 +189,7 @@ impl Record {
 
     /// Judge: every invariant asked for, in order, over the observations and
     /// the run's history.
-    pub fn judge(self, history: &[Event]) -> Vec<Verdict> {
+    pub fn judge(self, history: &EventLog) -> Vec<Verdict> {
         let mut verdicts: Vec<Verdict> = match self.observed {
             Observed::Cosi(obs) => self
                 .invariants
@@ -210,7 +210,7 @@ impl Record {
 }
 
 /// Judge a stored record's text (with the history stored beside it).
-pub fn judge_text(text: &str, history: &[Event]) -> Result<Vec<Verdict>, RecordError> {
+pub fn judge_text(text: &str, history: &EventLog) -> Result<Vec<Verdict>, RecordError> {
     serde_json::from_str::<Record>(text)?.judge_read_back(history)
 }
 
@@ -258,10 +258,10 @@ mod tests {
         let text = serde_json::to_string(&written).unwrap();
         let read: Record = serde_json::from_str(&text).unwrap();
         assert_eq!(serde_json::to_string(&read).unwrap(), text);
-        assert!(judge_text(&record_text(true), &[]).is_ok());
+        assert!(judge_text(&record_text(true), &Default::default()).is_ok());
 
-        assert!(judge_text(&record_text(false), &[]).is_ok());
-        let err = |t: &str| judge_text(t, &[]).unwrap_err().to_string();
+        assert!(judge_text(&record_text(false), &Default::default()).is_ok());
+        let err = |t: &str| judge_text(t, &Default::default()).unwrap_err().to_string();
         let no_system = record_text(true).replace(r#""system":"cosi","#, "");
         assert!(
             err(&no_system).contains("missing field `system`"),

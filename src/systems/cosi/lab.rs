@@ -3,6 +3,7 @@
 //! virtual clock, converges the sidecar after each, and gathers the
 //! observations, snapshot and history the checks and reports read.
 
+use std::borrow::Borrow as _;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use drivelab_fakes::cosi_sidecar::{
     CosiSidecar, DriverOp, DriverReply, DriverRequest, Exchange, Reconcile, S3Credentials, Target,
 };
 use drivelab_fakes::gate::Gate;
-use drivelab_fakes::history::{Component, EventKind, History};
+use drivelab_fakes::history::{Component, EventKind, Events, History};
 use drivelab_fakes::json::{bool_at, str_at};
 use drivelab_fakes::kube::{Grant, Kind, KubeFake, Stored};
 use drivelab_fakes::s3::{S3Config, S3Probe};
@@ -1916,12 +1917,12 @@ async fn start_driver(
 
 /// The calls in `events` the lab fired a fault on (of kind `only`, if given).
 fn faulted_calls(
-    events: &[drivelab_fakes::history::Event],
+    events: impl Events,
     only: Option<&str>,
 ) -> std::collections::BTreeSet<drivelab_fakes::history::CallId> {
     events
-        .iter()
-        .filter_map(|e| match &e.kind {
+        .into_iter()
+        .filter_map(|e| match &e.borrow().kind {
             EventKind::Fault {
                 call: Some(id),
                 fault,
@@ -1934,7 +1935,7 @@ fn faulted_calls(
 
 /// The buckets whose creation by the driver the lab answered with an injected
 /// 409 (see [`Observations::said_taken`]).
-fn said_taken(events: &[drivelab_fakes::history::Event]) -> std::collections::BTreeSet<String> {
+fn said_taken(events: impl Events) -> std::collections::BTreeSet<String> {
     use drivelab_fakes::history::Outcome;
     let faulted = faulted_calls(events, Some("error"));
     drivelab_fakes::history::calls_where(events, |id| faulted.contains(&id))
@@ -1951,7 +1952,7 @@ fn said_taken(events: &[drivelab_fakes::history::Event]) -> std::collections::BT
 }
 
 /// Whether the lab fired a fault on a call the driver made, among `events`.
-fn driver_call_faulted(events: &[drivelab_fakes::history::Event]) -> bool {
+fn driver_call_faulted(events: impl Events) -> bool {
     let faulted = faulted_calls(events, None);
     drivelab_fakes::history::calls_where(events, |id| faulted.contains(&id))
         .iter()

@@ -153,7 +153,7 @@ pub struct CsiObservations {
 
 impl CsiObservations {
     /// The calls, from the run's history (what a record is judged with).
-    pub fn with_history(mut self, events: &[drivelab_fakes::history::Event]) -> Self {
+    pub fn with_history(mut self, events: impl drivelab_fakes::history::Events) -> Self {
         self.calls = drivelab_fakes::history::calls(events);
         self
     }

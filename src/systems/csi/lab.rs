@@ -1477,7 +1477,7 @@ impl CsiLab {
 
 /// Attach throughput and latency, from the history: every attacher
 /// ControllerPublishVolume of a volume on a node, from its first try to its OK.
-fn attach_figures(events: &[drivelab_fakes::history::Event]) -> Vec<String> {
+fn attach_figures(events: &drivelab_fakes::history::EventLog) -> Vec<String> {
     use drivelab_fakes::clock::VTime;
     use drivelab_fakes::history::EventKind as K;
     let mut replies: BTreeMap<u64, (u64, bool)> = BTreeMap::new();

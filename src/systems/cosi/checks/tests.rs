@@ -595,7 +595,7 @@ fn a_sealed_record_is_judged_as_the_observations_are() {
             require_exercised: vec![],
             observed: Observed::Cosi(Box::new(obs)),
         };
-        let (text, sealed) = record.seal_and_judge(&[]).unwrap();
+        let (text, sealed) = record.seal_and_judge(&Default::default()).unwrap();
         let text = text.text();
         assert_eq!(direct, sealed);
         assert!(!text.contains("secret-one-aaaaaaaa"), "{text}");

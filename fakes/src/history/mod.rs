@@ -2,11 +2,34 @@
 //! every step and note, stamped with virtual time. Checks, snapshots and
 //! reports read it; nothing re-runs to explain itself.
 
+use std::borrow::Borrow;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{SimClock, VTime};
+
+mod log;
+pub use log::{EventLog, Iter};
+
+/// Events to read in order: a slice or vector of them, or an [`EventLog`]
+/// (decoded as read). `Copy`, so a reader may pass over them twice.
+pub trait Events: IntoIterator<Item = Self::Each> + Copy {
+    /// One event, borrowed from a slice or decoded from a log.
+    type Each: Borrow<Event>;
+}
+
+impl<'a> Events for &'a [Event] {
+    type Each = &'a Event;
+}
+
+impl<'a> Events for &'a Vec<Event> {
+    type Each = &'a Event;
+}
+
+impl<'a> Events for &'a EventLog {
+    type Each = Event;
+}
 
 /// A participant in the lab, as named in histories, faults and partitions.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -49,6 +72,27 @@ pub enum Component {
 }
 
 impl Component {
+    /// Every component, each at its own discriminant (how an event log holds one).
+    pub const ALL: [Component; 17] = [
+        Component::Lab,
+        Component::Sidecar,
+        Component::Driver,
+        Component::S3,
+        Component::S3Admin,
+        Component::Kube,
+        Component::Workload,
+        Component::Director,
+        Component::Cpi,
+        Component::Agent,
+        Component::CsiProvisioner,
+        Component::CsiAttacher,
+        Component::Kubelet,
+        Component::Mounts,
+        Component::CsiSnapshotter,
+        Component::CsiSnapshotMetadata,
+        Component::BackupClient,
+    ];
+
     /// The name used in scenario files and reports.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -160,7 +204,7 @@ pub struct Event {
 
 #[derive(Default, Debug)]
 struct Inner {
-    events: Vec<Event>,
+    events: EventLog,
     /// Events moved out by [`History::take_events`]: `events[0]` is event `taken`.
     taken: usize,
     next_call: u64,
@@ -196,7 +240,7 @@ impl History {
 
     fn push(&self, inner: &mut Inner, kind: EventKind) -> u64 {
         let seq = (inner.taken + inner.events.len()) as u64;
-        inner.events.push(Event {
+        inner.events.push(&Event {
             seq,
             at: self.clock.now(),
             kind,
@@ -247,15 +291,13 @@ impl History {
     pub fn has_reply(&self, id: CallId) -> bool {
         self.lock()
             .events
-            .iter()
-            .rev()
-            .any(|e| matches!(&e.kind, EventKind::Reply { id: r, .. } if *r == id))
+            .rev_any(|e| matches!(&e.kind, EventKind::Reply { id: r, .. } if *r == id))
     }
 
     /// A copy of every event so far, in order (after [`History::take_events`]:
     /// those recorded since).
     pub fn events(&self) -> Vec<Event> {
-        self.lock().events.clone()
+        self.lock().events.to_vec()
     }
 
     /// Every event so far, moved out rather than copied: a run's end hands its
@@ -263,7 +305,7 @@ impl History {
     /// keep their sequence numbers; `len` and `events_from` still count from
     /// the first event ever recorded; `events`, `events_from` and `has_reply`
     /// see only the events recorded after this.
-    pub fn take_events(&self) -> Vec<Event> {
+    pub fn take_events(&self) -> EventLog {
         let mut g = self.lock();
         let events = std::mem::take(&mut g.events);
         g.taken += events.len();
@@ -275,10 +317,7 @@ impl History {
     /// returned.
     pub fn events_from(&self, from: usize) -> Vec<Event> {
         let g = self.lock();
-        g.events
-            .get(from.saturating_sub(g.taken)..)
-            .map(<[Event]>::to_vec)
-            .unwrap_or_default()
+        g.events.iter_from(from.saturating_sub(g.taken)).collect()
     }
 
     /// Number of events so far.
@@ -319,18 +358,19 @@ pub struct CallRecord {
     pub outcome: Option<Outcome>,
 }
 
-/// Pair every call in `events` with its reply.
-pub fn calls(events: &[Event]) -> Vec<CallRecord> {
+/// Pair every call in `events` (a slice of events or an [`EventLog`]) with its reply.
+pub fn calls(events: impl Events) -> Vec<CallRecord> {
     calls_where(events, |_| true)
 }
 
 /// [`calls`], of only the calls `keep` accepts by id: a question about a few
 /// calls (the faulted ones) at the end of a run copies those, not all of a
 /// history's millions.
-pub fn calls_where(events: &[Event], keep: impl Fn(CallId) -> bool) -> Vec<CallRecord> {
+pub fn calls_where(events: impl Events, keep: impl Fn(CallId) -> bool) -> Vec<CallRecord> {
     let mut out: Vec<CallRecord> = Vec::new();
     let mut index = std::collections::HashMap::new();
     for e in events {
+        let e = e.borrow();
         match &e.kind {
             EventKind::Call {
                 id,
