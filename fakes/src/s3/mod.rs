@@ -450,17 +450,24 @@ impl S3Fake {
 
     /// Every canned policy, sorted by name.
     pub fn policies(&self) -> Vec<PolicyView> {
-        let ps = self.inner.state.policies().unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "s3 fake: reading policies failed");
-            vec![]
-        });
-        ps.into_iter()
-            .map(|(name, p)| PolicyView {
+        self.policies_as(|p| p)
+    }
+
+    /// Every canned policy, sorted by name, as `view` makes it of each: one
+    /// document's tree is held at a time, not all of them.
+    pub fn policies_as<T>(&self, mut view: impl FnMut(PolicyView) -> T) -> Vec<T> {
+        let mut out = Vec::new();
+        let read = self.inner.state.each_policy(|name, p| {
+            out.push(view(PolicyView {
                 name,
                 document: p.document,
                 builtin: p.builtin,
-            })
-            .collect()
+            }))
+        });
+        read.map(|()| out).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "s3 fake: reading policies failed");
+            vec![]
+        })
     }
 
     /// Every bucket with its object keys, sorted.

@@ -202,6 +202,19 @@ impl State {
     pub fn policies(&self) -> Result<Vec<(String, PolicyRec)>, StoreError> {
         Ok(strip(POLICY, self.store.scan_json(POLICY)?))
     }
+    /// Every policy, by name, each decoded only as `f` takes it: a document's
+    /// tree is several times its text, and all of them at once were the
+    /// largest thing at the end of a 10⁵-grant run.
+    pub fn each_policy(&self, mut f: impl FnMut(String, PolicyRec)) -> Result<(), StoreError> {
+        for (key, bytes) in self.store.scan(POLICY)? {
+            let rec = serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
+                key: key.clone(),
+                source,
+            })?;
+            f(key[POLICY.len()..].to_string(), rec);
+        }
+        Ok(())
+    }
 
     pub fn bucket(&self, name: &str) -> Result<Option<BucketRec>, StoreError> {
         self.store.get_json(&format!("{BUCKET}{name}"))

@@ -1249,8 +1249,12 @@ impl Lab {
     }
 
     fn backend(&self) -> BackendState {
-        // Decoded once: each read decodes every policy document from the store.
-        let policies = self.fakes.s3().policies();
+        // Decoded once (each read decodes every policy document from the
+        // store), and each document kept as its text as soon as it is read.
+        let policies = self
+            .fakes
+            .s3()
+            .policies_as(|p| (p.name, p.builtin, PolicyDoc::from(p.document)));
         BackendState {
             users: self
                 .fakes
@@ -1261,12 +1265,12 @@ impl Lab {
                 .collect(),
             builtin_policies: policies
                 .iter()
-                .filter(|p| p.builtin)
-                .map(|p| p.name.clone())
+                .filter(|(_, builtin, _)| *builtin)
+                .map(|(name, _, _)| name.clone())
                 .collect(),
             policies: policies
                 .into_iter()
-                .map(|p| (p.name, p.document.into()))
+                .map(|(name, _, doc)| (name, doc))
                 .collect(),
             buckets: self
                 .fakes
