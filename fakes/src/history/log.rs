@@ -1,7 +1,8 @@
 //! A run's events held encoded, a few bytes each, and decoded as they are
 //! read. As `Event` values the history was ~4.6 KB a grant at 10⁵ grants
 //! (padding, a heap string per name, a vector grown by doubling); the
-//! operation and code names repeat, so they are held once and referred to.
+//! operation and code names repeat, so they are held once and referred to,
+//! and a full chunk is LZ4-packed (a grant's calls repeat its names).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,9 +12,13 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::{CallId, Component, Event, EventKind, Outcome};
 use crate::clock::VTime;
 
-/// A chunk is closed once it holds this many bytes: the log grows by chunks,
-/// never by copying what it holds into a buffer twice the size.
+/// A chunk is closed and packed once it holds this many bytes: the log grows
+/// by chunks, never by copying what it holds into a buffer twice the size.
+#[cfg(not(test))]
 const CHUNK: usize = 1 << 18;
+/// Small in tests, so the proptest's logs span packed chunks.
+#[cfg(test)]
+const CHUNK: usize = 512;
 /// Every this many events, where the event starts is kept, so reading from
 /// an index decodes at most this many events it does not return.
 const MARK_EVERY: usize = 64;
@@ -22,12 +27,34 @@ const MARK_EVERY: usize = 64;
 /// event afresh; two logs are equal when their events are.
 #[derive(Clone, Default)]
 pub struct EventLog {
-    chunks: Vec<Vec<u8>>,
+    /// Full chunks, packed. Each chunk's first event is encoded against the
+    /// default state, so a chunk decodes on its own.
+    packed: Vec<Packed>,
+    /// The chunk being filled (chunk number `packed.len()`).
+    open: Vec<u8>,
+    /// The index of each chunk's first event.
+    starts: Vec<usize>,
     marks: Vec<Mark>,
     len: usize,
     names: Names,
     /// The decoder's state after the last event.
     last: State,
+}
+
+/// A full chunk: an LZ4 block, and how long it is unpacked.
+#[derive(Clone)]
+struct Packed {
+    block: Box<[u8]>,
+    len: usize,
+}
+
+impl Packed {
+    fn of(chunk: &[u8]) -> Packed {
+        Packed {
+            block: lz4_flex::block::compress(chunk).into(),
+            len: chunk.len(),
+        }
+    }
 }
 
 /// Where event `k × MARK_EVERY` starts, and the decoder's state there.
@@ -93,28 +120,29 @@ impl EventLog {
         self.len == 0
     }
 
-    /// Bytes the encoded events take (not counting the names).
+    /// Bytes the encoded events take, packed where packed (not counting the names).
     pub fn encoded_len(&self) -> usize {
-        self.chunks.iter().map(Vec::len).sum()
+        self.packed.iter().map(|p| p.block.len()).sum::<usize>() + self.open.len()
     }
 
     /// Append an event.
     pub fn push(&mut self, e: &Event) {
-        if self.chunks.last().is_none_or(|c| c.len() >= CHUNK) {
-            // The first chunk grows as it fills: most runs are small.
-            let cap = if self.chunks.is_empty() { 0 } else { CHUNK };
-            self.chunks.push(Vec::with_capacity(cap));
+        if self.open.len() >= CHUNK {
+            let full = std::mem::replace(&mut self.open, Vec::with_capacity(CHUNK));
+            self.packed.push(Packed::of(&full));
+            self.last = State::default();
         }
-        let chunk = self.chunks.len() - 1;
-        let w = &mut self.chunks[chunk];
+        if self.starts.len() == self.packed.len() {
+            self.starts.push(self.len);
+        }
         if self.len % MARK_EVERY == 0 {
             self.marks.push(Mark {
-                chunk: chunk as u32,
-                offset: w.len() as u32,
+                chunk: self.packed.len() as u32,
+                offset: self.open.len() as u32,
                 state: self.last,
             });
         }
-        encode(w, &mut self.names, &mut self.last, e);
+        encode(&mut self.open, &mut self.names, &mut self.last, e);
         self.len += 1;
     }
 
@@ -128,28 +156,28 @@ impl EventLog {
         let Some(mark) = self.marks.get(from / MARK_EVERY) else {
             return Iter::empty(self);
         };
-        let mut it = Iter {
-            log: self,
-            chunk: mark.chunk as usize,
-            offset: mark.offset as usize,
-            left: self.len - (from / MARK_EVERY) * MARK_EVERY,
-            state: mark.state,
-        };
+        let mut it = Iter::at(
+            self,
+            mark.chunk as usize,
+            mark.offset as usize,
+            mark.state,
+            self.len - (from / MARK_EVERY) * MARK_EVERY,
+        );
         for _ in 0..from % MARK_EVERY {
             it.next();
         }
         it
     }
 
-    /// The events from the last one back, a block at a time: a question about
-    /// the recent past does not decode the whole log.
+    /// Whether any event satisfies `pred`, asked from the last one back a
+    /// chunk at a time: a question about the recent past does not decode the
+    /// whole log.
     pub fn rev_any(&self, mut pred: impl FnMut(&Event) -> bool) -> bool {
-        (0..self.marks.len()).rev().any(|block| {
-            let mut found = false;
-            for e in self.iter_from(block * MARK_EVERY).take(MARK_EVERY) {
-                found |= pred(&e);
-            }
-            found
+        (0..self.starts.len()).rev().any(|c| {
+            let end = self.starts.get(c + 1).copied().unwrap_or(self.len);
+            let chunk: Vec<Event> =
+                Iter::at(self, c, 0, State::default(), end - self.starts[c]).collect();
+            chunk.iter().rev().any(&mut pred)
         })
     }
 
@@ -166,26 +194,58 @@ pub struct Iter<'a> {
     offset: usize,
     left: usize,
     state: State,
+    /// The current chunk unpacked, when it is a packed one.
+    buf: Vec<u8>,
 }
 
 impl<'a> Iter<'a> {
     fn empty(log: &'a EventLog) -> Self {
-        Iter {
+        Self::at(log, 0, 0, State::default(), 0)
+    }
+
+    /// `left` events from `offset` in chunk `chunk`, where the decoder is in `state`.
+    fn at(log: &'a EventLog, chunk: usize, offset: usize, state: State, left: usize) -> Self {
+        let mut it = Iter {
             log,
-            chunk: 0,
-            offset: 0,
-            left: 0,
-            state: State::default(),
+            chunk,
+            offset,
+            left,
+            state,
+            buf: Vec::new(),
+        };
+        if left > 0 && it.unpack().is_none() {
+            debug_assert!(false, "an event log's chunk did not unpack");
+            it.left = 0;
         }
+        it
+    }
+
+    /// Unpack the current chunk if it is a packed one.
+    fn unpack(&mut self) -> Option<()> {
+        let Some(p) = self.log.packed.get(self.chunk) else {
+            return (self.chunk == self.log.packed.len()).then_some(());
+        };
+        self.buf.resize(p.len, 0);
+        let n = lz4_flex::block::decompress_into(&p.block, &mut self.buf).ok()?;
+        (n == p.len).then_some(())
     }
 
     fn decode(&mut self) -> Option<Event> {
-        let mut bytes = self.log.chunks.get(self.chunk)?.as_slice();
-        if self.offset >= bytes.len() {
+        let len = |it: &Self| match it.log.packed.get(it.chunk) {
+            Some(p) => p.len,
+            None => it.log.open.len(),
+        };
+        if self.offset >= len(self) {
             self.chunk += 1;
             self.offset = 0;
-            bytes = self.log.chunks.get(self.chunk)?.as_slice();
+            self.state = State::default();
+            self.unpack()?;
         }
+        let bytes: &[u8] = if self.chunk < self.log.packed.len() {
+            &self.buf
+        } else {
+            &self.log.open
+        };
         let mut r = Reader {
             bytes,
             at: self.offset,
@@ -553,6 +613,8 @@ mod tests {
             prop_assert_eq!(log.iter_from(from).len(), events.len().saturating_sub(from));
             let last = events.last().map(|e| e.seq);
             prop_assert_eq!(log.rev_any(|e| Some(e.seq) == last), last.is_some());
+            let some = |e: &Event| e.seq % 11 == from as u64 % 11;
+            prop_assert_eq!(log.rev_any(some), events.iter().any(some));
             let json = serde_json::to_string(&log).unwrap();
             prop_assert_eq!(&json, &serde_json::to_string(&events).unwrap());
             prop_assert_eq!(serde_json::from_str::<EventLog>(&json).unwrap(), log);
@@ -567,9 +629,9 @@ mod tests {
     }
 
     #[test]
-    fn a_long_log_spans_chunks_and_reads_back_across_them() {
-        let text = "x".repeat(1000);
-        let events: Vec<Event> = (0..(3 * CHUNK / 1000) as u64)
+    fn a_long_log_spans_packed_chunks_and_reads_back_across_them() {
+        let text = "x".repeat(100);
+        let events: Vec<Event> = (0..(3 * CHUNK / 100) as u64)
             .map(|seq| Event {
                 seq,
                 at: VTime(seq / 7),
@@ -580,7 +642,11 @@ mod tests {
             })
             .collect();
         let log = EventLog::from(events.clone());
-        assert!(log.chunks.len() >= 3, "{} chunks", log.chunks.len());
+        assert!(log.packed.len() >= 2, "{} packed chunks", log.packed.len());
+        // Repeated text packs to a fraction of itself.
+        for p in &log.packed {
+            assert!(p.block.len() < p.len / 4, "{} of {}", p.block.len(), p.len);
+        }
         assert_eq!(log.to_vec(), events);
         let from = events.len() - 5;
         assert_eq!(log.iter_from(from).collect::<Vec<_>>(), events[from..]);
