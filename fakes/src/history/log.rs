@@ -32,8 +32,6 @@ pub struct EventLog {
     packed: Vec<Packed>,
     /// The chunk being filled (chunk number `packed.len()`).
     open: Vec<u8>,
-    /// The index of each chunk's first event.
-    starts: Vec<usize>,
     marks: Vec<Mark>,
     len: usize,
     names: Names,
@@ -132,9 +130,6 @@ impl EventLog {
             self.packed.push(Packed::of(&full));
             self.last = State::default();
         }
-        if self.starts.len() == self.packed.len() {
-            self.starts.push(self.len);
-        }
         if self.len % MARK_EVERY == 0 {
             self.marks.push(Mark {
                 chunk: self.packed.len() as u32,
@@ -167,18 +162,6 @@ impl EventLog {
             it.next();
         }
         it
-    }
-
-    /// Whether any event satisfies `pred`, asked from the last one back a
-    /// chunk at a time: a question about the recent past does not decode the
-    /// whole log.
-    pub fn rev_any(&self, mut pred: impl FnMut(&Event) -> bool) -> bool {
-        (0..self.starts.len()).rev().any(|c| {
-            let end = self.starts.get(c + 1).copied().unwrap_or(self.len);
-            let chunk: Vec<Event> =
-                Iter::at(self, c, 0, State::default(), end - self.starts[c]).collect();
-            chunk.iter().rev().any(&mut pred)
-        })
     }
 
     /// Every event, decoded into one vector.
@@ -611,10 +594,6 @@ mod tests {
             let tail: Vec<Event> = log.iter_from(from).collect();
             prop_assert_eq!(tail, events.get(from..).unwrap_or_default().to_vec());
             prop_assert_eq!(log.iter_from(from).len(), events.len().saturating_sub(from));
-            let last = events.last().map(|e| e.seq);
-            prop_assert_eq!(log.rev_any(|e| Some(e.seq) == last), last.is_some());
-            let some = |e: &Event| e.seq % 11 == from as u64 % 11;
-            prop_assert_eq!(log.rev_any(some), events.iter().any(some));
             let json = serde_json::to_string(&log).unwrap();
             prop_assert_eq!(&json, &serde_json::to_string(&events).unwrap());
             prop_assert_eq!(serde_json::from_str::<EventLog>(&json).unwrap(), log);

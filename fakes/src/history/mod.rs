@@ -287,11 +287,13 @@ impl History {
             .collect()
     }
 
-    /// Whether a reply to `id` was recorded (scans back; used on rare fault paths).
+    /// Whether a reply to `id` was recorded: a call this history numbered
+    /// that is no longer open (only [`History::reply`] records a reply, and
+    /// it closes the call). A lookup, not a scan: a cut on a fault path asked
+    /// it of the whole history.
     pub fn has_reply(&self, id: CallId) -> bool {
-        self.lock()
-            .events
-            .rev_any(|e| matches!(&e.kind, EventKind::Reply { id: r, .. } if *r == id))
+        let inner = self.lock();
+        (1..=inner.next_call).contains(&id.0) && !inner.open.contains_key(&id)
     }
 
     /// A copy of every event so far, in order (after [`History::take_events`]:
@@ -303,8 +305,8 @@ impl History {
     /// Every event so far, moved out rather than copied: a run's end hands its
     /// history to the outcome, and the largest runs held it twice. Later events
     /// keep their sequence numbers; `len` and `events_from` still count from
-    /// the first event ever recorded; `events`, `events_from` and `has_reply`
-    /// see only the events recorded after this.
+    /// the first event ever recorded; `events` and `events_from` see only the
+    /// events recorded after this (`has_reply` still knows every call).
     pub fn take_events(&self) -> EventLog {
         let mut g = self.lock();
         let events = std::mem::take(&mut g.events);
@@ -430,6 +432,25 @@ mod tests {
         assert_eq!(after[0].seq, 2);
         assert_eq!(h.events_from(0).len(), 1, "taken events are not returned");
         assert!(h.events_from(3).is_empty());
+    }
+
+    #[test]
+    fn a_reply_is_known_once_recorded_and_only_for_calls_made() {
+        let h = History::new(SimClock::new());
+        let a = h.call(Component::Driver, Component::S3, "create_bucket", "b1");
+        let b = h.call(Component::Driver, Component::S3, "create_bucket", "b2");
+        h.reply(
+            a,
+            Outcome::NoReply {
+                reason: "cut".into(),
+            },
+        );
+        assert!(h.has_reply(a));
+        assert!(!h.has_reply(b), "still open");
+        assert!(!h.has_reply(CallId(b.0 + 1)), "never made");
+        assert!(!h.has_reply(CallId(0)), "never made");
+        h.take_events();
+        assert!(h.has_reply(a), "known after the events were taken");
     }
 
     #[test]
