@@ -115,6 +115,19 @@ pub trait StoreExt: Store {
             .map(|(k, v)| decode(k, &v))
             .collect()
     }
+    /// [`StoreExt::scan_json`], each value handed to `f` as it is decoded, so
+    /// only one is held at a time (a decoded tree is several times its bytes).
+    fn each_json<T: DeserializeOwned>(
+        &self,
+        prefix: &str,
+        mut f: impl FnMut(String, T),
+    ) -> Result<(), StoreError> {
+        for (k, v) in self.scan(prefix)? {
+            let (k, t) = decode(k, &v)?;
+            f(k, t);
+        }
+        Ok(())
+    }
 }
 
 impl<S: Store + ?Sized> StoreExt for S {}

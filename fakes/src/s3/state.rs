@@ -206,14 +206,8 @@ impl State {
     /// tree is several times its text, and all of them at once were the
     /// largest thing at the end of a 10⁵-grant run.
     pub fn each_policy(&self, mut f: impl FnMut(String, PolicyRec)) -> Result<(), StoreError> {
-        for (key, bytes) in self.store.scan(POLICY)? {
-            let rec = serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
-                key: key.clone(),
-                source,
-            })?;
-            f(key[POLICY.len()..].to_string(), rec);
-        }
-        Ok(())
+        self.store
+            .each_json(POLICY, |key, rec| f(key[POLICY.len()..].to_string(), rec))
     }
 
     pub fn bucket(&self, name: &str) -> Result<Option<BucketRec>, StoreError> {
