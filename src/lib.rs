@@ -14,6 +14,7 @@ pub mod explore;
 pub mod logcap;
 pub mod outcome;
 pub mod packed;
+pub mod phases;
 pub mod prefixed;
 pub mod report;
 pub mod runs;

@@ -195,6 +195,7 @@ async fn run_growth(name: &str, text: &str, n: usize, every_step: bool) -> anyho
         ..Default::default()
     };
     let out = engine::run(&scn, &opts).await?;
+    drivelab::phases::phase("run returned");
     let wall = t0.elapsed().as_secs_f64();
     Ok(json!({
         "n": n,

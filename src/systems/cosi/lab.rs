@@ -1439,19 +1439,23 @@ impl Lab {
     ) -> anyhow::Result<(RunOutcome, BTreeMap<String, Secret>)> {
         // Faults off, partitions healed: does everything converge now?
         self.hook.disarm_all();
+        crate::phases::phase("steps done");
         self.history.record(EventKind::Step {
             index: scn.steps.len(),
             name: "final convergence (faults healed)".into(),
         });
         self.drain(self.converge_within).await?;
+        crate::phases::phase("final convergence");
         let stuck = self.stuck();
         self.observe_backend();
         let backend = self.backend();
+        crate::phases::phase("backend read");
         // Each object viewed one at a time: the fake may hold it as text,
         // and decoding every one at once held all their trees together.
         let objects = kube_objects(&self.kube(), &mut snapshot::Seen::default())?;
         let live = self.live_accesses(&objects.accesses, &objects.credential_secrets);
         let checkpoints = self.checkpoints()?;
+        crate::phases::phase("views, live accesses, checkpoints");
 
         // The snapshot first: probes below write objects, which are not the driver's doing.
         // What the per-step snapshots kept is of no use from here on.
@@ -1476,6 +1480,7 @@ impl Lab {
             .map(|b| (b.view.name().to_string(), b.view.bucket_id.to_string()))
             .collect();
         let ready_claims = ready_claims(&objects.claims, &bucket_objects);
+        crate::phases::phase("checkpoint text");
         let snapshot = snapshot::render(
             &SnapshotInput {
                 objects,
@@ -1488,12 +1493,14 @@ impl Lab {
             // Nothing kept: the objects are read afresh after the last step.
             &mut snapshot::Kept::default(),
         );
+        crate::phases::phase("final snapshot");
 
         // Moved out for the probes to read; any the sidecar records meanwhile
         // join them after.
         let mut exchanges: Vec<Exchange> = self.sidecar.take_exchanges();
         let probes = self.probe_all(&live, &exchanges).await;
         exchanges.extend(self.sidecar.take_exchanges());
+        crate::phases::phase("probes");
         let handed_out = handed_out(&exchanges);
         let secrets = self.run_secrets(&backend, &exchanges, &live);
         // The record observes the backend again, after the probes' writes.
@@ -1502,6 +1509,7 @@ impl Lab {
         // has none). Read before the history: it notes what it held back of a flood.
         let driver_output = self.driver.output();
         let history = self.history.take_events();
+        crate::phases::phase("history taken");
         // What reports write: ids labelled like the snapshot, so two runs diff cleanly.
         // Keys of accesses gone by the end appear only in the history: label them
         // in exchange order (deterministic by seed).
@@ -1532,6 +1540,7 @@ impl Lab {
         // Its labels and automaton are of no use once the history is
         // labelled, and would be held through the seal, the run's peak.
         drop(norm);
+        crate::phases::phase("history labelled, leak scan");
         let secret_shapes = checks::lifecycle::secret_shapes(&exchanges);
         let obs = Observations {
             exchanges,
@@ -1555,6 +1564,7 @@ impl Lab {
         };
         let (record, verdicts) =
             Record::new(scn, Observed::Cosi(Box::new(obs))).seal_and_judge(&history)?;
+        crate::phases::phase("sealed and judged");
         let outcome = RunOutcome {
             scenario: scn.name.clone(),
             path: scn.path.clone(),
