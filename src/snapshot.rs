@@ -113,6 +113,71 @@ impl PairBits {
     }
 }
 
+/// A snapshot's raw text as it is written: whole lines, held in pieces of
+/// about [`RawText::PIECE`] bytes, so that [`Normalizer::relabel`] can drop
+/// each piece of the last snapshot once it is relabelled (held whole beside
+/// its relabelled copy, the raw text was a fifth of a 10⁵-grant run's end).
+/// A piece is cut only after a newline, so its lines are the text's lines.
+#[derive(Default)]
+pub struct RawText {
+    pieces: Vec<String>,
+    len: usize,
+}
+
+impl RawText {
+    const PIECE: usize = 64 * 1024;
+
+    /// Append `s` (a piece is cut only where what it holds ends a line).
+    pub fn push_str(&mut self, s: &str) {
+        match self.pieces.last_mut() {
+            Some(p) if p.len() < Self::PIECE || !p.ends_with('\n') => p.push_str(s),
+            _ => {
+                let mut p = String::with_capacity(Self::PIECE.max(s.len()) + 4096);
+                p.push_str(s);
+                self.pieces.push(p);
+            }
+        }
+        self.len += s.len();
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its lines, each with its newline (the last one may have none).
+    fn lines(&self) -> impl Iterator<Item = &str> {
+        self.pieces.iter().flat_map(|p| p.split_inclusive('\n'))
+    }
+
+    /// The whole text.
+    fn concat(&self) -> String {
+        self.pieces.concat()
+    }
+}
+
+impl From<&str> for RawText {
+    fn from(text: &str) -> Self {
+        let mut raw = RawText::default();
+        for line in text.split_inclusive('\n') {
+            raw.push_str(line);
+        }
+        raw
+    }
+}
+
+impl std::fmt::Write for RawText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.push_str(s);
+        Ok(())
+    }
+}
+
 /// A searcher for where any of `values` occurs. Leftmost-first, because only
 /// a leftmost match kind lets aho-corasick use its SIMD prefilter (Teddy)
 /// for a few patterns: most of a snapshot's bytes are hex, which defeats
@@ -376,33 +441,50 @@ impl Normalizer {
     }
 
     /// [`Normalizer::text_all`] of a text much like the last one given here,
-    /// line by line: a line given last time is not relabelled again unless a
-    /// value labelled since occurs in it. The result is `text_all`'s, byte
-    /// for byte (a test checks it); a snapshot taken after every step pays
-    /// for what the step changed, not for the whole state again.
+    /// line by line: see [`Normalizer::relabel`] (which takes the text as a
+    /// snapshot writes it).
     pub fn text_all_lines(&mut self, text: &str) -> String {
+        self.relabel(RawText::from(text))
+    }
+
+    /// [`Normalizer::text_all`] of a snapshot's raw text, line by line: a
+    /// line given last time is not relabelled again unless a value labelled
+    /// since occurs in it. The result is `text_all`'s of the whole text, byte
+    /// for byte (a test checks it); a snapshot taken after every step pays
+    /// for what the step changed, not for the whole state again. After
+    /// [`Normalizer::forget_lines`], each raw piece is dropped once relabelled.
+    pub fn relabel(&mut self, raw: RawText) -> String {
         let start = self.log.len();
         // The end of a snapshot: kept texts it did not ask for go.
         self.settle_texts(true);
-        if self.multiline || self.keep_none {
+        let out = if self.multiline {
             self.lines = None;
-            let out = if self.multiline {
-                self.text_all(text)
-            } else {
-                // Nothing is kept, but a line at a time all the same: the
-                // whole text relabelled once and then hex-labelled again held
-                // two copies beside the raw one (+120 MiB at 10⁵ grants).
-                let (known, mut scratch) = (self.frozen_matchers(), String::new());
-                let mut out = String::with_capacity(text.len());
-                for line in text.split_inclusive('\n') {
+            self.text_all(&raw.concat())
+        } else if self.keep_none {
+            // Nothing is kept, but a line at a time all the same: the whole
+            // text relabelled once and then hex-labelled again held two
+            // copies beside the raw one (+120 MiB at 10⁵ grants); the raw
+            // text held whole beside the relabelled one was another.
+            self.lines = None;
+            let (known, mut scratch) = (self.frozen_matchers(), String::new());
+            let mut out = String::with_capacity(raw.len());
+            for piece in raw.pieces {
+                for line in piece.split_inclusive('\n') {
                     self.line_all(&known, line, &mut scratch, &mut out);
                 }
-                out
-            };
-            self.log.drain(..start);
-            self.log_base += start;
-            return out;
-        }
+            }
+            out
+        } else {
+            self.relabel_kept_lines(&raw)
+        };
+        // Every kept line and text was relabelled knowing these.
+        self.log.drain(..start);
+        self.log_base += start;
+        out
+    }
+
+    /// [`Normalizer::relabel`] keeping each line relabelled for the next call.
+    fn relabel_kept_lines(&mut self, raw: &RawText) -> String {
         let mut memo = self.lines.take().unwrap_or_default();
         let since: Vec<(PairBits, Box<str>)> = (self.log.iter())
             .map(|v| (PairBits::of(v), v.clone()))
@@ -417,9 +499,9 @@ impl Normalizer {
         self.lines = Some(memo);
         let known = self.frozen_matchers();
         let mut lines = LineMap::with_capacity_and_hasher(kept.len() + 16, Default::default());
-        let mut out = String::with_capacity(text.len());
+        let mut out = String::with_capacity(raw.len());
         let mut rewritten = String::new();
-        for line in text.split_inclusive('\n') {
+        for line in raw.lines() {
             if let Some((l, _)) = lines.get(line) {
                 out.push_str(l);
                 continue;
@@ -438,9 +520,6 @@ impl Normalizer {
         if let Some(memo) = &mut self.lines {
             memo.lines = lines;
         }
-        // Every kept line and text was relabelled knowing these.
-        self.log.drain(..start);
-        self.log_base += start;
         out
     }
 
@@ -1053,6 +1132,47 @@ mod tests {
         assert_eq!(got, fresh().text_all(text));
         assert!(got.contains("<hex-1> and x0123456789abcdef0123"), "{got}");
         assert!(got.contains("<hex-2> end"), "{got}");
+    }
+
+    /// A snapshot longer than a piece, written in pieces of many lines: its
+    /// lines are the text's, and relabelled they are the whole text
+    /// relabelled, kept or not (hex runs labelled in one piece are known
+    /// in the next).
+    #[test]
+    fn a_text_written_in_pieces_relabels_as_the_whole_text() {
+        use std::fmt::Write as _;
+        let mut text = String::new();
+        for i in 0..6_000usize {
+            let _ = writeln!(
+                text,
+                "line {i}: uid-{} key {:020x} again {:020x}",
+                i % 7,
+                i * 7919,
+                i.saturating_sub(1) * 7919
+            );
+        }
+        text.push_str("no newline at the end");
+        let raw = RawText::from(text.as_str());
+        assert!(raw.pieces.len() >= 3, "{} pieces", raw.pieces.len());
+        let cut = &raw.pieces[..raw.pieces.len() - 1];
+        assert!(cut.iter().all(|p| p.ends_with('\n')));
+        assert_eq!(raw.len(), text.len());
+        assert!(raw.lines().eq(text.split_inclusive('\n')));
+
+        let fresh = || {
+            let mut n = Normalizer::default();
+            for u in 0..7 {
+                n.id("uid", &format!("uid-{u}"));
+            }
+            n
+        };
+        let want = fresh().text_all(&text);
+        let mut last = fresh();
+        last.forget_lines();
+        assert_eq!(last.relabel(RawText::from(text.as_str())), want);
+        let mut kept = fresh();
+        assert_eq!(kept.relabel(RawText::from(text.as_str())), want);
+        assert_eq!(kept.relabel(RawText::from(text.as_str())), want);
     }
 
     proptest::proptest! {

@@ -1490,8 +1490,9 @@ impl Lab {
                 lab_buckets: &lab_buckets,
             },
             &mut norm,
-            // Nothing kept: the objects are read afresh after the last step.
-            &mut snapshot::Kept::default(),
+            // Nothing kept: the objects were read afresh after the last
+            // step, and no snapshot follows.
+            &mut snapshot::Kept::last(),
         );
         crate::phases::phase("final snapshot");
 

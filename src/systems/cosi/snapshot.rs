@@ -12,7 +12,7 @@ use drivelab_fakes::secret::Secret;
 use serde_json::Value;
 
 use super::checks::{BackendState, UserState};
-use crate::snapshot::Normalizer;
+use crate::snapshot::{Normalizer, RawText};
 use drivelab_fakes::s3::ChangedNames;
 
 mod views;
@@ -222,7 +222,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
         }
     }
 
-    let mut out = String::new();
+    let mut out = RawText::default();
     let _ = writeln!(out, "claims:");
     lines(&mut out, &input.objects.claims, norm);
     let _ = writeln!(out, "buckets (objects):");
@@ -232,12 +232,9 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
     let _ = writeln!(out, "credential secrets:");
     for sec in sorted(&input.objects.credential_secrets, |sec| &sec.key, norm) {
         // The secret's label is the same each time (the walk above gave it one).
-        out.push_str(
-            kept.objects
-                .get(Section::CredentialSecret, &sec.object, || {
-                    credential_secret_line(&sec.key, sec.info.as_deref(), norm)
-                }),
-        );
+        out.push_str(&kept.line(Section::CredentialSecret, &sec.object, || {
+            credential_secret_line(&sec.key, sec.info.as_deref(), norm)
+        }));
     }
     let _ = writeln!(out, "backend users:");
     let mut users: Vec<String> = input
@@ -257,7 +254,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
         })
         .collect();
     users.sort();
-    out.extend(users.into_iter().map(|l| l + "\n"));
+    push_lines(&mut out, users);
     let _ = writeln!(out, "backend policies:");
     // A policy's summary is made again only when it was written since.
     let written = |name: &String| changed.is_none_or(|c| c.policies.contains(name));
@@ -273,10 +270,12 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
             norm.text_kept(name),
             norm.text_kept(&summary)
         ));
-        kept.policies.insert(name.clone(), summary);
+        if !kept.last {
+            kept.policies.insert(name.clone(), summary);
+        }
     }
     pols.sort();
-    out.extend(pols.into_iter().map(|l| l + "\n"));
+    push_lines(&mut out, pols);
     let _ = writeln!(out, "backend buckets:");
     let mut bks: Vec<String> = input
         .backend
@@ -296,7 +295,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
         })
         .collect();
     bks.sort();
-    out.extend(bks.into_iter().map(|l| l + "\n"));
+    push_lines(&mut out, bks);
     let _ = writeln!(out, "driver checkpoints:");
     // A checkpoint's digests and secrets were labelled when it was first
     // shown: shown again unchanged, its line is the same.
@@ -304,18 +303,25 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
         .checkpoints
         .iter()
         .map(|(kind, o)| {
-            kept.objects
-                .get(Section::Checkpoint, o, || match o.tree() {
-                    Ok(o) => format!("  {kind} {}", checkpoint_line(&o, norm)),
-                    Err(e) => format!("  {kind} that does not decode as JSON: {e}"),
-                })
-                .to_string()
+            kept.line(Section::Checkpoint, o, || match o.tree() {
+                Ok(o) => format!("  {kind} {}", checkpoint_line(&o, norm)),
+                Err(e) => format!("  {kind} that does not decode as JSON: {e}"),
+            })
+            .into_owned()
         })
         .collect();
     cps.sort();
-    out.extend(cps.into_iter().map(|l| l + "\n"));
+    push_lines(&mut out, cps);
     kept.objects.forget_unused();
-    norm.text_all_lines(&out)
+    norm.relabel(out)
+}
+
+/// Append each line, with a newline, dropping each once written.
+fn push_lines(out: &mut RawText, lines: Vec<String>) {
+    for l in lines {
+        out.push_str(&l);
+        out.push_str("\n");
+    }
 }
 
 /// The line of one credentials Secret (with its newline).
@@ -355,6 +361,33 @@ pub struct Kept {
     objects: ByObject<String>,
     /// Policy name → its summary (before relabelling).
     policies: std::collections::HashMap<String, String>,
+    /// For a run's last snapshot: nothing is kept (no snapshot follows,
+    /// and its lines kept beside the text were a copy of most of it).
+    last: bool,
+}
+
+impl Kept {
+    /// For a run's last snapshot, which keeps nothing.
+    pub fn last() -> Self {
+        Self {
+            last: true,
+            ..Self::default()
+        }
+    }
+
+    /// The line made of `obj` in `section`: kept from the last snapshot, or
+    /// made by `make` (and kept, unless this is the last snapshot).
+    fn line(
+        &mut self,
+        section: Section,
+        obj: &Stored,
+        make: impl FnOnce() -> String,
+    ) -> std::borrow::Cow<'_, str> {
+        if self.last {
+            return make().into();
+        }
+        self.objects.get(section, obj, make).as_str().into()
+    }
 }
 
 /// Something made from each kube object a snapshot reads, kept while the
@@ -407,7 +440,7 @@ fn sorted<'o, T>(objs: &'o [T], key: impl Fn(&T) -> &str, norm: &mut Normalizer)
 }
 
 /// Each object's line, in the order of their relabelled keys.
-fn lines<V: View>(out: &mut String, objs: &[Viewed<V>], norm: &mut Normalizer) {
+fn lines<V: View>(out: &mut RawText, objs: &[Viewed<V>], norm: &mut Normalizer) {
     for o in sorted(objs, |o| o.view.key(), norm) {
         out.push_str(o.view.line());
     }
@@ -718,6 +751,20 @@ mod tests {
                 &mut Seen::default(),
             );
             assert_eq!(got, want, "step {i}");
+            // The run's last snapshot keeps nothing and shows the same.
+            let mut last = Normalizer::default();
+            last.forget_lines();
+            let (mut kept_none, mut seen_none) = (Kept::last(), Seen::default());
+            let shown = render_step(claim, accesses, &mut last, &mut kept_none, &mut seen_none);
+            let fresh = render_step(
+                claim,
+                accesses,
+                &mut Normalizer::default(),
+                &mut Kept::default(),
+                &mut Seen::default(),
+            );
+            assert_eq!(shown, fresh, "step {i}, as the last snapshot");
+            assert!(kept_none.objects.kept.is_empty() && kept_none.policies.is_empty());
         }
         // Only the last snapshot's objects are kept: the claim, a2 and its
         // Secret (its line and its BucketInfo), the checkpoint.
