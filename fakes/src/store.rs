@@ -224,6 +224,9 @@ pub struct MemStore {
     map: Mutex<BTreeMap<String, Entry>>,
 }
 
+/// What a [`MemStore`] held, taken out of it by [`MemStore::take`].
+pub struct MemEntries(#[allow(dead_code)] BTreeMap<String, Entry>);
+
 /// A value as a [`MemStore`] holds it: bytes as written, or a JSON tree or
 /// text shared with the fake that wrote it. The kube fake keeps a decoded copy of
 /// every object; as bytes beside it, a 10⁵-grant run held each object twice
@@ -246,6 +249,12 @@ impl Entry {
 }
 
 impl MemStore {
+    /// Every entry, taken out: the store is as new, and the caller drops
+    /// them where it likes (see the lab's `FakeSet::release`).
+    pub fn take(&self) -> MemEntries {
+        MemEntries(std::mem::take(&mut *self.lock()))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }

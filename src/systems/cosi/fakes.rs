@@ -18,9 +18,9 @@ use drivelab_fakes::tls::TlsIdentity;
 /// The S3 server (data plane + admin API) and the Kubernetes API of one run.
 pub struct FakeSet {
     /// The S3 fake's state; a restarted fake is rebuilt from it.
-    s3_store: Arc<dyn Store>,
+    s3_store: Arc<MemStore>,
     /// The Kubernetes fake's state; likewise.
-    kube_store: Arc<dyn Store>,
+    kube_store: Arc<MemStore>,
     s3_config: S3Config,
     kube_seed: u64,
     s3_gate: Gate,
@@ -68,8 +68,8 @@ impl FakeSet {
         // In memory: every restart the lab does is in-process, so the state
         // only has to outlive the fake, not the process (and a store per run
         // on disk was a sled database opened and torn down per explored case).
-        let s3_store: Arc<dyn Store> = Arc::new(MemStore::default());
-        let kube_store: Arc<dyn Store> = Arc::new(MemStore::default());
+        let s3_store = Arc::new(MemStore::default());
+        let kube_store = Arc::new(MemStore::default());
         let s3 = Self::new_s3(&s3_store, &s3_config, &s3_gate)?;
         let kube_access = Access::default();
         let kube = Self::new_kube(&kube_store, kube_seed, &kube_gate, &kube_access)?;
@@ -100,18 +100,20 @@ impl FakeSet {
         }))
     }
 
-    fn new_s3(store: &Arc<dyn Store>, config: &S3Config, gate: &Gate) -> anyhow::Result<S3Fake> {
-        S3Fake::new(store.clone(), gate.clone(), config.clone())
+    fn new_s3(store: &Arc<MemStore>, config: &S3Config, gate: &Gate) -> anyhow::Result<S3Fake> {
+        let store: Arc<dyn Store> = store.clone();
+        S3Fake::new(store, gate.clone(), config.clone())
             .map_err(|e| anyhow!("starting the S3 fake: {e}"))
     }
 
     fn new_kube(
-        store: &Arc<dyn Store>,
+        store: &Arc<MemStore>,
         seed: u64,
         gate: &Gate,
         access: &Access,
     ) -> anyhow::Result<KubeFake> {
-        KubeFake::with_access(store.clone(), gate.clone(), seed, access.clone())
+        let store: Arc<dyn Store> = store.clone();
+        KubeFake::with_access(store, gate.clone(), seed, access.clone())
             .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))
     }
 
@@ -191,6 +193,39 @@ impl FakeSet {
             }
         }
     }
+
+    /// Stop both fakes and let go of what they hold: for the end of a run,
+    /// once everything it reads of them was read. Held until the lab
+    /// stopped, their state was two fifths of a 10⁴-grant run's peak, which
+    /// the end's labelling and judging (most of its time) need none of. What
+    /// is left is a fake of each over an empty store, not serving.
+    pub async fn release(&self) -> anyhow::Result<()> {
+        self.stop().await;
+        let stores = [self.s3_store.clone(), self.kube_store.clone()];
+        let taken: Vec<_> = stores.iter().map(|s| s.take()).collect();
+        let s3 = Self::new_s3(&self.s3_store, &self.s3_config, &self.s3_gate)?;
+        let kube = Self::new_kube(
+            &self.kube_store,
+            self.kube_seed,
+            &self.kube_gate,
+            &self.kube_access,
+        )?;
+        // The old instances are let go here, unless a reader still holds one.
+        let s3 = std::mem::replace(&mut *self.s3.write().unwrap_or_else(|p| p.into_inner()), s3);
+        let kube = std::mem::replace(
+            &mut *self.kube.write().unwrap_or_else(|p| p.into_inner()),
+            kube,
+        );
+        // Dropped on a runtime worker, where the requests that built them were
+        // served: freed there, their pages can go back to the OS (see
+        // crate::alloc::collect); freed from this thread, they stayed resident.
+        let freed = tokio::spawn(async move {
+            drop((taken, s3, kube));
+            crate::alloc::collect();
+        });
+        freed.await.context("letting go of the fakes' state")?;
+        Ok(())
+    }
 }
 
 /// Rebind the same port; the old socket may take a moment to go.
@@ -211,4 +246,54 @@ where
         "could not listen on {addr} again after a restart: {}",
         last.map(|e| e.to_string()).unwrap_or_default()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use drivelab_fakes::clock::SimClock;
+    use drivelab_fakes::history::History;
+    use drivelab_fakes::kube::Kind;
+    use serde_json::json;
+
+    use super::*;
+
+    /// What the end of a run relies on: released, neither fake serves, and
+    /// neither holds what was written (the old instances are dropped, the
+    /// stores emptied).
+    #[tokio::test]
+    async fn released_fakes_serve_nothing_and_hold_nothing() {
+        let gate = || Gate::new(History::new(SimClock::new()));
+        let config = S3Config {
+            admin_access_key: "admin".into(),
+            admin_secret_key: "admin-secret-0123456789".into(),
+            region: String::new(),
+            backend: Default::default(),
+        };
+        let fakes = FakeSet::start(config.clone(), 7, gate(), gate())
+            .await
+            .unwrap();
+        let kube = fakes.kube();
+        kube.declare_namespace("ns").unwrap();
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "ns"}, "data": {}});
+        kube.create(Kind::Secret, secret).unwrap();
+        drop(kube);
+        assert!(!fakes.kube_store.scan("").unwrap().is_empty());
+
+        fakes.release().await.unwrap();
+        for addr in [fakes.s3_addr, fakes.kube_addr] {
+            let refused = tokio::net::TcpStream::connect(addr).await;
+            assert!(refused.is_err(), "{addr} still accepts connections");
+        }
+        // As a fake set just started: what a fake writes when it starts, no more.
+        let fresh = FakeSet::start(config, 7, gate(), gate()).await.unwrap();
+        let keys = |s: &MemStore| -> Vec<String> {
+            s.scan("").unwrap().into_iter().map(|(k, _)| k).collect()
+        };
+        assert_eq!(keys(&fakes.kube_store), keys(&fresh.kube_store));
+        assert_eq!(keys(&fakes.s3_store), keys(&fresh.s3_store));
+        let gone = fakes.kube().get(Kind::Secret, Some("ns"), "s").unwrap();
+        assert!(gone.is_none());
+        assert!(fakes.s3().users().is_empty() && fakes.s3().buckets().is_empty());
+    }
 }

@@ -1457,14 +1457,10 @@ impl Lab {
         let checkpoints = self.checkpoints()?;
         crate::phases::phase("views, live accesses, checkpoints");
 
-        // The snapshot first: probes below write objects, which are not the driver's doing.
         // What the per-step snapshots kept is of no use from here on.
         self.kept_lines = Default::default();
         self.seen = Default::default();
         self.backend_seen = None;
-        let mut norm = std::mem::take(&mut self.norm);
-        // The last snapshot: nothing it relabels is asked for again.
-        norm.forget_lines();
         let lab_buckets = self.lab_buckets.clone();
         let mut checkpoint_text = String::new();
         for (i, (_, o)) in checkpoints.iter().enumerate() {
@@ -1481,6 +1477,29 @@ impl Lab {
             .collect();
         let ready_claims = ready_claims(&objects.claims, &bucket_objects);
         crate::phases::phase("checkpoint text");
+
+        // Moved out for the probes to read; any the sidecar records meanwhile
+        // join them after.
+        let mut exchanges: Vec<Exchange> = self.sidecar.take_exchanges();
+        let probes = self.probe_all(&live, &exchanges).await;
+        exchanges.extend(self.sidecar.take_exchanges());
+        crate::phases::phase("probes");
+        // The record observes the backend again, after the probes' writes.
+        let backend_probed = self.backend();
+        // An external driver's own output is searched for leaks too (a builtin
+        // has none). Read before the history: it notes what it held back of a flood.
+        let driver_output = self.driver.output();
+        let history = self.history.take_events();
+        // All the end reads of the fakes is read: the labelling and judging
+        // below (most of the end's time) need nothing they hold.
+        self.fakes.release().await?;
+        crate::phases::phase("history taken, fakes released");
+
+        // The snapshot shows what was read before the probes: what they
+        // wrote is not the driver's doing.
+        let mut norm = std::mem::take(&mut self.norm);
+        // The last snapshot: nothing it relabels is asked for again.
+        norm.forget_lines();
         let snapshot = snapshot::render(
             &SnapshotInput {
                 objects,
@@ -1495,22 +1514,10 @@ impl Lab {
             &mut snapshot::Kept::last(),
         );
         crate::phases::phase("final snapshot");
-
-        // Moved out for the probes to read; any the sidecar records meanwhile
-        // join them after.
-        let mut exchanges: Vec<Exchange> = self.sidecar.take_exchanges();
-        let probes = self.probe_all(&live, &exchanges).await;
-        exchanges.extend(self.sidecar.take_exchanges());
-        crate::phases::phase("probes");
         let handed_out = handed_out(&exchanges);
         let secrets = self.run_secrets(&backend, &exchanges, &live);
-        // The record observes the backend again, after the probes' writes.
         drop(backend);
-        // An external driver's own output is searched for leaks too (a builtin
-        // has none). Read before the history: it notes what it held back of a flood.
-        let driver_output = self.driver.output();
-        let history = self.history.take_events();
-        crate::phases::phase("history taken");
+
         // What reports write: ids labelled like the snapshot, so two runs diff cleanly.
         // Keys of accesses gone by the end appear only in the history: label them
         // in exchange order (deterministic by seed).
@@ -1547,7 +1554,7 @@ impl Lab {
             exchanges,
             retries: self.retries.clone(),
             live,
-            backend: self.backend(),
+            backend: backend_probed,
             probes,
             stuck,
             rejected_on_purpose: scn.rejected_on_purpose.clone(),
