@@ -120,21 +120,62 @@ impl PairBits {
 /// A piece is cut only after a newline, so its lines are the text's lines.
 #[derive(Default)]
 pub struct RawText {
-    pieces: Vec<String>,
+    pieces: Vec<Piece>,
     len: usize,
+    /// Each full piece is LZ4-packed ([`RawText::packing`]).
+    pack: bool,
+}
+
+/// A piece of a [`RawText`].
+enum Piece {
+    Text(String),
+    /// LZ4 block, its length prepended.
+    Packed(Vec<u8>),
+}
+
+impl Piece {
+    fn into_text(self) -> String {
+        match self {
+            Piece::Text(t) => t,
+            // Only this module packs, from whole &str pieces: the block
+            // decodes and is UTF-8; the fallbacks are never taken.
+            Piece::Packed(b) => {
+                let bytes = lz4_flex::block::decompress_size_prepended(&b).unwrap_or_default();
+                String::from_utf8(bytes)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into())
+            }
+        }
+    }
 }
 
 impl RawText {
     const PIECE: usize = 64 * 1024;
 
+    /// One whose full pieces are held LZ4-packed: the last snapshot's, read
+    /// once, in order, piece by piece (its raw text is several times the
+    /// size packed, and was most of what the end added at 10⁵ grants).
+    pub fn packing() -> Self {
+        Self {
+            pack: true,
+            ..Self::default()
+        }
+    }
+
     /// Append `s` (a piece is cut only where what it holds ends a line).
     pub fn push_str(&mut self, s: &str) {
         match self.pieces.last_mut() {
-            Some(p) if p.len() < Self::PIECE || !p.ends_with('\n') => p.push_str(s),
-            _ => {
+            Some(Piece::Text(p)) if p.len() < Self::PIECE || !p.ends_with('\n') => p.push_str(s),
+            last => {
+                if let (true, Some(last)) = (self.pack, last) {
+                    if let Piece::Text(full) = last {
+                        *last = Piece::Packed(lz4_flex::block::compress_prepend_size(
+                            full.as_bytes(),
+                        ));
+                    }
+                }
                 let mut p = String::with_capacity(Self::PIECE.max(s.len()) + 4096);
                 p.push_str(s);
-                self.pieces.push(p);
+                self.pieces.push(Piece::Text(p));
             }
         }
         self.len += s.len();
@@ -150,14 +191,9 @@ impl RawText {
         self.len == 0
     }
 
-    /// Its lines, each with its newline (the last one may have none).
-    fn lines(&self) -> impl Iterator<Item = &str> {
-        self.pieces.iter().flat_map(|p| p.split_inclusive('\n'))
-    }
-
-    /// The whole text.
-    fn concat(&self) -> String {
-        self.pieces.concat()
+    /// Each piece, unpacked, in order.
+    fn into_pieces(self) -> impl Iterator<Item = String> {
+        self.pieces.into_iter().map(Piece::into_text)
     }
 }
 
@@ -459,7 +495,7 @@ impl Normalizer {
         self.settle_texts(true);
         let out = if self.multiline {
             self.lines = None;
-            self.text_all(&raw.concat())
+            self.text_all(&raw.into_pieces().collect::<String>())
         } else if self.keep_none {
             // Nothing is kept, but a line at a time all the same: the whole
             // text relabelled once and then hex-labelled again held two
@@ -468,14 +504,15 @@ impl Normalizer {
             self.lines = None;
             let (known, mut scratch) = (self.frozen_matchers(), String::new());
             let mut out = String::with_capacity(raw.len());
-            for piece in raw.pieces {
+            for piece in raw.into_pieces() {
                 for line in piece.split_inclusive('\n') {
                     self.line_all(&known, line, &mut scratch, &mut out);
                 }
             }
             out
         } else {
-            self.relabel_kept_lines(&raw)
+            let pieces: Vec<String> = raw.into_pieces().collect();
+            self.relabel_kept_lines(&pieces)
         };
         // Every kept line and text was relabelled knowing these.
         self.log.drain(..start);
@@ -484,7 +521,7 @@ impl Normalizer {
     }
 
     /// [`Normalizer::relabel`] keeping each line relabelled for the next call.
-    fn relabel_kept_lines(&mut self, raw: &RawText) -> String {
+    fn relabel_kept_lines(&mut self, pieces: &[String]) -> String {
         let mut memo = self.lines.take().unwrap_or_default();
         let since: Vec<(PairBits, Box<str>)> = (self.log.iter())
             .map(|v| (PairBits::of(v), v.clone()))
@@ -499,9 +536,9 @@ impl Normalizer {
         self.lines = Some(memo);
         let known = self.frozen_matchers();
         let mut lines = LineMap::with_capacity_and_hasher(kept.len() + 16, Default::default());
-        let mut out = String::with_capacity(raw.len());
+        let mut out = String::with_capacity(pieces.iter().map(String::len).sum());
         let mut rewritten = String::new();
-        for line in raw.lines() {
+        for line in pieces.iter().flat_map(|p| p.split_inclusive('\n')) {
             if let Some((l, _)) = lines.get(line) {
                 out.push_str(l);
                 continue;
@@ -1152,12 +1189,20 @@ mod tests {
             );
         }
         text.push_str("no newline at the end");
-        let raw = RawText::from(text.as_str());
-        assert!(raw.pieces.len() >= 3, "{} pieces", raw.pieces.len());
-        let cut = &raw.pieces[..raw.pieces.len() - 1];
-        assert!(cut.iter().all(|p| p.ends_with('\n')));
-        assert_eq!(raw.len(), text.len());
-        assert!(raw.lines().eq(text.split_inclusive('\n')));
+        for raw in [RawText::default(), RawText::packing()] {
+            let mut raw = raw;
+            for line in text.split_inclusive('\n') {
+                raw.push_str(line);
+            }
+            assert_eq!(raw.len(), text.len());
+            let packed = raw.pieces.iter().filter(|p| matches!(p, Piece::Packed(_))).count();
+            assert_eq!(packed, if raw.pack { raw.pieces.len() - 1 } else { 0 });
+            let pieces: Vec<String> = raw.into_pieces().collect();
+            assert!(pieces.len() >= 3, "{} pieces", pieces.len());
+            let cut = &pieces[..pieces.len() - 1];
+            assert!(cut.iter().all(|p| p.ends_with('\n')));
+            assert_eq!(pieces.concat(), text);
+        }
 
         let fresh = || {
             let mut n = Normalizer::default();
@@ -1170,6 +1215,13 @@ mod tests {
         let mut last = fresh();
         last.forget_lines();
         assert_eq!(last.relabel(RawText::from(text.as_str())), want);
+        let mut packing = RawText::packing();
+        for line in text.split_inclusive('\n') {
+            packing.push_str(line);
+        }
+        let mut last = fresh();
+        last.forget_lines();
+        assert_eq!(last.relabel(packing), want);
         let mut kept = fresh();
         assert_eq!(kept.relabel(RawText::from(text.as_str())), want);
         assert_eq!(kept.relabel(RawText::from(text.as_str())), want);

@@ -222,7 +222,12 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
         }
     }
 
-    let mut out = RawText::default();
+    // The last snapshot's raw text is read once, in order: held packed.
+    let mut out = if kept.last {
+        RawText::packing()
+    } else {
+        RawText::default()
+    };
     let _ = writeln!(out, "claims:");
     lines(&mut out, &input.objects.claims, norm);
     let _ = writeln!(out, "buckets (objects):");
