@@ -168,9 +168,8 @@ impl RawText {
             last => {
                 if let (true, Some(last)) = (self.pack, last) {
                     if let Piece::Text(full) = last {
-                        *last = Piece::Packed(lz4_flex::block::compress_prepend_size(
-                            full.as_bytes(),
-                        ));
+                        *last =
+                            Piece::Packed(lz4_flex::block::compress_prepend_size(full.as_bytes()));
                     }
                 }
                 let mut p = String::with_capacity(Self::PIECE.max(s.len()) + 4096);
@@ -1195,7 +1194,11 @@ mod tests {
                 raw.push_str(line);
             }
             assert_eq!(raw.len(), text.len());
-            let packed = raw.pieces.iter().filter(|p| matches!(p, Piece::Packed(_))).count();
+            let packed = raw
+                .pieces
+                .iter()
+                .filter(|p| matches!(p, Piece::Packed(_)))
+                .count();
             assert_eq!(packed, if raw.pack { raw.pieces.len() - 1 } else { 0 });
             let pieces: Vec<String> = raw.into_pieces().collect();
             assert!(pieces.len() >= 3, "{} pieces", pieces.len());
