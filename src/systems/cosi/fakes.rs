@@ -117,6 +117,17 @@ impl FakeSet {
             .map_err(|e| anyhow!("starting the Kubernetes fake: {e}"))
     }
 
+    /// A new S3 fake over this set's store (what a restart starts).
+    fn s3_from_store(&self) -> anyhow::Result<S3Fake> {
+        Self::new_s3(&self.s3_store, &self.s3_config, &self.s3_gate)
+    }
+
+    /// A new Kubernetes fake over this set's store.
+    fn kube_from_store(&self) -> anyhow::Result<KubeFake> {
+        let (store, gate, access) = (&self.kube_store, &self.kube_gate, &self.kube_access);
+        Self::new_kube(store, self.kube_seed, gate, access)
+    }
+
     /// The S3 fake as it is now.
     pub fn s3(&self) -> S3Fake {
         self.s3.read().unwrap_or_else(|p| p.into_inner()).clone()
@@ -161,7 +172,7 @@ impl FakeSet {
                 if let Some(old) = l.take() {
                     old.stop().await;
                 }
-                let s3 = Self::new_s3(&self.s3_store, &self.s3_config, &self.s3_gate)?;
+                let s3 = self.s3_from_store()?;
                 *l = Some(bind_again(|a| s3.serve(a), self.s3_addr).await?);
                 *self.s3.write().unwrap_or_else(|p| p.into_inner()) = s3;
             }
@@ -170,12 +181,7 @@ impl FakeSet {
                 if let Some(old) = l.take() {
                     old.stop().await;
                 }
-                let kube = Self::new_kube(
-                    &self.kube_store,
-                    self.kube_seed,
-                    &self.kube_gate,
-                    &self.kube_access,
-                )?;
+                let kube = self.kube_from_store()?;
                 let tls = &self.kube_tls;
                 *l = Some(bind_again(|a| kube.serve_tls(a, tls), self.kube_addr).await?);
                 *self.kube.write().unwrap_or_else(|p| p.into_inner()) = kube;
@@ -203,13 +209,7 @@ impl FakeSet {
         self.stop().await;
         let stores = [self.s3_store.clone(), self.kube_store.clone()];
         let taken: Vec<_> = stores.iter().map(|s| s.take()).collect();
-        let s3 = Self::new_s3(&self.s3_store, &self.s3_config, &self.s3_gate)?;
-        let kube = Self::new_kube(
-            &self.kube_store,
-            self.kube_seed,
-            &self.kube_gate,
-            &self.kube_access,
-        )?;
+        let (s3, kube) = (self.s3_from_store()?, self.kube_from_store()?);
         // The old instances are let go here, unless a reader still holds one.
         let s3 = std::mem::replace(&mut *self.s3.write().unwrap_or_else(|p| p.into_inner()), s3);
         let kube = std::mem::replace(
