@@ -412,6 +412,16 @@ impl S3Fake {
         )
     }
 
+    /// Where the log of writes is now: [`S3Fake::changed_since`] it names
+    /// what is written from here on.
+    pub fn cursor(&self) -> WriteCursor {
+        let j = self.inner.state.journal();
+        WriteCursor {
+            instance: j.instance,
+            pos: j.entries.len(),
+        }
+    }
+
     /// The users, policies and buckets (with their objects) put or removed
     /// since `cursor`, each named once, and the cursor to pass next time;
     /// `None` if the cursor is from another instance (the fake was

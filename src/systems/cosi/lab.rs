@@ -1288,6 +1288,40 @@ impl Lab {
     /// Taken out of `backend_seen`: the caller puts it back. With it, what
     /// was written since the snapshot that last put it back (`None`: the
     /// first snapshot, or after a restart: take everything as new).
+    /// The backend after the probes, read before them as `before` at
+    /// `cursor`. The probes write objects only: when the fake's log says
+    /// only buckets changed since, the record's backend is `before` with
+    /// those buckets read again, not a second copy of every user and policy
+    /// (~1 KB a grant, held beside the first through the end's render).
+    fn backend_probed(
+        &self,
+        before: &BackendState,
+        cursor: drivelab_fakes::s3::WriteCursor,
+    ) -> Probed {
+        let s3 = self.fakes.s3();
+        let probed = match s3.changed_since(cursor).0 {
+            Some(c) if c.users.is_empty() && c.policies.is_empty() => {
+                let mut buckets = BTreeMap::new();
+                refresh(&mut buckets, &c.buckets, |name| s3.bucket_objects(name));
+                Probed::Buckets(c.buckets, buckets)
+            }
+            // Something else was written (or the fake restarted): all of it again.
+            _ => Probed::Read(Box::new(self.backend())),
+        };
+        // Every test and `make e2e` scenario checks it is the backend read again.
+        #[cfg(debug_assertions)]
+        if let Probed::Buckets(..) = &probed {
+            let state = probed.clone().into_state(before.clone());
+            assert!(
+                state == self.backend(),
+                "the backend after the probes is not the backend read again"
+            );
+        }
+        #[cfg(not(debug_assertions))]
+        let _ = before;
+        probed
+    }
+
     fn backend_updated(
         &mut self,
     ) -> (
@@ -1481,11 +1515,12 @@ impl Lab {
         // Moved out for the probes to read; any the sidecar records meanwhile
         // join them after.
         let mut exchanges: Vec<Exchange> = self.sidecar.take_exchanges();
+        let before_probes = self.fakes.s3().cursor();
         let probes = self.probe_all(&live, &exchanges).await;
         exchanges.extend(self.sidecar.take_exchanges());
         crate::phases::phase("probes");
         // The record observes the backend again, after the probes' writes.
-        let backend_probed = self.backend();
+        let probed = self.backend_probed(&backend, before_probes);
         // An external driver's own output is searched for leaks too (a builtin
         // has none). Read before the history: it notes what it held back of a flood.
         let driver_output = self.driver.output();
@@ -1516,7 +1551,6 @@ impl Lab {
         crate::phases::phase("final snapshot");
         let handed_out = handed_out(&exchanges);
         let secrets = self.run_secrets(&backend, &exchanges, &live);
-        drop(backend);
 
         // What reports write: ids labelled like the snapshot, so two runs diff cleanly.
         // Keys of accesses gone by the end appear only in the history: label them
@@ -1554,7 +1588,7 @@ impl Lab {
             exchanges,
             retries: self.retries.clone(),
             live,
-            backend: backend_probed,
+            backend: probed.into_state(backend),
             probes,
             stuck,
             rejected_on_purpose: scn.rejected_on_purpose.clone(),
@@ -2083,4 +2117,34 @@ fn credentials_granted(exchanges: &[Exchange]) -> impl Iterator<Item = (&str, &S
             ) => Some((name.as_str(), c)),
             _ => None,
         })
+}
+
+/// The backend after the end's probes (see `Lab::backend_probed`).
+#[derive(Clone)]
+enum Probed {
+    /// Only these buckets changed; their objects now (a bucket absent is gone).
+    Buckets(
+        std::collections::BTreeSet<String>,
+        BTreeMap<String, Vec<String>>,
+    ),
+    /// Read again whole.
+    Read(Box<BackendState>),
+}
+
+impl Probed {
+    /// The backend after the probes, given it as it was before them.
+    fn into_state(self, mut before: BackendState) -> BackendState {
+        match self {
+            Probed::Buckets(changed, mut now) => {
+                for name in changed {
+                    match now.remove_entry(&name) {
+                        Some((name, objects)) => before.buckets.insert(name, objects),
+                        None => before.buckets.remove(&name),
+                    };
+                }
+                before
+            }
+            Probed::Read(state) => *state,
+        }
+    }
 }
