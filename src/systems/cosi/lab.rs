@@ -1282,12 +1282,6 @@ impl Lab {
         }
     }
 
-    /// The backend as [`Lab::backend`] reads it, kept between per-step
-    /// snapshots and re-read only where the S3 fake's journal says it was
-    /// written since (every user and policy record was decoded each step).
-    /// Taken out of `backend_seen`: the caller puts it back. With it, what
-    /// was written since the snapshot that last put it back (`None`: the
-    /// first snapshot, or after a restart: take everything as new).
     /// The backend after the probes, read before them as `before` at
     /// `cursor`. The probes write objects only: when the fake's log says
     /// only buckets changed since, the record's backend is `before` with
@@ -1322,6 +1316,12 @@ impl Lab {
         probed
     }
 
+    /// The backend as [`Lab::backend`] reads it, kept between per-step
+    /// snapshots and re-read only where the S3 fake's journal says it was
+    /// written since (every user and policy record was decoded each step).
+    /// Taken out of `backend_seen`: the caller puts it back. With it, what
+    /// was written since the snapshot that last put it back (`None`: the
+    /// first snapshot, or after a restart: take everything as new).
     fn backend_updated(
         &mut self,
     ) -> (
@@ -1525,8 +1525,8 @@ impl Lab {
         // has none). Read before the history: it notes what it held back of a flood.
         let driver_output = self.driver.output();
         let history = self.history.take_events();
-        // All the end reads of the fakes is read: the labelling and judging
-        // below (most of the end's time) need nothing they hold.
+        // Everything the end reads of the fakes is read by now: the labelling
+        // and judging below (most of the end's time) need nothing they hold.
         self.fakes.release().await?;
         crate::phases::phase("history taken, fakes released");
 
