@@ -157,6 +157,16 @@ pub struct WriteCursor {
     pos: usize,
 }
 
+impl WriteCursor {
+    /// Just past the last entry of `j`.
+    fn at_end(j: &state::Journal) -> Self {
+        Self {
+            instance: j.instance,
+            pos: j.entries.len(),
+        }
+    }
+}
+
 /// Names put or removed since a cursor (see [`S3Fake::changed_since`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChangedNames {
@@ -377,14 +387,14 @@ impl S3Fake {
     /// restarted) reads everything. Costs what changed, not what exists: the
     /// engine calls it after every step.
     pub fn written_since(&self, cursor: WriteCursor) -> (WrittenNames, WriteCursor) {
-        let (instance, entries, pos_after) = {
+        let (next, entries) = {
             let j = self.inner.state.journal();
             let from = if j.instance == cursor.instance {
                 cursor.pos.min(j.entries.len())
             } else {
                 0
             };
-            (j.instance, j.entries[from..].to_vec(), j.entries.len())
+            (WriteCursor::at_end(&j), j.entries[from..].to_vec())
         };
         let st = &self.inner.state;
         let mut out = WrittenNames::default();
@@ -403,23 +413,13 @@ impl S3Fake {
                 state::Written::Policy(_) => {}
             }
         }
-        (
-            out,
-            WriteCursor {
-                instance,
-                pos: pos_after,
-            },
-        )
+        (out, next)
     }
 
     /// Where the log of writes is now: [`S3Fake::changed_since`] it names
     /// what is written from here on.
     pub fn cursor(&self) -> WriteCursor {
-        let j = self.inner.state.journal();
-        WriteCursor {
-            instance: j.instance,
-            pos: j.entries.len(),
-        }
+        WriteCursor::at_end(&self.inner.state.journal())
     }
 
     /// The users, policies and buckets (with their objects) put or removed
@@ -428,10 +428,7 @@ impl S3Fake {
     /// restarted): then anything may have changed.
     pub fn changed_since(&self, cursor: WriteCursor) -> (Option<ChangedNames>, WriteCursor) {
         let j = self.inner.state.journal();
-        let next = WriteCursor {
-            instance: j.instance,
-            pos: j.entries.len(),
-        };
+        let next = WriteCursor::at_end(&j);
         if j.instance != cursor.instance {
             return (None, next);
         }

@@ -207,8 +207,7 @@ impl FakeSet {
     /// is left is a fake of each over an empty store, not serving.
     pub async fn release(&self) -> anyhow::Result<()> {
         self.stop().await;
-        let stores = [self.s3_store.clone(), self.kube_store.clone()];
-        let taken: Vec<_> = stores.iter().map(|s| s.take()).collect();
+        let taken = [&self.s3_store, &self.kube_store].map(|s| s.take());
         let (s3, kube) = (self.s3_from_store()?, self.kube_from_store()?);
         // The old instances are let go here, unless a reader still holds one.
         let s3 = std::mem::replace(&mut *self.s3.write().unwrap_or_else(|p| p.into_inner()), s3);
