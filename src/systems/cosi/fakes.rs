@@ -194,36 +194,49 @@ impl FakeSet {
     /// Stop both listeners.
     pub async fn stop(&self) {
         for l in [&self.s3_listener, &self.kube_listener] {
-            if let Some(l) = l.lock().await.take() {
-                l.stop().await;
-            }
+            stop(l).await;
         }
     }
 
-    /// Stop both fakes and let go of what they hold: for the end of a run,
-    /// once everything it reads of them was read. Held until the lab
-    /// stopped, their state was two fifths of a 10⁴-grant run's peak, which
-    /// the end's labelling and judging (most of its time) need none of. What
-    /// is left is a fake of each over an empty store, not serving.
-    pub async fn release(&self) -> anyhow::Result<()> {
-        self.stop().await;
-        let taken = [&self.s3_store, &self.kube_store].map(|s| s.take());
-        let (s3, kube) = (self.s3_from_store()?, self.kube_from_store()?);
-        // The old instances are let go here, unless a reader still holds one.
-        let s3 = std::mem::replace(&mut *self.s3.write().unwrap_or_else(|p| p.into_inner()), s3);
-        let kube = std::mem::replace(
-            &mut *self.kube.write().unwrap_or_else(|p| p.into_inner()),
-            kube,
-        );
-        // Dropped on a runtime worker, where the requests that built them were
-        // served: freed there, their pages can go back to the OS (see
+    /// Stop a fake and let go of what it holds: for the end of a run, once
+    /// everything it reads of that fake was read. Held until the lab
+    /// stopped, the fakes' state was two fifths of a 10⁴-grant run's peak,
+    /// which the end's probes (the S3 fake only), labelling and judging need
+    /// none of. What is left is a fake over an empty store, not serving.
+    pub async fn release(&self, c: Component) -> anyhow::Result<()> {
+        let old: Box<dyn std::any::Any + Send> = match c {
+            Component::S3 | Component::S3Admin => {
+                stop(&self.s3_listener).await;
+                let taken = self.s3_store.take();
+                let s3 = self.s3_from_store()?;
+                let mut slot = self.s3.write().unwrap_or_else(|p| p.into_inner());
+                Box::new((taken, std::mem::replace(&mut *slot, s3)))
+            }
+            Component::Kube => {
+                stop(&self.kube_listener).await;
+                let taken = self.kube_store.take();
+                let kube = self.kube_from_store()?;
+                let mut slot = self.kube.write().unwrap_or_else(|p| p.into_inner());
+                Box::new((taken, std::mem::replace(&mut *slot, kube)))
+            }
+            other => return Err(anyhow!("{other} is not a fake this lab holds")),
+        };
+        // The old instance is let go here, unless a reader still holds it.
+        // Dropped on a runtime worker, where the requests that built it were
+        // served: freed there, its pages can go back to the OS (see
         // crate::alloc::collect); freed from this thread, they stayed resident.
         let freed = tokio::spawn(async move {
-            drop((taken, s3, kube));
+            drop(old);
             crate::alloc::collect();
         });
-        freed.await.context("letting go of the fakes' state")?;
-        Ok(())
+        freed.await.context("letting go of a fake's state")
+    }
+}
+
+/// Stop a listener, if it still serves.
+async fn stop(listener: &tokio::sync::Mutex<Option<Listener>>) {
+    if let Some(l) = listener.lock().await.take() {
+        l.stop().await;
     }
 }
 
@@ -256,9 +269,9 @@ mod tests {
 
     use super::*;
 
-    /// What the end of a run relies on: released, neither fake serves, and
-    /// neither holds what was written (the old instances are dropped, the
-    /// stores emptied).
+    /// What the end of a run relies on: released, a fake serves nothing and
+    /// holds nothing that was written (the old instance dropped, the store
+    /// emptied), and the other fake goes on serving until it is released.
     #[tokio::test]
     async fn released_fakes_serve_nothing_and_hold_nothing() {
         let gate = || Gate::new(History::new(SimClock::new()));
@@ -279,7 +292,10 @@ mod tests {
         drop(kube);
         assert!(!fakes.kube_store.scan("").unwrap().is_empty());
 
-        fakes.release().await.unwrap();
+        fakes.release(Component::Kube).await.unwrap();
+        let s3_serves = tokio::net::TcpStream::connect(fakes.s3_addr).await.is_ok();
+        assert!(s3_serves, "the S3 fake stopped with the kube fake");
+        fakes.release(Component::S3).await.unwrap();
         for addr in [fakes.s3_addr, fakes.kube_addr] {
             let refused = tokio::net::TcpStream::connect(addr).await;
             assert!(refused.is_err(), "{addr} still accepts connections");

@@ -1506,11 +1506,26 @@ impl Lab {
             }
             append_checkpoint_text(&o, &mut checkpoint_text);
         }
+        // The last snapshot reads only these parts, and the fake's own
+        // copies go with it below.
+        let checkpoints: Vec<_> = (checkpoints.into_iter())
+            .map(|(kind, o)| (kind, snapshot::checkpoint_part(&o)))
+            .collect();
+        let objects = objects.unpinned();
         let bucket_objects: Vec<(String, String)> = (objects.buckets.iter())
             .map(|b| (b.view.name().to_string(), b.view.bucket_id.to_string()))
             .collect();
         let ready_claims = ready_claims(&objects.claims, &bucket_objects);
         crate::phases::phase("checkpoint text");
+        // An external driver's own output is searched for leaks too (a
+        // builtin has none). Read before the history: it notes what it held
+        // back of a flood; and before the kube fake goes, which a driver's
+        // own loop might then log failing to reach.
+        let driver_output = self.driver.output();
+        // All the end reads of the kube fake is read by now; the probes
+        // below need only the S3 fake.
+        self.fakes.release(Component::Kube).await?;
+        crate::phases::phase("kube fake released");
 
         // Moved out for the probes to read; any the sidecar records meanwhile
         // join them after.
@@ -1521,14 +1536,11 @@ impl Lab {
         crate::phases::phase("probes");
         // The record observes the backend again, after the probes' writes.
         let probed = self.backend_probed(&backend, before_probes);
-        // An external driver's own output is searched for leaks too (a builtin
-        // has none). Read before the history: it notes what it held back of a flood.
-        let driver_output = self.driver.output();
         let history = self.history.take_events();
         // Everything the end reads of the fakes is read by now: the labelling
         // and judging below (most of the end's time) need nothing they hold.
-        self.fakes.release().await?;
-        crate::phases::phase("history taken, fakes released");
+        self.fakes.release(Component::S3).await?;
+        crate::phases::phase("history taken, S3 fake released");
 
         // The snapshot shows what was read before the probes: what they
         // wrote is not the driver's doing.

@@ -32,6 +32,43 @@ pub struct KubeObjects {
     pub credential_secrets: Vec<CredentialSecret>,
 }
 
+impl KubeObjects {
+    /// These objects holding no stored version of any kube object: for a
+    /// run's last snapshot, which keeps nothing for a next one. The views
+    /// and `BucketInfo`s are their own; only the credentials Secrets as the
+    /// fake holds them, kept for their identity, pinned the fake's texts
+    /// after it was let go of.
+    pub fn unpinned(mut self) -> Self {
+        for sec in &mut self.credential_secrets {
+            sec.object = None;
+        }
+        self
+    }
+}
+
+/// What a snapshot and the record read of a driver checkpoint (its kind,
+/// `metadata.name` and `data`), as a text of its own. The object as the
+/// fake holds it carries its managedFields and the rest of its metadata,
+/// and held to the run's end it kept the fake's copy alive after the fake
+/// was let go of. One that does not decode is kept as it is, to be shown
+/// as such.
+pub fn checkpoint_part(o: &Stored) -> Stored {
+    let Ok(tree) = o.tree() else {
+        return o.clone();
+    };
+    let mut part = serde_json::Map::new();
+    for key in ["kind", "data"] {
+        if let Some(v) = tree.get(key) {
+            part.insert(key.into(), v.clone());
+        }
+    }
+    if let Some(name) = tree.pointer("/metadata/name") {
+        part.insert("metadata".into(), serde_json::json!({ "name": name }));
+    }
+    // A tree writes without error: its keys are strings, its numbers finite.
+    Stored::Text(serde_json::to_string(&part).unwrap_or_default().into())
+}
+
 /// What the snapshot is built from.
 pub struct SnapshotInput<'a> {
     /// The claims, buckets, accesses and credentials Secrets.
@@ -68,8 +105,9 @@ pub struct Seen {
 pub struct CredentialSecret {
     /// `namespace/name`.
     pub key: Arc<str>,
-    /// The Secret as the fake holds it.
-    pub object: Stored,
+    /// The Secret as the fake holds it, which keeps its line for the next
+    /// snapshot; `None` once let go of (see [`KubeObjects::unpinned`]).
+    pub object: Option<Stored>,
     /// Its `BucketInfo` (`None`: absent or unreadable).
     pub info: Option<Arc<BucketInfo>>,
 }
@@ -129,7 +167,11 @@ impl BucketInfos {
                     bucket_info(&tree).map(Arc::new)
                 });
                 let info = info.clone();
-                CredentialSecret { key, object, info }
+                CredentialSecret {
+                    key,
+                    object: Some(object),
+                    info,
+                }
             })
             .collect();
         self.0.forget_unused();
@@ -162,7 +204,9 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
     for sec in &input.objects.credential_secrets {
         if let Some(info) = &sec.info {
             let key = &info.access_key_id;
-            if kept.objects.shown(Section::CredentialSecret, &sec.object) && user_unchanged(key) {
+            let shown = (sec.object.as_ref())
+                .is_some_and(|o| kept.objects.shown(Section::CredentialSecret, o));
+            if shown && user_unchanged(key) {
                 continue;
             }
             norm.id("key", key);
@@ -237,9 +281,11 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
     let _ = writeln!(out, "credential secrets:");
     for sec in sorted(&input.objects.credential_secrets, |sec| &sec.key, norm) {
         // The secret's label is the same each time (the walk above gave it one).
-        out.push_str(&kept.line(Section::CredentialSecret, &sec.object, || {
-            credential_secret_line(&sec.key, sec.info.as_deref(), norm)
-        }));
+        out.push_str(
+            &kept.line(Section::CredentialSecret, sec.object.as_ref(), || {
+                credential_secret_line(&sec.key, sec.info.as_deref(), norm)
+            }),
+        );
     }
     let _ = writeln!(out, "backend users:");
     let mut users: Vec<String> = input
@@ -308,7 +354,7 @@ pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept)
         .checkpoints
         .iter()
         .map(|(kind, o)| {
-            kept.line(Section::Checkpoint, o, || match o.tree() {
+            kept.line(Section::Checkpoint, Some(o), || match o.tree() {
                 Ok(o) => format!("  {kind} {}", checkpoint_line(&o, norm)),
                 Err(e) => format!("  {kind} that does not decode as JSON: {e}"),
             })
@@ -381,17 +427,18 @@ impl Kept {
     }
 
     /// The line made of `obj` in `section`: kept from the last snapshot, or
-    /// made by `make` (and kept, unless this is the last snapshot).
+    /// made by `make` (and kept, unless this is the last snapshot or the
+    /// object was let go of).
     fn line(
         &mut self,
         section: Section,
-        obj: &Stored,
+        obj: Option<&Stored>,
         make: impl FnOnce() -> String,
     ) -> std::borrow::Cow<'_, str> {
-        if self.last {
-            return make().into();
+        match obj {
+            Some(obj) if !self.last => self.objects.get(section, obj, make).as_str().into(),
+            _ => make().into(),
         }
-        self.objects.get(section, obj, make).as_str().into()
     }
 }
 
@@ -582,13 +629,16 @@ mod tests {
         ))
     }
 
-    /// One step's objects: a claim, and (access, its Secret) pairs.
+    /// One step's objects: a claim, and (access, its Secret) pairs; the
+    /// driver's checkpoints, a ConfigMap and a Secret, as the fake holds
+    /// what the driver wrote over HTTP (text, with managedFields).
+    /// `last`: as a run's last snapshot reads them (let go of, in part).
     fn render_step(
         claim: &Arc<Value>,
         accesses: &[(Stored, Stored)],
         norm: &mut Normalizer,
-        kept: &mut Kept,
-        seen: &mut Seen,
+        (kept, seen): (&mut Kept, &mut Seen),
+        last: bool,
     ) -> String {
         let backend = BackendState::default();
         let secrets = accesses.iter().map(|(_, sec)| {
@@ -600,26 +650,44 @@ mod tests {
             );
             (key.into(), sec.clone())
         });
-        let input = SnapshotInput {
-            objects: KubeObjects {
-                claims: seen.claims.read(vec![Stored::Tree(claim.clone())]),
-                buckets: vec![],
-                accesses: (seen.accesses).read(accesses.iter().map(|(a, _)| a.clone()).collect()),
-                credential_secrets: seen.infos.read(secrets.collect()),
-            },
-            // As the fake holds what the driver wrote over HTTP: its text.
-            checkpoints: vec![(
+        let managed = json!([{"manager": "driver", "operation": "Update", "apiVersion": "v1",
+                              "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {".": {}}}}]);
+        let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
+        let meta = |extra: Value| {
+            let mut m = json!({"namespace": "driver", "name": "state", "uid": "uid-of-state"});
+            if let (Some(m), Some(extra)) = (m.as_object_mut(), extra.as_object()) {
+                m.extend(extra.clone());
+            }
+            m
+        };
+        let checkpoints = [
+            (
                 "configmap",
-                Stored::Text(
-                    object(
-                        "driver",
-                        "state",
-                        json!({"kind": "ConfigMap", "data": {"n": accesses.len().to_string()}}),
-                    )
-                    .to_string()
-                    .into(),
-                ),
-            )],
+                json!({"kind": "ConfigMap", "metadata": meta(json!({})),
+                                 "data": {"n": accesses.len().to_string()}}),
+            ),
+            (
+                "secret",
+                json!({"kind": "Secret", "type": "Opaque",
+                "metadata": meta(json!({"managedFields": managed, "resourceVersion": "7"})),
+                "data": {"accessSecretKey": b64("checkpointed-secret-dddd"),
+                         "inputs": b64(&"ab12".repeat(8 + accesses.len())),
+                         "account": b64(&format!("acct-{}", accesses.len()))}}),
+            ),
+        ];
+        let checkpoints = checkpoints.into_iter().map(|(kind, o)| {
+            let o = Stored::Text(o.to_string().into());
+            (kind, if last { checkpoint_part(&o) } else { o })
+        });
+        let objects = KubeObjects {
+            claims: seen.claims.read(vec![Stored::Tree(claim.clone())]),
+            buckets: vec![],
+            accesses: (seen.accesses).read(accesses.iter().map(|(a, _)| a.clone()).collect()),
+            credential_secrets: seen.infos.read(secrets.collect()),
+        };
+        let input = SnapshotInput {
+            objects: if last { objects.unpinned() } else { objects },
+            checkpoints: checkpoints.collect(),
             backend: &backend,
             backend_changed: None,
             lab_buckets: &[],
@@ -747,35 +815,47 @@ mod tests {
         let (mut norm_kept, mut kept, mut seen) = Default::default();
         let mut norm_fresh = Normalizer::default();
         for (i, (claim, accesses)) in steps.iter().enumerate() {
-            let got = render_step(claim, accesses, &mut norm_kept, &mut kept, &mut seen);
+            let got = render_step(
+                claim,
+                accesses,
+                &mut norm_kept,
+                (&mut kept, &mut seen),
+                false,
+            );
             let want = render_step(
                 claim,
                 accesses,
                 &mut norm_fresh,
-                &mut Kept::default(),
-                &mut Seen::default(),
+                (&mut Kept::default(), &mut Seen::default()),
+                false,
             );
             assert_eq!(got, want, "step {i}");
             // The run's last snapshot keeps nothing and shows the same.
             let mut last = Normalizer::default();
             last.forget_lines();
             let (mut kept_none, mut seen_none) = (Kept::last(), Seen::default());
-            let shown = render_step(claim, accesses, &mut last, &mut kept_none, &mut seen_none);
+            let shown = render_step(
+                claim,
+                accesses,
+                &mut last,
+                (&mut kept_none, &mut seen_none),
+                true,
+            );
             let fresh = render_step(
                 claim,
                 accesses,
                 &mut Normalizer::default(),
-                &mut Kept::default(),
-                &mut Seen::default(),
+                (&mut Kept::default(), &mut Seen::default()),
+                false,
             );
             assert_eq!(shown, fresh, "step {i}, as the last snapshot");
             assert!(kept_none.objects.kept.is_empty() && kept_none.policies.is_empty());
         }
         // Only the last snapshot's objects are kept: the claim, a2 and its
-        // Secret (its line and its BucketInfo), the checkpoint.
+        // Secret (its line and its BucketInfo), the two checkpoints.
         assert_eq!(seen.claims.kept.kept.len(), 1);
         assert_eq!(seen.accesses.kept.kept.len(), 1);
         assert_eq!(seen.infos.0.kept.len(), 1);
-        assert_eq!(kept.objects.kept.len(), 2);
+        assert_eq!(kept.objects.kept.len(), 3);
     }
 }
