@@ -1481,20 +1481,32 @@ impl Lab {
         self.drain(self.converge_within).await?;
         crate::phases::phase("final convergence");
         let stuck = self.stuck();
-        self.observe_backend();
-        let backend = self.backend();
-        crate::phases::phase("backend read");
-        // Each object viewed one at a time: the fake may hold it as text,
-        // and decoding every one at once held all their trees together.
-        let objects = kube_objects(&self.kube(), &mut snapshot::Seen::default())?;
-        let live = self.live_accesses(&objects.accesses, &objects.credential_secrets);
-        let checkpoints = self.checkpoints()?;
-        crate::phases::phase("views, live accesses, checkpoints");
-
         // What the per-step snapshots kept is of no use from here on.
         self.kept_lines = Default::default();
         self.seen = Default::default();
         self.backend_seen = None;
+
+        // Each object viewed one at a time: the fake may hold it as text,
+        // and decoding every one at once held all their trees together.
+        let objects = kube_objects(&self.kube(), &mut snapshot::Seen::default())?;
+        let live = self.live_accesses(&objects.accesses, &objects.credential_secrets);
+        // The last snapshot reads only these parts of the checkpoints and
+        // no stored version of the rest: the fake's copies go below.
+        let checkpoints: Vec<_> = (self.checkpoints()?.into_iter())
+            .map(|(kind, o)| (kind, snapshot::checkpoint_part(&o)))
+            .collect();
+        let objects = objects.unpinned();
+        crate::phases::phase("views, live accesses, checkpoints");
+        // An external driver's own output is searched for leaks too (a
+        // builtin has none). Read before the history: it notes what it held
+        // back of a flood; and before the kube fake goes, which a driver's
+        // own loop might then log failing to reach.
+        let driver_output = self.driver.output();
+        // All the end reads of the kube fake is read by now; the probes
+        // below need only the S3 fake.
+        self.fakes.release(Component::Kube).await?;
+        crate::phases::phase("kube fake released");
+
         let lab_buckets = self.lab_buckets.clone();
         let mut checkpoint_text = String::new();
         for (i, (_, o)) in checkpoints.iter().enumerate() {
@@ -1506,26 +1518,14 @@ impl Lab {
             }
             append_checkpoint_text(&o, &mut checkpoint_text);
         }
-        // The last snapshot reads only these parts, and the fake's own
-        // copies go with it below.
-        let checkpoints: Vec<_> = (checkpoints.into_iter())
-            .map(|(kind, o)| (kind, snapshot::checkpoint_part(&o)))
-            .collect();
-        let objects = objects.unpinned();
         let bucket_objects: Vec<(String, String)> = (objects.buckets.iter())
             .map(|b| (b.view.name().to_string(), b.view.bucket_id.to_string()))
             .collect();
         let ready_claims = ready_claims(&objects.claims, &bucket_objects);
         crate::phases::phase("checkpoint text");
-        // An external driver's own output is searched for leaks too (a
-        // builtin has none). Read before the history: it notes what it held
-        // back of a flood; and before the kube fake goes, which a driver's
-        // own loop might then log failing to reach.
-        let driver_output = self.driver.output();
-        // All the end reads of the kube fake is read by now; the probes
-        // below need only the S3 fake.
-        self.fakes.release(Component::Kube).await?;
-        crate::phases::phase("kube fake released");
+        self.observe_backend();
+        let backend = self.backend();
+        crate::phases::phase("backend read");
 
         // Moved out for the probes to read; any the sidecar records meanwhile
         // join them after.
