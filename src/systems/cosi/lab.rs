@@ -1508,21 +1508,10 @@ impl Lab {
         crate::phases::phase("kube fake released");
 
         let lab_buckets = self.lab_buckets.clone();
-        let mut checkpoint_text = String::new();
-        for (i, (_, o)) in checkpoints.iter().enumerate() {
-            let o = o
-                .tree()
-                .context("a checkpoint the kube fake holds does not decode")?;
-            if i > 0 {
-                checkpoint_text.push('\n');
-            }
-            append_checkpoint_text(&o, &mut checkpoint_text);
-        }
         let bucket_objects: Vec<(String, String)> = (objects.buckets.iter())
             .map(|b| (b.view.name().to_string(), b.view.bucket_id.to_string()))
             .collect();
         let ready_claims = ready_claims(&objects.claims, &bucket_objects);
-        crate::phases::phase("checkpoint text");
         self.observe_backend();
         let backend = self.backend();
         crate::phases::phase("backend read");
@@ -1547,20 +1536,27 @@ impl Lab {
         let mut norm = std::mem::take(&mut self.norm);
         // The last snapshot: nothing it relabels is asked for again.
         norm.forget_lines();
-        let snapshot = snapshot::render(
-            &SnapshotInput {
-                objects,
-                checkpoints,
-                backend: &backend,
-                backend_changed: None,
-                lab_buckets: &lab_buckets,
-            },
-            &mut norm,
-            // Nothing kept: the objects were read afresh after the last
-            // step, and no snapshot follows.
-            &mut snapshot::Kept::last(),
-        );
+        let input = SnapshotInput {
+            objects,
+            checkpoints,
+            backend: &backend,
+            backend_changed: None,
+            lab_buckets: &lab_buckets,
+        };
+        // Nothing kept: the objects were read afresh after the last step,
+        // and no snapshot follows.
+        let snapshot = snapshot::render(&input, &mut norm, &mut snapshot::Kept::last());
+        let SnapshotInput {
+            objects,
+            checkpoints,
+            ..
+        } = input;
+        drop(objects);
         crate::phases::phase("final snapshot");
+        // Made after the snapshot from the checkpoints as they go: held
+        // beside them through the render, it was ~1 KB a grant.
+        let checkpoint_text = checkpoint_text(checkpoints)?;
+        crate::phases::phase("checkpoint text");
         let handed_out = handed_out(&exchanges);
         let secrets = self.run_secrets(&backend, &exchanges, &live);
 
@@ -1916,6 +1912,22 @@ fn user_state(u: drivelab_fakes::s3::UserView) -> UserState {
         status: u.status,
         policies: u.policies,
     }
+}
+
+/// The record's text of the driver's checkpoints (see
+/// [`append_checkpoint_text`]), each let go of once written.
+fn checkpoint_text(checkpoints: Vec<(&'static str, Stored)>) -> anyhow::Result<String> {
+    let mut text = String::new();
+    for (i, (_, o)) in checkpoints.into_iter().enumerate() {
+        let o = o
+            .tree()
+            .context("a checkpoint the kube fake holds does not decode")?;
+        if i > 0 {
+            text.push('\n');
+        }
+        append_checkpoint_text(&o, &mut text);
+    }
+    Ok(text)
 }
 
 /// Append a checkpoint's data to `out`, a `key=value` line per entry (a
