@@ -1,7 +1,9 @@
 //! Where the end of a run spends its memory and time: with `DRIVELAB_PHASES`
 //! set, each named phase prints the process's resident set and the time since
 //! the last phase to stderr. A profiling aid (docs/bench.md's phase tables);
-//! unset, a phase costs one atomic load.
+//! unset, a phase costs one atomic load. With `DRIVELAB_PHASES_EXIT=NAME` as
+//! well, the process exits at the end of phase NAME, so that a heap
+//! profiler's "leaked at exit" is what the run holds at that point.
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -24,6 +26,10 @@ pub fn phase(name: &str) {
         (now - *last).as_secs_f64()
     );
     *last = now;
+    if std::env::var_os("DRIVELAB_PHASES_EXIT").is_some_and(|exit| exit == name) {
+        eprintln!("[phase] exiting at {name} (DRIVELAB_PHASES_EXIT)");
+        std::process::exit(0);
+    }
 }
 
 /// The resident set now (VmRSS), in MiB; `None` where /proc is absent.
