@@ -30,8 +30,8 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 
 use super::checks::{
-    self, BackendState, GrantedMode, LiveAccess, Observations, Planted, PolicyDoc, Probe, ProbeOp,
-    ProbePurpose, RetryObservation, Stuck, UserState,
+    self, BackendState, GrantedMode, LiveAccess, Observations, Planted, PolicyDoc, PolicyDocs,
+    Probe, ProbeOp, ProbePurpose, RetryObservation, Stuck, UserState,
 };
 use crate::scenario::{
     AccessStep, BackendBucketStep, BackendName, BackendPolicyStep, BackendUserStep, ClaimStep,
@@ -207,6 +207,8 @@ struct Lab {
     backend_seen: Option<(drivelab_fakes::s3::WriteCursor, BackendState)>,
     retries: Vec<RetryObservation>,
     policies_at_grant: BTreeMap<String, BTreeMap<String, PolicyDoc>>,
+    /// Every policy document this lab read, each text held once.
+    policy_docs: PolicyDocs,
     account_of: BTreeMap<String, (String, String)>,
     bucket_of: BTreeMap<String, String>,
     lab_buckets: Vec<String>,
@@ -460,6 +462,7 @@ impl Lab {
             backend_seen: None,
             retries: Vec::new(),
             policies_at_grant: BTreeMap::new(),
+            policy_docs: PolicyDocs::default(),
             account_of: BTreeMap::new(),
             bucket_of: BTreeMap::new(),
             lab_buckets: vec![CANARY_BUCKET.to_string()],
@@ -857,7 +860,7 @@ impl Lab {
             .ok_or_else(|| anyhow!("planted policy {} is not on the backend", p.name))?;
         self.planted
             .policies
-            .insert(p.name.clone(), stored.document.into());
+            .insert(p.name.clone(), self.policy_docs.doc(&stored.document));
         Ok(())
     }
 
@@ -973,7 +976,10 @@ impl Lab {
                 .map(|u| {
                     u.policies
                         .iter()
-                        .filter_map(|p| s3.policy(p).map(|d| (p.clone(), d.document.into())))
+                        .filter_map(|p| {
+                            let doc = s3.policy(p)?.document;
+                            Some((p.clone(), self.policy_docs.doc(&doc)))
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
@@ -1254,7 +1260,7 @@ impl Lab {
         let policies = self
             .fakes
             .s3()
-            .policies_as(|p| (p.name, p.builtin, PolicyDoc::from(p.document)));
+            .policies_as(|p| (p.name, p.builtin, self.policy_docs.doc(&p.document)));
         BackendState {
             users: self
                 .fakes
@@ -1348,7 +1354,7 @@ impl Lab {
                         Some(p) if p.builtin => builtin.insert(name.to_string()),
                         _ => builtin.remove(name),
                     };
-                    p.map(|p| p.document.into())
+                    p.map(|p| self.policy_docs.doc(&p.document))
                 });
                 refresh(&mut state.buckets, &changed.buckets, |name| {
                     s3.bucket_objects(name)

@@ -21,8 +21,9 @@ mod tests;
 /// (compact, keys sorted: how a `Value` writes it), not as a tree: a run
 /// holds two per grant to its end (the backend's, and the one seen at
 /// grant), and a tree is several times its text. Equal when the texts are.
+/// Cloned, it shares the text (see [`PolicyDocs`]).
 #[derive(Clone, Debug)]
-pub struct PolicyDoc(Box<serde_json::value::RawValue>);
+pub struct PolicyDoc(std::sync::Arc<serde_json::value::RawValue>);
 
 impl PolicyDoc {
     /// The document `doc`.
@@ -30,7 +31,7 @@ impl PolicyDoc {
         // A `Value` always writes; the fallback is never taken.
         let raw = serde_json::value::to_raw_value(doc)
             .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned());
-        Self(raw)
+        Self(raw.into())
     }
 
     /// The document as a tree (read when a check or the snapshot looks inside).
@@ -57,6 +58,34 @@ impl PartialEq for PolicyDoc {
 }
 
 impl Eq for PolicyDoc {}
+
+impl std::hash::Hash for PolicyDoc {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text().hash(state)
+    }
+}
+
+/// Equal policy documents held once. A run's users mostly share a few
+/// documents (a driver's generated policy is one per bucket and mode); held
+/// per user, at grant and in each backend read, they were ~0.5 KB a grant
+/// apiece.
+#[derive(Debug, Default)]
+pub struct PolicyDocs(std::sync::Mutex<std::collections::HashSet<PolicyDoc>>);
+
+impl PolicyDocs {
+    /// The document `doc`, sharing the text of an equal one seen before.
+    pub fn doc(&self, doc: &serde_json::Value) -> PolicyDoc {
+        let doc = PolicyDoc::new(doc);
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.get(&doc) {
+            Some(shared) => shared.clone(),
+            None => {
+                seen.insert(doc.clone());
+                doc
+            }
+        }
+    }
+}
 
 impl Serialize for PolicyDoc {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

@@ -873,3 +873,26 @@ fn a_policy_doc_is_written_as_its_tree_was_and_reads_back_either_way() {
     let other = PolicyDoc::new(&serde_json::json!({"Version": "2012-10-17"}));
     assert_ne!(other, doc);
 }
+
+#[test]
+fn equal_policy_documents_share_one_text() {
+    let docs = super::PolicyDocs::default();
+    let doc = |bucket: &str| {
+        serde_json::json!({"Statement": [{"Effect": "Allow", "Action": ["s3:GetObject"],
+            "Resource": [format!("arn:aws:s3:::{bucket}/*")]}], "Version": "2012-10-17"})
+    };
+    let (a, b, other) = (
+        docs.doc(&doc("b1")),
+        docs.doc(&doc("b1")),
+        docs.doc(&doc("b2")),
+    );
+    assert_eq!(a, b);
+    assert!(
+        std::ptr::eq(a.text(), b.text()),
+        "equal documents held twice"
+    );
+    assert_ne!(a, other);
+    assert!(!std::ptr::eq(a.text(), other.text()));
+    // Shared or not, a document writes as its text.
+    assert_eq!(serde_json::to_string(&b).unwrap(), a.text());
+}
