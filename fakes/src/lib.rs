@@ -17,5 +17,6 @@ pub mod record;
 pub mod s3;
 pub mod secret;
 pub mod serve;
+pub mod shared;
 pub mod store;
 pub mod tls;

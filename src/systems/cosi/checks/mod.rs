@@ -70,20 +70,12 @@ impl std::hash::Hash for PolicyDoc {
 /// per user, at grant and in each backend read, they were ~0.5 KB a grant
 /// apiece.
 #[derive(Debug, Default)]
-pub struct PolicyDocs(std::sync::Mutex<std::collections::HashSet<PolicyDoc>>);
+pub struct PolicyDocs(drivelab_fakes::shared::Shared<PolicyDoc>);
 
 impl PolicyDocs {
     /// The document `doc`, sharing the text of an equal one seen before.
     pub fn doc(&self, doc: &serde_json::Value) -> PolicyDoc {
-        let doc = PolicyDoc::new(doc);
-        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match seen.get(&doc) {
-            Some(shared) => shared.clone(),
-            None => {
-                seen.insert(doc.clone());
-                doc
-            }
-        }
+        self.0.get(PolicyDoc::new(doc))
     }
 }
 
