@@ -280,7 +280,7 @@ impl Path_ {
                     .replay(
                         DriverRequest::Create {
                             name: BUCKET.into(),
-                            parameters: params(endpoint),
+                            parameters: params(endpoint).into(),
                         },
                         None,
                         None,
@@ -314,7 +314,7 @@ impl Path_ {
                     bucket_id: BUCKET.into(),
                     name: account.into(),
                     auth: AuthenticationType::Key as i32,
-                    parameters: params(endpoint),
+                    parameters: params(endpoint).into(),
                 };
                 let ex = sidecar.replay(req, None, None).await;
                 let d = t.elapsed();

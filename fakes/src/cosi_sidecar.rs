@@ -231,25 +231,64 @@ impl DriverOp {
     }
 }
 
+/// A request's parameters (a class's or Bucket's `parameters`), shared
+/// between the requests that send the same map: every grant of a class
+/// does, and each exchange held a copy of its own (~650 B a grant).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Parameters(Arc<BTreeMap<String, String>>);
+
+impl std::ops::Deref for Parameters {
+    type Target = BTreeMap<String, String>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl From<BTreeMap<String, String>> for Parameters {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        Self(Arc::new(map))
+    }
+}
+
+impl Parameters {
+    /// As the gRPC request's map.
+    fn to_proto(&self) -> std::collections::HashMap<String, String> {
+        self.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+/// Written as the map it holds.
+impl serde::Serialize for Parameters {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Parameters {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        BTreeMap::deserialize(d).map(Self::from)
+    }
+}
+
 /// A request as the sidecar sent it, kept so the lab can send it again.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DriverRequest {
     /// DriverCreateBucket
     Create {
         name: String,
-        parameters: BTreeMap<String, String>,
+        parameters: Parameters,
     },
     /// DriverDeleteBucket (`delete_context` = the Bucket's parameters, as the v0.2 sidecar sends)
     Delete {
         bucket_id: String,
-        context: BTreeMap<String, String>,
+        context: Parameters,
     },
     /// DriverGrantBucketAccess
     Grant {
         bucket_id: String,
         name: String,
         auth: i32,
-        parameters: BTreeMap<String, String>,
+        parameters: Parameters,
     },
     /// DriverRevokeBucketAccess
     Revoke {
@@ -480,6 +519,8 @@ pub struct CosiSidecar {
     driver_name: String,
     failures: Mutex<BTreeMap<Target, u32>>,
     exchanges: Mutex<Vec<Exchange>>,
+    /// Every parameter map sent, each held once.
+    parameters: crate::shared::Shared<Parameters>,
     /// Targets its own writes woke ([`CosiSidecar::take_woken`]).
     woken: Mutex<Vec<Target>>,
     /// Set after a transport failure: dial afresh before the next call, as
@@ -503,6 +544,12 @@ impl CosiSidecar {
             self.call_timeout_ms
                 .load(std::sync::atomic::Ordering::SeqCst),
         )
+    }
+
+    /// The string map at `path` of `obj` as a request's parameters, sharing
+    /// an equal map sent before.
+    fn parameters(&self, obj: &Value, path: &[&str]) -> Parameters {
+        self.parameters.get(string_map(obj, path).into())
     }
 
     /// Connect to the driver at `socket` and learn its name (DriverGetInfo).
@@ -535,6 +582,7 @@ impl CosiSidecar {
             driver_name: info.name,
             failures: Mutex::default(),
             exchanges: Mutex::default(),
+            parameters: Default::default(),
             woken: Mutex::default(),
             redial: Default::default(),
             call_timeout_ms: std::sync::atomic::AtomicU64::new(
@@ -681,7 +729,7 @@ impl CosiSidecar {
             self.mark_claim_ready(ns, name, &bucket_name)?;
             return Ok(Step::Done);
         }
-        let parameters = string_map(&bucket, &["spec", "parameters"]);
+        let parameters = self.parameters(&bucket, &["spec", "parameters"]);
         let ex = self
             .send(
                 DriverRequest::Create {
@@ -781,7 +829,7 @@ impl CosiSidecar {
                 let bucket_id = str_at(&bucket, &["status", "bucketID"]);
                 if policy == "Delete" {
                     if let Some(bucket_id) = bucket_id {
-                        let context = string_map(&bucket, &["spec", "parameters"]);
+                        let context = self.parameters(&bucket, &["spec", "parameters"]);
                         let ex = self
                             .send(DriverRequest::Delete { bucket_id, context }, false)
                             .await;
@@ -930,7 +978,7 @@ impl CosiSidecar {
             bucket_id: bucket_id.clone(),
             name: format!("ba-{uid}"),
             auth,
-            parameters: string_map(&class, &["parameters"]),
+            parameters: self.parameters(&class, &["parameters"]),
         };
         let ex = self.send(request, false).await;
         if let Some(reason) = requeue_reason(&ex) {
@@ -1120,7 +1168,7 @@ impl CosiSidecar {
                 DriverRequest::Create { name, parameters } => client
                     .driver_create_bucket(DriverCreateBucketRequest {
                         name,
-                        parameters: parameters.into_iter().collect(),
+                        parameters: parameters.to_proto(),
                     })
                     .await
                     .map(|r| DriverReply::Created {
@@ -1129,7 +1177,7 @@ impl CosiSidecar {
                 DriverRequest::Delete { bucket_id, context } => client
                     .driver_delete_bucket(DriverDeleteBucketRequest {
                         bucket_id,
-                        delete_context: context.into_iter().collect(),
+                        delete_context: context.to_proto(),
                     })
                     .await
                     .map(|_| DriverReply::Empty),
@@ -1143,7 +1191,7 @@ impl CosiSidecar {
                         bucket_id,
                         name,
                         authentication_type: auth,
-                        parameters: parameters.into_iter().collect(),
+                        parameters: parameters.to_proto(),
                     })
                     .await
                     .map(|r| {
@@ -1256,16 +1304,15 @@ fn grpc_outcome<T>(r: &Result<T, tonic::Status>) -> Outcome {
     }
 }
 
-fn merged(
-    mut base: BTreeMap<String, String>,
-    over: Option<&BTreeMap<String, String>>,
-) -> BTreeMap<String, String> {
-    if let Some(o) = over {
-        for (k, v) in o {
-            base.insert(k.clone(), v.clone());
-        }
+fn merged(base: Parameters, over: Option<&BTreeMap<String, String>>) -> Parameters {
+    let Some(over) = over else {
+        return base;
+    };
+    let mut map = (*base).clone();
+    for (k, v) in over {
+        map.insert(k.clone(), v.clone());
     }
-    base
+    map.into()
 }
 
 /// The non-empty string at `path`: the sidecar treats "" as unset, as the real one does.
@@ -1297,6 +1344,19 @@ fn deleting(v: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parameters_write_as_their_map_and_an_unchanged_replay_shares_them() {
+        let map = BTreeMap::from([("mode".to_string(), "ro".to_string())]);
+        let p = Parameters::from(map.clone());
+        let text = serde_json::to_string(&p).unwrap();
+        assert_eq!(text, serde_json::to_string(&map).unwrap());
+        assert_eq!(serde_json::from_str::<Parameters>(&text).unwrap(), p);
+        assert!(Arc::ptr_eq(&merged(p.clone(), None).0, &p.0));
+        let over = BTreeMap::from([("mode".to_string(), "rw".to_string())]);
+        assert_eq!(merged(p.clone(), Some(&over))["mode"], "rw");
+        assert_eq!(p["mode"], "ro", "an override changed the shared map");
+    }
 
     #[test]
     fn v02_requeues_every_error_but_a_deleted_buckets_not_found() {
