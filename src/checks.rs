@@ -78,7 +78,7 @@ pub struct LeakScan {
 /// every system).
 pub struct RunTexts<'a> {
     /// The final snapshot.
-    pub snapshot: &'a str,
+    pub snapshot: &'a crate::packed::Packed,
     /// The lab's log lines for this run.
     pub log: &'a str,
     /// What external drivers wrote (empty ones are not listed).
@@ -98,7 +98,7 @@ impl LeakScan {
         norm: &mut Normalizer,
     ) -> (Self, crate::packed::Packed) {
         let mut scan = Scanner::new(all);
-        scan.whole("snapshot", texts.snapshot);
+        scan.lines("snapshot", texts.snapshot);
         let raw = scan.artifact("history");
         let labelled = scan.artifact("history (normalised)");
         let history_text = norm.json_all(history, |r, l| {
@@ -173,6 +173,20 @@ impl Scanner {
     fn whole(&mut self, name: &str, text: &str) {
         let a = self.artifact(name);
         self.feed(a, text);
+    }
+
+    /// Search a packed text, a line at a time as it is unpacked.
+    fn lines(&mut self, name: &str, text: &crate::packed::Packed) {
+        use std::io::BufRead as _;
+        let a = self.artifact(name);
+        let mut reader = std::io::BufReader::new(text.reader());
+        let mut line = String::new();
+        // Only texts this process packed are read, from memory: they
+        // decode, as UTF-8 (written from &str pieces).
+        while matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
+            self.feed(a, &line);
+            line.clear();
+        }
     }
 
     /// Search the next piece of `a`; a piece ends at a line end or the text's end.
@@ -307,8 +321,11 @@ mod tests {
         let mut norm = Normalizer::default();
         norm.secret(&known);
         let all = [known.clone(), unknown.clone()];
+        // The snapshot is read a line at a time as it is unpacked.
+        let snapshot = "claims:\nsecrets:\n  a: unknown-secret-abcdefgh\n";
+        let packed_snapshot = crate::packed::Packed::new(snapshot);
         let texts = RunTexts {
-            snapshot: "",
+            snapshot: &packed_snapshot,
             log: "",
             driver_outputs: &["", "driver said unknown-secret-abcdefgh"],
         };
@@ -322,7 +339,7 @@ mod tests {
         let whole = LeakScan::run(
             &all,
             &[
-                ("snapshot", ""),
+                ("snapshot", snapshot),
                 ("history", raw.as_str()),
                 ("history (normalised)", labelled.as_str()),
                 ("log", ""),
@@ -334,6 +351,7 @@ mod tests {
         assert_eq!(
             scan.findings,
             [
+                "snapshot:3: contains secret #2 of this run".to_string(),
                 format!(
                     "history:{}: contains secret #1 of this run",
                     line("handed out")

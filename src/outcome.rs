@@ -54,8 +54,8 @@ pub struct RunOutcome {
     pub figures: Vec<String>,
     /// The Director worker pool's figures, when the run modelled it in virtual time.
     pub scale: Option<ScaleFigures>,
-    /// The canonical ownership snapshot.
-    pub snapshot: String,
+    /// The canonical ownership snapshot (packed: held to the run's end).
+    pub snapshot: crate::packed::Packed,
     /// The full history, held encoded.
     pub history: EventLog,
     /// The history as JSON with ids labelled as in the snapshot (what reports write).

@@ -113,6 +113,25 @@ impl PairBits {
     }
 }
 
+/// Where relabelled text goes: a string, or a text packed as it is written
+/// (a run's last snapshot, held to the run's end).
+pub trait TextSink: Default {
+    /// Append `text`.
+    fn push_str(&mut self, text: &str);
+}
+
+impl TextSink for String {
+    fn push_str(&mut self, text: &str) {
+        String::push_str(self, text)
+    }
+}
+
+impl TextSink for crate::packed::PackedWriter {
+    fn push_str(&mut self, text: &str) {
+        crate::packed::PackedWriter::push_str(self, text)
+    }
+}
+
 /// A snapshot's raw text as it is written: whole lines, held in pieces of
 /// about [`RawText::PIECE`] bytes, so that [`Normalizer::relabel`] can drop
 /// each piece of the last snapshot once it is relabelled (held whole beside
@@ -488,31 +507,33 @@ impl Normalizer {
     /// for byte (a test checks it); a snapshot taken after every step pays
     /// for what the step changed, not for the whole state again. After
     /// [`Normalizer::forget_lines`], each raw piece is dropped once relabelled.
-    pub fn relabel(&mut self, raw: RawText) -> String {
+    pub fn relabel<S: TextSink>(&mut self, raw: RawText) -> S {
         let start = self.log.len();
         // The end of a snapshot: kept texts it did not ask for go.
         self.settle_texts(true);
-        let out = if self.multiline {
+        let mut out = S::default();
+        if self.multiline {
             self.lines = None;
-            self.text_all(&raw.into_pieces().collect::<String>())
+            out.push_str(&self.text_all(&raw.into_pieces().collect::<String>()));
         } else if self.keep_none {
             // Nothing is kept, but a line at a time all the same: the whole
             // text relabelled once and then hex-labelled again held two
             // copies beside the raw one (+120 MiB at 10⁵ grants); the raw
             // text held whole beside the relabelled one was another.
             self.lines = None;
-            let (known, mut scratch) = (self.frozen_matchers(), String::new());
-            let mut out = String::with_capacity(raw.len());
+            let (known, mut scratch, mut line_out) =
+                (self.frozen_matchers(), String::new(), String::new());
             for piece in raw.into_pieces() {
                 for line in piece.split_inclusive('\n') {
-                    self.line_all(&known, line, &mut scratch, &mut out);
+                    line_out.clear();
+                    self.line_all(&known, line, &mut scratch, &mut line_out);
+                    out.push_str(&line_out);
                 }
             }
-            out
         } else {
             let pieces: Vec<String> = raw.into_pieces().collect();
-            self.relabel_kept_lines(&pieces)
-        };
+            out.push_str(&self.relabel_kept_lines(&pieces));
+        }
         // Every kept line and text was relabelled knowing these.
         self.log.drain(..start);
         self.log_base += start;
@@ -1217,17 +1238,22 @@ mod tests {
         let want = fresh().text_all(&text);
         let mut last = fresh();
         last.forget_lines();
-        assert_eq!(last.relabel(RawText::from(text.as_str())), want);
+        assert_eq!(last.relabel::<String>(RawText::from(text.as_str())), want);
         let mut packing = RawText::packing();
         for line in text.split_inclusive('\n') {
             packing.push_str(line);
         }
         let mut last = fresh();
         last.forget_lines();
-        assert_eq!(last.relabel(packing), want);
+        assert_eq!(last.relabel::<String>(packing), want);
+        // Relabelled into a packed text as it is written: the same text.
+        let mut last = fresh();
+        last.forget_lines();
+        let packed = last.relabel::<crate::packed::PackedWriter>(RawText::from(text.as_str()));
+        assert_eq!(packed.finish().text(), want);
         let mut kept = fresh();
-        assert_eq!(kept.relabel(RawText::from(text.as_str())), want);
-        assert_eq!(kept.relabel(RawText::from(text.as_str())), want);
+        assert_eq!(kept.relabel::<String>(RawText::from(text.as_str())), want);
+        assert_eq!(kept.relabel::<String>(RawText::from(text.as_str())), want);
     }
 
     proptest::proptest! {

@@ -123,7 +123,8 @@ async fn spawned_bosh_csi_matches_the_builtin_on_every_scenario() {
             scn.name
         );
         assert_eq!(
-            spawned.snapshot, builtin.snapshot,
+            spawned.snapshot.text(),
+            builtin.snapshot.text(),
             "{}: ownership snapshots differ",
             scn.name
         );
@@ -532,7 +533,12 @@ async fn spawned_hostpath_csi_matches_the_builtin_without_the_bosh_backend() {
             "{}",
             scn.name
         );
-        assert_eq!(spawned.snapshot, builtin.snapshot, "{}", scn.name);
+        assert_eq!(
+            spawned.snapshot.text(),
+            builtin.snapshot.text(),
+            "{}",
+            scn.name
+        );
     }
 }
 

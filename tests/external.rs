@@ -88,7 +88,8 @@ async fn spawned_reference_driver_with_64_character_secrets_matches_the_builtin_
             scn.name
         );
         assert_eq!(
-            spawned.snapshot, builtin.snapshot,
+            spawned.snapshot.text(),
+            builtin.snapshot.text(),
             "{}: ownership snapshots differ",
             scn.name
         );
@@ -539,7 +540,11 @@ async fn container_image_driver_and_lab_container() {
             .await
             .unwrap_or_else(|e| panic!("{rel} (image): {e:#}"));
         assert_eq!(verdicts(&boxed), verdicts(&builtin), "{rel}");
-        assert_eq!(boxed.snapshot, builtin.snapshot, "{rel}: snapshots differ");
+        assert_eq!(
+            boxed.snapshot.text(),
+            builtin.snapshot.text(),
+            "{rel}: snapshots differ"
+        );
         assert!(boxed.passed(), "{}", drivelab::report::console(&boxed));
         println!("container: {rel} passed through image drivelab-cosi-s3:{tag}");
     }
@@ -567,7 +572,11 @@ async fn container_image_driver_and_lab_container() {
             .await
             .unwrap_or_else(|e| panic!("{rel} (CSI image): {e:#}"));
         assert_eq!(verdicts(&boxed), verdicts(&builtin), "{rel}");
-        assert_eq!(boxed.snapshot, builtin.snapshot, "{rel}: snapshots differ");
+        assert_eq!(
+            boxed.snapshot.text(),
+            builtin.snapshot.text(),
+            "{rel}: snapshots differ"
+        );
         assert!(boxed.passed(), "{}", drivelab::report::console(&boxed));
         println!("container: {rel} passed through image drivelab:{tag} (driver bosh-csi)");
     }

@@ -233,12 +233,13 @@ impl ScenarioReport {
                 diff: s.diff.clone(),
             })
             .collect();
+        let snapshot = o.snapshot.text();
         let verdicts = verdict_reports(
             &o.verdicts,
             &labels,
             &history,
             &step_snapshots,
-            (Some(&o.step_snapshots.last), &o.snapshot),
+            (Some(&o.step_snapshots.last), &snapshot),
         );
         let claims = o
             .claims
@@ -287,7 +288,7 @@ impl ScenarioReport {
             not_converged: o.not_converged.iter().map(|n| labels.apply(n)).collect(),
             figures: o.figures.clone(),
             scale: o.scale.clone(),
-            snapshot: o.snapshot.clone(),
+            snapshot,
             step_snapshots,
             last_step_snapshot: Some(o.step_snapshots.last.clone()),
             history,

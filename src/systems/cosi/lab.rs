@@ -51,6 +51,7 @@ use crate::engine::{
     line_of, random_token, replay_command, system, ExpectFailure, RunOptions, RunOutcome,
     StepSnapshots,
 };
+use crate::packed::PackedWriter;
 use crate::snapshot::Normalizer;
 use crate::systems::{Observed, Record};
 
@@ -543,7 +544,7 @@ impl Lab {
             backend_changed: changed.as_ref(),
             lab_buckets: &self.lab_buckets,
         };
-        let text = snapshot::render(&input, &mut self.norm, &mut self.kept_lines);
+        let text: String = snapshot::render(&input, &mut self.norm, &mut self.kept_lines);
         self.backend_seen = Some((cursor, backend));
         Ok(text)
     }
@@ -1551,7 +1552,11 @@ impl Lab {
         };
         // Nothing kept: the objects were read afresh after the last step,
         // and no snapshot follows.
-        let snapshot = snapshot::render(&input, &mut norm, &mut snapshot::Kept::last());
+        // Packed as it is written: held to the run's end, it was a tenth of
+        // a kilobyte a grant.
+        let snapshot =
+            snapshot::render::<PackedWriter>(&input, &mut norm, &mut snapshot::Kept::last())
+                .finish();
         let SnapshotInput {
             objects,
             checkpoints,

@@ -12,7 +12,7 @@ use drivelab_fakes::secret::Secret;
 use serde_json::Value;
 
 use super::checks::{BackendState, UserState};
-use crate::snapshot::{Normalizer, RawText};
+use crate::snapshot::{Normalizer, RawText, TextSink};
 use drivelab_fakes::s3::ChangedNames;
 
 mod views;
@@ -181,7 +181,7 @@ impl BucketInfos {
 
 /// Render the canonical snapshot. `norm` should already know the run's uids in
 /// creation order; the rest is labelled here in a fixed walk order.
-pub fn render(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept) -> String {
+pub fn render<S: TextSink>(input: &SnapshotInput<'_>, norm: &mut Normalizer, kept: &mut Kept) -> S {
     // Label ids in a fixed walk order so labels do not depend on random values.
     // An object the last snapshot showed as it is was walked then: labelling
     // its ids again would change nothing.
@@ -719,7 +719,7 @@ mod tests {
                 backend_changed: changed,
                 lab_buckets: &[],
             };
-            render(&input, norm, kept)
+            render::<String>(&input, norm, kept)
         };
         let fresh =
             |b: &BackendState| step(b, None, &mut Normalizer::default(), &mut Kept::default());

@@ -1351,7 +1351,7 @@ impl CsiLab {
         self.sample(scn.steps.len());
         // The last snapshot: what it kept would only add to the run's peak.
         self.norm.forget_lines();
-        let snapshot = self.render_snapshot();
+        let snapshot = crate::packed::Packed::new(&self.render_snapshot());
         // External driver processes' own output is searched for leaks too. Read
         // before the history: reading notes what was held back of a flood.
         let plugins = self.nodes.iter().map(|n| &n.plugin);
