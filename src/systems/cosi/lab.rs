@@ -210,6 +210,8 @@ struct Lab {
     policies_at_grant: BTreeMap<String, BTreeMap<String, PolicyDoc>>,
     /// Every policy document this lab read, each text held once.
     policy_docs: PolicyDocs,
+    /// The S3 error codes the probes got, each held once.
+    probe_codes: drivelab_fakes::shared::Shared<Arc<str>>,
     account_of: BTreeMap<String, (String, String)>,
     bucket_of: BTreeMap<String, String>,
     lab_buckets: Vec<String>,
@@ -464,6 +466,7 @@ impl Lab {
             retries: Vec::new(),
             policies_at_grant: BTreeMap::new(),
             policy_docs: PolicyDocs::default(),
+            probe_codes: Default::default(),
             account_of: BTreeMap::new(),
             bucket_of: BTreeMap::new(),
             lab_buckets: vec![CANARY_BUCKET.to_string()],
@@ -1739,23 +1742,28 @@ impl Lab {
                 self.seed_object(bucket).await;
             }
         }
+        // Each string a probe holds is shared with the other probes that
+        // name the same access, key or bucket.
+        let targets: Vec<Arc<str>> = targets.into_iter().map(Arc::from).collect();
         for a in live {
+            let access: Arc<str> = a.name.as_str().into();
+            let own_bucket = (targets.iter())
+                .find(|t| ***t == *a.bucket_id)
+                .cloned()
+                .unwrap_or_else(|| a.bucket_id.as_str().into());
             if let Some((key, secret)) = &a.credentials {
+                let who = ProbeAs {
+                    access: access.clone(),
+                    key: key.as_str().into(),
+                    secret,
+                };
                 for bucket in &targets {
-                    let granted = *bucket == a.bucket_id;
+                    let granted = **bucket == *a.bucket_id;
                     for op in [ProbeOp::Read, ProbeOp::Write] {
                         let allowed = granted && a.mode.allows(op);
-                        out.push(
-                            self.one_probe(
-                                a,
-                                key,
-                                secret,
-                                bucket,
-                                (op, granted, allowed),
-                                ProbePurpose::Current,
-                            )
-                            .await,
-                        );
+                        let what = (op, granted, allowed);
+                        let probe = self.one_probe(&who, bucket, what, ProbePurpose::Current);
+                        out.push(probe.await);
                     }
                 }
             }
@@ -1769,17 +1777,14 @@ impl Lab {
                     continue;
                 }
                 seen.push(secret);
-                out.push(
-                    self.one_probe(
-                        a,
-                        &c.access_key_id,
-                        secret,
-                        &a.bucket_id.clone(),
-                        (ProbeOp::Read, true, true),
-                        ProbePurpose::HandedOut,
-                    )
-                    .await,
-                );
+                let who = ProbeAs {
+                    access: access.clone(),
+                    key: c.access_key_id.as_str().into(),
+                    secret,
+                };
+                let what = (ProbeOp::Read, true, true);
+                let probe = self.one_probe(&who, &own_bucket, what, ProbePurpose::HandedOut);
+                out.push(probe.await);
             }
         }
         out
@@ -1806,15 +1811,14 @@ impl Lab {
     /// One signed request; `what` is (read or write, granted this bucket, must succeed).
     async fn one_probe(
         &mut self,
-        a: &LiveAccess,
-        key: &str,
-        secret: &Secret,
-        bucket: &str,
+        who: &ProbeAs<'_>,
+        bucket: &Arc<str>,
         what: (ProbeOp, bool, bool),
         purpose: ProbePurpose,
     ) -> Probe {
         let (op, granted, allowed) = what;
-        let object = format!("drivelab-probe/{}", a.name.replace('/', "-"));
+        let (key, secret) = (&*who.key, who.secret);
+        let object = format!("drivelab-probe/{}", who.access.replace('/', "-"));
         let calls_before = self.history.len();
         let reply = match op {
             ProbeOp::Write => {
@@ -1842,18 +1846,26 @@ impl Lab {
             Err(e) => (0, Some(format!("probe failed: {e}"))),
         };
         Probe {
-            access: a.name.clone(),
-            access_key: key.to_string(),
-            bucket: bucket.to_string(),
+            access: who.access.clone(),
+            access_key: who.key.clone(),
+            bucket: bucket.clone(),
             granted_bucket: granted,
             op,
             allowed,
             purpose,
             status,
-            code,
+            code: code.map(|c| self.probe_codes.get(c.into())),
             call,
         }
     }
+}
+
+/// Whom a probe is made as: the access, and the key and secret it signs
+/// with (each string shared by the probes made as it).
+struct ProbeAs<'a> {
+    access: Arc<str>,
+    key: Arc<str>,
+    secret: &'a Secret,
 }
 
 /// The object the lab puts in every probed bucket for read probes to fetch.

@@ -3,6 +3,7 @@
 //! broken input. A failed check names the calls that broke it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use drivelab_fakes::cosi_sidecar::{AnsweredBy, DriverOp, DriverReply, DriverRequest, Exchange};
 use drivelab_fakes::history::CallId;
@@ -237,15 +238,21 @@ impl ProbeOp {
     }
 }
 
-/// A signed request the lab made with handed-out credentials.
+/// A signed request the lab made with handed-out credentials. Its strings
+/// are shared with the other probes of the same access, key, bucket or
+/// error code (four probes a live access or more: held apart, they were
+/// ~1 KB a grant through the end of a run).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probe {
     /// Whose credentials (`namespace/name`).
-    pub access: String,
+    #[serde(with = "shared_str")]
+    pub access: Arc<str>,
     /// Access key used.
-    pub access_key: String,
+    #[serde(with = "shared_str")]
+    pub access_key: Arc<str>,
     /// Bucket probed.
-    pub bucket: String,
+    #[serde(with = "shared_str")]
+    pub bucket: Arc<str>,
     /// Whether the access was granted this bucket.
     pub granted_bucket: bool,
     /// Read or write.
@@ -257,9 +264,39 @@ pub struct Probe {
     /// HTTP status.
     pub status: u16,
     /// S3 error code, if any.
-    pub code: Option<String>,
+    #[serde(with = "shared_opt_str")]
+    pub code: Option<Arc<str>>,
     /// History call id of the probe.
     pub call: Option<CallId>,
+}
+
+/// A shared string written and read as a plain one (serde's `rc` feature
+/// would rebuild every crate that uses serde, for these few fields).
+mod shared_str {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::sync::Arc;
+
+    pub fn serialize<S: Serializer>(s: &Arc<str>, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_str(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        String::deserialize(d).map(Arc::from)
+    }
+}
+
+/// [`shared_str`] for an optional string.
+mod shared_opt_str {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::sync::Arc;
+
+    pub fn serialize<S: Serializer>(s: &Option<Arc<str>>, ser: S) -> Result<S::Ok, S::Error> {
+        s.as_deref().serialize(ser)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<str>>, D::Error> {
+        Option::<String>::deserialize(d).map(|s| s.map(Arc::from))
+    }
 }
 
 /// Why a probe was made.

@@ -76,7 +76,7 @@ fn probe(access: &str, bucket: &str, granted: bool, status: u16, code: Option<&s
         allowed: granted,
         purpose: ProbePurpose::Current,
         status,
-        code: code.map(str::to_string),
+        code: code.map(Into::into),
         call: Some(CallId(9)),
     }
 }
