@@ -896,3 +896,22 @@ fn equal_policy_documents_share_one_text() {
     // Shared or not, a document writes as its text.
     assert_eq!(serde_json::to_string(&b).unwrap(), a.text());
 }
+
+#[test]
+fn a_probe_writes_its_shared_strings_as_plain_ones() {
+    let denied = probe("default/a", "b1", false, 403, Some("AccessDenied"));
+    let v = serde_json::to_value(&denied).unwrap();
+    assert_eq!(v["access"], "default/a");
+    assert_eq!(v["access_key"], "KEY1");
+    assert_eq!(v["bucket"], "b1");
+    assert_eq!(v["code"], "AccessDenied");
+    let ok = probe("default/a", "b1", true, 200, None);
+    assert_eq!(
+        serde_json::to_value(&ok).unwrap()["code"],
+        serde_json::Value::Null
+    );
+    for p in [denied, ok] {
+        let back: Probe = serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+    }
+}
