@@ -1500,12 +1500,10 @@ impl Lab {
         // and decoding every one at once held all their trees together.
         let objects = kube_objects(&self.kube(), &mut snapshot::Seen::default())?;
         let live = self.live_accesses(&objects.accesses, &objects.credential_secrets);
-        // The last snapshot reads only these parts of the checkpoints and
-        // no stored version of the rest: the fake's copies go below.
-        let checkpoints: Vec<_> = (self.checkpoints()?.into_iter())
-            .map(|(kind, o)| (kind, snapshot::checkpoint_part(&o)))
-            .collect();
+        // The last snapshot holds no stored version of the rest: the fake's
+        // copies go below.
         let objects = objects.unpinned();
+        let checkpoints = self.checkpoints()?;
         crate::phases::phase("views, live accesses, checkpoints");
         // An external driver's own output is searched for leaks too (a
         // builtin has none). Read before the history: it notes what it held
@@ -1516,6 +1514,21 @@ impl Lab {
         // below need only the S3 fake.
         self.fakes.release(Component::Kube).await?;
         crate::phases::phase("kube fake released");
+        // The last snapshot and the record read only these parts of the
+        // checkpoints. Made once the rest of the fake is let go of, each
+        // text let go of as its part is made, and on the runtime's worker,
+        // which allocated the texts: freed there, each is room for the next
+        // part (made while the fake was held, the parts were the end's peak).
+        let checkpoints = tokio::spawn(async move {
+            let parts = (checkpoints.into_iter())
+                .map(|(kind, o)| (kind, snapshot::checkpoint_part(&o)))
+                .collect::<Vec<_>>();
+            crate::alloc::collect();
+            parts
+        })
+        .await
+        .context("reducing the checkpoints to what the end reads")?;
+        crate::phases::phase("checkpoints reduced");
 
         let lab_buckets = self.lab_buckets.clone();
         let bucket_objects: Vec<(String, String)> = (objects.buckets.iter())
