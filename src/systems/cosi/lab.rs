@@ -1500,8 +1500,8 @@ impl Lab {
         // and decoding every one at once held all their trees together.
         let objects = kube_objects(&self.kube(), &mut snapshot::Seen::default())?;
         let live = self.live_accesses(&objects.accesses, &objects.credential_secrets);
-        // The last snapshot holds no stored version of the rest: the fake's
-        // copies go below.
+        // Their views and BucketInfos are their own: holding no stored
+        // version, they let the fake's copies go with it below.
         let objects = objects.unpinned();
         let checkpoints = self.checkpoints()?;
         crate::phases::phase("views, live accesses, checkpoints");
@@ -1510,8 +1510,8 @@ impl Lab {
         // back of a flood; and before the kube fake goes, which a driver's
         // own loop might then log failing to reach.
         let driver_output = self.driver.output();
-        // All the end reads of the kube fake is read by now; the probes
-        // below need only the S3 fake.
+        // Everything the end reads of the kube fake is read by now; the
+        // probes below need only the S3 fake.
         self.fakes.release(Component::Kube).await?;
         crate::phases::phase("kube fake released");
         // The last snapshot and the record read only these parts of the
