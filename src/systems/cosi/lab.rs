@@ -1567,9 +1567,8 @@ impl Lab {
             lab_buckets: &lab_buckets,
         };
         // Nothing kept: the objects were read afresh after the last step,
-        // and no snapshot follows.
-        // Packed as it is written: held to the run's end, it was a tenth of
-        // a kilobyte a grant.
+        // and no snapshot follows. Packed as it is written: held to the
+        // run's end, the text was about a kilobyte a grant.
         let snapshot =
             snapshot::render::<PackedWriter>(&input, &mut norm, &mut snapshot::Kept::last())
                 .finish();
