@@ -24,7 +24,7 @@ mod tests;
 /// grant), and a tree is several times its text. Equal when the texts are.
 /// Cloned, it shares the text (see [`PolicyDocs`]).
 #[derive(Clone, Debug)]
-pub struct PolicyDoc(std::sync::Arc<serde_json::value::RawValue>);
+pub struct PolicyDoc(Arc<serde_json::value::RawValue>);
 
 impl PolicyDoc {
     /// The document `doc`.
