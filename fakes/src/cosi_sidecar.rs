@@ -264,9 +264,10 @@ impl serde::Serialize for Parameters {
     }
 }
 
+/// Read as one with equal maps read before (see [`crate::shared::reading`]).
 impl<'de> serde::Deserialize<'de> for Parameters {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        BTreeMap::deserialize(d).map(Self::from)
+        BTreeMap::deserialize(d).map(|map| crate::shared::read(Self::from(map)))
     }
 }
 

@@ -172,9 +172,12 @@ impl Record {
         // What is judged is what was read back; the written copy would only
         // double the largest run's peak memory while it is read. Read as it
         // is unpacked: the text is never held whole.
+        // Equal values the run held once are read as one again.
         drop(self);
-        let record: Record = serde_json::from_reader(std::io::BufReader::new(text.reader()))
-            .map_err(RecordError::from)?;
+        let record: Record = drivelab_fakes::shared::reading(|| {
+            serde_json::from_reader(std::io::BufReader::new(text.reader()))
+        })
+        .map_err(RecordError::from)?;
         let verdicts = record.judge_read_back(history)?;
         Ok((text, verdicts))
     }
@@ -211,7 +214,8 @@ impl Record {
 
 /// Judge a stored record's text (with the history stored beside it).
 pub fn judge_text(text: &str, history: &EventLog) -> Result<Vec<Verdict>, RecordError> {
-    serde_json::from_str::<Record>(text)?.judge_read_back(history)
+    drivelab_fakes::shared::reading(|| serde_json::from_str::<Record>(text))?
+        .judge_read_back(history)
 }
 
 /// A check the scenario requires to be exercised that had nothing to judge

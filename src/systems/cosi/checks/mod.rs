@@ -88,9 +88,11 @@ impl Serialize for PolicyDoc {
 
 /// Read through a tree, then kept as text: a record read from text and one
 /// read through a `Value` (keys sorted by a tool) give the same document.
+/// Equal documents read in one record are held once, as the run held them
+/// (see [`drivelab_fakes::shared::reading`]).
 impl<'de> Deserialize<'de> for PolicyDoc {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        serde_json::Value::deserialize(d).map(|v| Self::new(&v))
+        serde_json::Value::deserialize(d).map(|v| drivelab_fakes::shared::read(Self::new(&v)))
     }
 }
 
@@ -271,7 +273,8 @@ pub struct Probe {
 }
 
 /// A shared string written and read as a plain one (serde's `rc` feature
-/// would rebuild every crate that uses serde, for these few fields).
+/// would rebuild every crate that uses serde, for these few fields); read
+/// back, equal ones are one again (see [`drivelab_fakes::shared::reading`]).
 mod shared_str {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::sync::Arc;
@@ -281,7 +284,7 @@ mod shared_str {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
-        String::deserialize(d).map(Arc::from)
+        String::deserialize(d).map(|s| drivelab_fakes::shared::read(Arc::from(s)))
     }
 }
 
@@ -295,7 +298,8 @@ mod shared_opt_str {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<str>>, D::Error> {
-        Option::<String>::deserialize(d).map(|s| s.map(Arc::from))
+        Option::<String>::deserialize(d)
+            .map(|s| s.map(|s| drivelab_fakes::shared::read(Arc::from(s))))
     }
 }
 

@@ -915,3 +915,62 @@ fn a_probe_writes_its_shared_strings_as_plain_ones() {
         assert_eq!(back, p);
     }
 }
+
+/// What the run held once (a policy document, a class's parameters, a
+/// probe's strings) a record read back holds once too, and only while
+/// reading it as a record: read outside the scope, each is its own copy.
+#[test]
+fn a_record_read_back_holds_equal_values_once() {
+    let parameters: drivelab_fakes::cosi_sidecar::Parameters =
+        BTreeMap::from([("tier".to_string(), "gold".to_string())]).into();
+    let mut obs = good();
+    for e in &mut obs.exchanges {
+        if let DriverRequest::Grant { parameters: p, .. } = &mut e.request {
+            *p = parameters.clone();
+        }
+    }
+    obs.live = vec![
+        live("default/a", "KEY1", "KEY1", "secret-one-aaaaaaaa"),
+        live("default/b", "KEY2", "KEY2", "secret-two-bbbbbbbb"),
+    ];
+    obs.probes = vec![
+        probe("default/a", "b1", false, 403, Some("AccessDenied")),
+        probe("default/a", "b1", false, 403, Some("AccessDenied")),
+    ];
+    let write = |obs: &Observations| {
+        drivelab_fakes::secret::fingerprinting([7; 32], || serde_json::to_string(obs)).unwrap()
+    };
+    let text = write(&obs);
+    let shares = |read: &Observations| {
+        let params: Vec<&BTreeMap<String, String>> = read
+            .exchanges
+            .iter()
+            .filter_map(|e| match &e.request {
+                DriverRequest::Grant { parameters, .. } => Some(&**parameters),
+                _ => None,
+            })
+            .collect();
+        let (a, b) = (&read.live[0], &read.live[1]);
+        let (p, q) = (&read.probes[0], &read.probes[1]);
+        [
+            std::ptr::eq(params[0], params[1]),
+            std::ptr::eq(
+                a.policies_at_grant["p1"].text(),
+                b.policies_at_grant["p1"].text(),
+            ),
+            std::ptr::eq(
+                a.policies_at_grant["p1"].text(),
+                read.backend.policies["p1"].text(),
+            ),
+            Arc::ptr_eq(&p.access, &q.access),
+            Arc::ptr_eq(&p.bucket, &q.bucket),
+            Arc::ptr_eq(p.code.as_ref().unwrap(), q.code.as_ref().unwrap()),
+        ]
+    };
+    let read: Observations =
+        drivelab_fakes::shared::reading(|| serde_json::from_str(&text)).unwrap();
+    assert_eq!(shares(&read), [true; 6]);
+    assert_eq!(write(&read), text);
+    let apart: Observations = serde_json::from_str(&text).unwrap();
+    assert_eq!(shares(&apart), [false; 6]);
+}
