@@ -10,6 +10,7 @@ pub mod director;
 pub mod gate;
 pub mod history;
 pub mod json;
+pub mod json_text;
 pub mod kube;
 pub mod misbehave;
 pub mod ops;

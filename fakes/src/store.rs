@@ -10,6 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::json_text::JsonText;
+
 /// Errors from a store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -59,8 +61,8 @@ pub trait Store: Send + Sync {
     }
     /// Set `key` to `json`, the text of a JSON value. A store in memory keeps
     /// the text itself, shared with its writer; the default writes its bytes.
-    fn put_text(&self, key: &str, json: &Arc<str>) -> Result<(), StoreError> {
-        self.put(key, json.as_bytes())
+    fn put_text(&self, key: &str, json: &JsonText) -> Result<(), StoreError> {
+        self.put(key, json.text().as_bytes())
     }
     /// Every JSON value under `prefix`, in key order: what was put as text
     /// as that text where the store kept it, the rest as shared trees.
@@ -78,7 +80,7 @@ pub enum Json {
     /// A tree, shared with whoever else holds it.
     Tree(Arc<Value>),
     /// The value's JSON text, shared.
-    Text(Arc<str>),
+    Text(JsonText),
 }
 
 /// The JSON value of `bytes`, stored under `key`.
@@ -234,14 +236,14 @@ pub struct MemEntries(#[allow(dead_code)] BTreeMap<String, Entry>);
 enum Entry {
     Bytes(Vec<u8>),
     Value(Arc<Value>),
-    Text(Arc<str>),
+    Text(JsonText),
 }
 
 impl Entry {
     fn bytes(&self) -> Vec<u8> {
         match self {
             Entry::Bytes(b) => b.clone(),
-            Entry::Text(t) => t.as_bytes().to_vec(),
+            Entry::Text(t) => t.text().into_bytes(),
             // A tree writes without error: its keys are strings, its numbers finite.
             Entry::Value(v) => serde_json::to_vec(&**v).unwrap_or_default(),
         }
@@ -278,11 +280,11 @@ impl Store for MemStore {
         (self.scan_shared(prefix)?.into_iter())
             .map(|(k, v)| match v {
                 Json::Tree(t) => Ok((k, t)),
-                Json::Text(t) => decode(k, t.as_bytes()).map(|(k, t)| (k, Arc::new(t))),
+                Json::Text(t) => decode(k, t.text().as_bytes()).map(|(k, t)| (k, Arc::new(t))),
             })
             .collect()
     }
-    fn put_text(&self, key: &str, json: &Arc<str>) -> Result<(), StoreError> {
+    fn put_text(&self, key: &str, json: &JsonText) -> Result<(), StoreError> {
         self.lock()
             .insert(key.to_string(), Entry::Text(json.clone()));
         Ok(())
@@ -369,13 +371,13 @@ mod tests {
         assert_eq!(Arc::ptr_eq(&trees[0].1, &v), shares);
         assert_eq!(*trees[1].1, serde_json::json!({"z": true}));
         // Text reads back as its bytes and as its tree; shared, where kept.
-        let text: Arc<str> = r#"{"t":[2]}"#.into();
+        let text = JsonText::from(r#"{"t":[2]}"#);
         s.put_text("o/21", &text).unwrap();
-        assert_eq!(s.get("o/21").unwrap().as_deref(), Some(text.as_bytes()));
+        assert_eq!(s.get("o/21").unwrap(), Some(text.text().into_bytes()));
         let shared = s.scan_shared("o/").unwrap();
         assert_eq!(shared.len(), 3);
         match &shared[2].1 {
-            Json::Text(t) => assert!(shares && Arc::ptr_eq(t, &text)),
+            Json::Text(t) => assert!(shares && t.address() == text.address()),
             Json::Tree(t) => assert!(!shares && **t == serde_json::json!({"t": [2]})),
         }
         assert!(matches!(&shared[0].1, Json::Tree(t) if **t == *v));

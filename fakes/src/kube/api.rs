@@ -418,9 +418,9 @@ fn reply(code: StatusCode, body: &Value) -> Response {
 }
 
 /// [`reply`] with the body's JSON text already written (as `axum::Json` would).
-fn reply_text(code: StatusCode, json: &str) -> Response {
+fn reply_text(code: StatusCode, json: String) -> Response {
     let ct = [(header::CONTENT_TYPE, "application/json")];
-    (code, ct, bytes::Bytes::copy_from_slice(json.as_bytes())).into_response()
+    (code, ct, bytes::Bytes::from(json)).into_response()
 }
 
 struct Params(HashMap<String, String>);
@@ -650,7 +650,7 @@ async fn dispatch(fake: &KubeFake, req: Request) -> Result<Response, ApiError> {
             match method {
                 Method::GET => match fake.get_stored(kind, ns, &name)? {
                     Some(Stored::Tree(o)) => Ok(reply(StatusCode::OK, &o)),
-                    Some(Stored::Text(json)) => Ok(reply_text(StatusCode::OK, &json)),
+                    Some(Stored::Text(json)) => Ok(reply_text(StatusCode::OK, json.text())),
                     None => Err(super::KubeError::NotFound { kind, name }.into()),
                 },
                 Method::PUT => {

@@ -471,7 +471,7 @@ impl KubeFake {
         }
         self.inner.store.put_json(RV_KEY, &rv)?;
         **guard = rv;
-        let held = obj.as_ref().map(|(o, form)| (o, Held::new(o, *form)));
+        let held = (obj.as_ref()).map(|(o, form)| (o, self.objects().hold(kind, o, *form)));
         match &held {
             Some((_, h)) => h.put(&*self.inner.store, &key)?,
             None => {
@@ -1683,7 +1683,7 @@ mod tests {
         let made = (f.create_in(Kind::ConfigMap, None, cm("a"), http.clone())).unwrap();
         let answer = |f: &KubeFake| f.get_stored(Kind::ConfigMap, Some("default"), "a").unwrap();
         let text = |f: &KubeFake| match answer(f) {
-            Some(Stored::Text(t)) => t.to_string(),
+            Some(Stored::Text(t)) => t.text(),
             _ => panic!("not held as text"),
         };
         assert_eq!(text(&f), serde_json::to_string(&*made).unwrap());
@@ -1761,7 +1761,19 @@ mod tests {
         assert_eq!(text(&again), serde_json::to_string(&*made).unwrap());
         texts.create(Kind::ConfigMap, cm("b")).unwrap();
         let b = (again.get_stored(Kind::ConfigMap, Some("default"), "b")).unwrap();
-        assert!(matches!(b, Some(Stored::Text(_))));
+        let Some(Stored::Text(b)) = b else {
+            panic!("not held as text")
+        };
+        // Packed against its kind's first text, which it is like: a fraction
+        // of its length is held.
+        assert!(
+            b.packed_len() * 2 < b.len(),
+            "{} of {}",
+            b.packed_len(),
+            b.len()
+        );
+        let b_read = again.get(Kind::ConfigMap, Some("default"), "b").unwrap();
+        assert_eq!(b.text(), serde_json::to_string(&b_read.unwrap()).unwrap());
     }
 
     #[tokio::test]

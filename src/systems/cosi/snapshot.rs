@@ -66,7 +66,12 @@ pub fn checkpoint_part(o: &Stored) -> Stored {
         part.insert("metadata".into(), serde_json::json!({ "name": name }));
     }
     // A tree writes without error: its keys are strings, its numbers finite.
-    Stored::Text(serde_json::to_string(&part).unwrap_or_default().into())
+    let text = serde_json::to_string(&part).unwrap_or_default();
+    Stored::Text(match o {
+        // A part packs against what the whole did: they are alike.
+        Stored::Text(whole) => whole.pack_like(&text),
+        Stored::Tree(_) => text.into(),
+    })
 }
 
 /// What the snapshot is built from.

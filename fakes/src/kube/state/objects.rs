@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::{obj_key, OBJ_PREFIX};
 use crate::json::str_ref;
+use crate::json_text::{Dict, JsonText};
 use crate::kube::{Kind, LabelSelector};
 use crate::store::{Json, Store, StoreError};
 
@@ -38,11 +39,11 @@ pub(super) enum Form {
 pub(super) enum Held {
     /// The tree its writer made, shared with every reader.
     Tree(Arc<Value>),
-    /// Its JSON text, and the tree last decoded from it while any reader
-    /// still holds that tree: readers holding one version see one address,
-    /// as they do for a tree (see `reads::Reads`).
+    /// Its JSON text (packed), and the tree last decoded from it while any
+    /// reader still holds that tree: readers holding one version see one
+    /// address, as they do for a tree (see `reads::Reads`).
     Text {
-        json: Arc<str>,
+        json: JsonText,
         tree: Weak<Value>,
         /// Its labels, so a list by label selector decodes only what it selects.
         labels: Labels,
@@ -71,16 +72,21 @@ impl Labels {
 }
 
 impl Held {
-    /// `obj` held in `form`, with the text (if any) it is stored as.
-    pub(super) fn new(obj: &Arc<Value>, form: Form) -> Held {
+    /// `obj` held in `form`; as text, packed against `dict`, the dictionary
+    /// of its kind (made of the first text of the kind, if it has none).
+    pub(super) fn new(obj: &Arc<Value>, form: Form, dict: &mut Option<Dict>) -> Held {
         match form {
             Form::Tree => Held::Tree(obj.clone()),
-            // A tree writes without error: its keys are strings, its numbers finite.
-            Form::Text => Held::Text {
-                json: serde_json::to_string(&**obj).unwrap_or_default().into(),
-                tree: Arc::downgrade(obj),
-                labels: Labels::of(obj),
-            },
+            Form::Text => {
+                // A tree writes without error: its keys are strings, its numbers finite.
+                let text = serde_json::to_string(&**obj).unwrap_or_default();
+                let dict = dict.get_or_insert_with(|| Dict::of(&text));
+                Held::Text {
+                    json: JsonText::pack(&text, dict),
+                    tree: Arc::downgrade(obj),
+                    labels: Labels::of(obj),
+                }
+            }
         }
     }
 
@@ -101,12 +107,12 @@ impl Held {
                     return Ok(t);
                 }
                 let t: Arc<Value> =
-                    Arc::new(
-                        serde_json::from_str(json).map_err(|source| StoreError::Corrupt {
+                    Arc::new(serde_json::from_str(&json.text()).map_err(|source| {
+                        StoreError::Corrupt {
                             key: key.to_string(),
                             source,
-                        })?,
-                    );
+                        }
+                    })?);
                 *tree = Arc::downgrade(&t);
                 Ok(t)
             }
@@ -148,8 +154,8 @@ impl Held {
 pub enum Stored {
     /// The tree, shared.
     Tree(Arc<Value>),
-    /// The JSON text, shared.
-    Text(Arc<str>),
+    /// The JSON text, shared (packed as the fake holds it).
+    Text(JsonText),
 }
 
 impl Stored {
@@ -157,7 +163,7 @@ impl Stored {
     pub fn tree(&self) -> serde_json::Result<Arc<Value>> {
         match self {
             Stored::Tree(t) => Ok(t.clone()),
-            Stored::Text(json) => serde_json::from_str(json).map(Arc::new),
+            Stored::Text(json) => serde_json::from_str(&json.text()).map(Arc::new),
         }
     }
 
@@ -166,7 +172,7 @@ impl Stored {
     pub fn address(&self) -> usize {
         match self {
             Stored::Tree(t) => Arc::as_ptr(t) as *const u8 as usize,
-            Stored::Text(json) => Arc::as_ptr(json) as *const u8 as usize,
+            Stored::Text(json) => json.address(),
         }
     }
 }
@@ -176,6 +182,8 @@ impl Stored {
 #[derive(Default)]
 pub(super) struct Objects {
     loaded: Option<Loaded>,
+    /// Each kind's dictionary its texts are packed against (see [`Held::new`]).
+    dicts: BTreeMap<Kind, Dict>,
 }
 
 struct Loaded {
@@ -216,6 +224,16 @@ impl Loaded {
 }
 
 impl Objects {
+    /// `obj`, of `kind`, as it will be held: see [`Held::new`].
+    pub(super) fn hold(&mut self, kind: Kind, obj: &Arc<Value>, form: Form) -> Held {
+        let mut dict = self.dicts.get(&kind).cloned();
+        let held = Held::new(obj, form, &mut dict);
+        if let Some(dict) = dict {
+            self.dicts.entry(kind).or_insert(dict);
+        }
+        held
+    }
+
     /// The loaded copy; read from every object key of `store` if not held.
     fn load(&mut self, store: &dyn Store) -> Result<&mut Loaded, StoreError> {
         Ok(match &mut self.loaded {

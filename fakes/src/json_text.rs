@@ -1,0 +1,150 @@
+//! A JSON text held LZ4-packed against a dictionary shared with texts of
+//! its kind: how the kube fake and its store keep the objects written over
+//! HTTP (a driver's checkpoints, ~3 KB a grant with their managedFields).
+//! Objects of one kind differ in a few values, so each packs to a fraction.
+
+use std::sync::Arc;
+
+/// Earlier texts a text is packed against. Cloned, it is shared.
+#[derive(Clone, Debug, Default)]
+pub struct Dict(Arc<[u8]>);
+
+impl Dict {
+    /// LZ4 looks back at most 64 KiB; a dictionary past that is not read.
+    const MAX: usize = 64 * 1024;
+
+    /// A dictionary of `text` (its last 64 KiB).
+    pub fn of(text: &str) -> Dict {
+        let b = text.as_bytes();
+        Dict(b[b.len().saturating_sub(Self::MAX)..].into())
+    }
+}
+
+/// A JSON text, packed. Cheap to clone: clones share the one packed copy,
+/// and [`JsonText::address`] names it.
+#[derive(Clone, Debug)]
+pub struct JsonText(Arc<Packed>);
+
+#[derive(Debug)]
+struct Packed {
+    /// The LZ4 block.
+    block: Box<[u8]>,
+    /// The text's length in bytes.
+    len: usize,
+    /// What it was packed against.
+    dict: Dict,
+}
+
+impl JsonText {
+    /// `text` packed against `dict`.
+    pub fn pack(text: &str, dict: &Dict) -> JsonText {
+        let block = lz4_flex::block::compress_with_dict(text.as_bytes(), &dict.0);
+        JsonText(Arc::new(Packed {
+            block: block.into_boxed_slice(),
+            len: text.len(),
+            dict: dict.clone(),
+        }))
+    }
+
+    /// `text` packed against the dictionary this one was packed against (a
+    /// text like it: a part of it, or its next version).
+    pub fn pack_like(&self, text: &str) -> JsonText {
+        Self::pack(text, &self.0.dict)
+    }
+
+    /// The text.
+    pub fn text(&self) -> String {
+        let p = &*self.0;
+        let mut out = vec![0; p.len];
+        // A block this type packed unpacks to its length; if it ever did
+        // not, what it answers does not parse and the reader says so.
+        match lz4_flex::block::decompress_into_with_dict(&p.block, &mut out, &p.dict.0) {
+            Ok(n) if n == p.len => String::from_utf8(out).unwrap_or_default(),
+            _ => String::new(),
+        }
+    }
+
+    /// Length of the text, in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+
+    /// Whether the text is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+
+    /// Bytes held for it, its dictionary aside (shared with its kind).
+    pub fn packed_len(&self) -> usize {
+        self.0.block.len()
+    }
+
+    /// Where it is held: the same for every clone.
+    pub fn address(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+}
+
+/// A text of its own (no dictionary).
+impl From<&str> for JsonText {
+    fn from(text: &str) -> Self {
+        JsonText::pack(text, &Dict::default())
+    }
+}
+
+impl From<String> for JsonText {
+    fn from(text: String) -> Self {
+        JsonText::from(text.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checkpoint(n: usize) -> String {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("access-{n}"), "namespace": "driver-state",
+                "resourceVersion": format!("{}", 1000 + n),
+                "managedFields": [{"manager": "driver", "operation": "Apply",
+                    "fieldsV1": {"f:data": {"f:accessKeyID": {}, "f:accountName": {},
+                        "f:bucketId": {}, "f:state": {}}}}]},
+            "data": {"accessKeyID": format!("S0FZ{n:08}"), "accountName": format!("YmEt{n}"),
+                "bucketId": "YnVja2V0LTE=", "state": "UmVhZHk="}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn a_text_reads_back_as_written_with_or_without_a_dictionary() {
+        for text in ["", "{}", &checkpoint(7)] {
+            let alone = JsonText::from(text);
+            assert_eq!(alone.text(), text);
+            assert_eq!(alone.len(), text.len());
+            let packed = JsonText::pack(text, &Dict::of(&checkpoint(1)));
+            assert_eq!(packed.text(), text);
+            assert_eq!(packed.pack_like(text).text(), text);
+        }
+        // Past the window LZ4 reads, the dictionary keeps its end.
+        let long = "x".repeat(Dict::MAX + 10);
+        assert_eq!(JsonText::pack("xyz", &Dict::of(&long)).text(), "xyz");
+    }
+
+    #[test]
+    fn a_text_like_its_dictionary_packs_to_a_fraction_and_clones_share_it() {
+        let dict = Dict::of(&checkpoint(1));
+        let text = checkpoint(2);
+        let packed = JsonText::pack(&text, &dict);
+        let alone = JsonText::from(text.as_str());
+        assert!(
+            packed.packed_len() * 4 < text.len(),
+            "{} of {}",
+            packed.packed_len(),
+            text.len()
+        );
+        assert!(packed.packed_len() * 2 < alone.packed_len());
+        assert_eq!(packed.clone().address(), packed.address());
+        assert_ne!(packed.address(), alone.address());
+    }
+}
