@@ -1,7 +1,7 @@
 //! A JSON text held LZ4-packed against a dictionary shared with texts of
 //! its kind: how the kube fake and its store keep the objects written over
-//! HTTP (a driver's checkpoints, ~3 KB a grant with their managedFields).
-//! Objects of one kind differ in a few values, so each packs to a fraction.
+//! HTTP (a grant's checkpoints, access and credentials, ~3 KB). Objects of
+//! one kind differ in a few values, so each packs to a fraction.
 
 use std::sync::Arc;
 
@@ -13,10 +13,39 @@ impl Dict {
     /// LZ4 looks back at most 64 KiB; a dictionary past that is not read.
     const MAX: usize = 64 * 1024;
 
-    /// A dictionary of `text` (its last 64 KiB).
-    pub fn of(text: &str) -> Dict {
-        let b = text.as_bytes();
+    /// This dictionary with `text` after it (the last 64 KiB of both).
+    fn and(&self, text: &str) -> Dict {
+        let mut b = Vec::with_capacity(self.0.len() + text.len());
+        b.extend_from_slice(&self.0);
+        b.extend_from_slice(text.as_bytes());
         Dict(b[b.len().saturating_sub(Self::MAX)..].into())
+    }
+}
+
+/// The dictionary of a kind, learned from its first texts: one object
+/// written over and over is still one shape, but a kind often has a few
+/// (a driver's checkpoint Secrets beside the credentials Secrets). Texts
+/// already packed keep the dictionary they were packed against.
+#[derive(Debug, Default)]
+pub struct Learner {
+    dict: Dict,
+    learned: usize,
+}
+
+impl Learner {
+    /// How many texts it learns. Measured on a COSI run's objects (packed
+    /// sizes of the live objects, against the text): 1 text 2.9×, 4 4.8×,
+    /// 8 5.2×, 16 KiB of texts 5.4×.
+    const TEXTS: usize = 8;
+
+    /// `text` packed against what was learned so far; learned, if there is room.
+    pub fn pack(&mut self, text: &str) -> JsonText {
+        let packed = JsonText::pack(text, &self.dict);
+        if self.learned < Self::TEXTS {
+            self.dict = self.dict.and(text);
+            self.learned += 1;
+        }
+        packed
     }
 }
 
@@ -122,18 +151,21 @@ mod tests {
             let alone = JsonText::from(text);
             assert_eq!(alone.text(), text);
             assert_eq!(alone.len(), text.len());
-            let packed = JsonText::pack(text, &Dict::of(&checkpoint(1)));
+            let packed = JsonText::pack(text, &Dict::default().and(&checkpoint(1)));
             assert_eq!(packed.text(), text);
             assert_eq!(packed.pack_like(text).text(), text);
         }
         // Past the window LZ4 reads, the dictionary keeps its end.
         let long = "x".repeat(Dict::MAX + 10);
-        assert_eq!(JsonText::pack("xyz", &Dict::of(&long)).text(), "xyz");
+        assert_eq!(
+            JsonText::pack("xyz", &Dict::default().and(&long)).text(),
+            "xyz"
+        );
     }
 
     #[test]
     fn a_text_like_its_dictionary_packs_to_a_fraction_and_clones_share_it() {
-        let dict = Dict::of(&checkpoint(1));
+        let dict = Dict::default().and(&checkpoint(1));
         let text = checkpoint(2);
         let packed = JsonText::pack(&text, &dict);
         let alone = JsonText::from(text.as_str());
@@ -146,5 +178,23 @@ mod tests {
         assert!(packed.packed_len() * 2 < alone.packed_len());
         assert_eq!(packed.clone().address(), packed.address());
         assert_ne!(packed.address(), alone.address());
+    }
+
+    #[test]
+    fn a_learner_packs_against_its_first_texts_and_then_stops_learning() {
+        let mut kind = Learner::default();
+        let first = kind.pack(&checkpoint(1));
+        assert_eq!(first.text(), checkpoint(1));
+        let second = kind.pack(&checkpoint(2));
+        assert!(second.packed_len() * 4 < second.len());
+        for n in 3..=Learner::TEXTS + 3 {
+            assert_eq!(kind.pack(&checkpoint(n)).text(), checkpoint(n));
+        }
+        assert_eq!(kind.learned, Learner::TEXTS);
+        // What was packed before it learned more still reads back.
+        assert_eq!(
+            (first.text(), second.text()),
+            (checkpoint(1), checkpoint(2))
+        );
     }
 }

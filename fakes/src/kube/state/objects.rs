@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::{obj_key, OBJ_PREFIX};
 use crate::json::str_ref;
-use crate::json_text::{Dict, JsonText};
+use crate::json_text::{JsonText, Learner};
 use crate::kube::{Kind, LabelSelector};
 use crate::store::{Json, Store, StoreError};
 
@@ -72,17 +72,15 @@ impl Labels {
 }
 
 impl Held {
-    /// `obj` held in `form`; as text, packed against `dict`, the dictionary
-    /// of its kind (made of the first text of the kind, if it has none).
-    pub(super) fn new(obj: &Arc<Value>, form: Form, dict: &mut Option<Dict>) -> Held {
+    /// `obj` held in `form`; as text, packed by `kind`, its kind's learner.
+    pub(super) fn new(obj: &Arc<Value>, form: Form, kind: &mut Learner) -> Held {
         match form {
             Form::Tree => Held::Tree(obj.clone()),
             Form::Text => {
                 // A tree writes without error: its keys are strings, its numbers finite.
                 let text = serde_json::to_string(&**obj).unwrap_or_default();
-                let dict = dict.get_or_insert_with(|| Dict::of(&text));
                 Held::Text {
-                    json: JsonText::pack(&text, dict),
+                    json: kind.pack(&text),
                     tree: Arc::downgrade(obj),
                     labels: Labels::of(obj),
                 }
@@ -182,8 +180,8 @@ impl Stored {
 #[derive(Default)]
 pub(super) struct Objects {
     loaded: Option<Loaded>,
-    /// Each kind's dictionary its texts are packed against (see [`Held::new`]).
-    dicts: BTreeMap<Kind, Dict>,
+    /// What each kind's texts are packed against (see [`Held::new`]).
+    dicts: BTreeMap<Kind, Learner>,
 }
 
 struct Loaded {
@@ -226,12 +224,7 @@ impl Loaded {
 impl Objects {
     /// `obj`, of `kind`, as it will be held: see [`Held::new`].
     pub(super) fn hold(&mut self, kind: Kind, obj: &Arc<Value>, form: Form) -> Held {
-        let mut dict = self.dicts.get(&kind).cloned();
-        let held = Held::new(obj, form, &mut dict);
-        if let Some(dict) = dict {
-            self.dicts.entry(kind).or_insert(dict);
-        }
-        held
+        Held::new(obj, form, self.dicts.entry(kind).or_default())
     }
 
     /// The loaded copy; read from every object key of `store` if not held.
