@@ -98,6 +98,7 @@ impl LeakScan {
         norm: &mut Normalizer,
     ) -> (Self, crate::packed::Packed) {
         let mut scan = Scanner::new(all);
+        crate::phases::phase("leak scan automaton");
         scan.lines("snapshot", texts.snapshot);
         let raw = scan.artifact("history");
         let labelled = scan.artifact("history (normalised)");

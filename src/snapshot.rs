@@ -709,6 +709,7 @@ impl Normalizer {
         // which finds the same label. No id, secret or hex run spans a line:
         // JSON escapes a newline inside a string.
         let known = self.frozen_matchers();
+        crate::phases::phase("relabelling automaton");
         let mut out = crate::packed::PackedWriter::new();
         let (mut rewritten, mut labelled) = (String::new(), String::new());
         let mut lines = LineChunks::new(|raw: &str| {
