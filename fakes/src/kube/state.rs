@@ -1764,8 +1764,8 @@ mod tests {
         let Some(Stored::Text(b)) = b else {
             panic!("not held as text")
         };
-        // Packed against its kind's first text, which it is like: a fraction
-        // of its length is held.
+        // Packed against what its kind learned from its first texts, which
+        // it is like: a fraction of its length is held.
         assert!(
             b.packed_len() * 2 < b.len(),
             "{} of {}",

@@ -181,7 +181,7 @@ impl Stored {
 pub(super) struct Objects {
     loaded: Option<Loaded>,
     /// What each kind's texts are packed against (see [`Held::new`]).
-    dicts: BTreeMap<Kind, Learner>,
+    learners: BTreeMap<Kind, Learner>,
 }
 
 struct Loaded {
@@ -224,7 +224,7 @@ impl Loaded {
 impl Objects {
     /// `obj`, of `kind`, as it will be held: see [`Held::new`].
     pub(super) fn hold(&mut self, kind: Kind, obj: &Arc<Value>, form: Form) -> Held {
-        Held::new(obj, form, self.dicts.entry(kind).or_default())
+        Held::new(obj, form, self.learners.entry(kind).or_default())
     }
 
     /// The loaded copy; read from every object key of `store` if not held.
