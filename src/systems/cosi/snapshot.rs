@@ -47,11 +47,11 @@ impl KubeObjects {
 }
 
 /// What a snapshot and the record read of a driver checkpoint (its kind,
-/// `metadata.name` and `data`), as a text of its own. The object as the
-/// fake holds it carries its managedFields and the rest of its metadata,
-/// and held to the run's end it kept the fake's copy alive after the fake
-/// was let go of. One that does not decode is kept as it is, to be shown
-/// as such.
+/// `metadata.name` and `data`), as a text of its own, packed as its whole
+/// was (against its kind's dictionary). The object as the fake holds it
+/// carries its managedFields and the rest of its metadata, and held to the
+/// run's end it kept the fake's copy alive after the fake was let go of.
+/// One that does not decode is kept as it is, to be shown as such.
 pub fn checkpoint_part(o: &Stored) -> Stored {
     let Ok(tree) = o.tree() else {
         return o.clone();
