@@ -23,12 +23,17 @@ impl<T: Clone + Hash + Eq> Shared<T> {
     /// `value`, or the equal one seen before (sharing what it holds).
     pub fn get(&self, value: T) -> T {
         let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match seen.get(&value) {
-            Some(held) => held.clone(),
-            None => {
-                seen.insert(value.clone());
-                value
-            }
+        held_once(&mut seen, value)
+    }
+}
+
+/// `value`, or the equal one in `seen`; `value` joins `seen` if new.
+fn held_once<T: Clone + Hash + Eq>(seen: &mut HashSet<T>, value: T) -> T {
+    match seen.get(&value) {
+        Some(held) => held.clone(),
+        None => {
+            seen.insert(value.clone());
+            value
         }
     }
 }
@@ -79,13 +84,7 @@ pub fn read<T: Clone + Hash + Eq + 'static>(value: T) -> T {
         let Some(seen) = seen.downcast_mut::<HashSet<T>>() else {
             return value; // never: each entry holds its key's type
         };
-        match seen.get(&value) {
-            Some(held) => held.clone(),
-            None => {
-                seen.insert(value.clone());
-                value
-            }
-        }
+        held_once(seen, value)
     })
 }
 

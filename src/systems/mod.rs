@@ -172,8 +172,8 @@ impl Record {
         // What is judged is what was read back; the written copy would only
         // double the largest run's peak memory while it is read. Read as it
         // is unpacked: the text is never held whole.
-        // Equal values the run held once are read as one again.
         drop(self);
+        // Equal values the run held once are read as one again.
         let record: Record = drivelab_fakes::shared::reading(|| {
             serde_json::from_reader(std::io::BufReader::new(text.reader()))
         })
