@@ -14,16 +14,22 @@ FUZZ_TARGETS ?= scenario s3_http admin_http madmin kube_http director_http cpi_j
 
 .PHONY: fuzz-smoke e2e test prebuild-static test-rust test-containers image py-deps browser-deps faketime-deps build validate mutants sweep clean-reports bench bench-check bench-explore bench-scale bench-grants
 
+# One feature set for every build: `cargo build --bins` of the root package
+# alone resolves features apart from `cargo test --workspace` (dev-dependencies
+# unify into the latter), so running through `cargo run` after the tests rebuilt
+# ~40 crates (~3 min of CI). `make test` adds --tests so its build is the test
+# build; every target below runs the binary it built, never `cargo run`.
+BUILD_SCOPE ?= --workspace
+DRIVELAB := target/debug/drivelab
 build:
-	$(CARGO) build --locked --bins
+	$(CARGO) build --locked $(BUILD_SCOPE) --bins
 
 # Regenerates the committed golden report (reports/e2e): stale files go first.
 e2e: build
 	rm -rf $(REPORT_DIR)
-	$(CARGO) run --locked --quiet -- run scenarios/ --report-dir $(REPORT_DIR)
+	$(DRIVELAB) run scenarios/ --report-dir $(REPORT_DIR)
 	rm -rf $(SPAWNED_REPORT_DIR)
-	$(CARGO) build --locked --quiet --workspace --bins
-	$(CARGO) run --locked --quiet -- run scenarios/cosi/ --report-dir $(SPAWNED_REPORT_DIR) \
+	$(DRIVELAB) run scenarios/cosi/ --report-dir $(SPAWNED_REPORT_DIR) \
 	  --driver '{command: [target/debug/cosi-s3, --endpoint, "{endpoint}"]}'
 
 # The same suite against the reference driver as a spawned binary (it finds the
@@ -39,21 +45,21 @@ SWEEP_MUTANTS ?= bucket-before-checkpoint policy-after-forget
 # takes the first 200 in call order; `CSI_SWEEP_BUDGET=600 make mutants` for all.
 CSI_SWEEP_BUDGET ?= 200
 mutants: build
-	$(CARGO) run --locked --quiet -- mutate scenarios/
-	$(CARGO) run --locked --quiet -- sweep-faults scenarios/explore/cosi-lifecycle.yaml --out-dir $(SWEEP_FOUND_DIR)
-	$(CARGO) run --locked --quiet -- sweep-faults scenarios/explore/csi-lifecycle.yaml --budget $(CSI_SWEEP_BUDGET) --out-dir $(SWEEP_FOUND_DIR)
+	$(DRIVELAB) mutate scenarios/
+	$(DRIVELAB) sweep-faults scenarios/explore/cosi-lifecycle.yaml --out-dir $(SWEEP_FOUND_DIR)
+	$(DRIVELAB) sweep-faults scenarios/explore/csi-lifecycle.yaml --budget $(CSI_SWEEP_BUDGET) --out-dir $(SWEEP_FOUND_DIR)
 	for m in $(SWEEP_MUTANTS); do \
-	  $(CARGO) run --locked --quiet -- sweep-faults scenarios/explore/cosi-lifecycle.yaml \
+	  $(DRIVELAB) sweep-faults scenarios/explore/cosi-lifecycle.yaml \
 	    --mutant $$m --stop-at-first --expect-found --out-dir $(SWEEP_FOUND_DIR) || exit 1; \
 	done
 
 # The correct driver under 200 seeds (interleavings, fault placements).
 SEEDS ?= 200
 sweep: build
-	$(CARGO) run --locked --quiet -- run --seeds $(SEEDS) scenarios/
+	$(DRIVELAB) run --seeds $(SEEDS) scenarios/
 
 validate: build
-	$(CARGO) run --locked --quiet -- validate scenarios/
+	$(DRIVELAB) validate scenarios/
 
 # Client tests use boto3 and minio-py against the fakes; install them first.
 py-deps:
@@ -68,6 +74,7 @@ browser-deps:
 # CI time: `make test` sweeps the first 60 faults of the CSI base (about 30 s);
 # `make mutants` alone takes 200, `CSI_SWEEP_BUDGET=600 make mutants` all of them.
 test: CSI_SWEEP_BUDGET = 60
+test: BUILD_SCOPE = --workspace --tests
 test: prebuild-static py-deps browser-deps faketime-deps test-rust test-containers mutants
 
 # External CSI drivers' wall clocks follow the lab's virtual clock through
