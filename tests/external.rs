@@ -518,11 +518,12 @@ async fn container_image_driver_and_lab_container() {
         return;
     }
     let tag = "external-test";
-    let status = Command::new(root().join("scripts/build-image.sh"))
-        .env("TAG", tag)
-        .current_dir(root())
-        .status()
-        .expect("running scripts/build-image.sh");
+    let status =
+        common::cargo_as_make_runs_it(&mut Command::new(root().join("scripts/build-image.sh")))
+            .env("TAG", tag)
+            .current_dir(root())
+            .status()
+            .expect("running scripts/build-image.sh");
     assert!(status.success(), "scripts/build-image.sh failed");
 
     // The reference driver as an image, through scenarios with and without a crash.
