@@ -12,7 +12,7 @@ REPORT_DIR ?= reports/e2e
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= scenario s3_http admin_http madmin kube_http director_http cpi_json
 
-.PHONY: fuzz-smoke e2e test prebuild-static test-rust test-containers image py-deps browser-deps faketime-deps build validate mutants sweep clean-reports bench bench-check bench-explore bench-scale bench-grants
+.PHONY: fuzz-smoke e2e test test-rust test-containers image py-deps browser-deps faketime-deps build validate mutants sweep clean-reports bench bench-check bench-explore bench-scale bench-grants
 
 # One feature set for every build: `cargo build --bins` of the root package
 # alone resolves features apart from `cargo test --workspace` (dev-dependencies
@@ -75,10 +75,7 @@ browser-deps:
 # `make mutants` alone takes 200, `CSI_SWEEP_BUDGET=600 make mutants` all of them.
 test: CSI_SWEEP_BUDGET = 60
 test: BUILD_SCOPE = --workspace --tests
-# mutants before test-containers: the static build (prebuild-static) still has
-# one core to itself while the mutants run, instead of the container test
-# waiting on it.
-test: prebuild-static py-deps browser-deps faketime-deps test-rust mutants test-containers
+test: py-deps browser-deps faketime-deps test-rust mutants test-containers
 
 # External CSI drivers' wall clocks follow the lab's virtual clock through
 # libfaketime (Debian's faketime); without it a token lifetime the lab lets
@@ -88,16 +85,6 @@ faketime-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; \
 	  else echo "libfaketime is missing: sudo apt-get install faketime"; fi; }
 
-# The static build test-containers needs gets its own target dir, so it can
-# start first at idle priority and soak up the cores the test build and the
-# (mostly waiting) test run leave free; build-image.sh in the container test
-# then waits on its cargo lock instead of building from scratch.
-STATIC_TARGET_DIR ?= target/static
-export DRIVELAB_STATIC_TARGET_DIR := $(STATIC_TARGET_DIR)
-prebuild-static:
-	@mkdir -p $(STATIC_TARGET_DIR)
-	@BUILD_ONLY=1 nice -n 19 scripts/build-image.sh > $(STATIC_TARGET_DIR)/prebuild.log 2>&1 &
-
 # image: drivers and the lab in a container. Needs a Docker engine (builds its
 # FROM scratch images locally, pulls nothing); says SKIPPED plainly without one.
 # --workspace: the features test-rust built with (without it the root package's
@@ -105,7 +92,7 @@ prebuild-static:
 test-containers:
 	$(CARGO) test --locked --workspace --test external -- --ignored --nocapture container
 
-# drivelab:dev and drivelab-cosi-s3:dev, FROM scratch, from a static binary built here.
+# drivelab:dev and drivelab-cosi-s3:dev, FROM scratch: the debug binary and the shared objects it loads.
 image:
 	scripts/build-image.sh
 

@@ -32,7 +32,7 @@ pub fn workspace_bin(name: &str) -> PathBuf {
 /// started from a test saw it set, re-ran that script and rebuilt ring, rustls,
 /// kube-client, bollard and drivelab (~70 s of 2 cores), and the next `make`
 /// step, without it, rebuilt them back.
-pub fn cargo_as_make_runs_it(cmd: &mut Command) -> &mut Command {
+fn cargo_as_make_runs_it(cmd: &mut Command) -> &mut Command {
     for (key, _) in std::env::vars_os() {
         let Some(key) = key.to_str() else { continue };
         let set_for_tests = matches!(
