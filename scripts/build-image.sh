@@ -5,10 +5,10 @@
 #
 # The image holds the workspace's debug binary and the shared objects it loads
 # (the dynamic loader, libc, libm, libgcc_s: what `ldd` lists, copied from this
-# host at their paths), so it is the very binary `make test` built and tested,
-# and no second build of the tree is needed (a static build was ~10 CPU-minutes
-# of every CI run). DRIVELAB_BIN=path packages an already built binary;
-# without it the script builds one with `cargo build --workspace --bins`.
+# host at their paths). DRIVELAB_BIN=path packages an already built binary:
+# the container test passes its own build's, so the images run the binary the
+# suite tested and CI builds the tree once (a static build was a second one,
+# ~10 CPU-minutes). Without it the script runs `cargo build --workspace --bins`.
 set -eu
 cd "$(dirname "$0")/.."
 TAG=${TAG:-dev}

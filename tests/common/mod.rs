@@ -27,8 +27,7 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     bin
 }
 
-/// `cmd` (a cargo, or a script that runs one) without the variables cargo sets
-/// for a test process. ring's build script watches `CARGO_MANIFEST_DIR`: a cargo
+/// `cmd`, a cargo, without the variables cargo sets for a test process. ring's build script watches `CARGO_MANIFEST_DIR`: a cargo
 /// started from a test saw it set, re-ran that script and rebuilt ring, rustls,
 /// kube-client, bollard and drivelab (~70 s of 2 cores), and the next `make`
 /// step, without it, rebuilt them back.
