@@ -27,10 +27,11 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     bin
 }
 
-/// `cmd`, a cargo, without the variables cargo sets for a test process. ring's build script watches `CARGO_MANIFEST_DIR`: a cargo
-/// started from a test saw it set, re-ran that script and rebuilt ring, rustls,
-/// kube-client, bollard and drivelab (~70 s of 2 cores), and the next `make`
-/// step, without it, rebuilt them back.
+/// `cmd`, a cargo, without the variables cargo sets for a test process.
+/// ring's build script watches `CARGO_MANIFEST_DIR`: a cargo started from a
+/// test saw it set, re-ran that script and rebuilt ring, rustls, kube-client,
+/// bollard and drivelab (~70 s of 2 cores), and the next `make` step, without
+/// it, rebuilt them back.
 fn cargo_as_make_runs_it(cmd: &mut Command) -> &mut Command {
     for (key, _) in std::env::vars_os() {
         let Some(key) = key.to_str() else { continue };
